@@ -1,0 +1,13 @@
+//! gridperf's core: everything that does no I/O.
+//!
+//! - [`plan`]: protocols and message sizes, as the user typed them;
+//! - [`wire`]: the control channel's frames and messages;
+//! - [`stats`]: exact quantiles and the warnings that go with them;
+//! - [`model`]: result types, as `--json` prints them;
+//! - [`units`]: sizes, durations and rates, parsed and formatted.
+
+pub mod model;
+pub mod plan;
+pub mod stats;
+pub mod units;
+pub mod wire;

@@ -1,0 +1,184 @@
+//! Statistics over raw samples: exact quantiles, mean and spread, and the
+//! warnings that tell a user a figure should not be trusted as it stands.
+
+use serde::{Deserialize, Serialize};
+
+/// The distribution of one point's samples, all in nanoseconds.
+///
+/// Quantiles are exact, computed from every kept sample by linear
+/// interpolation between the two closest ranks (Hyndman and Fan's type 7,
+/// the default of R and NumPy): for a sorted sample x[0..n] and a probability
+/// p, h = (n - 1) p and q = x[floor h] + (h - floor h)(x[floor h + 1] - x[floor h]).
+/// So the median of an even count is the mean of the two middle samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Samples counted (after warm-up; lost UDP messages are not samples).
+    pub count: u64,
+    pub min_ns: f64,
+    pub q1_ns: f64,
+    pub median_ns: f64,
+    pub q3_ns: f64,
+    pub max_ns: f64,
+    pub mean_ns: f64,
+    /// Sample standard deviation (n - 1 in the denominator); 0 for one sample.
+    pub stddev_ns: f64,
+    pub p99_ns: f64,
+}
+
+/// The quantile `p` (0..=1) of sorted samples, type 7. `None` when empty.
+pub fn quantile_sorted(sorted: &[u64], p: f64) -> Option<f64> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let p = p.clamp(0.0, 1.0);
+    let h = (n - 1) as f64 * p;
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(n - 1);
+    let frac = h - lo as f64;
+    Some(sorted[lo] as f64 + frac * (sorted[hi] as f64 - sorted[lo] as f64))
+}
+
+impl Summary {
+    /// Summarises samples (in nanoseconds). `None` when there are none.
+    pub fn from_samples(samples: &[u64]) -> Option<Summary> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let n = sorted.len() as f64;
+        let mean = sorted.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = if sorted.len() > 1 {
+            sorted.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        let q = |p| quantile_sorted(&sorted, p).unwrap_or(f64::NAN);
+        Some(Summary {
+            count: sorted.len() as u64,
+            min_ns: sorted[0] as f64,
+            q1_ns: q(0.25),
+            median_ns: q(0.5),
+            q3_ns: q(0.75),
+            max_ns: sorted[sorted.len() - 1] as f64,
+            mean_ns: mean,
+            stddev_ns: var.sqrt(),
+            p99_ns: q(0.99),
+        })
+    }
+
+    /// Interquartile range relative to the median.
+    pub fn relative_iqr(&self) -> f64 {
+        if self.median_ns > 0.0 {
+            (self.q3_ns - self.q1_ns) / self.median_ns
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Why a figure should be read with care, each with the advice that goes with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Warning {
+    /// The interquartile range is wide compared to the median.
+    Noisy { point: String, relative_iqr: f64 },
+    /// A few samples are far slower than the median (long tail).
+    LongTail { point: String, p99_over_median: f64 },
+    /// Ends not pinned: placement varies from run to run.
+    Unpinned,
+    /// Too few samples for the quantiles to mean much.
+    FewSamples { point: String, count: u64 },
+    /// Messages were lost (UDP).
+    Lost { point: String, lost: u64, sent: u64 },
+}
+
+impl Warning {
+    /// The warning and what to do about it, in words.
+    pub fn message(&self) -> String {
+        match self {
+            Warning::Noisy { point, relative_iqr } => format!(
+                "{point}: the interquartile range is {:.0}% of the median; the run is noisy. Pin both ends (--cpu), close other programs, or raise --iterations.",
+                relative_iqr * 100.0
+            ),
+            Warning::LongTail { point, p99_over_median } => format!(
+                "{point}: p99 is {p99_over_median:.1}x the median; something (scheduling, interrupts, retransmission) stalls a few exchanges. Look at the max and the raw samples (--samples)."
+            ),
+            Warning::Unpinned => "the ends were not pinned to CPUs: on small machines placement alone changes the RTT several times over (both ends on one CPU vs two). Use --cpu 0 or --cpu 0,1 for repeatable figures.".to_string(),
+            Warning::FewSamples { point, count } => format!(
+                "{point}: only {count} samples; quantiles need more. Raise --iterations or --duration."
+            ),
+            Warning::Lost { point, lost, sent } => format!(
+                "{point}: {lost} of {sent} messages lost; the statistics cover only the ones that came back."
+            ),
+        }
+    }
+}
+
+/// Thresholds for [`check`]: a relative IQR above 0.5, a p99 more than ten
+/// times the median, or fewer than 20 samples.
+pub fn check(point: &str, s: &Summary) -> Vec<Warning> {
+    let mut w = Vec::new();
+    if s.count < 20 {
+        w.push(Warning::FewSamples { point: point.into(), count: s.count });
+    }
+    if s.relative_iqr() > 0.5 {
+        w.push(Warning::Noisy { point: point.into(), relative_iqr: s.relative_iqr() });
+    }
+    if s.median_ns > 0.0 && s.p99_ns / s.median_ns > 10.0 {
+        w.push(Warning::LongTail { point: point.into(), p99_over_median: s.p99_ns / s.median_ns });
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_quantiles_type7() {
+        // 1..=10: type 7 gives q1 = 3.25, median = 5.5, q3 = 7.75, p99 = 9.91
+        let s = Summary::from_samples(&[10, 2, 3, 4, 5, 6, 7, 8, 9, 1]).expect("some");
+        assert_eq!(s.count, 10);
+        assert_eq!(s.min_ns, 1.0);
+        assert_eq!(s.max_ns, 10.0);
+        assert_eq!(s.q1_ns, 3.25);
+        assert_eq!(s.median_ns, 5.5);
+        assert_eq!(s.q3_ns, 7.75);
+        assert!((s.p99_ns - 9.91).abs() < 1e-9);
+        assert_eq!(s.mean_ns, 5.5);
+        // sample stddev of 1..=10 = sqrt(82.5/9)
+        assert!((s.stddev_ns - (82.5f64 / 9.0).sqrt()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn odd_count_median_is_the_middle_sample() {
+        let s = Summary::from_samples(&[5, 1, 9]).expect("some");
+        assert_eq!(s.median_ns, 5.0);
+        assert_eq!(s.q1_ns, 3.0);
+        assert_eq!(s.q3_ns, 7.0);
+    }
+
+    #[test]
+    fn one_and_none() {
+        assert!(Summary::from_samples(&[]).is_none());
+        let s = Summary::from_samples(&[42]).expect("one");
+        assert_eq!((s.min_ns, s.median_ns, s.max_ns, s.stddev_ns), (42.0, 42.0, 42.0, 0.0));
+    }
+
+    #[test]
+    fn warnings_fire_on_their_thresholds() {
+        let steady: Vec<u64> = (0..100).map(|i| 1000 + i).collect();
+        assert!(check("tcp 64 B", &Summary::from_samples(&steady).expect("s")).is_empty());
+        let mut tail = steady.clone();
+        tail.extend([100_000, 100_000]);
+        let w = check("tcp 64 B", &Summary::from_samples(&tail).expect("s"));
+        assert!(matches!(w.as_slice(), [Warning::LongTail { .. }]), "{w:?}");
+        let noisy: Vec<u64> = (0..100).map(|i| if i % 2 == 0 { 1000 } else { 3000 }).collect();
+        let w = check("p", &Summary::from_samples(&noisy).expect("s"));
+        assert!(matches!(w.as_slice(), [Warning::Noisy { .. }]), "{w:?}");
+        let w = check("p", &Summary::from_samples(&[1, 1, 1]).expect("s"));
+        assert!(matches!(w.as_slice(), [Warning::FewSamples { count: 3, .. }]), "{w:?}");
+    }
+}

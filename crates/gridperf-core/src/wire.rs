@@ -1,0 +1,230 @@
+//! The control channel: length-prefixed JSON frames carrying a typed,
+//! versioned message set. See docs/protocol.md for the conversation.
+//!
+//! A frame is a 4-byte big-endian length followed by that many bytes of
+//! JSON. Frames longer than [`MAX_FRAME`] are refused before anything is
+//! allocated, so a peer that sends garbage (or a 4 GB length) costs nothing.
+//! Unknown fields are ignored, so a newer peer can add optional fields
+//! without a version bump; a new message type or a changed meaning bumps
+//! [`PROTOCOL_VERSION`].
+
+use crate::model::{EndInfo, StepFigures};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use thiserror::Error;
+
+/// The control-channel protocol version. Both ends must speak the same one.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The word every Hello carries, so a stray client is told apart from an old gridperf.
+pub const MAGIC: &str = "gridperf";
+
+/// Largest control frame accepted, in bytes (1 MiB).
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// The agent's default TCP port for the control channel.
+pub const DEFAULT_PORT: u16 = 5301;
+
+/// What went wrong on the control channel.
+#[derive(Debug, Error)]
+pub enum WireError {
+    #[error("the peer closed the control connection")]
+    Closed,
+    #[error("no answer from the peer within the deadline")]
+    Timeout,
+    #[error("control frame of {len} bytes exceeds the limit of {max} bytes (is the peer a gridperf agent of the same version?)")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed control message: {0}")]
+    Malformed(String),
+    #[error("control channel I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+fn map_io(e: io::Error) -> WireError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::Timeout,
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => WireError::Closed,
+        _ => WireError::Io(e),
+    }
+}
+
+/// Encodes a message as one frame (length prefix included).
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
+    let body = serde_json::to_vec(msg).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if body.len() > MAX_FRAME {
+        return Err(WireError::TooLarge { len: body.len(), max: MAX_FRAME });
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Decodes one frame's body.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    serde_json::from_slice(body).map_err(|e| WireError::Malformed(e.to_string()))
+}
+
+/// Writes one message in a single write.
+pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), WireError> {
+    let frame = encode(msg)?;
+    w.write_all(&frame).map_err(map_io)?;
+    w.flush().map_err(map_io)
+}
+
+/// Reads one message. The reader's own timeout (SO_RCVTIMEO) is the deadline.
+pub fn read_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, WireError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) => return Err(WireError::Closed),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(map_io(e)),
+        }
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge { len, max: MAX_FRAME });
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(map_io)?;
+    decode(&body)
+}
+
+/// A test the client asks the agent to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestRequest {
+    /// "rtt" or "transfer": both are echo tests, named for the record.
+    pub kind: String,
+    /// Protocol names ("tcp", "udp", "sendfile"); strings so that a name this
+    /// agent does not know gets a clear error rather than a parse failure.
+    pub protos: Vec<String>,
+    /// The largest message of the run, so the agent can refuse or allocate once.
+    pub max_size: u64,
+    /// TCP_NODELAY on the agent's data sockets.
+    pub nodelay: bool,
+    /// Spin on non-blocking receives instead of sleeping.
+    pub busy_poll: bool,
+    /// Pin the agent's measuring thread to this CPU.
+    pub cpu: Option<usize>,
+    pub sndbuf: Option<u64>,
+    pub rcvbuf: Option<u64>,
+    /// The client's UDP port (on the control connection's address), if UDP is used.
+    pub udp_port: Option<u16>,
+    /// The client's per-message timeout; the agent waits longer than this before giving up.
+    pub timeout_ms: u64,
+    /// How long the client is willing to wait in the agent's queue (0 = answer busy at once).
+    pub queue_ms: u64,
+}
+
+/// One point of a test: the agent echoes messages of `size` bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRequest {
+    pub proto: String,
+    pub size: u64,
+    /// For TCP and sendfile: the exact number of messages to echo, after which
+    /// the agent reports StepDone by itself. None: echo until StepEnd.
+    pub exchanges: Option<u64>,
+}
+
+/// Messages from the client to the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ClientMsg {
+    Hello { magic: String, version: u32, software: String },
+    Request(TestRequest),
+    Step(StepRequest),
+    /// Ends a step that has no exchange count.
+    StepEnd,
+    /// Ends the test; the agent answers with Report.
+    Finish,
+    Abort { reason: String },
+}
+
+/// Why the agent refused or stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    VersionMismatch,
+    Busy,
+    BadMessage,
+    Unsupported,
+    TooLarge,
+    Timeout,
+    Internal,
+    /// Anything a newer agent says that this client does not know.
+    #[serde(other)]
+    Other,
+}
+
+/// Messages from the agent to the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum AgentMsg {
+    Welcome { magic: String, version: u32, software: String },
+    /// The test waits in the agent's queue; `ahead` tests are before it.
+    Queued { ahead: u32 },
+    /// The data sockets are open: connect to these ports on the agent's address,
+    /// and send `token` as the first 8 bytes of every TCP data connection.
+    Ready { tcp_port: Option<u16>, udp_port: Option<u16>, token: u64, agent: EndInfo },
+    StepReady,
+    StepDone { figures: StepFigures },
+    Report { agent: EndInfo },
+    Error { code: ErrorCode, message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_roundtrip() {
+        let msg = ClientMsg::Hello { magic: MAGIC.into(), version: PROTOCOL_VERSION, software: "t".into() };
+        let frame = encode(&msg).expect("encode");
+        assert_eq!(u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize, frame.len() - 4);
+        let back: ClientMsg = read_msg(&mut &frame[..]).expect("decode");
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn a_4gb_length_is_refused_without_allocating() {
+        let frame = [0xff, 0xff, 0xff, 0xff, b'{'];
+        match read_msg::<_, ClientMsg>(&mut &frame[..]) {
+            Err(WireError::TooLarge { len, max }) => assert_eq!((len, max), (u32::MAX as usize, MAX_FRAME)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn garbage_and_truncation() {
+        let mut frame = 5u32.to_be_bytes().to_vec();
+        frame.extend_from_slice(b"hello");
+        assert!(matches!(read_msg::<_, ClientMsg>(&mut &frame[..]), Err(WireError::Malformed(_))));
+        let truncated = [0u8, 0, 0, 9, b'{'];
+        assert!(matches!(read_msg::<_, ClientMsg>(&mut &truncated[..]), Err(WireError::Closed)));
+        assert!(matches!(read_msg::<_, ClientMsg>(&mut &[][..]), Err(WireError::Closed)));
+    }
+
+    #[test]
+    fn unknown_message_types_and_fields() {
+        // a newer client's message type: a clear Malformed, not a panic
+        let body = br#"{"type":"teleport","to":"mars"}"#;
+        let e = decode::<ClientMsg>(body).expect_err("unknown type");
+        assert!(e.to_string().contains("teleport"), "{e}");
+        // an added optional field is ignored
+        let body = br#"{"type":"step","proto":"tcp","size":64,"exchanges":null,"new_field":1}"#;
+        assert!(decode::<ClientMsg>(body).is_ok());
+        // an error code from a newer agent
+        let body = br#"{"type":"error","code":"solar-flare","message":"m"}"#;
+        assert_eq!(
+            decode::<AgentMsg>(body).expect("decodes"),
+            AgentMsg::Error { code: ErrorCode::Other, message: "m".into() }
+        );
+    }
+}

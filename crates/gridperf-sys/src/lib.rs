@@ -1,0 +1,449 @@
+//! The only crate in gridperf that contains `unsafe`.
+//!
+//! Every libc call goes through [`cvt`] once and comes out as an
+//! `io::Result`; callers in the other crates never see a raw return code.
+//! Linux only: gridperf measures Linux hosts.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Turns a libc return value (-1 on error) into an `io::Result`.
+fn cvt<T: Copy + PartialOrd + Default>(ret: T, minus_one: T) -> io::Result<T> {
+    if ret == minus_one {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_i(ret: libc::c_int) -> io::Result<libc::c_int> {
+    cvt(ret, -1)
+}
+
+// ---------------------------------------------------------------- memfd, sendfile
+
+/// A memory-backed file of `len` bytes filled with gridperf's payload pattern
+/// (byte i holds `i % 251`, a prime so that misaligned data shows up).
+/// It is what `sendfile` transmits from: no disk is involved.
+pub fn memfd_pattern(len: usize) -> io::Result<OwnedFd> {
+    let name = CString::new("gridperf-pattern").expect("no NUL in a literal");
+    // SAFETY: name is a valid NUL-terminated string; flags are valid.
+    let fd = cvt_i(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: memfd_create returned a fresh descriptor that we now own.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(owned);
+    let chunk: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    // 64 KiB is not a multiple of 251: write the pattern by absolute offset.
+    let mut written = 0usize;
+    use std::io::Write;
+    while written < len {
+        let start = written % 251;
+        let n = (len - written).min(chunk.len() - 251);
+        file.write_all(&chunk[start..start + n])?;
+        written += n;
+    }
+    Ok(OwnedFd::from(file))
+}
+
+/// The payload byte at `offset` in gridperf's pattern (see [`memfd_pattern`]).
+pub fn pattern_byte(offset: usize) -> u8 {
+    (offset % 251) as u8
+}
+
+/// sendfile(2): sends up to `count` bytes of `in_fd` starting at `offset`.
+/// Returns the number of bytes sent (may be short on a non-blocking socket).
+pub fn sendfile(out: &impl AsRawFd, in_fd: &impl AsRawFd, offset: u64, count: usize) -> io::Result<usize> {
+    let mut off = offset as libc::off_t;
+    // SAFETY: both descriptors are valid for the duration of the call; off is a valid pointer.
+    let n = unsafe { libc::sendfile(out.as_raw_fd(), in_fd.as_raw_fd(), &mut off, count) };
+    cvt(n, -1).map(|n| n as usize)
+}
+
+// ---------------------------------------------------------------- socket options
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: value lives across the call and its size is passed.
+    cvt_i(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: value and len are valid for writes of the sizes given.
+    cvt_i(unsafe {
+        libc::getsockopt(fd, level, name, &mut value as *mut libc::c_int as *mut libc::c_void, &mut len)
+    })?;
+    Ok(value)
+}
+
+const SO_BUSY_POLL: libc::c_int = 46;
+
+/// SO_BUSY_POLL: microseconds the kernel may busy-poll the device queue on a
+/// blocking receive. Raising it above net.core.busy_read needs CAP_NET_ADMIN.
+pub fn set_busy_poll(sock: &impl AsRawFd, usec: u32) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, SO_BUSY_POLL, usec as libc::c_int)
+}
+
+/// SO_SNDBUF request in bytes (the kernel doubles it and caps it at net.core.wmem_max).
+pub fn set_sndbuf(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, bytes.min(i32::MAX as usize) as libc::c_int)
+}
+
+/// SO_RCVBUF request in bytes (the kernel doubles it and caps it at net.core.rmem_max).
+pub fn set_rcvbuf(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, bytes.min(i32::MAX as usize) as libc::c_int)
+}
+
+/// Granted send buffer, as the kernel reports it (already doubled).
+pub fn sndbuf(sock: &impl AsRawFd) -> io::Result<usize> {
+    getsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF).map(|v| v as usize)
+}
+
+/// Granted receive buffer, as the kernel reports it (already doubled).
+pub fn rcvbuf(sock: &impl AsRawFd) -> io::Result<usize> {
+    getsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| v as usize)
+}
+
+/// TCP_NODELAY state.
+pub fn tcp_nodelay(sock: &impl AsRawFd) -> io::Result<bool> {
+    getsockopt_int(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY).map(|v| v != 0)
+}
+
+/// TCP_MAXSEG: the MSS of a connected TCP socket.
+pub fn tcp_maxseg(sock: &impl AsRawFd) -> io::Result<u32> {
+    getsockopt_int(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG).map(|v| v as u32)
+}
+
+/// IP_MTU (or IPV6_MTU): the path MTU the kernel holds for a connected socket.
+pub fn path_mtu(sock: &impl AsRawFd, ipv6: bool) -> io::Result<u32> {
+    if ipv6 {
+        getsockopt_int(sock.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_MTU).map(|v| v as u32)
+    } else {
+        getsockopt_int(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU).map(|v| v as u32)
+    }
+}
+
+/// TCP_CONGESTION: the congestion control algorithm of a TCP socket.
+pub fn tcp_congestion(sock: &impl AsRawFd) -> io::Result<String> {
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: buf and len are valid for writes of the sizes given.
+    cvt_i(unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    let end = buf[..len as usize].iter().position(|&b| b == 0).unwrap_or(len as usize);
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Bytes queued in a socket's send queue, not yet acknowledged (SIOCOUTQ).
+pub fn outq(sock: &impl AsRawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (== SIOCOUTQ) writes one int.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n) })?;
+    Ok(n as usize)
+}
+
+/// Bytes waiting in a socket's receive queue (SIOCINQ).
+pub fn inq(sock: &impl AsRawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD (== SIOCINQ) writes one int.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut n) })?;
+    Ok(n as usize)
+}
+
+/// Linux's `struct tcp_info` up to the fields of kernel 6.x (the kernel
+/// fills as much as the caller's buffer holds; `len` says how much it did).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpInfo {
+    pub state: u8,
+    pub ca_state: u8,
+    pub retransmits: u8,
+    pub probes: u8,
+    pub backoff: u8,
+    pub options: u8,
+    pub wscale: u8,
+    pub app_limited_and_fastopen: u8,
+    pub rto_us: u32,
+    pub ato_us: u32,
+    pub snd_mss: u32,
+    pub rcv_mss: u32,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub lost: u32,
+    pub retrans: u32,
+    pub fackets: u32,
+    pub last_data_sent: u32,
+    pub last_ack_sent: u32,
+    pub last_data_recv: u32,
+    pub last_ack_recv: u32,
+    pub pmtu: u32,
+    pub rcv_ssthresh: u32,
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub snd_ssthresh: u32,
+    pub snd_cwnd: u32,
+    pub advmss: u32,
+    pub reordering: u32,
+    pub rcv_rtt: u32,
+    pub rcv_space: u32,
+    pub total_retrans: u32,
+    pub pacing_rate: u64,
+    pub max_pacing_rate: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub segs_out: u32,
+    pub segs_in: u32,
+    pub notsent_bytes: u32,
+    pub min_rtt: u32,
+    pub data_segs_in: u32,
+    pub data_segs_out: u32,
+    pub delivery_rate: u64,
+    pub busy_time_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+    pub delivered: u32,
+    pub delivered_ce: u32,
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    pub dsack_dups: u32,
+    pub reord_seen: u32,
+    pub rcv_ooopack: u32,
+    pub snd_wnd: u32,
+    pub rcv_wnd: u32,
+    pub rehash: u32,
+    pub total_rto: u16,
+    pub total_rto_recoveries: u16,
+    pub total_rto_time: u32,
+}
+
+/// TCP_INFO of a TCP socket. Fields the running kernel does not know stay zero;
+/// the second value is how many bytes the kernel filled.
+pub fn tcp_info(sock: &impl AsRawFd) -> io::Result<(TcpInfo, usize)> {
+    let mut info = MaybeUninit::<TcpInfo>::zeroed();
+    let mut len = size_of::<TcpInfo>() as libc::socklen_t;
+    // SAFETY: info is a zeroed buffer of len bytes; the kernel writes at most len.
+    cvt_i(unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    // SAFETY: zero is a valid value for every field; the kernel wrote the rest.
+    Ok((unsafe { info.assume_init() }, len as usize))
+}
+
+/// poll(2) for readability: which of `fds` have data (or EOF, or an error)
+/// within `timeout_ms` (0 = just look, -1 = wait forever).
+pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    loop {
+        // SAFETY: pfds is a valid array of pollfd of the length given.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        match cvt_i(r) {
+            Ok(_) => return Ok(pfds.iter().map(|p| p.revents != 0).collect()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- CPU placement
+
+/// Pins the calling thread to the given CPUs.
+pub fn set_thread_affinity(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as usize {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {c} is out of range")));
+            }
+            libc::CPU_SET(c, &mut set);
+        }
+        cvt_i(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)).map(drop)
+    }
+}
+
+/// The CPUs the calling thread may run on.
+pub fn thread_affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data, filled by the kernel.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        cvt_i(libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set))?;
+        Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+    }
+}
+
+/// The CPU the calling thread is running on right now.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: no arguments; returns -1 on error.
+    let c = unsafe { libc::sched_getcpu() };
+    (c >= 0).then_some(c as usize)
+}
+
+/// CPU time (user, system) used by the whole process so far, in nanoseconds.
+pub fn process_cpu_time_ns() -> (u64, u64) {
+    let mut ru = MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru is a valid buffer for one rusage.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } == 0;
+    if !ok {
+        return (0, 0);
+    }
+    // SAFETY: getrusage succeeded and filled it.
+    let ru = unsafe { ru.assume_init() };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    (ns(ru.ru_utime), ns(ru.ru_stime))
+}
+
+// ---------------------------------------------------------------- host
+
+/// (sysname, nodename, release, version, machine) from uname(2).
+pub fn uname() -> io::Result<[String; 5]> {
+    let mut u = MaybeUninit::<libc::utsname>::zeroed();
+    // SAFETY: u is a valid buffer for one utsname.
+    cvt_i(unsafe { libc::uname(u.as_mut_ptr()) })?;
+    // SAFETY: uname succeeded and filled it.
+    let u = unsafe { u.assume_init() };
+    let s = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Ok([s(&u.sysname), s(&u.nodename), s(&u.release), s(&u.version), s(&u.machine)])
+}
+
+// ---------------------------------------------------------------- network namespaces and links
+
+/// Moves the calling thread into a new, private network namespace (which holds
+/// only a `lo` that is down). Needs CAP_SYS_ADMIN. Sockets opened afterwards
+/// by this thread live in the new namespace.
+pub fn unshare_netns() -> io::Result<()> {
+    // SAFETY: plain syscall with a valid flag.
+    cvt_i(unsafe { libc::unshare(libc::CLONE_NEWNET) }).map(drop)
+}
+
+const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
+const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
+const SIOCGIFMTU: libc::c_ulong = 0x8921;
+const SIOCSIFMTU: libc::c_ulong = 0x8922;
+
+#[repr(C)]
+struct IfReq {
+    name: [u8; 16],
+    // The kernel's union: flags (short) or mtu (int); 24 bytes of room.
+    data: [u8; 24],
+}
+
+fn ifreq(name: &str) -> io::Result<IfReq> {
+    if name.is_empty() || name.len() >= 16 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name {name:?}")));
+    }
+    let mut req = IfReq { name: [0; 16], data: [0; 24] };
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    Ok(req)
+}
+
+fn ioctl_sock() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call.
+    let fd = cvt_i(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fresh descriptor, now owned.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets an interface's MTU (SIOCSIFMTU) in the calling thread's namespace.
+pub fn set_link_mtu(name: &str, mtu: u32) -> io::Result<()> {
+    let sock = ioctl_sock()?;
+    let mut req = ifreq(name)?;
+    req.data[..4].copy_from_slice(&(mtu as i32).to_ne_bytes());
+    // SAFETY: req is a valid ifreq-sized buffer.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFMTU, &mut req) }).map(drop)
+}
+
+/// An interface's MTU (SIOCGIFMTU).
+pub fn link_mtu(name: &str) -> io::Result<u32> {
+    let sock = ioctl_sock()?;
+    let mut req = ifreq(name)?;
+    // SAFETY: req is a valid ifreq-sized buffer.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFMTU, &mut req) })?;
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&req.data[..4]);
+    Ok(i32::from_ne_bytes(b) as u32)
+}
+
+/// Brings an interface up (IFF_UP via SIOCSIFFLAGS).
+pub fn set_link_up(name: &str) -> io::Result<()> {
+    let sock = ioctl_sock()?;
+    let mut req = ifreq(name)?;
+    // SAFETY: req is a valid ifreq-sized buffer.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFFLAGS, &mut req) })?;
+    let flags = i16::from_ne_bytes([req.data[0], req.data[1]]) | libc::IFF_UP as i16;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: as above.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &mut req) }).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memfd_holds_the_pattern() {
+        let fd = memfd_pattern(70_000).expect("memfd");
+        let f = std::fs::File::from(fd);
+        use std::os::unix::fs::FileExt;
+        let mut all = vec![0u8; 70_000];
+        f.read_exact_at(&mut all, 0).expect("read back");
+        for (i, b) in all.iter().enumerate() {
+            assert_eq!(*b, pattern_byte(i), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn affinity_roundtrip() {
+        let before = thread_affinity().expect("getaffinity");
+        assert!(!before.is_empty());
+        set_thread_affinity(&[before[0]]).expect("setaffinity");
+        assert_eq!(thread_affinity().expect("get"), vec![before[0]]);
+        set_thread_affinity(&before).expect("restore");
+        assert!(set_thread_affinity(&[100_000]).is_err());
+    }
+
+    #[test]
+    fn tcp_socket_options_read_back() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (_s, _) = l.accept().expect("accept");
+        assert!(tcp_maxseg(&c).expect("mss") > 0);
+        assert!(!tcp_congestion(&c).expect("cc").is_empty());
+        set_sndbuf(&c, 100_000).expect("sndbuf");
+        // Linux doubles the request (and caps it at wmem_max)
+        let granted = sndbuf(&c).expect("sndbuf");
+        assert!(granted >= 100_000, "granted {granted}");
+        let (info, len) = tcp_info(&c).expect("tcp_info");
+        assert!(len >= 104);
+        assert_eq!(info.state, 1, "ESTABLISHED");
+        assert!(path_mtu(&c, false).expect("mtu") >= 1280);
+        assert_eq!(outq(&c).expect("outq"), 0);
+        assert_eq!(inq(&c).expect("inq"), 0);
+    }
+}
