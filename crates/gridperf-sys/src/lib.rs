@@ -304,9 +304,18 @@ pub fn current_cpu() -> Option<usize> {
 
 /// CPU time (user, system) used by the whole process so far, in nanoseconds.
 pub fn process_cpu_time_ns() -> (u64, u64) {
+    cpu_time_ns(libc::RUSAGE_SELF)
+}
+
+/// CPU time (user, system) used by the calling thread so far, in nanoseconds.
+pub fn thread_cpu_time_ns() -> (u64, u64) {
+    cpu_time_ns(libc::RUSAGE_THREAD)
+}
+
+fn cpu_time_ns(who: libc::c_int) -> (u64, u64) {
     let mut ru = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru is a valid buffer for one rusage.
-    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } == 0;
+    let ok = unsafe { libc::getrusage(who, ru.as_mut_ptr()) } == 0;
     if !ok {
         return (0, 0);
     }

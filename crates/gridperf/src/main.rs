@@ -1,1 +1,416 @@
-fn main(){}
+//! The gridperf command line: parse, run the engine, print. The whole
+//! pipeline of a command is visible here; everything else is in the library.
+
+use clap::{Args, Parser, Subcommand};
+use gridperf::agent::{Agent, AgentConfig};
+use gridperf::engines::echo::Faults;
+use gridperf::engines::rtt::{self, RttOptions};
+use gridperf::engines::transfer::{self, TransferOptions, PAPER_TOTAL};
+use gridperf::engines::{EchoOptions, Progress, Target};
+use gridperf::error::{Error, Kind, Result};
+use gridperf::report;
+use gridperf::runner::{resolve, Deadlines};
+use gridperf_core::plan::{check_limits, parse_protos, parse_sizes};
+use gridperf_core::units::{fmt_bytes, parse_bytes, parse_duration_ns};
+use gridperf_core::wire::DEFAULT_PORT;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "gridperf",
+    version,
+    about = "Measure, emulate and move data across LAN, MAN and WAN networks",
+    long_about = "gridperf compares TCP, UDP and zero-copy sendfile by round-trip and transfer time across message sizes, \
+                  with full distributions. Without a HOST it starts its own agent on loopback, so you can try it with no set-up:\n\n  \
+                  gridperf rtt\n\nAgainst another host, run `gridperf serve` there first.\n\n\
+                  Exit codes: 0 ok, 1 internal error, 2 usage error, 3 network or peer error, 4 no valid measurement, 5 refused by the agent."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the agent that answers rtt and transfer tests from other hosts.
+    Serve(ServeArgs),
+    /// Round-trip time per protocol and message size (Hockney ping-pong): S bytes out, S bytes back.
+    Rtt(RttArgs),
+    /// Transfer time of the first document's Table 1: a total moved in messages of each size, each echoed.
+    Transfer(TransferArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on (repeat for several). The default [::] takes IPv4 and IPv6 clients.
+    #[arg(long, value_name = "ADDR")]
+    bind: Vec<std::net::IpAddr>,
+    /// TCP port of the control channel.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Tests that may run side by side; a client beyond that is told "busy" (or waits, if it asked to with --queue).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    max_tests: usize,
+    /// Clients that may wait for a free test slot.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    queue_len: usize,
+    /// Exit after the first test.
+    #[arg(long)]
+    once: bool,
+    /// How long a client may stay silent on the control channel before it is dropped.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    control_timeout: String,
+    /// Test seam: receive but do not echo every N-th UDP datagram.
+    #[arg(long, hide = true, value_name = "N")]
+    fault_drop_udp: Option<u64>,
+}
+
+#[derive(Args, Clone)]
+struct EchoArgs {
+    /// The agent: HOST, HOST:PORT, an IPv6 literal or [V6]:PORT. Without it, gridperf starts its own agent on loopback.
+    host: Option<String>,
+    /// The agent's control port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Protocols, measured in turn at each size: tcp, udp, sendfile (TCP where both ends transmit with sendfile(2)), or all.
+    #[arg(long = "proto", default_value = "tcp,udp,sendfile", value_name = "LIST")]
+    protos: String,
+    /// Message sizes: a list of sizes and ranges, e.g. 1,64,1k..64k*2 (factor) or 1..16k+256 (step), or a preset:
+    /// quick (sizes around the MTU multiples, up to 64000), paper (1 B, then 128 B to 64000 B every 128 B),
+    /// pow2 (1 B to 64 KiB), bench. Units as dd: k = 1024, KB = 1000, KiB = 1024.
+    #[arg(short, long, default_value = "quick", value_name = "LIST")]
+    sizes: String,
+    /// TCP_NODELAY on the data sockets of both ends: on disables Nagle (the default, as latency tools do), off keeps it.
+    #[arg(long, default_value = "on", value_name = "on|off")]
+    nodelay: OnOff,
+    /// Write each TCP message in N send calls (N = 2 shows the Nagle x delayed-ACK stall with --nodelay off).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    writes: u32,
+    /// Spin on non-blocking receives on both ends instead of sleeping (lower, steadier RTT; one busy CPU per end).
+    #[arg(long)]
+    busy_poll: bool,
+    /// Pin the ends: C pins both to CPU C; C,S pins the client to C and the agent to S.
+    #[arg(long, value_name = "C[,S]")]
+    cpu: Option<String>,
+    /// SO_SNDBUF to request on both ends' data sockets (the kernel doubles it and caps it at net.core.wmem_max; the granted size is reported).
+    #[arg(long, value_name = "SIZE")]
+    sndbuf: Option<String>,
+    /// SO_RCVBUF to request on both ends' data sockets (doubled, capped at net.core.rmem_max).
+    #[arg(long, value_name = "SIZE")]
+    rcvbuf: Option<String>,
+    /// Per-message deadline: a UDP message with no reply by then is counted lost; a TCP one ends the run with an error.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    timeout: String,
+    /// Deadline for connecting to the agent and for each of its control answers.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    connect_timeout: String,
+    /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
+    #[arg(long, value_name = "DURATION")]
+    queue: Option<String>,
+    /// Run both ends in a new private network namespace whose loopback has this MTU (needs root; only without HOST).
+    #[arg(long, value_name = "BYTES")]
+    loopback_mtu: Option<u32>,
+    /// Print JSON (schema documented in docs/json.md) instead of a table.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV instead of a table.
+    #[arg(long)]
+    csv: bool,
+    /// Test seam: make the local agent drop every N-th UDP datagram.
+    #[arg(long, hide = true, value_name = "N")]
+    fault_drop_udp: Option<u64>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Args)]
+struct RttArgs {
+    #[command(flatten)]
+    echo: EchoArgs,
+    /// Counted exchanges per point.
+    #[arg(short = 'n', long, default_value_t = 1000, value_name = "N")]
+    iterations: u64,
+    /// Time budget per point instead of a count, e.g. 2s.
+    #[arg(short = 't', long, value_name = "DURATION")]
+    duration: Option<String>,
+    /// Exchanges before counting starts (each checked against what was sent).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    warmup: u64,
+    /// Keep every round-trip time: in --json as samples_ns, in --csv one row per sample.
+    #[arg(long)]
+    samples: bool,
+}
+
+#[derive(Args)]
+struct TransferArgs {
+    #[command(flatten)]
+    echo: EchoArgs,
+    /// Bytes to move per run, one way (default: the document's 1024 x 1000).
+    #[arg(long, value_name = "SIZE")]
+    total: Option<String>,
+    /// Timed runs per point.
+    #[arg(short, long, default_value_t = 10, value_name = "N")]
+    repeat: u32,
+    /// Untimed runs before them.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    warmup_runs: u32,
+}
+
+fn duration(s: &str, what: &'static str) -> Result<Duration> {
+    let ns = parse_duration_ns(s, what)?;
+    if ns == 0 {
+        return Err(Error::usage(format!("{what} must be more than zero")));
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+fn parse_cpus(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::usage(format!("--cpu {s:?}: give C (both ends on CPU C) or C,S (client on C, agent on S), e.g. --cpu 0 or --cpu 0,1"));
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let n = |p: &str| p.parse::<usize>().map_err(|_| bad());
+    match parts.as_slice() {
+        [c] => Ok((n(c)?, n(c)?)),
+        [c, s] => Ok((n(c)?, n(s)?)),
+        _ => Err(bad()),
+    }
+}
+
+fn buffer(s: &Option<String>, what: &'static str) -> Result<Option<u64>> {
+    match s {
+        None => Ok(None),
+        Some(s) => {
+            let b = parse_bytes(s, what)?;
+            if b == 0 || b > 1 << 30 {
+                return Err(Error::usage(format!("{what} {s}: give 1 byte to 1 GiB")));
+            }
+            Ok(Some(b))
+        }
+    }
+}
+
+/// Builds the target and the shared options; enters a private namespace if asked.
+fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
+    let protos = parse_protos(&a.protos)?;
+    let sizes = parse_sizes(&a.sizes)?;
+    check_limits(&protos, &sizes)?;
+    if a.writes == 0 || a.writes > 64 {
+        return Err(Error::usage("--writes takes 1 to 64"));
+    }
+    let (client_cpu, server_cpu) = match &a.cpu {
+        Some(s) => {
+            let (c, s) = parse_cpus(s)?;
+            (Some(c), Some(s))
+        }
+        None => (None, None),
+    };
+    let deadlines = Deadlines {
+        connect: duration(&a.connect_timeout, "--connect-timeout")?,
+        control: duration(&a.connect_timeout, "--connect-timeout")?.max(Duration::from_secs(5)),
+        message: duration(&a.timeout, "--timeout")?,
+        queue: match &a.queue {
+            Some(q) => duration(q, "--queue")?,
+            None => Duration::ZERO,
+        },
+    };
+    let mut notes = Vec::new();
+    let target = match &a.host {
+        Some(h) => {
+            if a.loopback_mtu.is_some() {
+                return Err(Error::usage("--loopback-mtu runs both ends locally: leave out HOST"));
+            }
+            if a.fault_drop_udp.is_some() {
+                return Err(Error::usage("--fault-drop-udp works only with the local agent"));
+            }
+            Target::Remote(resolve(h, a.port)?)
+        }
+        None => {
+            if let Some(mtu) = a.loopback_mtu {
+                if !(68..=65536).contains(&mtu) {
+                    return Err(Error::usage(format!("--loopback-mtu {mtu}: give 68 to 65536")));
+                }
+                enter_private_loopback(mtu)?;
+                notes.push(format!("both ends in a private network namespace; lo MTU {mtu}"));
+            }
+            Target::Local { faults: Faults { drop_udp_every: a.fault_drop_udp } }
+        }
+    };
+    let opts = EchoOptions {
+        protos,
+        sizes,
+        nodelay: matches!(a.nodelay, OnOff::On),
+        writes: a.writes,
+        busy_poll: a.busy_poll,
+        client_cpu,
+        server_cpu,
+        sndbuf: buffer(&a.sndbuf, "--sndbuf")?,
+        rcvbuf: buffer(&a.rcvbuf, "--rcvbuf")?,
+        deadlines,
+        notes,
+    };
+    Ok((target, opts))
+}
+
+fn enter_private_loopback(mtu: u32) -> Result<()> {
+    gridperf_sys::unshare_netns().map_err(|e| {
+        Error::usage(format!("--loopback-mtu needs a private network namespace, which needs root (CAP_SYS_ADMIN): {e}"))
+    })?;
+    gridperf_sys::set_link_mtu("lo", mtu).map_err(|e| Error::internal(format!("setting the lo MTU to {mtu}: {e}")))?;
+    gridperf_sys::set_link_up("lo").map_err(|e| Error::internal(format!("bringing lo up: {e}")))?;
+    Ok(())
+}
+
+/// A progress bar on stderr for runs of several points (hidden when stderr is not a terminal).
+fn progress_bar() -> (indicatif::ProgressBar, impl FnMut(Progress)) {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let b = bar.clone();
+    (bar, move |p: Progress| {
+        b.set_length(p.total as u64);
+        b.set_position(p.done as u64);
+        b.set_message(format!("{} {}", p.proto, fmt_bytes(p.size)));
+    })
+}
+
+fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        // a closed pipe (| head) is a normal end
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::internal(format!("writing the output: {e}"))),
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string_pretty(v).map(|s| s + "\n").map_err(|e| Error::internal(e.to_string()))
+}
+
+fn print_warnings(warnings: &[gridperf_core::stats::Warning]) {
+    for w in warnings {
+        eprintln!("gridperf: warning: {}", w.message());
+    }
+}
+
+fn cmd_rtt(a: RttArgs) -> Result<()> {
+    let (target, echo) = echo_setup(&a.echo)?;
+    if a.iterations == 0 || a.iterations > 100_000_000 {
+        return Err(Error::usage("--iterations takes 1 to 100000000"));
+    }
+    let opts = RttOptions {
+        echo,
+        iterations: a.iterations,
+        duration: a.duration.as_deref().map(|d| duration(d, "--duration")).transpose()?,
+        warmup: a.warmup,
+        keep_samples: a.samples,
+    };
+    let (bar, mut tick) = progress_bar();
+    let result = rtt::run(&target, &opts, &mut tick);
+    bar.finish_and_clear();
+    let r = result?;
+    if a.echo.json {
+        print(&json(&r)?)?;
+    } else if a.echo.csv {
+        print(&report::rtt_csv(&r, a.samples))?;
+    } else {
+        print(&report::rtt_table(&r))?;
+    }
+    print_warnings(&r.warnings);
+    if r.points.iter().any(|p| p.summary.is_none()) {
+        return Err(Error::measurement("some points have no sample: every message was lost"));
+    }
+    Ok(())
+}
+
+fn cmd_transfer(a: TransferArgs) -> Result<()> {
+    let (target, echo) = echo_setup(&a.echo)?;
+    let total = match &a.total {
+        Some(t) => parse_bytes(t, "--total")?,
+        None => PAPER_TOTAL,
+    };
+    if total == 0 || total > 1 << 40 {
+        return Err(Error::usage("--total takes 1 byte to 1 TiB"));
+    }
+    if a.repeat == 0 || a.repeat > 10_000 {
+        return Err(Error::usage("--repeat takes 1 to 10000"));
+    }
+    let smallest = echo.sizes[0];
+    if transfer::messages_per_run(total, smallest) > 100_000_000 {
+        return Err(Error::usage(format!(
+            "--total {total} in messages of {smallest} B is more than 100 million messages per run: raise the size or lower the total"
+        )));
+    }
+    let opts = TransferOptions { echo, total, repeat: a.repeat, warmup_runs: a.warmup_runs };
+    let (bar, mut tick) = progress_bar();
+    let result = transfer::run(&target, &opts, &mut tick);
+    bar.finish_and_clear();
+    let r = result?;
+    if a.echo.json {
+        print(&json(&r)?)?;
+    } else if a.echo.csv {
+        print(&report::transfer_csv(&r))?;
+    } else {
+        print(&report::transfer_table(&r))?;
+    }
+    print_warnings(&r.warnings);
+    if r.points.iter().any(|p| p.time.is_none()) {
+        return Err(Error::measurement("some points completed no run"));
+    }
+    Ok(())
+}
+
+fn cmd_serve(a: ServeArgs) -> Result<()> {
+    let ips = if a.bind.is_empty() { vec![std::net::IpAddr::from([0u16; 8])] } else { a.bind };
+    let cfg = AgentConfig {
+        bind: ips.into_iter().map(|ip| SocketAddr::new(ip, a.port)).collect(),
+        max_tests: a.max_tests.max(1),
+        queue_len: a.queue_len,
+        once: a.once,
+        control_timeout: duration(&a.control_timeout, "--control-timeout")?,
+        faults: Faults { drop_udp_every: a.fault_drop_udp },
+        ..AgentConfig::default()
+    };
+    let agent = Agent::bind(cfg).map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
+    let stop = agent.stop_handle();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.flag()).map_err(|e| Error::internal(e.to_string()))?;
+    }
+    let addrs: Vec<String> = agent.local_addrs().iter().map(|a| a.to_string()).collect();
+    eprintln!(
+        "gridperf serve: listening on {} (protocol {}, {} test(s) at a time)",
+        addrs.join(", "),
+        gridperf_core::wire::PROTOCOL_VERSION,
+        a.max_tests.max(1)
+    );
+    agent.run().map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
+    eprintln!("gridperf serve: stopped");
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => cmd_serve(a),
+        Command::Rtt(a) => cmd_rtt(a),
+        Command::Transfer(a) => cmd_transfer(a),
+    };
+    if let Err(e) = result {
+        let kind = match e.kind {
+            Kind::Usage => "usage error",
+            Kind::Network => "network error",
+            Kind::Measurement => "measurement failed",
+            Kind::Refused => "refused",
+            Kind::Internal => "error",
+        };
+        eprintln!("gridperf: {kind}: {e}");
+        std::process::exit(e.kind.exit_code());
+    }
+}

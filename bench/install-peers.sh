@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install the peer latency tools that bench/rtt-peers.sh compares gridperf with:
+# sockperf, netpipe-tcp (NPtcp) and qperf, from the distribution's archive.
+#
+# Idempotent: does nothing when all three are installed. Runs `apt-get update`
+# only when something is missing. Exits non-zero, with a message saying what
+# failed, if it cannot leave all three tools installed and on PATH.
+set -euo pipefail
+
+PKGS=(sockperf netpipe-tcp qperf)
+declare -A BIN=([sockperf]=sockperf [netpipe-tcp]=NPtcp [qperf]=qperf)
+
+die() { echo "install-peers: error: $*" >&2; exit 1; }
+say() { echo "install-peers: $*"; }
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'
+}
+
+command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 ||
+    die "this script needs a Debian/Ubuntu system with apt-get and dpkg-query."
+
+missing=()
+for p in "${PKGS[@]}"; do
+    installed "$p" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    SUDO=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "not root and sudo is missing; install as root: apt-get install -y ${missing[*]}"
+        SUDO=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    # Wait for a concurrent apt/dpkg (e.g. an unattended upgrade) rather than failing at once.
+    LOCK=(-o DPkg::Lock::Timeout=300)
+    say "missing: ${missing[*]}; running apt-get update"
+    "${SUDO[@]}" apt-get "${LOCK[@]}" update ||
+        die "apt-get update failed (network or apt sources?)."
+    say "installing: ${missing[*]}"
+    "${SUDO[@]}" apt-get "${LOCK[@]}" install -y --no-install-recommends "${missing[@]}" ||
+        die "apt-get install ${missing[*]} failed. These packages are in Debian/Ubuntu main/universe; check that the archive is reachable."
+fi
+
+for p in "${PKGS[@]}"; do
+    installed "$p" || die "package $p is still not installed."
+    command -v "${BIN[$p]}" >/dev/null 2>&1 || die "package $p is installed but ${BIN[$p]} is not on PATH."
+done
+
+say "ok: $(for p in "${PKGS[@]}"; do printf '%s %s; ' "$p" "$(dpkg-query -W -f='${Version}' "$p")"; done)"

@@ -1,0 +1,147 @@
+//! The engines: each runs one kind of measurement and returns raw samples
+//! and counters, summarised. `rtt` and `transfer` share the echo data path
+//! in [`echo`] and the set-up in [`start`].
+
+pub mod echo;
+pub mod rtt;
+pub mod transfer;
+
+use crate::agent::LocalAgent;
+use crate::env;
+use crate::error::{Error, Result};
+use crate::runner::{self, Deadlines, Session, Test};
+use echo::Faults;
+use gridperf_core::model::Environment;
+use gridperf_core::plan::Proto;
+use gridperf_core::wire::TestRequest;
+use std::net::SocketAddr;
+
+/// Where the agent is.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A running agent.
+    Remote(SocketAddr),
+    /// An agent this process starts on loopback for the run.
+    Local { faults: Faults },
+}
+
+/// Settings shared by the echo tests (rtt and transfer).
+#[derive(Debug, Clone)]
+pub struct EchoOptions {
+    pub protos: Vec<Proto>,
+    pub sizes: Vec<u64>,
+    pub nodelay: bool,
+    pub writes: u32,
+    pub busy_poll: bool,
+    pub client_cpu: Option<usize>,
+    pub server_cpu: Option<usize>,
+    pub sndbuf: Option<u64>,
+    pub rcvbuf: Option<u64>,
+    pub deadlines: Deadlines,
+    /// Conditions to note in the record (set by the CLI, e.g. a private namespace).
+    pub notes: Vec<String>,
+}
+
+/// Progress, for the CLI to turn into a bar.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub done: usize,
+    pub total: usize,
+    pub proto: Proto,
+    pub size: u64,
+}
+
+/// A test in progress: the control session, the data sockets, and the local
+/// agent if gridperf started one.
+pub struct Running {
+    pub session: Session,
+    pub test: Test,
+    pub env: Environment,
+    message_timeout: std::time::Duration,
+    ipv6: bool,
+    buffers: (Option<u64>, Option<u64>),
+    _local: Option<LocalAgent>,
+}
+
+/// Pins this thread, reaches (or starts) the agent, and opens the test.
+pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running> {
+    let started = runner::unix_now();
+    if let Some(cpu) = opts.client_cpu {
+        gridperf_sys::set_thread_affinity(&[cpu])
+            .map_err(|e| Error::usage(format!("cannot pin the client to CPU {cpu}: {e} (see nproc for the valid CPUs)")))?;
+    }
+    let (addr, local, label) = match target {
+        Target::Remote(a) => (*a, None, a.to_string()),
+        Target::Local { faults } => {
+            let agent = LocalAgent::start(*faults).map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
+            (agent.addr, Some(agent), "local".to_string())
+        }
+    };
+    let max_size = opts.sizes.iter().copied().max().unwrap_or(1);
+    let mut session = Session::connect(addr, opts.deadlines)?;
+    let req = TestRequest {
+        kind: kind.into(),
+        protos: opts.protos.iter().map(|p| p.name().to_string()).collect(),
+        max_size,
+        nodelay: opts.nodelay,
+        busy_poll: opts.busy_poll,
+        cpu: opts.server_cpu,
+        sndbuf: opts.sndbuf,
+        rcvbuf: opts.rcvbuf,
+        udp_port: None,
+        timeout_ms: opts.deadlines.message.as_millis() as u64,
+        queue_ms: 0,
+    };
+    let test = session.start(req, opts.writes)?;
+    let client = env::end_info(opts.client_cpu.map(|c| vec![c]), opts.busy_poll);
+    let env = Environment {
+        tool_version: env::software(),
+        command_line: std::env::args().collect(),
+        started_unix: started,
+        finished_unix: 0.0,
+        target: label,
+        client,
+        server: Some(test.agent.clone()),
+        notes: opts.notes.clone(),
+    };
+    Ok(Running { session, test, env, message_timeout: opts.deadlines.message,
+        ipv6: addr.is_ipv6(),
+        buffers: (opts.sndbuf, opts.rcvbuf),
+        _local: local,
+    })
+}
+
+impl Running {
+    /// The pinger for a protocol.
+    pub fn index(&self, proto: Proto) -> Result<usize> {
+        self.test
+            .pingers
+            .iter()
+            .position(|p| p.sock.proto() == proto)
+            .ok_or_else(|| Error::internal(format!("no data socket for {proto}")))
+    }
+
+    /// Ends the test and completes the record with the agent's report. Both
+    /// ends read their sockets' state now, after the traffic (autotuned
+    /// buffers and the MSS in use are known only then).
+    pub fn finish(mut self) -> Result<Environment> {
+        self.env.client.sockets = runner::client_sockets(&self.test, self.ipv6, self.buffers.0, self.buffers.1);
+        let agent = self.session.finish()?;
+        self.env.server = Some(agent);
+        self.env.finished_unix = runner::unix_now();
+        Ok(self.env)
+    }
+
+    /// Turns an I/O failure of an exchange into an error that says where it happened.
+    pub fn fail(&mut self, proto: Proto, size: u64, n: u64, e: std::io::Error) -> Error {
+        self.session.abort(&format!("client error: {e}"));
+        let gone = if self.session.agent_gone() { " (the agent has closed the control connection)" } else { "" };
+        match e.kind() {
+            std::io::ErrorKind::TimedOut => Error::network(format!(
+                "{proto} {size} B, exchange {n}: no reply within {:?}{gone}; raise --timeout if the path is that slow",
+                self.message_timeout
+            )),
+            _ => Error::network(format!("{proto} {size} B, exchange {n}: {e}{gone}")),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `gridperf rtt`: Hockney ping-pong. S bytes out, S bytes back, each
+//! exchange timed with the monotonic clock; per protocol and size the full
+//! distribution of round-trip times (never half).
+
+use super::{start, EchoOptions, Progress, Target};
+use crate::error::{Error, Result};
+use crate::engines::echo::Outcome;
+use gridperf_core::model::{RttPoint, RttReport, Settings, RTT_SCHEMA};
+use gridperf_core::plan::interleave;
+use gridperf_core::stats::{self, Summary, Warning};
+use std::time::{Duration, Instant};
+
+/// At most this many samples are kept per point (80 MB of u64).
+pub const MAX_SAMPLES: usize = 10_000_000;
+
+#[derive(Debug, Clone)]
+pub struct RttOptions {
+    pub echo: EchoOptions,
+    /// Counted exchanges per point (ignored when `duration` is set).
+    pub iterations: u64,
+    /// Time budget per point instead of a count.
+    pub duration: Option<Duration>,
+    /// Exchanges before counting starts.
+    pub warmup: u64,
+    /// Keep the raw samples in the report.
+    pub keep_samples: bool,
+}
+
+pub fn settings(o: &RttOptions) -> Settings {
+    let e = &o.echo;
+    Settings {
+        protos: e.protos.clone(),
+        sizes: e.sizes.clone(),
+        iterations: o.duration.is_none().then_some(o.iterations),
+        duration_ns: o.duration.map(|d| d.as_nanos() as u64),
+        warmup: o.warmup,
+        nodelay: e.nodelay,
+        writes_per_message: e.writes,
+        busy_poll: e.busy_poll,
+        client_cpu: e.client_cpu,
+        server_cpu: e.server_cpu,
+        sndbuf: e.sndbuf,
+        rcvbuf: e.rcvbuf,
+        timeout_ns: e.deadlines.message.as_nanos() as u64,
+        total_bytes: None,
+        repeat: None,
+    }
+}
+
+/// Runs the ping-pong over every (size, protocol) point, sizes outermost.
+pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress)) -> Result<RttReport> {
+    let mut r = start("rtt", target, &opts.echo)?;
+    let points = interleave(&opts.echo.protos, &opts.echo.sizes);
+    let mut out = Vec::with_capacity(points.len());
+    let mut warnings = Vec::new();
+    for (i, pt) in points.iter().enumerate() {
+        progress(Progress { done: i, total: points.len(), proto: pt.proto, size: pt.size });
+        let idx = r.index(pt.proto)?;
+        let size = pt.size as usize;
+        let by_agent = pt.proto.is_stream() && opts.duration.is_none();
+        r.session.step(pt.proto, pt.size, by_agent.then_some(opts.warmup + opts.iterations))?;
+        // warm-up: not counted, but every echo is checked against the pattern
+        for n in 0..opts.warmup {
+            match r.test.pingers[idx].exchange(size) {
+                Ok(Outcome::Rtt(_)) => {
+                    if !r.test.pingers[idx].verify_last(size) {
+                        r.session.abort("corrupted echo");
+                        return Err(Error::measurement(format!(
+                            "{} {size} B: the echo of warm-up exchange {n} differs from what was sent",
+                            pt.proto
+                        )));
+                    }
+                }
+                Ok(Outcome::Lost) => {}
+                Err(e) => return Err(r.fail(pt.proto, pt.size, n, e)),
+            }
+        }
+        let late_before = r.test.pingers[idx].late;
+        let cap = if opts.duration.is_some() { MAX_SAMPLES } else { (opts.iterations as usize).min(MAX_SAMPLES) };
+        let mut samples: Vec<u64> = Vec::with_capacity(cap.min(1 << 20));
+        let (mut sent, mut lost) = (0u64, 0u64);
+        let end = opts.duration.map(|d| Instant::now() + d);
+        loop {
+            let more = match end {
+                Some(end) => Instant::now() < end && samples.len() < MAX_SAMPLES,
+                None => sent < opts.iterations,
+            };
+            if !more {
+                break;
+            }
+            sent += 1;
+            match r.test.pingers[idx].exchange(size) {
+                Ok(Outcome::Rtt(ns)) => samples.push(ns),
+                Ok(Outcome::Lost) => {
+                    lost += 1;
+                    if r.session.agent_gone() {
+                        return Err(Error::network(format!(
+                            "{} {size} B: the agent closed the control connection mid-run",
+                            pt.proto
+                        )));
+                    }
+                }
+                Err(e) => return Err(r.fail(pt.proto, pt.size, opts.warmup + sent, e)),
+            }
+        }
+        let figures = r.session.end_step(&r.test.pingers[idx], by_agent)?;
+        let summary = Summary::from_samples(&samples);
+        let label = format!("{} {} B", pt.proto, pt.size);
+        match &summary {
+            Some(s) => warnings.extend(stats::check(&label, s)),
+            None => {}
+        }
+        if lost > 0 {
+            warnings.push(Warning::Lost { point: label, lost, sent });
+        }
+        out.push(RttPoint {
+            proto: pt.proto,
+            size_bytes: pt.size,
+            summary,
+            warmup: opts.warmup,
+            sent,
+            lost,
+            late: r.test.pingers[idx].late - late_before,
+            samples_ns: opts.keep_samples.then_some(samples),
+            server: Some(figures),
+        });
+    }
+    progress(Progress {
+        done: points.len(),
+        total: points.len(),
+        proto: opts.echo.protos[0],
+        size: *opts.echo.sizes.last().unwrap_or(&0),
+    });
+    if opts.echo.client_cpu.is_none() && opts.echo.server_cpu.is_none() {
+        warnings.push(Warning::Unpinned);
+    }
+    let env = r.finish()?;
+    Ok(RttReport { schema: RTT_SCHEMA.into(), measure: "rtt".into(), settings: settings(opts), env, points: out, warnings })
+}

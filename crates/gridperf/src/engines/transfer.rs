@@ -1,0 +1,136 @@
+//! `gridperf transfer`: the first document's Table 1. A total (by default
+//! 1024 x 1000 bytes) is moved in messages of msg_size, each sent and
+//! received back; the whole loop is timed, per size and protocol, over
+//! several runs.
+
+use super::{start, EchoOptions, Progress, Target};
+use crate::engines::echo::Outcome;
+use crate::error::Result;
+use gridperf_core::model::{Settings, TransferPoint, TransferReport, TRANSFER_SCHEMA};
+use gridperf_core::plan::interleave;
+use gridperf_core::stats::{self, Summary, Warning};
+use std::time::Instant;
+
+/// The first document's total: 1024 x 1000 bytes.
+pub const PAPER_TOTAL: u64 = 1024 * 1000;
+
+#[derive(Debug, Clone)]
+pub struct TransferOptions {
+    pub echo: EchoOptions,
+    /// Bytes to move per run (one way).
+    pub total: u64,
+    /// Timed runs per point.
+    pub repeat: u32,
+    /// Untimed runs before them.
+    pub warmup_runs: u32,
+}
+
+/// Messages per run: the Table 1 loop sends whole messages until at least
+/// `total` bytes have gone, so the last one may overshoot.
+pub fn messages_per_run(total: u64, size: u64) -> u64 {
+    total.div_ceil(size.max(1))
+}
+
+pub fn settings(o: &TransferOptions) -> Settings {
+    let e = &o.echo;
+    Settings {
+        protos: e.protos.clone(),
+        sizes: e.sizes.clone(),
+        iterations: None,
+        duration_ns: None,
+        warmup: o.warmup_runs as u64,
+        nodelay: e.nodelay,
+        writes_per_message: e.writes,
+        busy_poll: e.busy_poll,
+        client_cpu: e.client_cpu,
+        server_cpu: e.server_cpu,
+        sndbuf: e.sndbuf,
+        rcvbuf: e.rcvbuf,
+        timeout_ns: e.deadlines.message.as_nanos() as u64,
+        total_bytes: Some(o.total),
+        repeat: Some(o.repeat),
+    }
+}
+
+pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Progress)) -> Result<TransferReport> {
+    let mut r = start("transfer", target, &opts.echo)?;
+    let points = interleave(&opts.echo.protos, &opts.echo.sizes);
+    let mut out = Vec::with_capacity(points.len());
+    let mut warnings = Vec::new();
+    for (i, pt) in points.iter().enumerate() {
+        progress(Progress { done: i, total: points.len(), proto: pt.proto, size: pt.size });
+        let idx = r.index(pt.proto)?;
+        let size = pt.size as usize;
+        let messages = messages_per_run(opts.total, pt.size);
+        let runs = (opts.warmup_runs + opts.repeat) as u64;
+        let by_agent = pt.proto.is_stream();
+        r.session.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
+        let mut times = Vec::with_capacity(opts.repeat as usize);
+        let mut lost = 0u64;
+        for run in 0..runs {
+            let t0 = Instant::now();
+            let mut run_lost = 0;
+            for m in 0..messages {
+                match r.test.pingers[idx].exchange(size) {
+                    Ok(Outcome::Rtt(_)) => {}
+                    Ok(Outcome::Lost) => run_lost += 1,
+                    Err(e) => return Err(r.fail(pt.proto, pt.size, run * messages + m, e)),
+                }
+            }
+            let ns = t0.elapsed().as_nanos() as u64;
+            if run >= opts.warmup_runs as u64 {
+                times.push(ns);
+                lost += run_lost;
+            }
+        }
+        let figures = r.session.end_step(&r.test.pingers[idx], by_agent)?;
+        let time = Summary::from_samples(&times);
+        let bytes_per_run = messages * pt.size;
+        let rate_bps = time.as_ref().map(|t| bytes_per_run as f64 * 8.0 / (t.median_ns / 1e9));
+        let label = format!("{} {} B", pt.proto, pt.size);
+        if let Some(t) = &time {
+            // few runs are the norm here: only the spread matters
+            warnings.extend(stats::check(&label, t).into_iter().filter(|w| !matches!(w, Warning::FewSamples { .. })));
+        }
+        if lost > 0 {
+            warnings.push(Warning::Lost { point: label, lost, sent: messages * opts.repeat as u64 });
+        }
+        out.push(TransferPoint {
+            proto: pt.proto,
+            size_bytes: pt.size,
+            messages,
+            bytes_per_run,
+            time,
+            rate_bps,
+            run_times_ns: times,
+            lost,
+            server: Some(figures),
+        });
+    }
+    progress(Progress {
+        done: points.len(),
+        total: points.len(),
+        proto: opts.echo.protos[0],
+        size: *opts.echo.sizes.last().unwrap_or(&0),
+    });
+    if opts.echo.client_cpu.is_none() && opts.echo.server_cpu.is_none() {
+        warnings.push(Warning::Unpinned);
+    }
+    let env = r.finish()?;
+    Ok(TransferReport { schema: TRANSFER_SCHEMA.into(), settings: settings(opts), env, points: out, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table1_message_count() {
+        assert_eq!(messages_per_run(PAPER_TOTAL, 1), 1_024_000);
+        assert_eq!(messages_per_run(PAPER_TOTAL, 1000), 1024);
+        assert_eq!(messages_per_run(PAPER_TOTAL, 1024), 1000);
+        // 1 024 000 / 1460 = 701.37: the loop sends 702 messages
+        assert_eq!(messages_per_run(PAPER_TOTAL, 1460), 702);
+        assert_eq!(messages_per_run(PAPER_TOTAL, 2_000_000), 1);
+    }
+}

@@ -1,0 +1,12 @@
+//! gridperf: measure, emulate and move data across LAN, MAN and WAN networks.
+//!
+//! The binary is the CLI (`main.rs`) plus glue; everything it runs lives here,
+//! in data-flow order: `runner` (reach the agent) -> `engines` (measure) ->
+//! stats (in gridperf-core) -> `report` (print). `agent` is `gridperf serve`.
+
+pub mod agent;
+pub mod engines;
+pub mod env;
+pub mod error;
+pub mod report;
+pub mod runner;

@@ -1,0 +1,230 @@
+//! What the binary prints: readable tables, CSV, JSON. Libraries return
+//! values; only this module and main turn them into text.
+
+use gridperf_core::model::{EndInfo, Environment, RttReport, Settings, SocketInfo, TransferReport};
+use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
+use std::fmt::Write;
+
+fn placement(s: &Settings) -> String {
+    let cpu = |c: Option<usize>| c.map(|c| format!("CPU {c}")).unwrap_or_else(|| "unpinned".into());
+    format!("client {}, agent {}", cpu(s.client_cpu), cpu(s.server_cpu))
+}
+
+fn socket_line(who: &str, s: &SocketInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(m) = s.mss {
+        parts.push(format!("MSS {m}"));
+    }
+    if let Some(m) = s.path_mtu {
+        parts.push(format!("path MTU {m}"));
+    }
+    if let Some(c) = &s.congestion {
+        parts.push(format!("cc {c}"));
+    }
+    if let Some(n) = s.nodelay {
+        parts.push(format!("TCP_NODELAY {}", if n { "on" } else { "off" }));
+    }
+    let buf = |req: Option<u64>, got: Option<u64>| match (req, got) {
+        (Some(r), Some(g)) => format!("{g} (asked {r})"),
+        (None, Some(g)) => format!("{g}"),
+        _ => "?".into(),
+    };
+    parts.push(format!("sndbuf {}", buf(s.sndbuf_requested, s.sndbuf_granted)));
+    parts.push(format!("rcvbuf {}", buf(s.rcvbuf_requested, s.rcvbuf_granted)));
+    let proto = s.proto.map(|p| p.name()).unwrap_or("?");
+    format!("  {proto:<8} {who:<6} {}", parts.join(", "))
+}
+
+fn header(out: &mut String, title: &str, s: &Settings, env: &Environment) {
+    let _ = writeln!(out, "{title}");
+    let nagle = if s.nodelay { "TCP_NODELAY on (Nagle off)" } else { "TCP_NODELAY off (Nagle on)" };
+    let mode = if s.busy_poll { "busy-poll" } else { "blocking" };
+    let writes = if s.writes_per_message == 1 {
+        "1 send per message".to_string()
+    } else {
+        format!("{} sends per message", s.writes_per_message)
+    };
+    let _ = writeln!(
+        out,
+        "{nagle} · {writes} · {mode} · {} · timeout {}",
+        placement(s),
+        fmt_ns(s.timeout_ns as f64)
+    );
+    for n in &env.notes {
+        let _ = writeln!(out, "{n}");
+    }
+    let sockets = |who: &str, e: &EndInfo, out: &mut String| {
+        for sock in &e.sockets {
+            let _ = writeln!(out, "{}", socket_line(who, sock));
+        }
+    };
+    sockets("client", &env.client, out);
+    if let Some(server) = &env.server {
+        sockets("agent", server, out);
+    }
+}
+
+/// The rtt table: one row per point, times in units that fit.
+pub fn rtt_table(r: &RttReport) -> String {
+    let mut out = String::new();
+    let s = &r.settings;
+    let count = match (s.iterations, s.duration_ns) {
+        (_, Some(d)) => format!("{} per point", fmt_ns(d as f64)),
+        (Some(n), None) => format!("{n} exchanges per point"),
+        _ => String::new(),
+    };
+    header(
+        &mut out,
+        &format!(
+            "gridperf rtt to {}: round-trip times (not half), {count} after {} warm-up",
+            r.env.target, s.warmup
+        ),
+        s,
+        &r.env,
+    );
+    let _ = writeln!(
+        out,
+        "\n{:<9}{:>9}{:>9}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "proto", "size", "count", "lost", "min", "q1", "median", "q3", "p99", "max", "mean", "stddev"
+    );
+    for p in &r.points {
+        let size = fmt_bytes(p.size_bytes);
+        match &p.summary {
+            Some(m) => {
+                let _ = writeln!(
+                    out,
+                    "{:<9}{:>9}{:>9}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+                    p.proto.name(),
+                    size,
+                    m.count,
+                    p.lost,
+                    fmt_ns(m.min_ns),
+                    fmt_ns(m.q1_ns),
+                    fmt_ns(m.median_ns),
+                    fmt_ns(m.q3_ns),
+                    fmt_ns(m.p99_ns),
+                    fmt_ns(m.max_ns),
+                    fmt_ns(m.mean_ns),
+                    fmt_ns(m.stddev_ns)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "{:<9}{:>9}{:>9}{:>6}  no reply came back",
+                    p.proto.name(),
+                    size,
+                    0,
+                    p.lost
+                );
+            }
+        }
+    }
+    out
+}
+
+pub fn rtt_csv(r: &RttReport, samples: bool) -> String {
+    let mut out = String::new();
+    if samples {
+        out.push_str("proto,size_bytes,index,rtt_ns\n");
+        for p in &r.points {
+            for (i, ns) in p.samples_ns.iter().flatten().enumerate() {
+                let _ = writeln!(out, "{},{},{i},{ns}", p.proto.name(), p.size_bytes);
+            }
+        }
+        return out;
+    }
+    out.push_str("proto,size_bytes,count,warmup,sent,lost,late,min_ns,q1_ns,median_ns,q3_ns,p99_ns,max_ns,mean_ns,stddev_ns\n");
+    for p in &r.points {
+        let _ = write!(out, "{},{},", p.proto.name(), p.size_bytes);
+        match &p.summary {
+            Some(m) => {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    m.count, p.warmup, p.sent, p.lost, p.late, m.min_ns, m.q1_ns, m.median_ns, m.q3_ns, m.p99_ns, m.max_ns, m.mean_ns, m.stddev_ns
+                );
+            }
+            None => {
+                let _ = writeln!(out, "0,{},{},{},{},,,,,,,,", p.warmup, p.sent, p.lost, p.late);
+            }
+        }
+    }
+    out
+}
+
+pub fn transfer_table(r: &TransferReport) -> String {
+    let mut out = String::new();
+    let s = &r.settings;
+    header(
+        &mut out,
+        &format!(
+            "gridperf transfer to {}: {} bytes per run in messages of each size, each echoed; {} timed runs after {} warm-up",
+            r.env.target,
+            s.total_bytes.unwrap_or(0),
+            s.repeat.unwrap_or(0),
+            s.warmup
+        ),
+        s,
+        &r.env,
+    );
+    let _ = writeln!(
+        out,
+        "\n{:<9}{:>9}{:>10}{:>6}{:>11}{:>11}{:>11}{:>11}{:>16}",
+        "proto", "size", "messages", "lost", "min", "median", "max", "stddev", "rate (median)"
+    );
+    for p in &r.points {
+        let size = fmt_bytes(p.size_bytes);
+        match &p.time {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "{:<9}{:>9}{:>10}{:>6}{:>11}{:>11}{:>11}{:>11}{:>16}",
+                    p.proto.name(),
+                    size,
+                    p.messages,
+                    p.lost,
+                    fmt_ns(t.min_ns),
+                    fmt_ns(t.median_ns),
+                    fmt_ns(t.max_ns),
+                    fmt_ns(t.stddev_ns),
+                    p.rate_bps.map(fmt_bps).unwrap_or_default()
+                );
+            }
+            None => {
+                let _ = writeln!(out, "{:<9}{:>9}{:>10}{:>6}  no run completed", p.proto.name(), size, p.messages, p.lost);
+            }
+        }
+    }
+    let _ = writeln!(out, "\nrate = payload bytes sent one way per run / run time (each byte also came back)");
+    out
+}
+
+pub fn transfer_csv(r: &TransferReport) -> String {
+    let mut out = String::from(
+        "proto,size_bytes,messages,bytes_per_run,runs,lost,min_ns,q1_ns,median_ns,q3_ns,max_ns,mean_ns,stddev_ns,rate_bps\n",
+    );
+    for p in &r.points {
+        let _ = write!(out, "{},{},{},{},{},{},", p.proto.name(), p.size_bytes, p.messages, p.bytes_per_run, p.run_times_ns.len(), p.lost);
+        match &p.time {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{}",
+                    t.min_ns,
+                    t.q1_ns,
+                    t.median_ns,
+                    t.q3_ns,
+                    t.max_ns,
+                    t.mean_ns,
+                    t.stddev_ns,
+                    p.rate_bps.unwrap_or(f64::NAN)
+                );
+            }
+            None => {
+                let _ = writeln!(out, ",,,,,,,");
+            }
+        }
+    }
+    out
+}
