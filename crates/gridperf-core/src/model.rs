@@ -88,6 +88,8 @@ pub struct Settings {
     /// Time budget per point, if the run was time-bounded.
     pub duration_ns: Option<u64>,
     pub warmup: u64,
+    /// Uncounted exchanging before the first point of each protocol, in nanoseconds.
+    pub warmup_time_ns: u64,
     /// TCP_NODELAY requested (true = Nagle off).
     pub nodelay: bool,
     /// Number of write calls each message is split into (1 = one send per message).

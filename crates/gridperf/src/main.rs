@@ -109,6 +109,10 @@ struct EchoArgs {
     /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
     #[arg(long, value_name = "DURATION")]
     queue: Option<String>,
+    /// Before the first point of each protocol, exchange uncounted for this long (a cold process and
+    /// connection are slower for tens of milliseconds). 0s to skip.
+    #[arg(long, default_value = "250ms", value_name = "DURATION")]
+    warmup_time: String,
     /// Run both ends in a new private network namespace whose loopback has this MTU (needs root; only without HOST).
     #[arg(long, value_name = "BYTES")]
     loopback_mtu: Option<u32>,
@@ -142,6 +146,7 @@ struct RttArgs {
     /// Exchanges before counting starts (each checked against what was sent).
     #[arg(long, default_value_t = 100, value_name = "N")]
     warmup: u64,
+
     /// Keep every round-trip time: in --json as samples_ns, in --csv one row per sample.
     #[arg(long)]
     samples: bool,
@@ -237,7 +242,7 @@ fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
                 enter_private_loopback(mtu)?;
                 notes.push(format!("both ends in a private network namespace; lo MTU {mtu}"));
             }
-            Target::Local { faults: Faults { drop_udp_every: a.fault_drop_udp } }
+            Target::Local { faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() } }
         }
     };
     let opts = EchoOptions {
@@ -251,6 +256,7 @@ fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
         sndbuf: buffer(&a.sndbuf, "--sndbuf")?,
         rcvbuf: buffer(&a.rcvbuf, "--rcvbuf")?,
         deadlines,
+        warmup_time: Duration::from_nanos(parse_duration_ns(&a.warmup_time, "--warmup-time")?),
         notes,
     };
     Ok((target, opts))
@@ -375,7 +381,7 @@ fn cmd_serve(a: ServeArgs) -> Result<()> {
         queue_len: a.queue_len,
         once: a.once,
         control_timeout: duration(&a.control_timeout, "--control-timeout")?,
-        faults: Faults { drop_udp_every: a.fault_drop_udp },
+        faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },
         ..AgentConfig::default()
     };
     let agent = Agent::bind(cfg).map_err(|e| Error::network(format!("gridperf serve: {e}")))?;

@@ -287,6 +287,9 @@ impl std::fmt::Display for StepError {
 pub struct Faults {
     /// Receive but do not echo every n-th UDP datagram (counted per step).
     pub drop_udp_every: Option<u64>,
+    /// Echo every n-th UDP datagram only after `delay` (a late reply).
+    pub delay_udp_every: Option<u64>,
+    pub delay: Duration,
 }
 
 /// The agent's side of one step: echo messages of `size` bytes until
@@ -408,6 +411,9 @@ impl EchoStep<'_> {
                     if self.faults.drop_udp_every.is_some_and(|k| k > 0 && count % k == 0) {
                         fig.dropped_on_purpose += 1;
                         continue;
+                    }
+                    if self.faults.delay_udp_every.is_some_and(|k| k > 0 && count % k == 0) {
+                        std::thread::sleep(self.faults.delay);
                     }
                     match s.send(&buf[..n]) {
                         Ok(_) => {}

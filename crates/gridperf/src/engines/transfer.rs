@@ -39,6 +39,7 @@ pub fn settings(o: &TransferOptions) -> Settings {
         iterations: None,
         duration_ns: None,
         warmup: o.warmup_runs as u64,
+        warmup_time_ns: e.warmup_time.as_nanos() as u64,
         nodelay: e.nodelay,
         writes_per_message: e.writes,
         busy_poll: e.busy_poll,
@@ -63,6 +64,9 @@ pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Pro
         let size = pt.size as usize;
         let messages = messages_per_run(opts.total, pt.size);
         let runs = (opts.warmup_runs + opts.repeat) as u64;
+        if !out.iter().any(|p: &TransferPoint| p.proto == pt.proto) {
+            r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
+        }
         let by_agent = pt.proto.is_stream();
         r.session.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
         let mut times = Vec::with_capacity(opts.repeat as usize);
