@@ -200,13 +200,13 @@ def load_runs(workdir):
         if not line.strip():
             continue
         f = line.split("\t")
-        if len(f) < 10:
-            f += [""] * (10 - len(f))
-        mode, tool, proto, size, wire, rc, logf, extra, cmd, rnd = f[:10]
+        if len(f) < 11:
+            f += [""] * (11 - len(f))
+        mode, tool, proto, size, wire, rc, logf, extra, cmd, rnd, busy = f[:11]
         r = {
             "mode": mode, "round": int(rnd or 1), "tool": tool, "proto": proto, "size_bytes": int(size),
             "wire_bytes": int(wire), "exit_code": None if rc == "-" else int(rc),
-            "log": logf or None, "command": cmd or None,
+            "log": logf or None, "command": cmd or None, "cpu_busy_before": busy or None,
             "statistic": STAT.get(tool), "ok": False, "rtt_us": None, "value_us": None,
             "notes": [], "error": None,
         }
@@ -230,6 +230,8 @@ def load_runs(workdir):
                     raise ParseError("unknown tool %r" % tool)
                 r["value_us"] = r["rtt_us"].get("median", r["rtt_us"].get("mean"))
                 r["ok"] = r["value_us"] is not None and math.isfinite(r["value_us"])
+                if "still busy" in (busy or ""):
+                    r["notes"].append("%s ran on busy CPUs (round %d): %s" % (LABEL.get(tool, tool), r["round"], busy))
                 if r["exit_code"] not in (0, None):
                     r["notes"].append("exit code %s" % r["exit_code"])
             except (ParseError, OSError) as e:
@@ -387,12 +389,6 @@ def main():
         json.dump(doc, f, indent=2)
         f.write("\n")
     print(render(tables, a.markdown))
-    if meta:
-        busy = [(k, v) for k, v in meta.items() if k.endswith("_cpu_busy_before")]
-        if busy:
-            print("\nCPU busy in the second before each mode started (should be near 0%):")
-        for k, v in busy:
-            print("  %s: %s" % (k.replace("_cpu_busy_before", ""), v))
     bad = [r for r in runs if r["error"]]
     if bad:
         print("\n%d run(s) failed to give a figure; see 'error' in %s." % (len(bad), out), file=sys.stderr)

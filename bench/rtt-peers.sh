@@ -29,6 +29,8 @@ TOOLS=gridperf,sockperf,nptcp,qperf
 OUT=""
 WORKDIR=""
 PORT_BASE=23100
+QUIET_WAIT=60             # --quiet-wait: max seconds to wait for idle CPUs before each run
+QUIET_PCT=15              # a CPU counts as idle below this busy percentage
 NO_BUILD=0
 MARKDOWN=0
 GRIDPERF=${GRIDPERF:-$REPO/target/release/gridperf}
@@ -58,6 +60,9 @@ Usage: bench/rtt-peers.sh [options]
                      built with 'cargo build --release -p gridperf' if missing)
   --no-build         do not build gridperf; fail if it is missing
   --port-base P      first of the 4 loopback ports used (default $PORT_BASE)
+  --quiet-wait S     before each run, wait up to S seconds (default $QUIET_WAIT) until
+                     no CPU is more than $QUIET_PCT% busy (other programs, e.g. a
+                     compiler, skew every figure); 0 disables the wait
   --markdown         print the tables as Markdown
   -h, --help         this help
 
@@ -83,6 +88,7 @@ while [ $# -gt 0 ]; do
         --gridperf)   GRIDPERF=${2:?}; shift 2 ;;
         --no-build)   NO_BUILD=1; shift ;;
         --port-base)  PORT_BASE=${2:?}; shift 2 ;;
+        --quiet-wait) QUIET_WAIT=${2:?}; shift 2 ;;
         --markdown)   MARKDOWN=1; shift ;;
         -h|--help)    usage; exit 0 ;;
         *) usage >&2; die "unknown option: $1" ;;
@@ -93,6 +99,7 @@ done
 [[ $DUR =~ ^[0-9]+$ ]] && [ "$DUR" -ge 1 ] && [ "$DUR" -le 600 ] ||
     die "--seconds must be an integer 1..600 (sockperf and qperf take whole seconds)"
 [[ $ITER =~ ^[0-9]+$ ]] && [ "$ITER" -ge 1 ] || die "--iterations must be a positive integer"
+[[ $QUIET_WAIT =~ ^[0-9]+$ ]] || die "--quiet-wait must be a non-negative integer"
 [[ $ROUNDS =~ ^[0-9]+$ ]] && [ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 100 ] || die "--repeat must be 1..100"
 [[ $PORT_BASE =~ ^[0-9]+$ ]] && [ "$PORT_BASE" -ge 1024 ] && [ "$PORT_BASE" -le 65000 ] ||
     die "--port-base must be 1024..65000"
@@ -227,15 +234,17 @@ stop_server() {
     SERVER_PIDS=("${keep[@]}")
 }
 
-# record MODE TOOL PROTO SIZE WIRE RC LOG EXTRA CMD (the round is appended)
+# record MODE TOOL PROTO SIZE WIRE RC LOG EXTRA CMD (round and CPU-busy-before appended)
 record() {
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$ROUND" >>"$MANIFEST"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$ROUND" "$BUSY_BEFORE" >>"$MANIFEST"
 }
+BUSY_BEFORE=""
 
 # run_client MODE TOOL PROTO SIZE WIRE CPU TIMEOUT_S LOG EXTRA -- CMD...
 run_client() {
     local mode=$1 tool=$2 proto=$3 size=$4 wire=$5 cpu=$6 to=$7 logf=$8 extra=$9 rc
     shift 10
+    quiet
     echo "# cpu=$cpu: $*" >"$logf"
     if [ "$cpu" = - ]; then
         timeout -k 5 "$to" "$@" >>"$logf" 2>&1 && rc=0 || rc=$?
@@ -250,21 +259,38 @@ run_client() {
 
 meta() { printf '%s\t%s\n' "$1" "$2" >>"$META"; }
 
-# cpu_busy: per-CPU busy percentage over 1 s (other load skews every tool here).
-cpu_busy() {
-    python3 - <<'EOF'
-import time
+# quiet: wait (at most QUIET_WAIT s) until every CPU is below QUIET_PCT% busy
+# over a 0.5 s window; sets BUSY_BEFORE to the last window's per-CPU figures.
+# CPUs listed in QUIET_SKIP (e.g. "1", where a spinning server of ours runs)
+# are reported but not waited for.
+QUIET_SKIP=""
+quiet() {
+    BUSY_BEFORE=$(python3 -c '
+import sys, time
+wait, pct = float(sys.argv[1]), float(sys.argv[2])
+skip = {"cpu" + c for c in sys.argv[3].split(",") if c}
 def snap():
     d = {}
-    for line in open("/proc/stat"):
-        f = line.split()
-        if f[0].startswith("cpu") and f[0] != "cpu":
-            v = list(map(int, f[1:]))
-            d[f[0]] = (sum(v), v[3] + v[4])
+    with open("/proc/stat") as f:
+        for line in f:
+            x = line.split()
+            if x[0].startswith("cpu") and x[0] != "cpu":
+                v = list(map(int, x[1:]))
+                d[x[0]] = (sum(v), v[3] + v[4])
     return d
-a = snap(); time.sleep(1); b = snap()
-print(" ".join("%s=%.0f%%" % (k, 100.0 * (1 - (b[k][1] - a[k][1]) / max(1, b[k][0] - a[k][0]))) for k in sorted(a)))
-EOF
+t0 = time.time()
+while True:
+    a = snap(); time.sleep(0.5); b = snap()
+    busy = {k: 100.0 * (1 - (b[k][1] - a[k][1]) / max(1, b[k][0] - a[k][0])) for k in a}
+    worst = max([v for k, v in busy.items() if k not in skip] or [0.0])
+    if worst < pct or time.time() - t0 >= wait:
+        break
+s = " ".join("%s=%.0f%%%s" % (k, busy[k], "(ours)" if k in skip else "") for k in sorted(busy))
+if worst >= pct:
+    s += " (still busy after %gs)" % wait
+print(s)
+' "$QUIET_WAIT" "$QUIET_PCT" "$QUIET_SKIP")
+    case $BUSY_BEFORE in *"still busy"*) warn "CPUs busy before this run: $BUSY_BEFORE" ;; esac
 }
 
 # ------------------------------------------------------------------- meta
@@ -276,6 +302,8 @@ meta cpus "$NCPU"
 meta cpu_model "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 meta lo_mtu "$(cat /sys/class/net/lo/mtu 2>/dev/null || echo '?')"
 meta seconds "$DUR"
+meta quiet_wait_s "$QUIET_WAIT"
+meta quiet_pct "$QUIET_PCT"
 meta iterations "$ITER"
 meta rounds "$ROUNDS"
 meta sizes "$SIZES"
@@ -322,6 +350,7 @@ run_gridperf() { # MODE PROTO
     log "mode $mode: gridperf $proto sizes $sizes_csv"
     # gridperf pins its own ends (--cpu), so no taskset; stdout is the JSON.
     local rc
+    quiet
     echo "$GRIDPERF rtt --proto $proto --sizes $sizes_csv --cpu $cpu ${busy[*]} --iterations $ITER --json" >"$logf.cmd"
     timeout -k 5 "$to" "$GRIDPERF" rtt --proto "$proto" --sizes "$sizes_csv" --cpu "$cpu" "${busy[@]}" \
         --iterations "$ITER" --json >"$logf" 2>"$logf.stderr" && rc=0 || rc=$?
@@ -345,6 +374,8 @@ run_sockperf() { # MODE PROTO SCPU CCPU BUSY
         return 0
     }
     local spid=$SERVER_PID
+    # A --nonblocked server spins on its CPU: do not wait for that CPU to go idle.
+    [ "$busy" = 1 ] && QUIET_SKIP=$scpu
     for pair in $(sizes_for "$proto"); do
         size=${pair%%:*}; wire=${pair#*:}
         if [ "$wire" -lt "$SOCKPERF_MIN" ]; then
@@ -357,6 +388,7 @@ run_sockperf() { # MODE PROTO SCPU CCPU BUSY
             "$WORKDIR/$mode.r$ROUND.sockperf.$proto.$wire.log" "" -- \
             sockperf pp "${pfl[@]}" -i "$HOST" -p "$port" -m "$wire" -t "$DUR" --full-rtt "${nb[@]}"
     done
+    QUIET_SKIP=""
     stop_server "$spid"
 }
 
@@ -393,6 +425,7 @@ np_once() {
         NPtcp "${args[@]}" || { NP_RC=255; return 0; }
     local spid=$SERVER_PID
     rm -f "$outf"
+    quiet
     echo "# cpu=$ccpu: NPtcp -h $HOST ${args[*]} -o $outf" >"$logf"
     timeout -k 5 "$to" taskset -c "$ccpu" NPtcp -h "$HOST" "${args[@]}" -o "$outf" >>"$logf" 2>&1 &&
         NP_RC=0 || NP_RC=$?
@@ -431,10 +464,7 @@ for ROUND in $(seq "$ROUNDS"); do
             B) SCPU=1; CCPU=0; BUSY=1 ;;
             C) SCPU=1; CCPU=0; BUSY=0 ;;
         esac
-        busy_now=$(cpu_busy)
-        meta "mode_${mode}_r${ROUND}_cpu_busy_before" "$busy_now"
         meta "mode_${mode}_r${ROUND}_loadavg_before" "$(cut -d' ' -f1-3 /proc/loadavg)"
-        log "mode $mode: CPU busy before start (other load skews every tool): $busy_now"
         for proto in tcp udp; do
             if [ -n "${USE[sockperf]:-}" ]; then run_sockperf "$mode" "$proto" "$SCPU" "$CCPU" "$BUSY"; fi
             # qperf and NetPIPE have no busy-poll mode for sockets: not in mode B.
@@ -448,5 +478,8 @@ meta finished_unix "$(date +%s)"
 
 pyargs=("$WORKDIR" --out "$OUT")
 [ "$MARKDOWN" = 1 ] && pyargs+=(--markdown)
-python3 "$HERE/compare.py" "${pyargs[@]}"
+crc=0
+python3 "$HERE/compare.py" "${pyargs[@]}" || crc=$?
 log "raw logs: $WORKDIR; results: $OUT"
+# compare.py exits 2 when some run gave no figure (the table says which).
+exit "$crc"

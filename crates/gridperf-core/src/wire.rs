@@ -137,14 +137,20 @@ pub struct StepRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ClientMsg {
-    Hello { magic: String, version: u32, software: String },
+    Hello {
+        magic: String,
+        version: u32,
+        software: String,
+    },
     Request(TestRequest),
     Step(StepRequest),
     /// Ends a step that has no exchange count.
     StepEnd,
     /// Ends the test; the agent answers with Report.
     Finish,
-    Abort { reason: String },
+    Abort {
+        reason: String,
+    },
 }
 
 /// Why the agent refused or stopped.
@@ -167,16 +173,34 @@ pub enum ErrorCode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum AgentMsg {
-    Welcome { magic: String, version: u32, software: String },
+    Welcome {
+        magic: String,
+        version: u32,
+        software: String,
+    },
     /// The test waits in the agent's queue; `ahead` tests are before it.
-    Queued { ahead: u32 },
+    Queued {
+        ahead: u32,
+    },
     /// The data sockets are open: connect to these ports on the agent's address,
     /// and send `token` as the first 8 bytes of every TCP data connection.
-    Ready { tcp_port: Option<u16>, udp_port: Option<u16>, token: u64, agent: EndInfo },
+    Ready {
+        tcp_port: Option<u16>,
+        udp_port: Option<u16>,
+        token: u64,
+        agent: EndInfo,
+    },
     StepReady,
-    StepDone { figures: StepFigures },
-    Report { agent: EndInfo },
-    Error { code: ErrorCode, message: String },
+    StepDone {
+        figures: StepFigures,
+    },
+    Report {
+        agent: EndInfo,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 #[cfg(test)]

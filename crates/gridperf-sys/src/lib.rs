@@ -81,9 +81,7 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
     let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: value and len are valid for writes of the sizes given.
-    cvt_i(unsafe {
-        libc::getsockopt(fd, level, name, &mut value as *mut libc::c_int as *mut libc::c_void, &mut len)
-    })?;
+    cvt_i(unsafe { libc::getsockopt(fd, level, name, &mut value as *mut libc::c_int as *mut libc::c_void, &mut len) })?;
     Ok(value)
 }
 
@@ -256,7 +254,8 @@ pub fn tcp_info(sock: &impl AsRawFd) -> io::Result<(TcpInfo, usize)> {
 /// poll(2) for readability: which of `fds` have data (or EOF, or an error)
 /// within `timeout_ms` (0 = just look, -1 = wait forever).
 pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
     loop {
         // SAFETY: pfds is a valid array of pollfd of the length given.
         let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };

@@ -340,7 +340,9 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
 
     let req = match wire::read_msg::<_, ClientMsg>(&mut ctl) {
         Ok(ClientMsg::Request(r)) => r,
-        Ok(other) => return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("expected a request, got {other:?}"))),
+        Ok(other) => {
+            return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("expected a request, got {other:?}")))
+        }
         Err(e) => return Err(send_error(&mut ctl, ErrorCode::BadMessage, e.to_string())),
     };
     let protos = match validate(&req) {
@@ -349,12 +351,7 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
     };
     let _slot = take_slot(shared, &mut ctl, &req)?;
     if shared.cfg.log {
-        eprintln!(
-            "gridperf serve: {peer}: {} {} up to {} B",
-            req.kind,
-            req.protos.join(","),
-            req.max_size
-        );
+        eprintln!("gridperf serve: {peer}: {} {} up to {} B", req.kind, req.protos.join(","), req.max_size);
     }
     let result = run_test(shared, &mut ctl, peer, &req, &protos);
     shared.tests_done.fetch_add(1, Ordering::SeqCst);

@@ -176,7 +176,11 @@ fn duration(s: &str, what: &'static str) -> Result<Duration> {
 }
 
 fn parse_cpus(s: &str) -> Result<(usize, usize)> {
-    let bad = || Error::usage(format!("--cpu {s:?}: give C (both ends on CPU C) or C,S (client on C, agent on S), e.g. --cpu 0 or --cpu 0,1"));
+    let bad = || {
+        Error::usage(format!(
+            "--cpu {s:?}: give C (both ends on CPU C) or C,S (client on C, agent on S), e.g. --cpu 0 or --cpu 0,1"
+        ))
+    };
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     let n = |p: &str| p.parse::<usize>().map_err(|_| bad());
     match parts.as_slice() {

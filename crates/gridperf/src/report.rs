@@ -44,12 +44,7 @@ fn header(out: &mut String, title: &str, s: &Settings, env: &Environment) {
     } else {
         format!("{} sends per message", s.writes_per_message)
     };
-    let _ = writeln!(
-        out,
-        "{nagle} · {writes} · {mode} · {} · timeout {}",
-        placement(s),
-        fmt_ns(s.timeout_ns as f64)
-    );
+    let _ = writeln!(out, "{nagle} · {writes} · {mode} · {} · timeout {}", placement(s), fmt_ns(s.timeout_ns as f64));
     for n in &env.notes {
         let _ = writeln!(out, "{n}");
     }
@@ -75,10 +70,7 @@ pub fn rtt_table(r: &RttReport) -> String {
     };
     header(
         &mut out,
-        &format!(
-            "gridperf rtt to {}: round-trip times (not half), {count} after {} warm-up",
-            r.env.target, s.warmup
-        ),
+        &format!("gridperf rtt to {}: round-trip times (not half), {count} after {} warm-up", r.env.target, s.warmup),
         s,
         &r.env,
     );
@@ -109,14 +101,7 @@ pub fn rtt_table(r: &RttReport) -> String {
                 );
             }
             None => {
-                let _ = writeln!(
-                    out,
-                    "{:<9}{:>9}{:>9}{:>6}  no reply came back",
-                    p.proto.name(),
-                    size,
-                    0,
-                    p.lost
-                );
+                let _ = writeln!(out, "{:<9}{:>9}{:>9}{:>6}  no reply came back", p.proto.name(), size, 0, p.lost);
             }
         }
     }
@@ -134,7 +119,9 @@ pub fn rtt_csv(r: &RttReport, samples: bool) -> String {
         }
         return out;
     }
-    out.push_str("proto,size_bytes,count,warmup,sent,lost,late,min_ns,q1_ns,median_ns,q3_ns,p99_ns,max_ns,mean_ns,stddev_ns\n");
+    out.push_str(
+        "proto,size_bytes,count,warmup,sent,lost,late,min_ns,q1_ns,median_ns,q3_ns,p99_ns,max_ns,mean_ns,stddev_ns\n",
+    );
     for p in &r.points {
         let _ = write!(out, "{},{},", p.proto.name(), p.size_bytes);
         match &p.summary {
@@ -142,7 +129,19 @@ pub fn rtt_csv(r: &RttReport, samples: bool) -> String {
                 let _ = writeln!(
                     out,
                     "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    m.count, p.warmup, p.sent, p.lost, p.late, m.min_ns, m.q1_ns, m.median_ns, m.q3_ns, m.p99_ns, m.max_ns, m.mean_ns, m.stddev_ns
+                    m.count,
+                    p.warmup,
+                    p.sent,
+                    p.lost,
+                    p.late,
+                    m.min_ns,
+                    m.q1_ns,
+                    m.median_ns,
+                    m.q3_ns,
+                    m.p99_ns,
+                    m.max_ns,
+                    m.mean_ns,
+                    m.stddev_ns
                 );
             }
             None => {
@@ -192,7 +191,8 @@ pub fn transfer_table(r: &TransferReport) -> String {
                 );
             }
             None => {
-                let _ = writeln!(out, "{:<9}{:>9}{:>10}{:>6}  no run completed", p.proto.name(), size, p.messages, p.lost);
+                let _ =
+                    writeln!(out, "{:<9}{:>9}{:>10}{:>6}  no run completed", p.proto.name(), size, p.messages, p.lost);
             }
         }
     }
@@ -205,7 +205,16 @@ pub fn transfer_csv(r: &TransferReport) -> String {
         "proto,size_bytes,messages,bytes_per_run,runs,lost,min_ns,q1_ns,median_ns,q3_ns,max_ns,mean_ns,stddev_ns,rate_bps\n",
     );
     for p in &r.points {
-        let _ = write!(out, "{},{},{},{},{},{},", p.proto.name(), p.size_bytes, p.messages, p.bytes_per_run, p.run_times_ns.len(), p.lost);
+        let _ = write!(
+            out,
+            "{},{},{},{},{},{},",
+            p.proto.name(),
+            p.size_bytes,
+            p.messages,
+            p.bytes_per_run,
+            p.run_times_ns.len(),
+            p.lost
+        );
         match &p.time {
             Some(t) => {
                 let _ = writeln!(

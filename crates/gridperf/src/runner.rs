@@ -20,10 +20,7 @@ pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
         vec![SocketAddr::new(ip, default_port)]
     } else {
         let with_port = if host.contains(':') { host.to_string() } else { format!("{host}:{default_port}") };
-        with_port
-            .to_socket_addrs()
-            .map_err(|e| Error::network(format!("cannot resolve {host:?}: {e}")))?
-            .collect()
+        with_port.to_socket_addrs().map_err(|e| Error::network(format!("cannot resolve {host:?}: {e}")))?.collect()
     };
     candidates.into_iter().next().ok_or_else(|| Error::network(format!("{host:?} resolves to no address")))
 }

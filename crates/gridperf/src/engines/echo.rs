@@ -166,7 +166,16 @@ impl Pinger {
     /// A pinger on a socket already connected and set to its mode (see [`DataSock::set_mode`]).
     pub fn new(sock: DataSock, max_size: usize, timeout: Duration, writes: u32, busy: bool) -> Pinger {
         let alloc = if sock.proto() == Proto::Udp { max_size.max(65_536) } else { max_size };
-        Pinger { sock, out: pattern(alloc), inbuf: vec![0; alloc], seq: 0, timeout, writes: writes.max(1), busy, late: 0 }
+        Pinger {
+            sock,
+            out: pattern(alloc),
+            inbuf: vec![0; alloc],
+            seq: 0,
+            timeout,
+            writes: writes.max(1),
+            busy,
+            late: 0,
+        }
     }
 
     /// One exchange of `size` bytes each way.

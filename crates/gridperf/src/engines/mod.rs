@@ -69,13 +69,15 @@ pub struct Running {
 pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running> {
     let started = runner::unix_now();
     if let Some(cpu) = opts.client_cpu {
-        gridperf_sys::set_thread_affinity(&[cpu])
-            .map_err(|e| Error::usage(format!("cannot pin the client to CPU {cpu}: {e} (see nproc for the valid CPUs)")))?;
+        gridperf_sys::set_thread_affinity(&[cpu]).map_err(|e| {
+            Error::usage(format!("cannot pin the client to CPU {cpu}: {e} (see nproc for the valid CPUs)"))
+        })?;
     }
     let (addr, local, label) = match target {
         Target::Remote(a) => (*a, None, a.to_string()),
         Target::Local { faults } => {
-            let agent = LocalAgent::start(*faults).map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
+            let agent = LocalAgent::start(*faults)
+                .map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
             (agent.addr, Some(agent), "local".to_string())
         }
     };
@@ -106,7 +108,11 @@ pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running>
         server: Some(test.agent.clone()),
         notes: opts.notes.clone(),
     };
-    Ok(Running { session, test, env, message_timeout: opts.deadlines.message,
+    Ok(Running {
+        session,
+        test,
+        env,
+        message_timeout: opts.deadlines.message,
         ipv6: addr.is_ipv6(),
         buffers: (opts.sndbuf, opts.rcvbuf),
         _local: local,

@@ -3,8 +3,8 @@
 //! distribution of round-trip times (never half).
 
 use super::{start, EchoOptions, Progress, Target};
-use crate::error::{Error, Result};
 use crate::engines::echo::Outcome;
+use crate::error::{Error, Result};
 use gridperf_core::model::{RttPoint, RttReport, Settings, RTT_SCHEMA};
 use gridperf_core::plan::interleave;
 use gridperf_core::stats::{self, Summary, Warning};
@@ -102,9 +102,8 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
         let figures = r.session.end_step(&r.test.pingers[idx], by_agent)?;
         let summary = Summary::from_samples(&samples);
         let label = format!("{} {} B", pt.proto, pt.size);
-        match &summary {
-            Some(s) => warnings.extend(stats::check(&label, s)),
-            None => {}
+        if let Some(s) = &summary {
+            warnings.extend(stats::check(&label, s));
         }
         if lost > 0 {
             warnings.push(Warning::Lost { point: label, lost, sent });
@@ -131,6 +130,12 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
         warnings.push(Warning::Unpinned);
     }
     let env = r.finish()?;
-    Ok(RttReport { schema: RTT_SCHEMA.into(), measure: "rtt".into(), settings: settings(opts), env, points: out, warnings })
+    Ok(RttReport {
+        schema: RTT_SCHEMA.into(),
+        measure: "rtt".into(),
+        settings: settings(opts),
+        env,
+        points: out,
+        warnings,
+    })
 }
-

@@ -1,0 +1,267 @@
+//! The agent against bad, hostile, busy and vanishing clients: each gets a
+//! clear answer within a deadline, and the agent goes on serving.
+
+use crate::{opts, TestAgent};
+use gridperf::engines::rtt::{self, RttOptions};
+use gridperf::engines::Target;
+use gridperf::error::Kind;
+use gridperf::runner::{Deadlines, Session};
+use gridperf_core::plan::Proto;
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, TestRequest, PROTOCOL_VERSION};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn raw(agent: &TestAgent) -> TcpStream {
+    let s = TcpStream::connect(agent.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s
+}
+
+fn hello(s: &mut TcpStream, version: u32) -> AgentMsg {
+    wire::write_msg(s, &ClientMsg::Hello { magic: wire::MAGIC.into(), version, software: "test".into() })
+        .expect("send hello");
+    wire::read_msg(s).expect("answer")
+}
+
+fn request(protos: &[&str], max_size: u64) -> TestRequest {
+    TestRequest {
+        kind: "rtt".into(),
+        protos: protos.iter().map(|p| p.to_string()).collect(),
+        max_size,
+        nodelay: true,
+        busy_poll: false,
+        cpu: None,
+        sndbuf: None,
+        rcvbuf: None,
+        udp_port: None,
+        timeout_ms: 1000,
+        queue_ms: 0,
+    }
+}
+
+/// A short rtt run: proves the agent still serves.
+fn still_serves(agent: &TestAgent) {
+    let o = RttOptions {
+        echo: opts(&[Proto::Tcp, Proto::Udp], &[64]),
+        iterations: 10,
+        duration: None,
+        warmup: 1,
+        keep_samples: false,
+    };
+    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("the agent still serves");
+    assert!(r.points.iter().all(|p| p.summary.as_ref().is_some_and(|s| s.count == 10)));
+}
+
+fn expect_error(msg: AgentMsg, code: ErrorCode) -> String {
+    match msg {
+        AgentMsg::Error { code: c, message } if c == code => message,
+        other => panic!("expected {code:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn garbage_and_a_4gb_frame_get_an_error_and_the_agent_goes_on() {
+    let agent = TestAgent::loopback();
+    // an HTTP client: "GET " read as a length is over a gigabyte
+    let mut s = raw(&agent);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let m = expect_error(wire::read_msg(&mut s).expect("an error frame"), ErrorCode::TooLarge);
+    assert!(m.contains("exceeds the limit"), "{m}");
+    // a frame announcing 4 GB
+    let mut s = raw(&agent);
+    s.write_all(&[0xff, 0xff, 0xff, 0xff]).expect("write");
+    expect_error(wire::read_msg(&mut s).expect("an error frame"), ErrorCode::TooLarge);
+    // well-framed nonsense
+    let mut s = raw(&agent);
+    s.write_all(&[0, 0, 0, 4, b'n', b'u', b'l', b'l']).expect("write");
+    expect_error(wire::read_msg(&mut s).expect("an error frame"), ErrorCode::BadMessage);
+    still_serves(&agent);
+}
+
+#[test]
+fn version_mismatch_is_explained_on_both_sides() {
+    let agent = TestAgent::loopback();
+    let mut s = raw(&agent);
+    let m = expect_error(hello(&mut s, PROTOCOL_VERSION + 1), ErrorCode::VersionMismatch);
+    assert!(
+        m.contains(&format!("version {}", PROTOCOL_VERSION + 1)) && m.contains(&format!("version {PROTOCOL_VERSION}")),
+        "{m}"
+    );
+
+    // a fake agent of a newer protocol: the client says so
+    let fake = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = fake.local_addr().expect("addr");
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = fake.accept().expect("accept");
+        let _: ClientMsg = wire::read_msg(&mut c).expect("hello");
+        wire::write_msg(
+            &mut c,
+            &AgentMsg::Welcome { magic: wire::MAGIC.into(), version: 99, software: "gridperf 9".into() },
+        )
+        .expect("welcome");
+    });
+    let e = Session::connect(addr, opts(&[Proto::Tcp], &[1]).deadlines).err().expect("refused");
+    assert_eq!(e.kind, Kind::Refused);
+    assert!(e.message.contains("speaks version 99"), "{}", e.message);
+    t.join().expect("fake agent");
+    still_serves(&agent);
+}
+
+#[test]
+fn unknown_protocol_test_kind_and_message_type() {
+    let agent = TestAgent::loopback();
+    let mut s = raw(&agent);
+    assert!(matches!(hello(&mut s, PROTOCOL_VERSION), AgentMsg::Welcome { .. }));
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&["quic"], 64))).expect("send");
+    let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
+    assert!(m.contains("quic") && m.contains("tcp, udp, sendfile"), "{m}");
+
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    let mut r = request(&["tcp"], 64);
+    r.kind = "teleport".into();
+    wire::write_msg(&mut s, &ClientMsg::Request(r)).expect("send");
+    expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
+
+    // a message type from a newer client
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    let body = br#"{"type":"quantum-entangle"}"#;
+    s.write_all(&(body.len() as u32).to_be_bytes()).expect("write");
+    s.write_all(body).expect("write");
+    let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::BadMessage);
+    assert!(m.contains("quantum-entangle"), "{m}");
+    still_serves(&agent);
+}
+
+#[test]
+fn a_10gb_message_is_refused() {
+    let agent = TestAgent::loopback();
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&["tcp"], 10 << 30))).expect("send");
+    let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::TooLarge);
+    assert!(m.contains("10737418240") && m.contains("67108864"), "{m}");
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&["udp"], 65_508))).expect("send");
+    expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::TooLarge);
+    still_serves(&agent);
+}
+
+#[test]
+fn a_silent_client_is_dropped_and_a_vanishing_one_forgotten() {
+    let agent = TestAgent::with(|c| c.control_timeout = Duration::from_millis(300));
+    // connects and says nothing
+    let mut silent = raw(&agent);
+    let t0 = Instant::now();
+    expect_error(wire::read_msg(&mut silent).expect("an error frame"), ErrorCode::Timeout);
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    // starts a test, then vanishes mid-frame
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    s.write_all(&[0, 0, 1, 0, b'{']).expect("write");
+    drop(s);
+    // takes a slot and vanishes after Ready
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&["tcp"], 64))).expect("send");
+    assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("ready"), AgentMsg::Ready { .. }));
+    drop(s);
+    // the slot comes back once the agent notices (within its control timeout)
+    std::thread::sleep(Duration::from_millis(800));
+    still_serves(&agent);
+}
+
+#[test]
+fn a_second_client_is_told_busy_at_once_or_waits_in_the_queue() {
+    let agent = TestAgent::loopback();
+    let d = opts(&[Proto::Tcp], &[64]).deadlines;
+    // the first client holds the only slot
+    let mut first = Session::connect(agent.addr, d).expect("first");
+    let test = first.start(request(&["tcp"], 64), 1).expect("first test");
+    // the second gets "busy" at once
+    let t0 = Instant::now();
+    let mut second = Session::connect(agent.addr, d).expect("second connects");
+    let e = second.start(request(&["tcp"], 64), 1).err().expect("busy");
+    assert_eq!(e.kind, Kind::Refused);
+    assert!(e.message.contains("busy") && e.message.contains("--max-tests"), "{}", e.message);
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    // a third asks to wait 5 s; the first finishes after 300 ms
+    let addr = agent.addr;
+    let waiter = std::thread::spawn(move || {
+        let d = Deadlines { queue: Duration::from_secs(5), ..d };
+        let mut third = Session::connect(addr, d).expect("third");
+        let t = third.start(request(&["tcp"], 64), 1).map(|_| ());
+        (t, Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    first.finish().expect("finish");
+    drop(test);
+    let (result, started) = waiter.join().expect("waiter");
+    result.expect("the queued client got its slot");
+    assert!(started >= released);
+}
+
+#[test]
+fn max_tests_lets_tests_run_side_by_side() {
+    let agent = TestAgent::with(|c| c.max_tests = 2);
+    let d = opts(&[Proto::Tcp], &[64]).deadlines;
+    let mut a = Session::connect(agent.addr, d).expect("a");
+    let _ta = a.start(request(&["tcp"], 64), 1).expect("a runs");
+    let mut b = Session::connect(agent.addr, d).expect("b");
+    let _tb = b.start(request(&["tcp"], 64), 1).expect("b runs beside a");
+    let mut c = Session::connect(agent.addr, d).expect("c");
+    assert_eq!(c.start(request(&["tcp"], 64), 1).err().expect("c is refused").kind, Kind::Refused);
+}
+
+#[test]
+fn a_silent_agent_and_a_closed_port_end_within_the_deadline() {
+    // accepts, never answers
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let mut d = opts(&[Proto::Tcp], &[1]).deadlines;
+    d.control = Duration::from_millis(300);
+    let t0 = Instant::now();
+    let e = Session::connect(addr, d).err().expect("no answer");
+    assert_eq!(e.kind, Kind::Network);
+    assert!(e.message.contains("no answer"), "{}", e.message);
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    drop(silent);
+    // nobody listens
+    let e = Session::connect(addr, d).err().expect("refused");
+    assert_eq!(e.kind, Kind::Network);
+    assert!(e.message.contains("gridperf serve"), "{}", e.message);
+}
+
+#[test]
+fn a_stranger_on_the_data_port_is_ignored() {
+    let agent = TestAgent::loopback();
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&["tcp"], 64))).expect("send");
+    let (port, token) = match wire::read_msg::<_, AgentMsg>(&mut s).expect("ready") {
+        AgentMsg::Ready { tcp_port, token, .. } => (tcp_port.expect("port"), token),
+        other => panic!("{other:?}"),
+    };
+    // a connection with the wrong token is dropped
+    let mut stranger = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stranger.write_all(&[0u8; 9]).expect("write");
+    stranger.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut b = [0u8; 1];
+    assert!(matches!(stranger.read(&mut b), Ok(0) | Err(_)));
+    // the real one is taken
+    let mut data = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut hello = token.to_be_bytes().to_vec();
+    hello.push(1);
+    data.write_all(&hello).expect("write");
+    wire::write_msg(&mut s, &ClientMsg::Step(wire::StepRequest { proto: "tcp".into(), size: 4, exchanges: Some(1) }))
+        .expect("step");
+    assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("ready"), AgentMsg::StepReady));
+    data.write_all(b"ping").expect("ping");
+    let mut back = [0u8; 4];
+    data.read_exact(&mut back).expect("echo");
+    assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("done"), AgentMsg::StepDone { .. }));
+}

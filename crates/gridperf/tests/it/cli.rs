@@ -1,0 +1,234 @@
+//! The binary: exit codes, output formats, signals, and an agent that dies.
+
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run gridperf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Starts `gridperf serve` on a free loopback port and waits until it listens.
+fn serve(extra: &[&str]) -> (Child, u16) {
+    let port = free_port();
+    let p = port.to_string();
+    let mut args = vec!["serve", "--bind", "127.0.0.1", "--port", &p];
+    args.extend_from_slice(extra);
+    let child = Command::new(BIN).args(&args).stderr(Stdio::piped()).spawn().expect("spawn serve");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the agent did not start listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, port)
+}
+
+fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_and_show_the_valid_forms() {
+    for (args, needle) in [
+        (vec!["rtt", "--proto", "quic"], "valid protocols are tcp, udp, sendfile"),
+        (vec!["rtt", "--sizes", "1..8x"], "1KiB"),
+        (vec!["rtt", "--sizes", "0"], "at least 1 byte"),
+        (vec!["rtt", "--proto", "udp", "--sizes", "65536"], "65507"),
+        (vec!["rtt", "--sizes", "10G"], "67108864"),
+        (vec!["rtt", "--timeout", "5"], "500us, 10ms"),
+        (vec!["rtt", "--cpu", "x"], "--cpu 0,1"),
+        (vec!["transfer", "--total", "1M", "--sizes", "1", "--repeat", "0"], "--repeat"),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn network_errors_exit_3() {
+    let port = free_port().to_string();
+    let o = run(&["rtt", "127.0.0.1", "-p", &port, "--connect-timeout", "1s"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("network error"), "{}", stderr(&o));
+}
+
+#[test]
+fn busy_agent_exits_5() {
+    // an agent whose only slot is taken by a client that never goes on
+    let (mut agent, port) = serve(&["--control-timeout", "5s"]);
+    let p = port.to_string();
+    let mut holder = Command::new(BIN)
+        .args(["rtt", "127.0.0.1", "-p", &p, "--proto", "udp", "--sizes", "1", "-t", "3s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("holder");
+    std::thread::sleep(Duration::from_millis(700));
+    let o = run(&["rtt", "127.0.0.1", "-p", &p, "--sizes", "1"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+#[test]
+fn json_and_csv_outputs() {
+    let o = run(&[
+        "rtt",
+        "--proto",
+        "tcp,udp",
+        "--sizes",
+        "1,1k",
+        "-n",
+        "50",
+        "--warmup-time",
+        "0s",
+        "--json",
+        "--samples",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert_eq!(v["schema"], "gridperf.rtt/1");
+    assert_eq!(v["measure"], "rtt");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4);
+    for p in points {
+        assert_eq!(p["summary"]["count"], 50);
+        assert_eq!(p["samples_ns"].as_array().expect("samples").len(), 50);
+        assert!(p["summary"]["median_ns"].as_f64().expect("median") > 0.0);
+    }
+    assert_eq!(v["settings"]["nodelay"], true);
+    assert!(v["env"]["command_line"].as_array().expect("argv").len() > 3);
+    assert!(v["env"]["server"]["sockets"].as_array().expect("agent sockets").len() == 2);
+
+    let o = run(&["rtt", "--proto", "tcp", "--sizes", "64", "-n", "20", "--warmup-time", "0s", "--csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut lines = text.lines();
+    assert!(lines.next().expect("header").starts_with("proto,size_bytes,count,warmup,sent,lost,late,min_ns"));
+    let row: Vec<&str> = lines.next().expect("row").split(',').collect();
+    assert_eq!(&row[..3], ["tcp", "64", "20"]);
+
+    let o = run(&["transfer", "--proto", "tcp", "--sizes", "1000", "--total", "10000", "-r", "2", "--csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.lines().nth(1).expect("row").starts_with("tcp,1000,10,10000,2,0,"), "{text}");
+}
+
+#[test]
+fn the_table_says_rtt_and_the_nagle_state() {
+    let o = run(&["rtt", "--proto", "tcp", "--sizes", "64", "-n", "20", "--nodelay", "off"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("round-trip times (not half)"), "{out}");
+    assert!(out.contains("TCP_NODELAY off (Nagle on)"), "{out}");
+    assert!(stderr(&o).contains("not pinned"), "the unpinned warning: {}", stderr(&o));
+}
+
+#[test]
+fn an_agent_that_dies_mid_run_ends_the_client_with_a_network_error() {
+    let (mut agent, port) = serve(&[]);
+    let p = port.to_string();
+    let mut client = Command::new(BIN)
+        .args(["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-t", "20s", "--timeout", "500ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("client");
+    std::thread::sleep(Duration::from_millis(600));
+    agent.kill().expect("kill agent");
+    let _ = agent.wait();
+    let st = wait_with_deadline(&mut client, Duration::from_secs(5));
+    let mut err = String::new();
+    client.stderr.take().expect("stderr").read_to_string(&mut err).expect("read");
+    assert_eq!(st.code(), Some(3), "{err}");
+}
+
+#[test]
+fn sigterm_stops_the_agent_cleanly() {
+    let (mut agent, _port) = serve(&[]);
+    let pid = agent.id() as i32;
+    let rc = send_signal(pid, libc::SIGTERM);
+    assert_eq!(rc, 0);
+    let st = wait_with_deadline(&mut agent, Duration::from_secs(3));
+    assert!(st.success(), "{st:?}");
+}
+
+/// kill(1), so that the tests need no unsafe code.
+fn send_signal(pid: i32, sig: i32) -> i32 {
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .map(|s| if s.success() { 0 } else { 1 })
+        .unwrap_or(1)
+}
+
+#[test]
+fn once_serves_one_test_and_exits() {
+    let (mut agent, port) = serve(&["--once"]);
+    let p = port.to_string();
+    let o = run(&["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "1", "-n", "10"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let st = wait_with_deadline(&mut agent, Duration::from_secs(3));
+    assert!(st.success());
+}
+
+#[test]
+fn nagle_and_delayed_ack_stall_a_message_written_in_two_sends() {
+    // the trap latency tools fall into: one send per message never stalls
+    // on Linux; two sends with Nagle on wait for the delayed ACK (~40 ms)
+    let args = |nodelay: &'static str| {
+        vec![
+            "rtt",
+            "--proto",
+            "tcp",
+            "--sizes",
+            "2000",
+            "-n",
+            "5",
+            "--warmup",
+            "1",
+            "--warmup-time",
+            "0s",
+            "--writes",
+            "2",
+            "--nodelay",
+            nodelay,
+            "--json",
+        ]
+    };
+    let median = |o: &Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        v["points"][0]["summary"]["median_ns"].as_f64().expect("median")
+    };
+    let off = run(&args("off"));
+    assert!(off.status.success(), "{}", stderr(&off));
+    let on = run(&args("on"));
+    assert!(on.status.success(), "{}", stderr(&on));
+    assert!(median(&off) > 20e6, "Nagle on, two sends: median {} ns", median(&off));
+    assert!(median(&on) < 5e6, "Nagle off: median {} ns", median(&on));
+}

@@ -1,0 +1,86 @@
+//! gridperf's integration tests: agent and client in one process (or as
+//! child processes of the real binary), over loopback.
+//!
+//! Where a new test belongs:
+//! - `echo`: rtt and transfer results, statistics against samples, loss counting;
+//! - `agent`: the agent's answers to bad, hostile, busy or vanishing clients;
+//! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
+//! - `netns`: runs in private network namespaces (need root).
+
+mod agent;
+mod cli;
+mod echo;
+mod netns;
+
+use gridperf::agent::{Agent, AgentConfig, StopHandle};
+use gridperf::engines::echo::Faults;
+use gridperf::engines::EchoOptions;
+use gridperf::runner::Deadlines;
+use gridperf_core::plan::Proto;
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Options for a short run: no pinning, tight deadlines.
+pub fn opts(protos: &[Proto], sizes: &[u64]) -> EchoOptions {
+    EchoOptions {
+        protos: protos.to_vec(),
+        sizes: sizes.to_vec(),
+        nodelay: true,
+        writes: 1,
+        busy_poll: false,
+        client_cpu: None,
+        server_cpu: None,
+        sndbuf: None,
+        rcvbuf: None,
+        deadlines: Deadlines {
+            connect: Duration::from_secs(2),
+            control: Duration::from_secs(5),
+            message: Duration::from_secs(1),
+            queue: Duration::ZERO,
+        },
+        warmup_time: Duration::ZERO,
+        notes: Vec::new(),
+    }
+}
+
+/// An agent on 127.0.0.1 (random port) in a thread of this process.
+pub struct TestAgent {
+    pub addr: SocketAddr,
+    stop: StopHandle,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestAgent {
+    pub fn start(cfg: AgentConfig) -> TestAgent {
+        let cfg = AgentConfig { log: false, ..cfg };
+        let agent = Agent::bind(cfg).expect("bind agent");
+        let addr = agent.local_addrs()[0];
+        let stop = agent.stop_handle();
+        let thread = Some(std::thread::spawn(move || agent.run()));
+        TestAgent { addr, stop, thread }
+    }
+
+    pub fn loopback() -> TestAgent {
+        TestAgent::start(AgentConfig { bind: vec!["127.0.0.1:0".parse().expect("addr")], ..AgentConfig::default() })
+    }
+
+    pub fn with(f: impl FnOnce(&mut AgentConfig)) -> TestAgent {
+        let mut cfg = AgentConfig { bind: vec!["127.0.0.1:0".parse().expect("addr")], ..AgentConfig::default() };
+        f(&mut cfg);
+        TestAgent::start(cfg)
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn faults(drop_every: Option<u64>, delay_every: Option<u64>, delay: Duration) -> Faults {
+    Faults { drop_udp_every: drop_every, delay_udp_every: delay_every, delay }
+}

@@ -1,0 +1,68 @@
+//! Runs inside private network namespaces. They need root; in CI (CI=true)
+//! they must run, elsewhere they skip with a loud message.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+/// Whether this process may create network namespaces; panics in CI if not.
+pub fn privileged(test: &str) -> bool {
+    let root = is_root();
+    if root {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} needs root for network namespaces, and CI must run it");
+    }
+    eprintln!("\n*** SKIPPED {test}: needs root (network namespaces); run the tests as root to include it ***\n");
+    false
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+#[test]
+fn loopback_mtu_1500_in_a_private_namespace() {
+    if !privileged("loopback_mtu_1500_in_a_private_namespace") {
+        return;
+    }
+    let o = Command::new(BIN)
+        .args([
+            "rtt",
+            "--loopback-mtu",
+            "1500",
+            "--proto",
+            "tcp,udp",
+            "--sizes",
+            "1400,3000",
+            "-n",
+            "20",
+            "--warmup-time",
+            "0s",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let notes = v["env"]["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|s| s.contains("lo MTU 1500"))), "{notes:?}");
+    for s in v["env"]["client"]["sockets"].as_array().expect("sockets") {
+        assert_eq!(s["path_mtu"], 1500, "{s}");
+        if s["proto"] == "tcp" {
+            assert_eq!(s["mss"], 1448, "MSS of MTU 1500 with timestamps: {s}");
+        }
+    }
+    // UDP at 3000 B crossed as IP fragments and came back whole
+    let udp3000 = v["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .find(|p| p["proto"] == "udp" && p["size_bytes"] == 3000)
+        .expect("point");
+    assert_eq!(udp3000["summary"]["count"], 20);
+}
