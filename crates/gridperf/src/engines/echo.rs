@@ -84,58 +84,50 @@ fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, what.to_string())
 }
 
-/// Reads exactly `buf.len()` bytes before `deadline`.
-fn read_full(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the peer closed the data connection")),
-            Ok(n) => got += n,
+/// Calls `op(offset)` until `len` bytes have moved or `deadline` passes.
+/// `op` returns how many bytes it moved; 0 means the connection is done
+/// (`zero` says why), a would-block or timeout is retried until the deadline.
+fn move_all(
+    len: usize,
+    deadline: Instant,
+    zero: (io::ErrorKind, &str),
+    late: &str,
+    mut op: impl FnMut(usize) -> io::Result<usize>,
+) -> io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        match op(done) {
+            Ok(0) => return Err(io::Error::new(zero.0, zero.1.to_string())),
+            Ok(n) => done += n,
             Err(e) if is_wait(&e) => {
                 if Instant::now() >= deadline {
-                    return Err(timed_out("no reply within the per-message timeout"));
+                    return Err(timed_out(late));
                 }
             }
             Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// Reads exactly `buf.len()` bytes before `deadline`.
+fn read_full(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let eof = (io::ErrorKind::UnexpectedEof, "the peer closed the data connection");
+    move_all(buf.len(), deadline, eof, "no reply within the per-message timeout", |at| s.read(&mut buf[at..]))
 }
 
 /// Writes all of `buf` before `deadline`.
 fn write_full(s: &mut TcpStream, buf: &[u8], deadline: Instant) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match s.write(&buf[done..]) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the data connection accepts no more bytes")),
-            Ok(n) => done += n,
-            Err(e) if is_wait(&e) => {
-                if Instant::now() >= deadline {
-                    return Err(timed_out("could not send within the per-message timeout"));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    let zero = (io::ErrorKind::WriteZero, "the data connection accepts no more bytes");
+    move_all(buf.len(), deadline, zero, "could not send within the per-message timeout", |at| s.write(&buf[at..]))
 }
 
 /// Sends `len` bytes of the pattern file with sendfile(2) before `deadline`.
 fn sendfile_full(s: &TcpStream, file: &OwnedFd, len: usize, deadline: Instant) -> io::Result<()> {
-    let mut done = 0;
-    while done < len {
-        match gridperf_sys::sendfile(s, file, done as u64, len - done) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "sendfile sent nothing")),
-            Ok(n) => done += n,
-            Err(e) if is_wait(&e) => {
-                if Instant::now() >= deadline {
-                    return Err(timed_out("could not send within the per-message timeout"));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    let zero = (io::ErrorKind::WriteZero, "sendfile sent nothing");
+    move_all(len, deadline, zero, "could not send within the per-message timeout", |at| {
+        gridperf_sys::sendfile(s, file, at as u64, len - at)
+    })
 }
 
 /// What one exchange came to.

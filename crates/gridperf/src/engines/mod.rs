@@ -11,8 +11,9 @@ use crate::env;
 use crate::error::{Error, Result};
 use crate::runner::{self, Deadlines, Session, Test};
 use echo::Faults;
-use gridperf_core::model::Environment;
+use gridperf_core::model::{Environment, Settings};
 use gridperf_core::plan::Proto;
+use gridperf_core::stats::Warning;
 use gridperf_core::wire::TestRequest;
 use std::net::SocketAddr;
 
@@ -42,6 +43,30 @@ pub struct EchoOptions {
     pub warmup_time: std::time::Duration,
     /// Conditions to note in the record (set by the CLI, e.g. a private namespace).
     pub notes: Vec<String>,
+}
+
+impl EchoOptions {
+    /// The record of these settings; each engine fills in its own counts.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            protos: self.protos.clone(),
+            sizes: self.sizes.clone(),
+            iterations: None,
+            duration_ns: None,
+            warmup: 0,
+            warmup_time_ns: self.warmup_time.as_nanos() as u64,
+            nodelay: self.nodelay,
+            writes_per_message: self.writes,
+            busy_poll: self.busy_poll,
+            client_cpu: self.client_cpu,
+            server_cpu: self.server_cpu,
+            sndbuf: self.sndbuf,
+            rcvbuf: self.rcvbuf,
+            timeout_ns: self.deadlines.message.as_nanos() as u64,
+            total_bytes: None,
+            repeat: None,
+        }
+    }
 }
 
 /// Progress, for the CLI to turn into a bar.
@@ -127,6 +152,26 @@ impl Running {
             .iter()
             .position(|p| p.sock.proto() == proto)
             .ok_or_else(|| Error::internal(format!("no data socket for {proto}")))
+    }
+
+    /// Reports the last progress, adds the run-wide warnings, and ends the test.
+    pub fn close(
+        self,
+        opts: &EchoOptions,
+        points: usize,
+        progress: &mut dyn FnMut(Progress),
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Environment> {
+        progress(Progress {
+            done: points,
+            total: points,
+            proto: opts.protos[0],
+            size: opts.sizes.last().copied().unwrap_or(0),
+        });
+        if opts.client_cpu.is_none() && opts.server_cpu.is_none() {
+            warnings.push(Warning::Unpinned);
+        }
+        self.finish()
     }
 
     /// Ends the test and completes the record with the agent's report. Both

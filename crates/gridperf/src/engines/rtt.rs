@@ -27,24 +27,11 @@ pub struct RttOptions {
 }
 
 pub fn settings(o: &RttOptions) -> Settings {
-    let e = &o.echo;
     Settings {
-        protos: e.protos.clone(),
-        sizes: e.sizes.clone(),
         iterations: o.duration.is_none().then_some(o.iterations),
         duration_ns: o.duration.map(|d| d.as_nanos() as u64),
         warmup: o.warmup,
-        warmup_time_ns: e.warmup_time.as_nanos() as u64,
-        nodelay: e.nodelay,
-        writes_per_message: e.writes,
-        busy_poll: e.busy_poll,
-        client_cpu: e.client_cpu,
-        server_cpu: e.server_cpu,
-        sndbuf: e.sndbuf,
-        rcvbuf: e.rcvbuf,
-        timeout_ns: e.deadlines.message.as_nanos() as u64,
-        total_bytes: None,
-        repeat: None,
+        ..o.echo.settings()
     }
 }
 
@@ -120,16 +107,7 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
             server: Some(figures),
         });
     }
-    progress(Progress {
-        done: points.len(),
-        total: points.len(),
-        proto: opts.echo.protos[0],
-        size: *opts.echo.sizes.last().unwrap_or(&0),
-    });
-    if opts.echo.client_cpu.is_none() && opts.echo.server_cpu.is_none() {
-        warnings.push(Warning::Unpinned);
-    }
-    let env = r.finish()?;
+    let env = r.close(&opts.echo, points.len(), progress, &mut warnings)?;
     Ok(RttReport {
         schema: RTT_SCHEMA.into(),
         measure: "rtt".into(),

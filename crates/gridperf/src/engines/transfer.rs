@@ -32,25 +32,7 @@ pub fn messages_per_run(total: u64, size: u64) -> u64 {
 }
 
 pub fn settings(o: &TransferOptions) -> Settings {
-    let e = &o.echo;
-    Settings {
-        protos: e.protos.clone(),
-        sizes: e.sizes.clone(),
-        iterations: None,
-        duration_ns: None,
-        warmup: o.warmup_runs as u64,
-        warmup_time_ns: e.warmup_time.as_nanos() as u64,
-        nodelay: e.nodelay,
-        writes_per_message: e.writes,
-        busy_poll: e.busy_poll,
-        client_cpu: e.client_cpu,
-        server_cpu: e.server_cpu,
-        sndbuf: e.sndbuf,
-        rcvbuf: e.rcvbuf,
-        timeout_ns: e.deadlines.message.as_nanos() as u64,
-        total_bytes: Some(o.total),
-        repeat: Some(o.repeat),
-    }
+    Settings { warmup: o.warmup_runs as u64, total_bytes: Some(o.total), repeat: Some(o.repeat), ..o.echo.settings() }
 }
 
 pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Progress)) -> Result<TransferReport> {
@@ -111,16 +93,7 @@ pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Pro
             server: Some(figures),
         });
     }
-    progress(Progress {
-        done: points.len(),
-        total: points.len(),
-        proto: opts.echo.protos[0],
-        size: *opts.echo.sizes.last().unwrap_or(&0),
-    });
-    if opts.echo.client_cpu.is_none() && opts.echo.server_cpu.is_none() {
-        warnings.push(Warning::Unpinned);
-    }
-    let env = r.finish()?;
+    let env = r.close(&opts.echo, points.len(), progress, &mut warnings)?;
     Ok(TransferReport { schema: TRANSFER_SCHEMA.into(), settings: settings(opts), env, points: out, warnings })
 }
 
