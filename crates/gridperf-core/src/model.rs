@@ -75,6 +75,9 @@ pub struct StepFigures {
     pub bytes_in: u64,
     /// Datagrams the agent received but did not echo (test fault injection only).
     pub dropped_on_purpose: u64,
+    /// Echoes the agent could not send (UDP: the client's port closed, no buffer space).
+    #[serde(default)]
+    pub send_failed: u64,
     /// Agent CPU time (user + system) during the point, in nanoseconds.
     pub cpu_ns: u64,
 }

@@ -7,15 +7,16 @@
 //! client's connection only; the accept loop goes on.
 
 use crate::engines::echo::{DataSock, EchoStep, Faults, RawFdRef, StepError};
-use crate::env;
+use crate::{ctl, env};
 use gridperf_core::plan::Proto;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, TestRequest, WireError};
 use socket2::{Domain, Socket, Type};
+use std::collections::HashMap;
 use std::io::{self, Read};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,32 @@ struct Shared {
     connections: AtomicUsize,
     tests_done: AtomicUsize,
     stop: Arc<AtomicBool>,
+    /// A clone of every open control connection, to shut them down on stop.
+    live: Mutex<HashMap<u64, TcpStream>>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn slots(&self) -> MutexGuard<'_, Slots> {
+        // a panicking client thread must not take the agent's slots with it
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts a control connection while it lives; forgets it on drop.
+struct ConnGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A bound agent, ready to [`Agent::run`].
@@ -122,6 +149,8 @@ impl Agent {
             connections: AtomicUsize::new(0),
             tests_done: AtomicUsize::new(0),
             stop: Arc::new(AtomicBool::new(false)),
+            live: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
         });
         Ok(Agent { listeners, shared })
     }
@@ -138,11 +167,19 @@ impl Agent {
     pub fn run(self) -> io::Result<()> {
         let fds: Vec<i32> = self.listeners.iter().map(|l| l.as_raw_fd()).collect();
         let mut handles: Vec<thread::JoinHandle<()>> = Vec::new();
-        while !self.shared.stop.load(Ordering::SeqCst) {
+        while !self.shared.stopping() {
             if self.shared.cfg.once && self.shared.tests_done.load(Ordering::SeqCst) > 0 {
+                self.shared.stop.store(true, Ordering::SeqCst);
                 break;
             }
-            let ready = gridperf_sys::poll_readable(&fds, 100)?;
+            let ready = match gridperf_sys::poll_readable(&fds, 100) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("gridperf serve: poll failed: {e}");
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
             for (i, r) in ready.iter().enumerate() {
                 if !r {
                     continue;
@@ -175,20 +212,39 @@ impl Agent {
                     );
                     continue;
                 }
-                let h = thread::Builder::new().name(format!("gridperf-client-{peer}")).spawn(move || {
-                    let result = serve_client(&shared, stream, peer);
-                    if let Err(e) = result {
+                let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+                if let Ok(clone) = stream.try_clone() {
+                    shared.live.lock().unwrap_or_else(PoisonError::into_inner).insert(id, clone);
+                }
+                let guard = ConnGuard { shared, id };
+                let spawned = thread::Builder::new().name(format!("gridperf-client-{peer}")).spawn(move || {
+                    let shared = guard.shared.clone();
+                    if let Err(e) = serve_client(&shared, stream, peer) {
                         if shared.cfg.log {
                             eprintln!("gridperf serve: {peer}: {e}");
                         }
                     }
-                    shared.connections.fetch_sub(1, Ordering::SeqCst);
-                })?;
-                handles.push(h);
+                    drop(guard);
+                });
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    // the closure, and the guard in it, are dropped: the count goes back
+                    Err(e) => eprintln!("gridperf serve: cannot start a thread for {peer}: {e}"),
+                }
             }
             handles.retain(|h| !h.is_finished());
         }
-        // let running tests see the stop flag and finish
+        // tests in progress see the stop flag within a few milliseconds and tell
+        // their clients; after a grace period, wake every client thread still
+        // blocked in a read, then wait for them
+        self.shared.freed.notify_all();
+        let grace = Instant::now() + Duration::from_secs(1);
+        while handles.iter().any(|h| !h.is_finished()) && Instant::now() < grace {
+            thread::sleep(Duration::from_millis(10));
+        }
+        for s in self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).values() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
         for h in handles {
             let _ = h.join();
         }
@@ -201,57 +257,98 @@ struct SlotGuard<'a>(&'a Shared);
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.0.slots.lock() {
-            s.running -= 1;
-        }
+        let mut s = self.0.slots();
+        s.running = s.running.saturating_sub(1);
+        drop(s);
         self.0.freed.notify_all();
     }
 }
 
-fn send_error(ctl: &mut TcpStream, code: ErrorCode, message: String) -> String {
-    let _ = wire::write_msg(ctl, &AgentMsg::Error { code, message: message.clone() });
-    message
+/// Why a client's connection ended: with the client already told, or not yet.
+enum Fail {
+    Told(String),
+    Untold(String),
 }
 
-fn take_slot<'a>(shared: &'a Shared, ctl: &mut TcpStream, req: &TestRequest) -> Result<SlotGuard<'a>, String> {
-    let mut slots = shared.slots.lock().map_err(|_| "slot lock poisoned".to_string())?;
-    if slots.running < shared.cfg.max_tests {
-        slots.running += 1;
-        return Ok(SlotGuard(shared));
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fail::Told(m) | Fail::Untold(m) => f.write_str(m),
+        }
     }
+}
+
+impl From<String> for Fail {
+    fn from(m: String) -> Fail {
+        Fail::Untold(m)
+    }
+}
+
+/// Tells the client why, and returns the reason for the agent's log.
+fn send_error(ctl: &mut TcpStream, code: ErrorCode, message: String) -> Fail {
+    let _ = wire::write_msg(ctl, &AgentMsg::Error { code, message: message.clone() });
+    Fail::Told(message)
+}
+
+fn take_slot<'a>(shared: &'a Shared, ctl: &mut TcpStream, req: &TestRequest) -> Result<SlotGuard<'a>, Fail> {
     let busy = |slots: &Slots| {
         format!(
             "the agent is busy: {} test(s) running (limit {}, set with --max-tests), {} waiting",
             slots.running, shared.cfg.max_tests, slots.waiting
         )
     };
+    let mut slots = shared.slots();
+    if shared.stopping() {
+        drop(slots);
+        return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
+    }
+    if slots.running < shared.cfg.max_tests {
+        slots.running += 1;
+        return Ok(SlotGuard(shared));
+    }
     if req.queue_ms == 0 {
-        return Err(send_error(ctl, ErrorCode::Busy, busy(&slots) + "; ask to wait with --queue DURATION"));
+        let msg = busy(&slots) + "; ask to wait with --queue DURATION";
+        drop(slots);
+        return Err(send_error(ctl, ErrorCode::Busy, msg));
     }
     if slots.waiting >= shared.cfg.queue_len {
-        return Err(send_error(ctl, ErrorCode::Busy, busy(&slots) + ": the queue is full"));
+        let msg = busy(&slots) + ": the queue is full";
+        drop(slots);
+        return Err(send_error(ctl, ErrorCode::Busy, msg));
     }
     let ahead = slots.waiting as u32;
     slots.waiting += 1;
     drop(slots);
     let _ = wire::write_msg(ctl, &AgentMsg::Queued { ahead });
     let deadline = Instant::now() + Duration::from_millis(req.queue_ms.min(3_600_000));
-    let mut slots = shared.slots.lock().map_err(|_| "slot lock poisoned".to_string())?;
+    let mut slots = shared.slots();
     loop {
-        if slots.running < shared.cfg.max_tests {
+        if slots.running < shared.cfg.max_tests && !shared.stopping() {
             slots.waiting -= 1;
             slots.running += 1;
             return Ok(SlotGuard(shared));
         }
         let now = Instant::now();
-        if now >= deadline || shared.stop.load(Ordering::SeqCst) {
+        let why = if shared.stopping() {
+            Some("the agent is shutting down".to_string())
+        } else if now >= deadline {
+            Some(busy(&slots) + &format!(" after waiting {} ms in the queue", req.queue_ms))
+        } else {
+            None
+        };
+        // a client that hung up (or spoke out of turn) while queued leaves the queue
+        let gone = gridperf_sys::poll_readable(&[ctl.as_raw_fd()], 0).map(|r| r[0]).unwrap_or(true);
+        if why.is_some() || gone {
             slots.waiting -= 1;
-            let msg = busy(&slots) + &format!(" after waiting {} ms in the queue", req.queue_ms);
             drop(slots);
-            return Err(send_error(ctl, ErrorCode::Busy, msg));
+            shared.freed.notify_all();
+            return Err(match why {
+                Some(msg) => send_error(ctl, ErrorCode::Busy, msg),
+                None => Fail::Told("the client left the queue".into()),
+            });
         }
         let wait = (deadline - now).min(Duration::from_millis(200));
-        slots = shared.freed.wait_timeout(slots, wait).map_err(|_| "slot lock poisoned".to_string())?.0;
+        slots = shared.freed.wait_timeout(slots, wait).unwrap_or_else(PoisonError::into_inner).0;
     }
 }
 
@@ -296,14 +393,25 @@ fn validate(req: &TestRequest) -> Result<Vec<Proto>, (ErrorCode, String)> {
     Ok(protos)
 }
 
-fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result<(), String> {
-    ctl.set_nonblocking(false).map_err(|e| e.to_string())?;
-    ctl.set_nodelay(true).map_err(|e| e.to_string())?;
-    ctl.set_read_timeout(Some(shared.cfg.control_timeout)).map_err(|e| e.to_string())?;
-    ctl.set_write_timeout(Some(shared.cfg.control_timeout)).map_err(|e| e.to_string())?;
+fn wire_code(e: &WireError) -> ErrorCode {
+    match e {
+        WireError::TooLarge { .. } => ErrorCode::TooLarge,
+        WireError::Timeout => ErrorCode::Timeout,
+        _ => ErrorCode::BadMessage,
+    }
+}
 
-    // hello, version check
-    match wire::read_msg::<_, ClientMsg>(&mut ctl) {
+fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result<(), Fail> {
+    let setup = |ctl: &TcpStream| -> io::Result<()> {
+        ctl.set_nonblocking(false)?;
+        ctl.set_nodelay(true)?;
+        ctl.set_write_timeout(Some(shared.cfg.control_timeout))
+    };
+    setup(&ctl).map_err(|e| e.to_string())?;
+    // hello and request, both within one control timeout
+    let until = Instant::now() + shared.cfg.control_timeout;
+
+    match ctl::read_msg_by::<ClientMsg>(&ctl, until) {
         Ok(ClientMsg::Hello { magic, version, software }) => {
             if magic != wire::MAGIC {
                 return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("bad magic {magic:?}")));
@@ -323,14 +431,7 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
         Ok(other) => {
             return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("expected hello, got {other:?}")));
         }
-        Err(e) => {
-            let code = match e {
-                WireError::TooLarge { .. } => ErrorCode::TooLarge,
-                WireError::Timeout => ErrorCode::Timeout,
-                _ => ErrorCode::BadMessage,
-            };
-            return Err(send_error(&mut ctl, code, format!("before hello: {e}")));
-        }
+        Err(e) => return Err(send_error(&mut ctl, wire_code(&e), format!("before hello: {e}"))),
     }
     wire::write_msg(
         &mut ctl,
@@ -338,12 +439,12 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
     )
     .map_err(|e| e.to_string())?;
 
-    let req = match wire::read_msg::<_, ClientMsg>(&mut ctl) {
+    let req = match ctl::read_msg_by::<ClientMsg>(&ctl, until) {
         Ok(ClientMsg::Request(r)) => r,
         Ok(other) => {
             return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("expected a request, got {other:?}")))
         }
-        Err(e) => return Err(send_error(&mut ctl, ErrorCode::BadMessage, e.to_string())),
+        Err(e) => return Err(send_error(&mut ctl, wire_code(&e), format!("reading the request: {e}"))),
     };
     let protos = match validate(&req) {
         Ok(p) => p,
@@ -357,10 +458,11 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
     match result {
         Ok(()) => Ok(()),
-        Err(msg) => {
-            let _ = wire::write_msg(&mut ctl, &AgentMsg::Error { code: ErrorCode::Internal, message: msg.clone() });
-            Err(msg)
+        Err(Fail::Untold(msg)) => {
+            let code = if shared.stopping() { ErrorCode::Busy } else { ErrorCode::Internal };
+            Err(send_error(&mut ctl, code, msg))
         }
+        Err(told) => Err(told),
     }
 }
 
@@ -374,19 +476,28 @@ fn apply_buffers(sock: &impl AsRawFd, req: &TestRequest) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest per-message timeout the agent honours (the client's --timeout).
+pub const MAX_MESSAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
 fn run_test(
     shared: &Shared,
     ctl: &mut TcpStream,
     peer: SocketAddr,
     req: &TestRequest,
     protos: &[Proto],
-) -> Result<(), String> {
+) -> Result<(), Fail> {
     let mut pinned = None;
     if let Some(cpu) = req.cpu {
-        gridperf_sys::set_thread_affinity(&[cpu]).map_err(|e| format!("cannot pin the agent to CPU {cpu}: {e}"))?;
+        if let Err(e) = gridperf_sys::set_thread_affinity(&[cpu]) {
+            let msg = format!("cannot pin the agent to CPU {cpu}: {e} (the agent's host has CPUs {:?})", env::cpus());
+            return Err(send_error(ctl, ErrorCode::Unsupported, msg));
+        }
         pinned = Some(vec![cpu]);
     }
-    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip();
+    // an IPv4 client on a dual-stack listener shows as ::ffff:a.b.c.d: use
+    // the plain IPv4 form, which works whatever net.ipv6.bindv6only says
+    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
+    let peer_ip = peer.ip().to_canonical();
     let ipv6 = local_ip.is_ipv6();
     let streams: Vec<Proto> = protos.iter().copied().filter(|p| p.is_stream()).collect();
     let listener = if streams.is_empty() {
@@ -397,10 +508,14 @@ fn run_test(
         Some(l)
     };
     let udp = if protos.contains(&Proto::Udp) {
-        let port = req.udp_port.ok_or("UDP requested without the client's UDP port")?;
+        let Some(port) = req.udp_port else {
+            return Err(send_error(ctl, ErrorCode::BadMessage, "UDP requested without the client's UDP port".into()));
+        };
         let s = UdpSocket::bind((local_ip, 0)).map_err(|e| format!("UDP socket: {e}"))?;
-        apply_buffers(&s, req)?;
-        s.connect((peer.ip(), port)).map_err(|e| format!("UDP connect: {e}"))?;
+        if let Err(m) = apply_buffers(&s, req) {
+            return Err(send_error(ctl, ErrorCode::Unsupported, m));
+        }
+        s.connect((peer_ip, port)).map_err(|e| format!("UDP connect: {e}"))?;
         Some(s)
     } else {
         None
@@ -430,24 +545,41 @@ fn run_test(
     let mut socks: Vec<DataSock> = Vec::new();
     if let Some(l) = &listener {
         let deadline = Instant::now() + shared.cfg.control_timeout;
+        let mut step_waiting = false;
         while socks.len() < streams.len() {
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || shared.stopping() {
                 return Err(format!(
                     "the client opened {} of {} data connections within {:.0} s",
                     socks.len(),
                     streams.len(),
                     shared.cfg.control_timeout.as_secs_f64()
-                ));
+                )
+                .into());
             }
-            let ready = gridperf_sys::poll_readable(&[l.as_raw_fd()], 100).map_err(|e| e.to_string())?;
+            // watch the control connection too, for a client that hangs up;
+            // once its first step has arrived there, only the listener
+            let fds = [l.as_raw_fd(), ctl.as_raw_fd()];
+            let ready = gridperf_sys::poll_readable(&fds[..if step_waiting { 1 } else { 2 }], 100)
+                .map_err(|e| e.to_string())?;
+            if ready.get(1) == Some(&true) {
+                match ctl.peek(&mut [0u8; 1]) {
+                    Ok(0) | Err(_) => {
+                        return Err(Fail::Told("the client left before opening its data connections".into()))
+                    }
+                    Ok(_) => step_waiting = true,
+                }
+            }
             if !ready[0] {
                 continue;
             }
             let (mut s, from) = match l.accept() {
                 Ok(x) => x,
-                Err(_) => continue,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
             };
-            if from.ip() != peer.ip() {
+            if from.ip().to_canonical() != peer_ip {
                 continue;
             }
             let _ = s.set_nonblocking(false);
@@ -470,7 +602,9 @@ fn run_test(
                 continue;
             }
             s.set_nodelay(req.nodelay).map_err(|e| e.to_string())?;
-            apply_buffers(&s, req)?;
+            if let Err(m) = apply_buffers(&s, req) {
+                return Err(send_error(ctl, ErrorCode::Unsupported, m));
+            }
             socks.push(if proto == Proto::Sendfile {
                 let file = gridperf_sys::memfd_pattern(req.max_size as usize).map_err(|e| format!("memfd: {e}"))?;
                 DataSock::Sendfile(s, file)
@@ -483,20 +617,19 @@ fn run_test(
     if let Some(u) = udp {
         socks.push(DataSock::Udp(u));
     }
-    let timeout = Duration::from_millis(req.timeout_ms.clamp(1, 3_600_000));
+    let timeout = Duration::from_millis(req.timeout_ms.max(1)).min(MAX_MESSAGE_TIMEOUT);
     for s in &socks {
         s.set_mode(req.busy_poll, crate::engines::echo::AGENT_POLL_SLICE).map_err(|e| e.to_string())?;
     }
     // wait longer than the client does, so that the client reports first
     let idle_limit = timeout * 2 + Duration::from_secs(5);
     let mut buf = vec![0u8; (req.max_size as usize).max(65_536)];
-    let file_buf = crate::engines::echo::pattern(req.max_size as usize);
-    ctl.set_read_timeout(Some(idle_limit.max(shared.cfg.control_timeout))).map_err(|e| e.to_string())?;
     loop {
-        if shared.stop.load(Ordering::SeqCst) {
-            return Err("the agent is shutting down".into());
+        if shared.stopping() {
+            return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
         }
-        match wire::read_msg::<_, ClientMsg>(ctl) {
+        // between steps the client answers at once: the control timeout applies
+        match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
             Ok(ClientMsg::Step(StepRequest { proto, size, exchanges })) => {
                 let p = Proto::from_name(&proto);
                 let Some(sock) = socks.iter_mut().find(|s| Some(s.proto()) == p) else {
@@ -520,11 +653,16 @@ fn run_test(
                     exchanges: if sock.proto().is_stream() { exchanges } else { None },
                     busy: req.busy_poll,
                     idle_limit,
+                    control_timeout: shared.cfg.control_timeout,
+                    stop: &shared.stop,
                     faults: shared.cfg.faults,
                 };
-                match step.run(sock, &mut buf, &file_buf) {
+                match step.run(sock, &mut buf) {
                     Ok(figures) => wire::write_msg(ctl, &AgentMsg::StepDone { figures }).map_err(|e| e.to_string())?,
-                    Err(StepError::Control(m)) => return Err(m),
+                    Err(StepError::Control(m)) => return Err(m.into()),
+                    Err(StepError::Stopped) => {
+                        return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()))
+                    }
                     Err(e) => return Err(send_error(ctl, ErrorCode::Timeout, format!("{proto} {size} B: {e}"))),
                 }
             }
@@ -533,11 +671,12 @@ fn run_test(
                     let fd = RawFdRef(s.raw_fd());
                     agent.sockets.push(env::socket_info(&fd, s.proto(), ipv6, req.sndbuf, req.rcvbuf));
                 }
-                return wire::write_msg(ctl, &AgentMsg::Report { agent: agent.clone() }).map_err(|e| e.to_string());
+                return wire::write_msg(ctl, &AgentMsg::Report { agent: agent.clone() })
+                    .map_err(|e| e.to_string().into());
             }
-            Ok(ClientMsg::Abort { reason }) => return Err(format!("client aborted: {reason}")),
+            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
             Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("unexpected {other:?}"))),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("between steps: {e}"))),
         }
     }
 }

@@ -34,6 +34,11 @@ pub fn sysctl(name: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
+/// The CPUs this thread may run on (what `--cpu` can name).
+pub fn cpus() -> Vec<usize> {
+    gridperf_sys::thread_affinity().unwrap_or_default()
+}
+
 pub fn software() -> String {
     format!("gridperf {}", env!("CARGO_PKG_VERSION"))
 }

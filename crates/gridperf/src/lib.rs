@@ -5,6 +5,7 @@
 //! stats (in gridperf-core) -> `report` (print). `agent` is `gridperf serve`.
 
 pub mod agent;
+pub mod ctl;
 pub mod engines;
 pub mod env;
 pub mod error;

@@ -208,6 +208,11 @@ fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
     let protos = parse_protos(&a.protos)?;
     let sizes = parse_sizes(&a.sizes)?;
     check_limits(&protos, &sizes)?;
+    if a.host.is_none() && a.busy_poll && a.cpu.as_deref().map(parse_cpus).transpose()?.is_some_and(|(c, s)| c == s) {
+        return Err(Error::usage(
+            "--busy-poll with both ends on one CPU makes two spinning threads share it: give --cpu C,S with S different from C",
+        ));
+    }
     if a.writes == 0 || a.writes > 64 {
         return Err(Error::usage("--writes takes 1 to 64"));
     }
@@ -221,7 +226,13 @@ fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
     let deadlines = Deadlines {
         connect: duration(&a.connect_timeout, "--connect-timeout")?,
         control: duration(&a.connect_timeout, "--connect-timeout")?.max(Duration::from_secs(5)),
-        message: duration(&a.timeout, "--timeout")?,
+        message: {
+            let t = duration(&a.timeout, "--timeout")?;
+            if t > gridperf::agent::MAX_MESSAGE_TIMEOUT {
+                return Err(Error::usage(format!("--timeout {}: at most 60s", a.timeout)));
+            }
+            t
+        },
         queue: match &a.queue {
             Some(q) => duration(q, "--queue")?,
             None => Duration::ZERO,
@@ -315,6 +326,9 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
     if a.iterations == 0 || a.iterations > 100_000_000 {
         return Err(Error::usage("--iterations takes 1 to 100000000"));
     }
+    if a.warmup > 100_000_000 {
+        return Err(Error::usage("--warmup takes 0 to 100000000"));
+    }
     let opts = RttOptions {
         echo,
         iterations: a.iterations,
@@ -351,6 +365,9 @@ fn cmd_transfer(a: TransferArgs) -> Result<()> {
     }
     if a.repeat == 0 || a.repeat > 10_000 {
         return Err(Error::usage("--repeat takes 1 to 10000"));
+    }
+    if a.warmup_runs > 10_000 {
+        return Err(Error::usage("--warmup-runs takes 0 to 10000"));
     }
     let smallest = echo.sizes[0];
     if transfer::messages_per_run(total, smallest) > 100_000_000 {
@@ -391,6 +408,9 @@ fn cmd_serve(a: ServeArgs) -> Result<()> {
     let agent = Agent::bind(cfg).map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
     let stop = agent.stop_handle();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // the first signal stops the agent cleanly; a second one exits at once
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.flag())
+            .map_err(|e| Error::internal(e.to_string()))?;
         signal_hook::flag::register(sig, stop.flag()).map_err(|e| Error::internal(e.to_string()))?;
     }
     let addrs: Vec<String> = agent.local_addrs().iter().map(|a| a.to_string()).collect();

@@ -104,7 +104,12 @@ impl Session {
     }
 
     fn recv(&mut self) -> Result<AgentMsg> {
-        wire::read_msg(&mut self.ctl).map_err(|e| Error::network(format!("agent at {}: {e}", self.addr)))
+        self.recv_within(self.deadlines.control)
+    }
+
+    fn recv_within(&mut self, within: Duration) -> Result<AgentMsg> {
+        crate::ctl::read_msg_within(&self.ctl, within)
+            .map_err(|e| Error::network(format!("agent at {}: {e}", self.addr)))
     }
 
     fn expect<T>(&mut self, what: &str, f: impl FnOnce(AgentMsg) -> Option<T>) -> Result<T> {
@@ -138,10 +143,7 @@ impl Session {
         let mut answer = self.recv()?;
         if let AgentMsg::Queued { ahead } = answer {
             eprintln!("gridperf: the agent is busy; waiting in its queue ({ahead} ahead)");
-            let limit = self.deadlines.queue + self.deadlines.control;
-            self.ctl.set_read_timeout(Some(limit)).map_err(|e| Error::network(e.to_string()))?;
-            answer = self.recv()?;
-            self.ctl.set_read_timeout(Some(self.deadlines.control)).map_err(|e| Error::network(e.to_string()))?;
+            answer = self.recv_within(self.deadlines.queue + self.deadlines.control)?;
         }
         let (tcp_port, udp_port, token, agent) = match answer {
             AgentMsg::Ready { tcp_port, udp_port, token, agent } => (tcp_port, udp_port, token, agent),
@@ -219,8 +221,22 @@ impl Session {
 
     /// Whether the agent has closed the control connection (or sent something unasked).
     pub fn agent_gone(&self) -> bool {
+        self.agent_gone_within(Duration::ZERO)
+    }
+
+    /// The same, waiting up to `wait` for the agent's word to arrive.
+    pub fn agent_gone_within(&self, wait: Duration) -> bool {
         use std::os::fd::AsRawFd;
-        gridperf_sys::poll_readable(&[self.ctl.as_raw_fd()], 0).map(|r| r[0]).unwrap_or(true)
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        gridperf_sys::poll_readable(&[self.ctl.as_raw_fd()], ms).map(|r| r[0]).unwrap_or(true)
+    }
+
+    /// What the agent said before it went (an error frame), if anything.
+    pub fn last_words(&mut self) -> Option<String> {
+        match crate::ctl::read_msg_within::<AgentMsg>(&self.ctl, Duration::from_millis(200)) {
+            Ok(AgentMsg::Error { message, .. }) => Some(message),
+            _ => None,
+        }
     }
 }
 

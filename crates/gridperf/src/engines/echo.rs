@@ -10,10 +10,11 @@
 
 use gridperf_core::model::StepFigures;
 use gridperf_core::plan::Proto;
-use gridperf_core::wire::{self, ClientMsg};
+use gridperf_core::wire::ClientMsg;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long the agent sleeps in one blocking receive before it looks at the
@@ -98,7 +99,13 @@ fn move_all(
     while done < len {
         match op(done) {
             Ok(0) => return Err(io::Error::new(zero.0, zero.1.to_string())),
-            Ok(n) => done += n,
+            Ok(n) => {
+                done += n;
+                // a peer that trickles bytes must not stretch the deadline
+                if done < len && Instant::now() >= deadline {
+                    return Err(timed_out(late));
+                }
+            }
             Err(e) if is_wait(&e) => {
                 if Instant::now() >= deadline {
                     return Err(timed_out(late));
@@ -152,6 +159,10 @@ pub struct Pinger {
     busy: bool,
     /// Replies that arrived after their message was counted as lost.
     pub late: u64,
+    /// A message was lost since the socket was last drained: its reply may
+    /// still be on the way, and is read (and counted late) before the next
+    /// exchange starts its clock.
+    stale: bool,
 }
 
 impl Pinger {
@@ -167,6 +178,7 @@ impl Pinger {
             writes: writes.max(1),
             busy,
             late: 0,
+            stale: false,
         }
     }
 
@@ -201,6 +213,10 @@ impl Pinger {
                 // the sequence number in the first min(size, 8) bytes: a 1-byte
                 // message carries it modulo 256
                 let k = size.min(8);
+                if self.stale {
+                    self.late += drain(s, &mut self.inbuf, self.busy)?;
+                    self.stale = false;
+                }
                 self.out[..k].copy_from_slice(&self.seq.to_le_bytes()[..k]);
                 self.seq = self.seq.wrapping_add(1);
                 let t0 = Instant::now();
@@ -241,6 +257,9 @@ impl Pinger {
                 if shortened {
                     s.set_read_timeout(Some(timeout))?;
                 }
+                if matches!(result, Ok(Outcome::Lost)) {
+                    self.stale = true;
+                }
                 result
             }
         }
@@ -262,6 +281,25 @@ impl Pinger {
     }
 }
 
+/// Reads whatever datagrams are queued, without waiting; returns how many.
+fn drain(s: &UdpSocket, buf: &mut [u8], busy: bool) -> io::Result<u64> {
+    if !busy {
+        s.set_nonblocking(true)?;
+    }
+    let mut n = 0;
+    let result = loop {
+        match s.recv(buf) {
+            Ok(_) => n += 1,
+            Err(e) if is_wait(&e) || e.kind() == io::ErrorKind::ConnectionRefused => break Ok(n),
+            Err(e) => break Err(e),
+        }
+    };
+    if !busy {
+        s.set_nonblocking(false)?;
+    }
+    result
+}
+
 /// Why the agent's side of a step stopped early.
 #[derive(Debug)]
 pub enum StepError {
@@ -271,6 +309,8 @@ pub enum StepError {
     Idle(Duration),
     /// A control message that does not belong in a step.
     Control(String),
+    /// The agent is shutting down.
+    Stopped,
 }
 
 impl std::fmt::Display for StepError {
@@ -279,6 +319,7 @@ impl std::fmt::Display for StepError {
             StepError::Io(e) => write!(f, "data connection: {e}"),
             StepError::Idle(d) => write!(f, "no data from the client for {:.1} s", d.as_secs_f64()),
             StepError::Control(m) => write!(f, "{m}"),
+            StepError::Stopped => write!(f, "the agent is shutting down"),
         }
     }
 }
@@ -300,8 +341,12 @@ pub struct EchoStep<'a> {
     pub size: usize,
     pub exchanges: Option<u64>,
     pub busy: bool,
-    /// Give up when nothing arrives for this long.
+    /// Give up when a message takes longer than this to arrive in full.
     pub idle_limit: Duration,
+    /// For reading a control message once it has begun to arrive.
+    pub control_timeout: Duration,
+    /// The agent's stop flag, looked at for every message and every wait.
+    pub stop: &'a AtomicBool,
     pub faults: Faults,
 }
 
@@ -312,7 +357,7 @@ impl EchoStep<'_> {
         if !ready[0] {
             return Ok(false);
         }
-        match wire::read_msg::<_, ClientMsg>(self.ctl) {
+        match crate::ctl::read_msg_within::<ClientMsg>(self.ctl, self.control_timeout) {
             Ok(ClientMsg::StepEnd) => Ok(true),
             Ok(ClientMsg::Abort { reason }) => Err(StepError::Control(format!("client aborted: {reason}"))),
             Ok(other) => Err(StepError::Control(format!("unexpected control message during a step: {other:?}"))),
@@ -320,17 +365,40 @@ impl EchoStep<'_> {
         }
     }
 
-    pub fn run(mut self, data: &mut DataSock, buf: &mut [u8], file_buf: &[u8]) -> Result<StepFigures, StepError> {
+    /// What to do when no data is waiting: keep waiting (Ok(false)), the
+    /// step ended (Ok(true)), or give up.
+    fn on_wait(&mut self, spins: &mut u32, since: Instant, may_end: bool) -> Result<bool, StepError> {
+        *spins = spins.wrapping_add(1);
+        if self.busy && *spins % 1024 != 0 {
+            return Ok(false);
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(StepError::Stopped);
+        }
+        if may_end && self.control_says_end()? {
+            return Ok(true);
+        }
+        let idle = since.elapsed();
+        if idle > self.idle_limit {
+            return Err(StepError::Idle(idle));
+        }
+        Ok(false)
+    }
+
+    pub fn run(mut self, data: &mut DataSock, buf: &mut [u8]) -> Result<StepFigures, StepError> {
         let mut fig = StepFigures::default();
         let (u0, s0) = gridperf_sys::thread_cpu_time_ns();
-        let mut last_activity = Instant::now();
         let mut spins: u32 = 0;
         let size = self.size;
         loop {
             if self.exchanges.is_some_and(|n| fig.echoed >= n) {
                 break;
             }
-            // receive one message
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(StepError::Stopped);
+            }
+            // receive one message; it must arrive in full within idle_limit
+            let since = Instant::now();
             let received = match data {
                 DataSock::Tcp(s) | DataSock::Sendfile(s, _) => {
                     let mut got = 0;
@@ -345,55 +413,35 @@ impl EchoStep<'_> {
                             }
                             Ok(n) => {
                                 got += n;
-                                last_activity = Instant::now();
+                                if got < size && since.elapsed() > self.idle_limit {
+                                    return Err(StepError::Idle(since.elapsed()));
+                                }
                             }
                             Err(e) if is_wait(&e) => {
-                                spins = spins.wrapping_add(1);
-                                if !self.busy || spins % 1024 == 0 {
-                                    if got == 0 && self.control_says_end()? {
-                                        ended = true;
-                                        break;
-                                    }
-                                    let idle = last_activity.elapsed();
-                                    if idle > self.idle_limit {
-                                        return Err(StepError::Idle(idle));
-                                    }
+                                if self.on_wait(&mut spins, since, got == 0)? {
+                                    ended = true;
+                                    break;
                                 }
                             }
                             Err(e) => return Err(StepError::Io(e)),
                         }
                     }
-                    if ended {
-                        None
-                    } else {
-                        Some(size)
-                    }
+                    (!ended).then_some(size)
                 }
                 DataSock::Udp(s) => loop {
                     match s.recv(buf) {
+                        // the client's hint that the step ended; StepEnd decides
                         Ok(0) => {
-                            // the client's hint that the step ended; StepEnd decides
                             if self.control_says_end()? {
                                 break None;
                             }
                         }
-                        Ok(n) => {
-                            last_activity = Instant::now();
-                            break Some(n);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                            // ICMP from the client's port (a reply it no longer waits for)
-                        }
+                        Ok(n) => break Some(n),
+                        // ICMP from the client's port (a reply it no longer waits for)
+                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
                         Err(e) if is_wait(&e) => {
-                            spins = spins.wrapping_add(1);
-                            if !self.busy || spins % 1024 == 0 {
-                                if self.control_says_end()? {
-                                    break None;
-                                }
-                                let idle = last_activity.elapsed();
-                                if idle > self.idle_limit {
-                                    return Err(StepError::Idle(idle));
-                                }
+                            if self.on_wait(&mut spins, since, true)? {
+                                break None;
                             }
                         }
                         Err(e) => return Err(StepError::Io(e)),
@@ -402,13 +450,14 @@ impl EchoStep<'_> {
             };
             let Some(n) = received else { break };
             fig.bytes_in += n as u64;
-            // reply
+            // reply: TCP sends back the bytes it received, sendfile sends the
+            // pattern from its file, UDP the datagram (sequence number included)
             let deadline = Instant::now() + self.idle_limit;
             match data {
-                DataSock::Tcp(s) => write_full(s, &file_buf[..n], deadline).map_err(StepError::Io)?,
+                DataSock::Tcp(s) => write_full(s, &buf[..n], deadline).map_err(StepError::Io)?,
                 DataSock::Sendfile(s, file) => sendfile_full(s, file, n, deadline).map_err(StepError::Io)?,
                 DataSock::Udp(s) => {
-                    let count = fig.echoed + fig.dropped_on_purpose + 1;
+                    let count = fig.echoed + fig.dropped_on_purpose + fig.send_failed + 1;
                     if self.faults.drop_udp_every.is_some_and(|k| k > 0 && count % k == 0) {
                         fig.dropped_on_purpose += 1;
                         continue;
@@ -419,8 +468,14 @@ impl EchoStep<'_> {
                     match s.send(&buf[..n]) {
                         Ok(_) => {}
                         // the client went away or its queue is full: its loss to count
-                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused || is_wait(&e) => {}
-                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                        Err(e)
+                            if e.kind() == io::ErrorKind::ConnectionRefused
+                                || is_wait(&e)
+                                || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                        {
+                            fig.send_failed += 1;
+                            continue;
+                        }
                         Err(e) => return Err(StepError::Io(e)),
                     }
                 }

@@ -198,7 +198,7 @@ impl Running {
                 Ok(())
             }
             Ok(echo::Outcome::Lost) => Ok(()),
-            Err(e) => Err(self.fail(proto, size, n, e)),
+            Err(e) => Err(self.fail(proto, size, n + 1, e)),
         }
     }
 
@@ -222,15 +222,43 @@ impl Running {
     }
 
     /// Turns an I/O failure of an exchange into an error that says where it happened.
+    /// `n` counts exchanges from 1.
     pub fn fail(&mut self, proto: Proto, size: u64, n: u64, e: std::io::Error) -> Error {
+        // the agent may have said why it stopped; its word can trail the data
+        // connection's reset by a moment
+        let gone = if self.session.agent_gone_within(std::time::Duration::from_millis(200)) {
+            match self.session.last_words() {
+                Some(why) => format!(" (the agent stopped: {why})"),
+                None => " (the agent has closed the control connection)".to_string(),
+            }
+        } else {
+            String::new()
+        };
         self.session.abort(&format!("client error: {e}"));
-        let gone = if self.session.agent_gone() { " (the agent has closed the control connection)" } else { "" };
         match e.kind() {
             std::io::ErrorKind::TimedOut => Error::network(format!(
-                "{proto} {size} B, exchange {n}: no reply within {:?}{gone}; raise --timeout if the path is that slow",
+                "{proto} {size} B, exchange {n}: {e} ({:?}){gone}; raise --timeout if the path is that slow",
                 self.message_timeout
             )),
             _ => Error::network(format!("{proto} {size} B, exchange {n}: {e}{gone}")),
         }
+    }
+
+    /// Counts a lost UDP message; after enough losses in a row (at least 10,
+    /// and at least 3 s of timeouts) the path or the agent is taken to be
+    /// gone, rather than waiting out every remaining message.
+    pub fn lost_in_a_row(&mut self, proto: Proto, size: u64, in_a_row: u64) -> Result<()> {
+        let limit = (3_000 / self.message_timeout.as_millis().max(1) as u64).max(10);
+        if self.session.agent_gone() {
+            let why = self.session.last_words().unwrap_or_else(|| "it closed the control connection".into());
+            return Err(Error::network(format!("{proto} {size} B: the agent stopped mid-run: {why}")));
+        }
+        if in_a_row >= limit {
+            return Err(Error::network(format!(
+                "{proto} {size} B: no reply to {in_a_row} datagrams in a row (timeout {:?} each): the path or the agent is down",
+                self.message_timeout
+            )));
+        }
+        Ok(())
     }
 }

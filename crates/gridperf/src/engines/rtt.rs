@@ -4,7 +4,7 @@
 
 use super::{start, EchoOptions, Progress, Target};
 use crate::engines::echo::Outcome;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use gridperf_core::model::{RttPoint, RttReport, Settings, RTT_SCHEMA};
 use gridperf_core::plan::interleave;
 use gridperf_core::stats::{self, Summary, Warning};
@@ -53,7 +53,7 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
         if !out.iter().any(|p: &RttPoint| p.proto == pt.proto) {
             warmed += r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
-        r.session.step(pt.proto, pt.size, by_agent.then_some(opts.warmup + opts.iterations))?;
+        r.session.step(pt.proto, pt.size, by_agent.then_some(opts.warmup.saturating_add(opts.iterations)))?;
         for _ in 0..opts.warmup {
             r.warm_exchange(idx, pt.proto, pt.size, warmed)?;
             warmed += 1;
@@ -61,7 +61,7 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
         let late_before = r.test.pingers[idx].late;
         let cap = if opts.duration.is_some() { MAX_SAMPLES } else { (opts.iterations as usize).min(MAX_SAMPLES) };
         let mut samples: Vec<u64> = Vec::with_capacity(cap.min(1 << 20));
-        let (mut sent, mut lost) = (0u64, 0u64);
+        let (mut sent, mut lost, mut in_a_row) = (0u64, 0u64, 0u64);
         let end = opts.duration.map(|d| Instant::now() + d);
         loop {
             let more = match end {
@@ -73,17 +73,16 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
             }
             sent += 1;
             match r.test.pingers[idx].exchange(size) {
-                Ok(Outcome::Rtt(ns)) => samples.push(ns),
+                Ok(Outcome::Rtt(ns)) => {
+                    samples.push(ns);
+                    in_a_row = 0;
+                }
                 Ok(Outcome::Lost) => {
                     lost += 1;
-                    if r.session.agent_gone() {
-                        return Err(Error::network(format!(
-                            "{} {size} B: the agent closed the control connection mid-run",
-                            pt.proto
-                        )));
-                    }
+                    in_a_row += 1;
+                    r.lost_in_a_row(pt.proto, pt.size, in_a_row)?;
                 }
-                Err(e) => return Err(r.fail(pt.proto, pt.size, opts.warmup + sent, e)),
+                Err(e) => return Err(r.fail(pt.proto, pt.size, warmed + sent, e)),
             }
         }
         let figures = r.session.end_step(&r.test.pingers[idx], by_agent)?;

@@ -45,22 +45,26 @@ pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Pro
         let idx = r.index(pt.proto)?;
         let size = pt.size as usize;
         let messages = messages_per_run(opts.total, pt.size);
-        let runs = (opts.warmup_runs + opts.repeat) as u64;
+        let runs = opts.warmup_runs as u64 + opts.repeat as u64;
         if !out.iter().any(|p: &TransferPoint| p.proto == pt.proto) {
             r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
         let by_agent = pt.proto.is_stream();
         r.session.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
         let mut times = Vec::with_capacity(opts.repeat as usize);
-        let mut lost = 0u64;
+        let (mut lost, mut in_a_row) = (0u64, 0u64);
         for run in 0..runs {
             let t0 = Instant::now();
             let mut run_lost = 0;
             for m in 0..messages {
                 match r.test.pingers[idx].exchange(size) {
-                    Ok(Outcome::Rtt(_)) => {}
-                    Ok(Outcome::Lost) => run_lost += 1,
-                    Err(e) => return Err(r.fail(pt.proto, pt.size, run * messages + m, e)),
+                    Ok(Outcome::Rtt(_)) => in_a_row = 0,
+                    Ok(Outcome::Lost) => {
+                        run_lost += 1;
+                        in_a_row += 1;
+                        r.lost_in_a_row(pt.proto, pt.size, in_a_row)?;
+                    }
+                    Err(e) => return Err(r.fail(pt.proto, pt.size, run * messages + m + 1, e)),
                 }
             }
             let ns = t0.elapsed().as_nanos() as u64;

@@ -265,3 +265,27 @@ fn a_stranger_on_the_data_port_is_ignored() {
     data.read_exact(&mut back).expect("echo");
     assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("done"), AgentMsg::StepDone { .. }));
 }
+
+#[test]
+fn a_client_trickling_a_frame_is_cut_off_at_the_control_deadline() {
+    let agent = TestAgent::with(|c| c.control_timeout = Duration::from_millis(500));
+    let mut s = raw(&agent);
+    let t0 = Instant::now();
+    // a 100-byte frame, one byte every 100 ms: each read is quick, the whole is not
+    s.write_all(&100u32.to_be_bytes()).expect("write");
+    let writer = s.try_clone().expect("clone");
+    let t = std::thread::spawn(move || {
+        let mut w = writer;
+        for _ in 0..30 {
+            if w.write_all(b" ").is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let m = expect_error(wire::read_msg(&mut s).expect("an error frame"), ErrorCode::Timeout);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(m.contains("before hello"), "{m}");
+    t.join().expect("writer");
+    still_serves(&agent);
+}

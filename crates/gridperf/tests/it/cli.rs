@@ -57,6 +57,9 @@ fn usage_errors_exit_2_and_show_the_valid_forms() {
         (vec!["rtt", "--sizes", "10G"], "67108864"),
         (vec!["rtt", "--timeout", "5"], "500us, 10ms"),
         (vec!["rtt", "--cpu", "x"], "--cpu 0,1"),
+        (vec!["rtt", "--cpu", "0", "--busy-poll"], "--cpu C,S"),
+        (vec!["rtt", "--timeout", "2m"], "at most 60s"),
+        (vec!["rtt", "--warmup", "999999999999"], "--warmup"),
         (vec!["transfer", "--total", "1M", "--sizes", "1", "--repeat", "0"], "--repeat"),
     ] {
         let o = run(&args);
@@ -231,4 +234,25 @@ fn nagle_and_delayed_ack_stall_a_message_written_in_two_sends() {
     assert!(on.status.success(), "{}", stderr(&on));
     assert!(median(&off) > 20e6, "Nagle on, two sends: median {} ns", median(&off));
     assert!(median(&on) < 5e6, "Nagle off: median {} ns", median(&on));
+}
+
+#[test]
+fn sigterm_during_a_test_stops_the_agent_and_the_client_is_told() {
+    let (mut agent, port) = serve(&[]);
+    let p = port.to_string();
+    let mut client = Command::new(BIN)
+        .args(["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-t", "30s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("client");
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(send_signal(agent.id() as i32, 15), 0);
+    let st = wait_with_deadline(&mut agent, Duration::from_secs(3));
+    assert!(st.success(), "{st:?}");
+    let st = wait_with_deadline(&mut client, Duration::from_secs(5));
+    let mut err = String::new();
+    client.stderr.take().expect("stderr").read_to_string(&mut err).expect("read");
+    assert_eq!(st.code(), Some(3), "{err}");
+    assert!(err.contains("shutting down"), "{err}");
 }

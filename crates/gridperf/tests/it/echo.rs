@@ -168,3 +168,17 @@ fn pinned_ends_are_recorded() {
     assert_eq!(r.env.server.as_ref().expect("agent").pinned_cpus, Some(vec![0]));
     assert!(!r.warnings.iter().any(|w| matches!(w, gridperf_core::stats::Warning::Unpinned)));
 }
+
+#[test]
+fn udp_into_the_void_ends_with_a_network_error_not_a_long_wait() {
+    // every datagram dropped: after 3 s of timeouts in a row the run stops
+    let agent = TestAgent::with(|c| c.faults = faults(Some(1), None, Duration::ZERO));
+    let mut o = rtt_opts(&[Proto::Udp], &[64], 100_000);
+    o.warmup = 0;
+    o.echo.deadlines.message = Duration::from_millis(20);
+    let t0 = std::time::Instant::now();
+    let e = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect_err("fails");
+    assert_eq!(e.kind, gridperf::error::Kind::Network);
+    assert!(e.message.contains("150 datagrams in a row"), "{}", e.message);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
