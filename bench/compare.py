@@ -48,6 +48,9 @@ MODE_NAME = {
 }
 
 
+STEAL_NOTE_PCT = 2.0  # note runs during which the hypervisor stole this much CPU time
+
+
 class ParseError(Exception):
     pass
 
@@ -200,13 +203,14 @@ def load_runs(workdir):
         if not line.strip():
             continue
         f = line.split("\t")
-        if len(f) < 11:
-            f += [""] * (11 - len(f))
-        mode, tool, proto, size, wire, rc, logf, extra, cmd, rnd, busy = f[:11]
+        if len(f) < 12:
+            f += [""] * (12 - len(f))
+        mode, tool, proto, size, wire, rc, logf, extra, cmd, rnd, busy, steal = f[:12]
         r = {
             "mode": mode, "round": int(rnd or 1), "tool": tool, "proto": proto, "size_bytes": int(size),
             "wire_bytes": int(wire), "exit_code": None if rc == "-" else int(rc),
             "log": logf or None, "command": cmd or None, "cpu_busy_before": busy or None,
+            "steal_pct": float(steal) if steal else None,
             "statistic": STAT.get(tool), "ok": False, "rtt_us": None, "value_us": None,
             "notes": [], "error": None,
         }
@@ -230,6 +234,8 @@ def load_runs(workdir):
                     raise ParseError("unknown tool %r" % tool)
                 r["value_us"] = r["rtt_us"].get("median", r["rtt_us"].get("mean"))
                 r["ok"] = r["value_us"] is not None and math.isfinite(r["value_us"])
+                if r["steal_pct"] is not None and r["steal_pct"] >= STEAL_NOTE_PCT:
+                    r["notes"].append("%s: host stole %.0f%% CPU (round %d)" % (LABEL.get(tool, tool), r["steal_pct"], r["round"]))
                 if "still busy" in (busy or ""):
                     r["notes"].append("%s ran on busy CPUs (round %d): %s" % (LABEL.get(tool, tool), r["round"], busy))
                 if r["exit_code"] not in (0, None):

@@ -147,7 +147,7 @@ SP_UDP_PORT=$((PORT_BASE + 1))
 QP_PORT=$((PORT_BASE + 2))
 NP_PORT=$((PORT_BASE + 3))
 for p in $SP_TCP_PORT $SP_UDP_PORT $QP_PORT $NP_PORT; do
-    if [ -n "$(ss -Htanu "( sport = :$p )" 2>/dev/null)" ]; then
+    if [ -n "$(ss -Hlntu "( sport = :$p )" 2>/dev/null)" ]; then
         die "port $p is in use; choose other ports with --port-base"
     fi
 done
@@ -160,6 +160,10 @@ else
 fi
 WORKDIR=$(cd "$WORKDIR" && pwd)
 [ -n "$OUT" ] || OUT=$WORKDIR/results.json
+case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
+case $GRIDPERF in /*) ;; *) GRIDPERF=$PWD/$GRIDPERF ;; esac
+# Run from the work directory, so that nothing a tool writes lands elsewhere.
+cd "$WORKDIR"
 MANIFEST=$WORKDIR/manifest.tsv
 META=$WORKDIR/meta.tsv
 : >"$MANIFEST"
@@ -234,11 +238,24 @@ stop_server() {
     SERVER_PIDS=("${keep[@]}")
 }
 
-# record MODE TOOL PROTO SIZE WIRE RC LOG EXTRA CMD (round and CPU-busy-before appended)
+# record MODE TOOL PROTO SIZE WIRE RC LOG EXTRA CMD
+# (appended: round, CPU busy before the run, % of CPU time the hypervisor stole during it)
 record() {
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$ROUND" "$BUSY_BEFORE" >>"$MANIFEST"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$ROUND" "$BUSY_BEFORE" "$STEAL_PCT" >>"$MANIFEST"
 }
 BUSY_BEFORE=""
+STEAL_PCT=""
+STEAL0=""
+
+# Steal time (field 8 of the "cpu" line of /proc/stat): CPU time the host gave
+# to someone else while our vCPUs wanted to run. steal_start before a run,
+# steal_stop after it sets STEAL_PCT.
+steal_start() { STEAL0=$(awk '/^cpu /{t=0; for(i=2;i<=NF;i++) t+=$i; print t, $9; exit}' /proc/stat); }
+steal_stop() {
+    local now
+    now=$(awk '/^cpu /{t=0; for(i=2;i<=NF;i++) t+=$i; print t, $9; exit}' /proc/stat)
+    STEAL_PCT=$(echo "$STEAL0 $now" | awk '{dt = $3 - $1; pct = 0; if (dt > 0) pct = 100 * ($4 - $2) / dt; printf "%.1f", pct}')
+}
 
 # run_client MODE TOOL PROTO SIZE WIRE CPU TIMEOUT_S LOG EXTRA -- CMD...
 run_client() {
@@ -246,11 +263,13 @@ run_client() {
     shift 10
     quiet
     echo "# cpu=$cpu: $*" >"$logf"
+    steal_start
     if [ "$cpu" = - ]; then
         timeout -k 5 "$to" "$@" >>"$logf" 2>&1 && rc=0 || rc=$?
     else
         timeout -k 5 "$to" taskset -c "$cpu" "$@" >>"$logf" 2>&1 && rc=0 || rc=$?
     fi
+    steal_stop
     if [ "$rc" = 124 ]; then warn "$tool $proto $wire B timed out after ${to}s"
     elif [ "$rc" != 0 ]; then warn "$tool $proto $wire B exited $rc; see $logf"; fi
     record "$mode" "$tool" "$proto" "$size" "$wire" "$rc" "$logf" "$extra" "$([ "$cpu" = - ] || echo "taskset -c $cpu ")$*"
@@ -352,8 +371,10 @@ run_gridperf() { # MODE PROTO
     local rc
     quiet
     echo "$GRIDPERF rtt --proto $proto --sizes $sizes_csv --cpu $cpu ${busy[*]} --iterations $ITER --json" >"$logf.cmd"
+    steal_start
     timeout -k 5 "$to" "$GRIDPERF" rtt --proto "$proto" --sizes "$sizes_csv" --cpu "$cpu" "${busy[@]}" \
         --iterations "$ITER" --json >"$logf" 2>"$logf.stderr" && rc=0 || rc=$?
+    steal_stop
     if [ "$rc" != 0 ]; then warn "gridperf $proto exited $rc; see $logf.stderr"; fi
     for pair in $(sizes_for "$proto"); do
         record "$mode" gridperf "$proto" "${pair%%:*}" "${pair#*:}" "$rc" "$logf" "" "$(cat "$logf.cmd")"
@@ -366,7 +387,7 @@ run_sockperf() { # MODE PROTO SCPU CCPU BUSY
     [ "$busy" = 1 ] && nb=(--nonblocked)
     for pair in $(sizes_for "$proto"); do n=$((n + 1)); done
     # sockperf pp runs about S + 2.5 s (warm-up, start-up and tear-down).
-    start_server "$mode.r$ROUND.sockperf.$proto" "$scpu" $((n * (DUR + 30) + 30)) "$proto" "$port" -- \
+    start_server "$mode.r$ROUND.sockperf.$proto" "$scpu" $((n * (DUR + 30 + QUIET_WAIT) + 30)) "$proto" "$port" -- \
         sockperf sr "${pfl[@]}" -i "$HOST" -p "$port" "${nb[@]}" || {
         for pair in $(sizes_for "$proto"); do
             record "$mode" sockperf "$proto" "${pair%%:*}" "${pair#*:}" 255 "" "server failed" "sockperf sr"
@@ -379,13 +400,14 @@ run_sockperf() { # MODE PROTO SCPU CCPU BUSY
     for pair in $(sizes_for "$proto"); do
         size=${pair%%:*}; wire=${pair#*:}
         if [ "$wire" -lt "$SOCKPERF_MIN" ]; then
+            BUSY_BEFORE=""; STEAL_PCT=""
             record "$mode" sockperf "$proto" "$size" "$wire" - "" "n/a: sockperf -m minimum is $SOCKPERF_MIN" ""
             continue
         fi
         [ "$wire" -gt "$SOCKPERF_MAX" ] && wire=$SOCKPERF_MAX
         log "mode $mode: sockperf $proto $wire B"
         run_client "$mode" sockperf "$proto" "$size" "$wire" "$ccpu" $((DUR + 30)) \
-            "$WORKDIR/$mode.r$ROUND.sockperf.$proto.$wire.log" "" -- \
+            "$WORKDIR/$mode.r$ROUND.sockperf.$proto.$size.log" "" -- \
             sockperf pp "${pfl[@]}" -i "$HOST" -p "$port" -m "$wire" -t "$DUR" --full-rtt "${nb[@]}"
     done
     QUIET_SKIP=""
@@ -396,7 +418,7 @@ run_qperf() { # MODE PROTO SCPU CCPU
     local mode=$1 proto=$2 scpu=$3 ccpu=$4 test pair size wire n=0
     test=${proto}_lat
     for pair in $(sizes_for "$proto"); do n=$((n + 1)); done
-    start_server "$mode.r$ROUND.qperf.$proto" "$scpu" $((n * (DUR + 30) + 30)) tcp "$QP_PORT" -- \
+    start_server "$mode.r$ROUND.qperf.$proto" "$scpu" $((n * (DUR + 30 + QUIET_WAIT) + 30)) tcp "$QP_PORT" -- \
         qperf -lp "$QP_PORT" || {
         for pair in $(sizes_for "$proto"); do
             record "$mode" qperf "$proto" "${pair%%:*}" "${pair#*:}" 255 "" "server failed" "qperf"
@@ -421,14 +443,16 @@ np_once() {
     [ "$nrep" -gt 0 ] && nfl=(-n "$nrep")
     to=$((2 * DUR + 60))
     local args=(-P "$NP_PORT" -l "$wire" -u "$wire" -p 0 "${nfl[@]}")
-    start_server "$mode.r$ROUND.nptcp.$wire$([ "$nrep" -gt 0 ] || echo .calib)" "$scpu" "$((to + 10))" tcp "$NP_PORT" -- \
+    start_server "$mode.r$ROUND.nptcp.$wire$([ "$nrep" -gt 0 ] || echo .calib)" "$scpu" "$((to + QUIET_WAIT + 10))" tcp "$NP_PORT" -- \
         NPtcp "${args[@]}" || { NP_RC=255; return 0; }
     local spid=$SERVER_PID
     rm -f "$outf"
     quiet
     echo "# cpu=$ccpu: NPtcp -h $HOST ${args[*]} -o $outf" >"$logf"
+    steal_start
     timeout -k 5 "$to" taskset -c "$ccpu" NPtcp -h "$HOST" "${args[@]}" -o "$outf" >>"$logf" 2>&1 &&
         NP_RC=0 || NP_RC=$?
+    steal_stop
     stop_server "$spid"
 }
 
