@@ -4,8 +4,10 @@
 //! - [`wire`]: the control channel's frames and messages;
 //! - [`stats`]: exact quantiles and the warnings that go with them;
 //! - [`model`]: result types, as `--json` prints them;
-//! - [`units`]: sizes, durations and rates, parsed and formatted.
+//! - [`units`]: sizes, durations and rates, parsed and formatted;
+//! - [`emu`]: the lab's link model (loss, bottleneck, delay line) in virtual time.
 
+pub mod emu;
 pub mod model;
 pub mod plan;
 pub mod stats;

@@ -1,0 +1,620 @@
+//! The lab's link model, without I/O: one direction of an emulated link.
+//!
+//! A packet goes through three stages, in this order (the order of
+//! DESIGN.md's lab figure):
+//!
+//! 1. **loss**: random (Bernoulli) or bursty (Gilbert-Elliott), decided per
+//!    wire packet as it arrives;
+//! 2. **bottleneck**: a FIFO served at `rate_bps`, drop-tail when the
+//!    packets waiting (not counting the one being sent) exceed the queue
+//!    limit in packets or bytes;
+//! 3. **delay line**: a base delay plus jitter from a distribution; with
+//!    `reorder` off a packet never overtakes the one before it.
+//!
+//! Time is a plain `u64` of nanoseconds supplied by the caller ([`Link::arrive`]
+//! and [`Link::poll`] take `now`), so the model runs in virtual time in tests
+//! and on the monotonic clock in the emulator. Nothing here reads a clock,
+//! sleeps or touches a descriptor. A seeded generator makes every run of a
+//! test the same.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// How many packets or bytes may wait in the bottleneck queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum QueueLimit {
+    Unlimited,
+    Packets(u64),
+    Bytes(u64),
+}
+
+/// Random loss, decided per wire packet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Loss {
+    None,
+    /// Each packet is lost with probability `p`.
+    Random {
+        p: f64,
+    },
+    /// Gilbert-Elliott: a two-state Markov chain stepped once per packet.
+    /// In the good state a packet is lost with `loss_good`, in the bad state
+    /// with `loss_bad`; `p_gb` and `p_bg` are the per-packet transition
+    /// probabilities. The long-run loss rate is
+    /// (p_bg x loss_good + p_gb x loss_bad) / (p_gb + p_bg), and a stay in
+    /// the bad state lasts 1 / p_bg packets on average.
+    GilbertElliott {
+        p_gb: f64,
+        p_bg: f64,
+        loss_good: f64,
+        loss_bad: f64,
+    },
+}
+
+impl Loss {
+    /// The long-run fraction of packets this model drops.
+    pub fn mean_rate(&self) -> f64 {
+        match *self {
+            Loss::None => 0.0,
+            Loss::Random { p } => p,
+            Loss::GilbertElliott { p_gb, p_bg, loss_good, loss_bad } => {
+                if p_gb + p_bg == 0.0 {
+                    loss_good
+                } else {
+                    (p_bg * loss_good + p_gb * loss_bad) / (p_gb + p_bg)
+                }
+            }
+        }
+    }
+}
+
+/// The distribution of the delay added on top of the base delay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Jitter {
+    None,
+    /// Uniform in [-j, +j] nanoseconds.
+    Uniform {
+        j_ns: u64,
+    },
+    /// Normal with standard deviation `sigma_ns`, cut at 4 sigma (and at a
+    /// total delay of zero).
+    Normal {
+        sigma_ns: u64,
+    },
+}
+
+/// One direction of a link.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkConfig {
+    /// Bottleneck rate in bits per second; None for no bottleneck.
+    pub rate_bps: Option<u64>,
+    /// Bytes a packet occupies on the wire beyond the length given to
+    /// [`Link::arrive`] (38 for Ethernet: preamble, header, FCS, gap).
+    pub overhead_bytes: u32,
+    pub queue: QueueLimit,
+    pub delay_ns: u64,
+    pub jitter: Jitter,
+    /// Let jitter reorder packets (as netem does); off keeps them in order.
+    pub reorder: bool,
+    pub loss: Loss,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            rate_bps: None,
+            overhead_bytes: 0,
+            queue: QueueLimit::Unlimited,
+            delay_ns: 0,
+            jitter: Jitter::None,
+            reorder: false,
+            loss: Loss::None,
+        }
+    }
+}
+
+/// What the link did with an arriving packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    /// Dropped by the loss model.
+    Lost,
+    /// Dropped because the bottleneck queue was full.
+    QueueFull,
+}
+
+/// The link's own counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub arrived: u64,
+    pub arrived_bytes: u64,
+    pub delivered: u64,
+    pub delivered_bytes: u64,
+    pub lost: u64,
+    pub queue_full: u64,
+    /// The most packets and bytes that ever waited in the bottleneck queue.
+    pub max_queue_packets: u64,
+    pub max_queue_bytes: u64,
+}
+
+/// splitmix64 seeding a xoshiro256**: small, fast, and the same everywhere.
+#[derive(Debug, Clone)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Rng { s: [next(), next(), next(), next()] }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.unit(); // (0, 1]
+        let u2 = self.unit();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// A packet in the bottleneck: transmission starts at `start`, ends at `end`.
+#[derive(Debug)]
+struct InService<T> {
+    start: u64,
+    end: u64,
+    bytes: u64,
+    item: T,
+}
+
+/// A packet in the delay line, ordered by delivery time then arrival order.
+#[derive(Debug)]
+struct Flight<T> {
+    at: u64,
+    seq: u64,
+    bytes: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Flight<T> {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl<T> Eq for Flight<T> {}
+impl<T> PartialOrd for Flight<T> {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl<T> Ord for Flight<T> {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// One direction of an emulated link, generic over what a packet carries.
+#[derive(Debug)]
+pub struct Link<T> {
+    cfg: LinkConfig,
+    rng: Rng,
+    /// Gilbert-Elliott state: true when bad.
+    bad: bool,
+    bottleneck: VecDeque<InService<T>>,
+    /// When the bottleneck finishes sending all it holds.
+    busy_until: u64,
+    /// Bytes and packets in `bottleneck` (waiting and in service).
+    held_bytes: u64,
+    delay_line: BinaryHeap<Reverse<Flight<T>>>,
+    seq: u64,
+    /// Latest delivery time handed out (for in-order jitter).
+    last_delivery: u64,
+    pub counters: Counters,
+}
+
+impl<T> Link<T> {
+    pub fn new(cfg: LinkConfig, seed: u64) -> Link<T> {
+        Link {
+            cfg,
+            rng: Rng::new(seed),
+            bad: false,
+            bottleneck: VecDeque::new(),
+            busy_until: 0,
+            held_bytes: 0,
+            delay_line: BinaryHeap::new(),
+            seq: 0,
+            last_delivery: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &LinkConfig {
+        &self.cfg
+    }
+
+    /// Time to put `bytes` on the wire at the bottleneck rate, in ns.
+    fn tx_time(&self, bytes: u64) -> u64 {
+        match self.cfg.rate_bps {
+            Some(r) if r > 0 => {
+                let bits = (bytes + self.cfg.overhead_bytes as u64) as u128 * 8 * 1_000_000_000;
+                bits.div_ceil(r as u128) as u64
+            }
+            _ => 0,
+        }
+    }
+
+    fn lose(&mut self) -> bool {
+        match self.cfg.loss {
+            Loss::None => false,
+            Loss::Random { p } => self.rng.unit() < p,
+            Loss::GilbertElliott { p_gb, p_bg, loss_good, loss_bad } => {
+                // step the chain, then decide in the new state
+                let flip = if self.bad { p_bg } else { p_gb };
+                if self.rng.unit() < flip {
+                    self.bad = !self.bad;
+                }
+                self.rng.unit() < if self.bad { loss_bad } else { loss_good }
+            }
+        }
+    }
+
+    fn jitter_ns(&mut self) -> i64 {
+        match self.cfg.jitter {
+            Jitter::None => 0,
+            Jitter::Uniform { j_ns } => {
+                if j_ns == 0 {
+                    0
+                } else {
+                    (self.rng.next_u64() % (2 * j_ns + 1)) as i64 - j_ns as i64
+                }
+            }
+            Jitter::Normal { sigma_ns } => {
+                let z = self.rng.normal().clamp(-4.0, 4.0);
+                (z * sigma_ns as f64).round() as i64
+            }
+        }
+    }
+
+    /// Moves packets whose transmission ended by `now` into the delay line.
+    fn advance(&mut self, now: u64) {
+        while self.bottleneck.front().is_some_and(|p| p.end <= now) {
+            let Some(p) = self.bottleneck.pop_front() else { break };
+            self.held_bytes -= p.bytes;
+            self.launch(p.end, p.bytes, p.item);
+        }
+    }
+
+    /// Puts a packet that left the bottleneck at `t` into the delay line.
+    fn launch(&mut self, t: u64, bytes: u64, item: T) {
+        let base = t + self.cfg.delay_ns;
+        let mut at = (base as i64 + self.jitter_ns()).max(t as i64) as u64;
+        if !self.cfg.reorder {
+            at = at.max(self.last_delivery);
+        }
+        self.last_delivery = self.last_delivery.max(at);
+        self.seq += 1;
+        self.delay_line.push(Reverse(Flight { at, seq: self.seq, bytes, item }));
+    }
+
+    /// Packets and bytes waiting in the bottleneck at `now` (not counting the
+    /// one being sent). Call after [`Link::advance`].
+    fn waiting(&self, now: u64) -> (u64, u64) {
+        match self.bottleneck.front() {
+            Some(p) if p.start <= now => (self.bottleneck.len() as u64 - 1, self.held_bytes - p.bytes),
+            Some(_) => (self.bottleneck.len() as u64, self.held_bytes),
+            None => (0, 0),
+        }
+    }
+
+    /// A packet of `bytes` (its length on the wire, IP header included)
+    /// arrives at `now`.
+    pub fn arrive(&mut self, now: u64, bytes: u64, item: T) -> Verdict {
+        self.counters.arrived += 1;
+        self.counters.arrived_bytes += bytes;
+        if self.lose() {
+            self.counters.lost += 1;
+            return Verdict::Lost;
+        }
+        if self.cfg.rate_bps.is_none() {
+            self.launch(now, bytes, item);
+            return Verdict::Accepted;
+        }
+        self.advance(now);
+        let (pkts, held) = self.waiting(now);
+        // the queue takes the packet only if it fits; an idle link sends it at once
+        let would_wait = self.busy_until > now;
+        if would_wait {
+            let full = match self.cfg.queue {
+                QueueLimit::Unlimited => false,
+                QueueLimit::Packets(n) => pkts + 1 > n,
+                QueueLimit::Bytes(b) => held + bytes > b,
+            };
+            if full {
+                self.counters.queue_full += 1;
+                return Verdict::QueueFull;
+            }
+        }
+        let start = self.busy_until.max(now);
+        let end = start + self.tx_time(bytes);
+        self.busy_until = end;
+        self.held_bytes += bytes;
+        self.bottleneck.push_back(InService { start, end, bytes, item });
+        let (pkts, held) = self.waiting(now);
+        self.counters.max_queue_packets = self.counters.max_queue_packets.max(pkts);
+        self.counters.max_queue_bytes = self.counters.max_queue_bytes.max(held);
+        Verdict::Accepted
+    }
+
+    /// The next packet due by `now`, with the time it was due.
+    pub fn poll(&mut self, now: u64) -> Option<(u64, T)> {
+        self.advance(now);
+        if self.delay_line.peek().is_some_and(|Reverse(f)| f.at <= now) {
+            let Reverse(f) = self.delay_line.pop()?;
+            self.counters.delivered += 1;
+            self.counters.delivered_bytes += f.bytes;
+            return Some((f.at, f.item));
+        }
+        None
+    }
+
+    /// When the link next has something to do (a transmission ends or a
+    /// packet is due); None when it is empty.
+    pub fn next_wake(&self) -> Option<u64> {
+        let tx = self.bottleneck.front().map(|p| p.end);
+        let fl = self.delay_line.peek().map(|Reverse(f)| f.at);
+        match (tx, fl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Packets held anywhere in the link.
+    pub fn in_flight(&self) -> usize {
+        self.bottleneck.len() + self.delay_line.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// Runs the link until empty; returns (arrival id, delivery time) in delivery order.
+    fn drain(link: &mut Link<u64>) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        while let Some(t) = link.next_wake() {
+            while let Some((at, id)) = link.poll(t) {
+                out.push((id, at));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn pure_delay_is_exact() {
+        let mut l = Link::new(LinkConfig { delay_ns: 25 * MS, ..Default::default() }, 1);
+        for i in 0..100 {
+            assert_eq!(l.arrive(i * 1000, 1500, i), Verdict::Accepted);
+        }
+        let out = drain(&mut l);
+        assert_eq!(out.len(), 100);
+        for (id, at) in out {
+            assert_eq!(at, id * 1000 + 25 * MS);
+        }
+    }
+
+    #[test]
+    fn rate_is_exact_in_virtual_time() {
+        // 10 000 packets of 1500 B at 100 Mbit/s: 120 us each, 1.2 s in all
+        let cfg = LinkConfig { rate_bps: Some(100_000_000), ..Default::default() };
+        let mut l = Link::new(cfg, 1);
+        for i in 0..10_000 {
+            l.arrive(0, 1500, i);
+        }
+        let out = drain(&mut l);
+        assert_eq!(out.len(), 10_000);
+        assert_eq!(out[0].1, 120_000);
+        assert_eq!(out.last().map(|x| x.1), Some(1_200_000_000));
+        assert_eq!(l.counters.max_queue_packets, 9_999);
+    }
+
+    #[test]
+    fn ethernet_overhead_counts_toward_the_rate() {
+        let cfg = LinkConfig { rate_bps: Some(1_000_000_000), overhead_bytes: 38, ..Default::default() };
+        let mut l = Link::new(cfg, 1);
+        l.arrive(0, 1500, 0);
+        assert_eq!(l.next_wake(), Some(12_304)); // (1500 + 38) x 8 ns
+    }
+
+    #[test]
+    fn queue_bound_in_packets_drops_tail_and_bounds_the_delay() {
+        // packets arrive at twice the rate; the queue holds 100
+        let rate = 100_000_000u64; // 120 us per 1500 B packet
+        let cfg = LinkConfig {
+            rate_bps: Some(rate),
+            queue: QueueLimit::Packets(100),
+            delay_ns: 10 * MS,
+            ..Default::default()
+        };
+        let mut l = Link::new(cfg, 1);
+        let mut arrivals = Vec::new();
+        let mut out = Vec::new();
+        for i in 0..5_000u64 {
+            let now = i * 60_000;
+            while let Some((at, id)) = l.poll(now) {
+                out.push((id, at));
+            }
+            if l.arrive(now, 1500, i) == Verdict::Accepted {
+                arrivals.push((i, now));
+            }
+        }
+        out.extend(drain(&mut l));
+        assert!(l.counters.queue_full > 2_000, "{:?}", l.counters);
+        assert_eq!(l.counters.max_queue_packets, 100);
+        // a packet's time through the link: at most base delay + 100 waiting
+        // packets + its own transmission + the rest of the one in service
+        let bound = 10 * MS + 102 * 120_000;
+        let sent: std::collections::HashMap<u64, u64> = arrivals.into_iter().collect();
+        for (id, at) in &out {
+            assert!(at - sent[id] <= bound, "packet {id} took {} ns", at - sent[id]);
+        }
+        assert_eq!(out.len() as u64 + l.counters.queue_full, 5_000);
+    }
+
+    #[test]
+    fn queue_bound_in_bytes() {
+        let cfg = LinkConfig {
+            rate_bps: Some(8_000_000), // 1 B per us
+            queue: QueueLimit::Bytes(10_000),
+            ..Default::default()
+        };
+        let mut l = Link::new(cfg, 1);
+        // one in service + 10 000 bytes waiting: 1 + 6 packets of 1500 (9000 B); the 8th does not fit
+        let verdicts: Vec<Verdict> = (0..8).map(|i| l.arrive(0, 1500, i)).collect();
+        assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Accepted).count(), 7);
+        assert_eq!(verdicts[7], Verdict::QueueFull);
+        assert_eq!(l.counters.max_queue_bytes, 9_000);
+    }
+
+    /// Whether `k` losses in `n` trials fit a loss rate `p` (within 4.5
+    /// standard deviations of the binomial: a one in 150 000 chance of a
+    /// false alarm, with a seeded generator none at all).
+    fn binomial_ok(k: u64, n: u64, p: f64) -> bool {
+        let mean = n as f64 * p;
+        let sd = (n as f64 * p * (1.0 - p)).sqrt();
+        (k as f64 - mean).abs() <= 4.5 * sd
+    }
+
+    #[test]
+    fn random_loss_within_the_binomial_interval() {
+        for (seed, p) in [(1, 0.001), (2, 0.01), (3, 0.1), (4, 0.5)] {
+            let mut l = Link::new(LinkConfig { loss: Loss::Random { p }, ..Default::default() }, seed);
+            let n = 200_000;
+            for i in 0..n {
+                l.arrive(i, 100, i);
+            }
+            assert!(binomial_ok(l.counters.lost, n, p), "p {p}: {} lost of {n}", l.counters.lost);
+        }
+        let mut l = Link::new(LinkConfig { loss: Loss::Random { p: 0.0 }, ..Default::default() }, 5);
+        (0..10_000).for_each(|i| {
+            l.arrive(i, 100, i);
+        });
+        assert_eq!(l.counters.lost, 0);
+    }
+
+    #[test]
+    fn gilbert_elliott_loss_rate_and_burst_length() {
+        let loss = Loss::GilbertElliott { p_gb: 0.01, p_bg: 0.25, loss_good: 0.0, loss_bad: 1.0 };
+        let mut l = Link::new(LinkConfig { loss, ..Default::default() }, 7);
+        let n = 400_000u64;
+        let mut runs = Vec::new();
+        let mut run = 0u64;
+        for i in 0..n {
+            if l.arrive(i, 100, i) == Verdict::Lost {
+                run += 1;
+            } else if run > 0 {
+                runs.push(run);
+                run = 0;
+            }
+        }
+        let rate = l.counters.lost as f64 / n as f64;
+        let expect = loss.mean_rate(); // 0.01 / 0.26 = 3.85%
+        assert!((rate - expect).abs() < 0.004, "rate {rate}, expected {expect}");
+        let mean_burst = runs.iter().sum::<u64>() as f64 / runs.len() as f64;
+        assert!((mean_burst - 4.0).abs() < 0.3, "mean burst {mean_burst}, expected 1/p_bg = 4");
+    }
+
+    #[test]
+    fn uniform_jitter_spreads_delay_and_reorders_only_when_allowed() {
+        let base = 20 * MS;
+        let j = MS;
+        for reorder in [true, false] {
+            let cfg = LinkConfig { delay_ns: base, jitter: Jitter::Uniform { j_ns: j }, reorder, ..Default::default() };
+            let mut l = Link::new(cfg, 11);
+            let n = 20_000u64;
+            for i in 0..n {
+                l.arrive(i * 10_000, 100, i); // one packet every 10 us: jitter >> spacing
+            }
+            let out = drain(&mut l);
+            assert_eq!(out.len() as u64, n);
+            let delays: Vec<i64> = out.iter().map(|(id, at)| *at as i64 - (*id * 10_000) as i64).collect();
+            let inversions = out.windows(2).filter(|w| w[1].0 < w[0].0).count();
+            if reorder {
+                assert!(delays.iter().all(|&d| d >= (base - j) as i64 && d <= (base + j) as i64));
+                let mean = delays.iter().sum::<i64>() as f64 / n as f64;
+                assert!((mean - base as f64).abs() < 0.02 * j as f64, "mean {mean}");
+                // the uniform's standard deviation is j / sqrt(3)
+                let sd = (delays.iter().map(|&d| (d as f64 - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+                assert!((sd - j as f64 / 3f64.sqrt()).abs() < 0.03 * j as f64, "sd {sd}");
+                assert!(inversions > n as usize / 4, "{inversions} inversions");
+            } else {
+                assert_eq!(inversions, 0);
+                assert!(delays.iter().all(|&d| d >= (base - j) as i64 && d <= (base + j) as i64 + 10_000));
+            }
+        }
+    }
+
+    #[test]
+    fn normal_jitter_has_its_sigma() {
+        let cfg = LinkConfig {
+            delay_ns: 50 * MS,
+            jitter: Jitter::Normal { sigma_ns: 2 * MS },
+            reorder: true,
+            ..Default::default()
+        };
+        let mut l = Link::new(cfg, 13);
+        let n = 50_000u64;
+        for i in 0..n {
+            l.arrive(i, 100, i);
+        }
+        let out = drain(&mut l);
+        let d: Vec<f64> = out.iter().map(|(id, at)| (*at - id) as f64).collect();
+        let mean = d.iter().sum::<f64>() / n as f64;
+        let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+        assert!((mean - 50e6).abs() < 0.03e6, "mean {mean}");
+        assert!((sd - 2e6).abs() < 0.05e6, "sd {sd}");
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_run() {
+        let cfg = LinkConfig {
+            loss: Loss::Random { p: 0.05 },
+            jitter: Jitter::Uniform { j_ns: MS },
+            reorder: true,
+            delay_ns: 5 * MS,
+            ..Default::default()
+        };
+        let run = |seed| {
+            let mut l = Link::new(cfg.clone(), seed);
+            (0..1000).for_each(|i| {
+                l.arrive(i * 1000, 100, i);
+            });
+            drain(&mut l)
+        };
+        assert_eq!(run(42), run(42));
+        assert_ne!(run(42), run(43));
+    }
+}
