@@ -410,6 +410,160 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
     cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &mut req) }).map(drop)
 }
 
+/// Sets an interface's IPv4 address and netmask (SIOCSIFADDR, SIOCSIFNETMASK);
+/// the kernel adds the connected route.
+pub fn set_link_ipv4(name: &str, addr: std::net::Ipv4Addr, prefix: u8) -> io::Result<()> {
+    const SIOCSIFADDR: libc::c_ulong = 0x8916;
+    const SIOCSIFNETMASK: libc::c_ulong = 0x891c;
+    if prefix > 32 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("prefix /{prefix} is longer than 32")));
+    }
+    let sock = ioctl_sock()?;
+    let sockaddr = |a: std::net::Ipv4Addr| {
+        // struct sockaddr_in: family (u16), port (u16), address (4 bytes), zero
+        let mut d = [0u8; 24];
+        d[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        d[4..8].copy_from_slice(&a.octets());
+        d
+    };
+    let mut req = ifreq(name)?;
+    req.data = sockaddr(addr);
+    // SAFETY: req is a valid ifreq-sized buffer.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFADDR, &mut req) })?;
+    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix as u32) };
+    let mut req = ifreq(name)?;
+    req.data = sockaddr(std::net::Ipv4Addr::from(mask));
+    // SAFETY: as above.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFNETMASK, &mut req) }).map(drop)
+}
+
+// ---------------------------------------------------------------- TUN
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const IFF_TUN: i16 = 0x0001;
+const IFF_NO_PI: i16 = 0x1000;
+const IFF_VNET_HDR: i16 = 0x4000;
+/// TUNSETOFFLOAD flags: checksum offload, TSO for IPv4 and IPv6.
+pub const TUN_F_CSUM: u32 = 0x01;
+pub const TUN_F_TSO4: u32 = 0x02;
+pub const TUN_F_TSO6: u32 = 0x04;
+/// The size of `struct virtio_net_hdr` that precedes every packet when
+/// offloads are on.
+pub const VNET_HDR_LEN: usize = 10;
+
+/// Creates a TUN device named `name` in the calling thread's network
+/// namespace and returns its descriptor (IP packets, no packet-info
+/// header). With `offload`, every packet carries a virtio-net header and
+/// the kernel may hand over TCP super-packets of up to 64 KiB with
+/// checksums left to do.
+pub fn tun_create(name: &str, offload: bool) -> io::Result<OwnedFd> {
+    let path = CString::new("/dev/net/tun").expect("no NUL in a literal");
+    // SAFETY: path is a valid C string.
+    let fd = cvt_i(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    // SAFETY: a fresh descriptor, now owned.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut req = ifreq(name)?;
+    let flags = IFF_TUN | IFF_NO_PI | if offload { IFF_VNET_HDR } else { 0 };
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: req is a valid ifreq-sized buffer.
+    cvt_i(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) })?;
+    if offload {
+        let len = VNET_HDR_LEN as libc::c_int;
+        // SAFETY: TUNSETVNETHDRSZ reads one int.
+        cvt_i(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &len) })?;
+        let off = (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) as libc::c_ulong;
+        // SAFETY: TUNSETOFFLOAD takes the flags by value.
+        cvt_i(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, off) })?;
+    }
+    Ok(fd)
+}
+
+// ---------------------------------------------------------------- named network namespaces
+
+/// Where named namespaces live, as `ip netns` keeps them.
+pub const NETNS_DIR: &str = "/run/netns";
+
+fn netns_path(name: &str) -> io::Result<CString> {
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad namespace name {name:?}: use 1 to 64 letters, digits, - or _"),
+        ));
+    }
+    Ok(CString::new(format!("{NETNS_DIR}/{name}")).expect("checked: no NUL"))
+}
+
+/// Creates a named network namespace that `ip netns exec NAME ...` can use:
+/// a new namespace bind-mounted on /run/netns/NAME. Needs CAP_SYS_ADMIN.
+/// Fails if the name is taken.
+pub fn netns_create(name: &str) -> io::Result<()> {
+    let path = netns_path(name)?;
+    std::fs::create_dir_all(NETNS_DIR)?;
+    // SAFETY: path is a valid C string; the file is created empty and closed at once.
+    let fd = cvt_i(unsafe {
+        libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o444)
+    })?;
+    // SAFETY: fd was just opened by us.
+    unsafe { libc::close(fd) };
+    // a thread of its own enters the new namespace, so this one stays where it is
+    let p = path.clone();
+    let result = std::thread::spawn(move || -> io::Result<()> {
+        unshare_netns()?;
+        let src = CString::new("/proc/thread-self/ns/net").expect("no NUL in a literal");
+        // SAFETY: both paths are valid C strings; a bind mount takes no data.
+        cvt_i(unsafe { libc::mount(src.as_ptr(), p.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) })
+            .map(drop)
+    })
+    .join()
+    .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")));
+    if result.is_err() {
+        // SAFETY: path is a valid C string.
+        unsafe { libc::unlink(path.as_ptr()) };
+    }
+    result
+}
+
+/// Removes a named network namespace (detaches the mount, deletes the file).
+/// The namespace itself goes when its last process and device let go.
+pub fn netns_delete(name: &str) -> io::Result<()> {
+    let path = netns_path(name)?;
+    // SAFETY: path is a valid C string.
+    let umount = cvt_i(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) });
+    // SAFETY: as above.
+    let unlink = cvt_i(unsafe { libc::unlink(path.as_ptr()) });
+    umount.and(unlink).map(drop)
+}
+
+/// Whether a named namespace exists.
+pub fn netns_exists(name: &str) -> bool {
+    netns_path(name).is_ok() && std::path::Path::new(&format!("{NETNS_DIR}/{name}")).exists()
+}
+
+/// Moves the calling thread into a named network namespace.
+pub fn netns_enter(name: &str) -> io::Result<()> {
+    let path = netns_path(name)?;
+    // SAFETY: path is a valid C string.
+    let fd = cvt_i(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: a fresh descriptor, now owned.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fd refers to a network namespace file.
+    cvt_i(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+}
+
+/// Runs `f` on a thread inside the named namespace and returns its result.
+pub fn in_netns<R: Send + 'static>(name: &str, f: impl FnOnce() -> io::Result<R> + Send + 'static) -> io::Result<R> {
+    let name = name.to_string();
+    std::thread::spawn(move || {
+        netns_enter(&name)?;
+        f()
+    })
+    .join()
+    .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,5 +607,44 @@ mod tests {
         assert!(path_mtu(&c, false).expect("mtu") >= 1280);
         assert_eq!(outq(&c).expect("outq"), 0);
         assert_eq!(inq(&c).expect("inq"), 0);
+    }
+}
+
+#[cfg(test)]
+mod root_tests {
+    //! Need root; skipped (with a message) otherwise. The lab's own tests run them in CI.
+    use super::*;
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn named_namespace_with_a_tun_device() {
+        if !is_root() {
+            eprintln!("SKIPPED named_namespace_with_a_tun_device: needs root");
+            return;
+        }
+        let name = format!("gpsys-test-{}", std::process::id());
+        netns_create(&name).expect("create");
+        assert!(netns_exists(&name));
+        assert!(netns_create(&name).is_err(), "a name is taken once");
+        let tun = in_netns(&name, || {
+            let fd = tun_create("gp0", true)?;
+            set_link_mtu("gp0", 1500)?;
+            set_link_ipv4("gp0", std::net::Ipv4Addr::new(10, 77, 0, 1), 24)?;
+            set_link_up("gp0")?;
+            set_link_up("lo")?;
+            assert_eq!(link_mtu("gp0")?, 1500);
+            Ok(fd)
+        })
+        .expect("tun in the namespace");
+        // the device is not in this namespace
+        assert!(link_mtu("gp0").is_err());
+        drop(tun);
+        netns_delete(&name).expect("delete");
+        assert!(!netns_exists(&name));
+        assert!(netns_create("bad/name").is_err());
     }
 }
