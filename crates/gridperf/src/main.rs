@@ -35,10 +35,28 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the agent that answers rtt and transfer tests from other hosts.
+    #[command(after_help = "Examples:\n  \
+        gridperf serve                                   [::]:5301, IPv4 and IPv6 clients\n  \
+        gridperf serve --bind 10.0.0.2 --port 6000 --max-tests 2\n  \
+        gridperf serve --once                            one test, then exit\n\n\
+        A client that finds every test slot taken is told \"busy\" at once, unless it asked to wait (rtt --queue 30s).\n\
+        SIGINT or SIGTERM stops the agent cleanly; a second one exits at once.")]
     Serve(ServeArgs),
     /// Round-trip time per protocol and message size (Hockney ping-pong): S bytes out, S bytes back.
+    #[command(after_help = "Examples:\n  \
+        gridperf rtt --cpu 0                                  all protocols, both ends on CPU 0\n  \
+        gridperf rtt --proto tcp,udp --sizes 1,64,1k..64k*2   a list and a geometric range\n  \
+        gridperf rtt --busy-poll --cpu 0,1                    spinning ends on two CPUs\n  \
+        gridperf rtt --nodelay off --writes 2 --sizes 2000    the Nagle x delayed-ACK stall (~40 ms)\n  \
+        gridperf rtt --loopback-mtu 1500 --sizes 1000..6000+250   Ethernet MTU on loopback (root)\n  \
+        gridperf rtt 192.0.2.7 --json                         against `gridperf serve` on that host\n\n\
+        Times are full round trips, never halved. See docs/json.md for the --json schema.")]
     Rtt(RttArgs),
     /// Transfer time of the first document's Table 1: a total moved in messages of each size, each echoed.
+    #[command(after_help = "Examples:\n  \
+        gridperf transfer --cpu 0 --sizes 1k,1460,4k,16k,64000   1024 x 1000 bytes per run, 10 runs per point\n  \
+        gridperf transfer --total 10MB --repeat 5 --proto tcp,sendfile 192.0.2.7\n\n\
+        The rate is payload bytes sent one way per run / the median run time; every byte also came back.")]
     Transfer(TransferArgs),
 }
 
