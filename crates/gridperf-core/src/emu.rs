@@ -17,11 +17,12 @@
 //! sleeps or touches a descriptor. A seeded generator makes every run of a
 //! test the same.
 
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 /// How many packets or bytes may wait in the bottleneck queue.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum QueueLimit {
     Unlimited,
     Packets(u64),
@@ -29,7 +30,7 @@ pub enum QueueLimit {
 }
 
 /// Random loss, decided per wire packet.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Loss {
     None,
     /// Each packet is lost with probability `p`.
@@ -68,7 +69,7 @@ impl Loss {
 }
 
 /// The distribution of the delay added on top of the base delay.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Jitter {
     None,
     /// Uniform in [-j, +j] nanoseconds.
@@ -83,7 +84,7 @@ pub enum Jitter {
 }
 
 /// One direction of a link.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkConfig {
     /// Bottleneck rate in bits per second; None for no bottleneck.
     pub rate_bps: Option<u64>,
@@ -123,7 +124,7 @@ pub enum Verdict {
 }
 
 /// The link's own counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     pub arrived: u64,
     pub arrived_bytes: u64,

@@ -267,6 +267,43 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
     }
 }
 
+/// ppoll(2) for readability with a nanosecond timeout (None = wait for ever).
+pub fn ppoll_readable(fds: &[RawFd], timeout_ns: Option<u64>) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    loop {
+        // SAFETY: pfds is a valid array of the length given; tsp is null or points to ts.
+        let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, tsp, std::ptr::null()) };
+        match cvt_i(r) {
+            Ok(_) => return Ok(pfds.iter().map(|p| p.revents != 0).collect()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// O_NONBLOCK on any descriptor.
+pub fn set_fd_nonblocking(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a valid descriptor.
+    unsafe {
+        let flags = cvt_i(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
+        let flags = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
+        cvt_i(libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags)).map(drop)
+    }
+}
+
+/// The calling thread's timer slack (how late the kernel may wake it), in ns.
+/// The default 50 us would blur the emulator's schedule.
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes the value as an unsigned long.
+    cvt_i(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) }).map(drop)
+}
+
 // ---------------------------------------------------------------- CPU placement
 
 /// Pins the calling thread to the given CPUs.
