@@ -297,6 +297,14 @@ pub fn set_fd_nonblocking(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
     }
 }
 
+/// Runs the calling thread under SCHED_FIFO at `priority` (1-99), so that a
+/// busy machine does not delay it by a scheduler slice. Needs CAP_SYS_NICE.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: param is a valid sched_param; 0 is the calling thread.
+    cvt_i(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
+}
+
 /// The calling thread's timer slack (how late the kernel may wake it), in ns.
 /// The default 50 us would blur the emulator's schedule.
 pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {

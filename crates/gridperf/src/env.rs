@@ -85,3 +85,11 @@ pub fn socket_info(
         busy_poll_us: None,
     }
 }
+
+/// Whether this process runs as root (effective UID 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}

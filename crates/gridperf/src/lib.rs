@@ -9,5 +9,6 @@ pub mod ctl;
 pub mod engines;
 pub mod env;
 pub mod error;
+pub mod lab;
 pub mod report;
 pub mod runner;

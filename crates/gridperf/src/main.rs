@@ -58,6 +58,112 @@ enum Command {
         gridperf transfer --total 10MB --repeat 5 --proto tcp,sendfile 192.0.2.7\n\n\
         The rate is payload bytes sent one way per run / the median run time; every byte also came back.")]
     Transfer(TransferArgs),
+    /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
+    #[command(subcommand)]
+    Lab(LabCommand),
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Bring a lab up: a profile (lab profiles) or explicit settings, or a profile with --set overrides.
+    #[command(after_help = "Examples:\n  \
+        gridperf lab up --profile man                       the first document's 3 km MAN\n  \
+        gridperf lab up --rate 1G --rtt 20ms --queue 1bdp   a gigabit path at 20 ms\n  \
+        gridperf lab up --profile wan --set loss=1% --set burst=3\n  \
+        gridperf lab exec a -- gridperf rtt 10.77.2.1       measure across it from host a to host b\n\n\
+        Hosts: a (10.77.1.1) and b (10.77.2.1), or a1.., b1.. with --hosts NxM; each is a network namespace\n\
+        named gp-NAME-HOST, so `ip netns exec gp-default-a CMD` works too. Needs root.")]
+    Up(Box<LabUpArgs>),
+    /// Stop a lab and remove its namespaces, devices and emulator (also after a crash).
+    Down(LabNameArg),
+    /// A lab's settings, hosts and live counters.
+    Status(LabStatusArgs),
+    /// Run a command on a lab host: gridperf lab exec a -- CMD ARGS...
+    Exec(LabExecArgs),
+    /// The built-in profiles: the source documents' networks.
+    Profiles(LabProfilesArgs),
+    /// The emulator process itself (started by lab up).
+    #[command(hide = true)]
+    Emulator(LabNameArg),
+}
+
+#[derive(Args)]
+struct LabNameArg {
+    /// Which lab (one lab named "default" unless you name them).
+    #[arg(long, default_value = "default")]
+    name: String,
+}
+
+#[derive(Args)]
+struct LabUpArgs {
+    #[arg(long, default_value = "default")]
+    name: String,
+    /// Start from a profile (see lab profiles).
+    #[arg(long)]
+    profile: Option<String>,
+    /// Bottleneck rate in bits per second, decimal SI: 100M, 1G (= 10^9), 622Mbit.
+    #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
+    rate: Option<String>,
+    /// One-way delay per direction, as netem's: 10ms, 250us.
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", conflicts_with = "rtt")]
+    delay: Option<String>,
+    /// Round-trip time, split evenly over both directions: 20ms.
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION")]
+    rtt: Option<String>,
+    /// Jitter: a duration and optional distribution, 1ms (uniform +-1ms) or 2ms/normal (sigma).
+    #[arg(long, allow_hyphen_values = true, value_name = "J")]
+    jitter: Option<String>,
+    /// Let jitter reorder packets (off by default: packets keep their order).
+    #[arg(long)]
+    reorder: bool,
+    /// Random loss per direction: 1% or 0.01.
+    #[arg(long, allow_hyphen_values = true, value_name = "P")]
+    loss: Option<String>,
+    /// Make loss bursty: the mean burst length in packets (Gilbert-Elliott), e.g. 3.
+    #[arg(long, value_name = "PACKETS")]
+    burst: Option<String>,
+    /// Bottleneck queue: packets (1000pkt), bytes as dd (256KB, 256KiB) or BDP multiples (1.5bdp), or unlimited.
+    #[arg(long, value_name = "Q")]
+    queue: Option<String>,
+    /// MTU of every host's interface (576 to 65535).
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<String>,
+    /// Override one field of the profile: rate, delay, rtt, jitter, loss, burst, queue, mtu, reorder (repeat).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    sets: Vec<String>,
+    /// Hosts on each side of the bottleneck: 1x1 (a, b) or NxM (a1..aN, b1..bM), at most 8x8.
+    #[arg(long, default_value = "1x1", value_name = "NxM")]
+    hosts: String,
+    /// Seed of the loss and jitter generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct LabStatusArgs {
+    #[arg(long, default_value = "default")]
+    name: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct LabExecArgs {
+    #[arg(long, default_value = "default")]
+    name: String,
+    /// The host: a, b, or a1, b2, ... in a dumbbell.
+    host: String,
+    /// The command and its arguments, after --.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+struct LabProfilesArgs {
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -443,12 +549,130 @@ fn cmd_serve(a: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+fn lab_error(e: gridperf_core::labcfg::LabError) -> Error {
+    Error::usage(e.to_string())
+}
+
+fn lab_settings(a: &LabUpArgs) -> Result<(gridperf_core::labcfg::LabSettings, String)> {
+    use gridperf_core::labcfg;
+    let (mut s, mut words) = match &a.profile {
+        Some(p) => {
+            let prof = labcfg::profile(p).map_err(lab_error)?;
+            (prof.settings(), vec![format!("profile {} ({})", prof.name, prof.source)])
+        }
+        None => (labcfg::LabSettings::default(), Vec::new()),
+    };
+    let mut sets: Vec<String> = Vec::new();
+    for (field, v) in [
+        ("rate", &a.rate),
+        ("delay", &a.delay),
+        ("rtt", &a.rtt),
+        ("jitter", &a.jitter),
+        ("loss", &a.loss),
+        ("burst", &a.burst),
+        ("queue", &a.queue),
+        ("mtu", &a.mtu),
+    ] {
+        if let Some(v) = v {
+            sets.push(format!("{field}={v}"));
+        }
+    }
+    if a.reorder {
+        sets.push("reorder=on".into());
+    }
+    sets.extend(a.sets.iter().cloned());
+    for set in &sets {
+        labcfg::apply_set(&mut s, set).map_err(lab_error)?;
+        words.push(set.clone());
+    }
+    Ok((s, words.join(", ")))
+}
+
+fn parse_hosts(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::usage(format!("--hosts {s:?}: give NxM hosts per side, 1 to 8 each, e.g. 1x1 or 2x2"));
+    let (a, b) = s.split_once('x').ok_or_else(bad)?;
+    let a: usize = a.parse().map_err(|_| bad())?;
+    let b: usize = b.parse().map_err(|_| bad())?;
+    if !(1..=8).contains(&a) || !(1..=8).contains(&b) {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+fn cmd_lab(c: LabCommand) -> Result<()> {
+    use gridperf::lab;
+    match c {
+        LabCommand::Up(a) => {
+            let (settings, description) = lab_settings(&a)?;
+            let link = settings.link_config().map_err(lab_error)?;
+            let spec = lab::LabSpec {
+                name: a.name.clone(),
+                hosts: parse_hosts(&a.hosts)?,
+                mtu: settings.mtu,
+                ab: link.clone(),
+                ba: link,
+                seed: a.seed,
+                profile: a.profile.clone(),
+                description: if description.is_empty() { "no impairment".into() } else { description },
+            };
+            let st = lab::up(spec)?;
+            if a.json {
+                print(&json(&st)?)?;
+            } else {
+                print(&report::lab_status(&st, None))?;
+            }
+            Ok(())
+        }
+        LabCommand::Down(a) => {
+            let was = lab::down(&a.name)?;
+            eprintln!("gridperf lab: {} {}", a.name, if was { "is down" } else { "was not up; cleaned what it left" });
+            Ok(())
+        }
+        LabCommand::Status(a) => {
+            let st = lab::state(&a.name)
+                .ok_or_else(|| Error::usage(format!("no lab named {:?} is up: `gridperf lab up` first", a.name)))?;
+            let health = lab::health(&a.name);
+            if a.json {
+                print(&json(&serde_json::json!({ "lab": st, "health": health }))?)?;
+            } else {
+                print(&report::lab_status(&st, health.as_ref()))?;
+            }
+            Ok(())
+        }
+        LabCommand::Exec(a) => {
+            let st = lab::exec(&a.name, &a.host, &a.command)?;
+            std::process::exit(st.code().unwrap_or(1));
+        }
+        LabCommand::Profiles(a) => {
+            let profiles = gridperf_core::labcfg::profiles();
+            if a.json {
+                let rows: Vec<serde_json::Value> = profiles
+                    .iter()
+                    .map(|p| {
+                        serde_json::json!({
+                            "name": p.name, "rate_bps": p.rate_bps, "rtt_ns": p.rtt_ns,
+                            "queue": format!("{:?}", p.queue), "loss": p.loss, "mtu": p.mtu,
+                            "source": p.source, "assumptions": p.assumptions,
+                        })
+                    })
+                    .collect();
+                print(&json(&rows)?)?;
+            } else {
+                print(&report::lab_profiles(&profiles))?;
+            }
+            Ok(())
+        }
+        LabCommand::Emulator(a) => lab::emulator_main(&a.name),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(a) => cmd_serve(a),
         Command::Rtt(a) => cmd_rtt(a),
         Command::Transfer(a) => cmd_transfer(a),
+        Command::Lab(c) => cmd_lab(c),
     };
     if let Err(e) = result {
         let kind = match e.kind {

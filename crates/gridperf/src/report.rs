@@ -237,3 +237,108 @@ pub fn transfer_csv(r: &TransferReport) -> String {
     }
     out
 }
+
+fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
+    use gridperf_core::emu::{Jitter, Loss, QueueLimit};
+    let mut w = Vec::new();
+    w.push(match l.rate_bps {
+        Some(r) => fmt_bps(r as f64),
+        None => "no rate limit".into(),
+    });
+    w.push(format!("delay {}", fmt_ns(l.delay_ns as f64)));
+    match l.jitter {
+        Jitter::None => {}
+        Jitter::Uniform { j_ns } => w.push(format!("jitter +-{} uniform", fmt_ns(j_ns as f64))),
+        Jitter::Normal { sigma_ns } => w.push(format!("jitter sigma {} normal", fmt_ns(sigma_ns as f64))),
+    }
+    if !matches!(l.jitter, Jitter::None) {
+        w.push(if l.reorder { "reordering".into() } else { "in order".into() });
+    }
+    w.push(match l.queue {
+        QueueLimit::Unlimited => "queue unlimited".into(),
+        QueueLimit::Packets(n) => format!("queue {n} packets"),
+        QueueLimit::Bytes(b) => format!("queue {b} bytes"),
+    });
+    match l.loss {
+        Loss::None => {}
+        Loss::Random { p } => w.push(format!("loss {:.4}%", p * 100.0)),
+        ge @ Loss::GilbertElliott { p_bg, .. } => {
+            w.push(format!("loss {:.4}% in bursts of {:.1} packets", ge.mean_rate() * 100.0, 1.0 / p_bg))
+        }
+    }
+    w.join(", ")
+}
+
+/// `lab up` and `lab status`.
+pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulator::Health>) -> String {
+    let mut out = String::new();
+    let s = &st.spec;
+    let _ = writeln!(out, "lab {}: {} (emulator pid {}, MTU {})", s.name, s.description, st.pid, s.mtu);
+    let _ = writeln!(out, "  a -> b: {}", link_words(&s.ab));
+    let _ = writeln!(out, "  b -> a: {}", link_words(&s.ba));
+    let _ = writeln!(out, "hosts:");
+    for h in &st.hosts {
+        let _ = writeln!(out, "  {:<4} {:<12} namespace {}", h.name, h.addr, h.netns);
+    }
+    if let Some(h) = health {
+        let _ = writeln!(out, "emulator, up {:.1} s:", h.uptime_s);
+        for (dir, c) in ["a -> b", "b -> a"].iter().zip(&h.links) {
+            let _ = writeln!(
+                out,
+                "  {dir}: {} packets in, {} delivered ({} bytes), {} lost by the model, {} dropped at the full queue, queue peak {} packets / {} bytes",
+                c.arrived, c.delivered, c.delivered_bytes, c.lost, c.queue_full, c.max_queue_packets, c.max_queue_bytes
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  worst lag behind schedule {}, late packets {}, drops the model did not decide {}, unroutable {}",
+            fmt_ns(h.max_lag_ns as f64),
+            h.late_packets,
+            h.undecided_drops,
+            h.unroutable
+        );
+        match h.invalid_because() {
+            Some(why) => {
+                let _ = writeln!(out, "  INVALID: measurements across this lab cannot be trusted: {why}");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  valid: at most 1% of packets over 1 ms behind schedule, none over 10 ms, no drops the model did not decide"
+                );
+            }
+        }
+    }
+    let first = st.hosts.first().map(|h| h.name.as_str()).unwrap_or("a");
+    let other = st.hosts.iter().find(|h| h.side != st.hosts[0].side).map(|h| h.addr.to_string()).unwrap_or_default();
+    let _ = writeln!(out, "try: gridperf lab exec {first} -- gridperf rtt {other}   (start `gridperf serve` on the other host first: gridperf lab exec b -- gridperf serve)");
+    out
+}
+
+/// `lab profiles`.
+pub fn lab_profiles(profiles: &[gridperf_core::labcfg::Profile]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<13}{:>14}{:>11}{:>16}{:>10}  source", "profile", "rate", "RTT", "queue", "loss");
+    for p in profiles {
+        let queue = match p.queue {
+            gridperf_core::labcfg::QueueSpec::Unlimited => "-".to_string(),
+            gridperf_core::labcfg::QueueSpec::Packets(n) => format!("{n} pkt"),
+            gridperf_core::labcfg::QueueSpec::Bytes(b) => format!("{b} B"),
+            gridperf_core::labcfg::QueueSpec::Bdp(x) => format!("{x} BDP"),
+        };
+        let _ = writeln!(
+            out,
+            "{:<13}{:>14}{:>11}{:>16}{:>9.4}%  {}",
+            p.name,
+            p.rate_bps.map(|r| fmt_bps(r as f64)).unwrap_or_else(|| "-".into()),
+            if p.rtt_ns == 0 { "-".into() } else { fmt_ns(p.rtt_ns as f64) },
+            queue,
+            p.loss * 100.0,
+            p.source
+        );
+        if !p.assumptions.is_empty() {
+            let _ = writeln!(out, "{:13}assumed: {}", "", p.assumptions);
+        }
+    }
+    out
+}

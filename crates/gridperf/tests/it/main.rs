@@ -5,11 +5,13 @@
 //! - `echo`: rtt and transfer results, statistics against samples, loss counting;
 //! - `agent`: the agent's answers to bad, hostile, busy or vanishing clients;
 //! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
-//! - `netns`: runs in private network namespaces (need root).
+//! - `netns`: runs in private network namespaces (need root);
+//! - `lab`: the lab across real namespaces and TUN devices (root for most).
 
 mod agent;
 mod cli;
 mod echo;
+mod lab;
 mod netns;
 
 use gridperf::agent::{Agent, AgentConfig, StopHandle};

@@ -1,0 +1,179 @@
+//! The emulator: one process holding every host's TUN descriptor. It reads
+//! each IP packet a host sends, runs it through the link model of its
+//! direction (`gridperf_core::emu`), and writes it to the destination host's
+//! TUN when the model says it is due. It watches itself: how late it wrote
+//! each packet against the model's schedule, and every packet it could not
+//! deliver that the model did not decide to drop.
+
+use gridperf_core::emu::{Counters, Link, LinkConfig, Verdict};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// A packet written later than this behind the model's schedule counts as
+/// late (DESIGN.md's fidelity target: delay error at most 1 ms at p99).
+pub const LAG_THRESHOLD_NS: u64 = 1_000_000;
+/// A run is invalid when more than 1 in this many packets was late (p99 of
+/// the lag above the threshold), or when any packet was this late.
+pub const LATE_PER_PACKETS: u64 = 100;
+pub const LAG_LIMIT_NS: u64 = 10_000_000;
+
+/// Which side of the bottleneck a host is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Side {
+    A,
+    B,
+}
+
+/// One emulated host's end of the emulator.
+pub struct Port {
+    pub name: String,
+    pub addr: Ipv4Addr,
+    pub side: Side,
+    pub tun: File,
+}
+
+/// The emulator's self-monitoring figures, per direction and overall.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// Link counters, A to B then B to A.
+    pub links: [Counters; 2],
+    /// The latest any packet was written behind its schedule, in ns.
+    pub max_lag_ns: u64,
+    /// Packets written more than LAG_THRESHOLD_NS late.
+    pub late_packets: u64,
+    /// Packets the model passed that could not be written (TUN queue full).
+    pub undecided_drops: u64,
+    /// Packets that were not IPv4, or for an address no host has.
+    pub unroutable: u64,
+    /// Packets between hosts on the same side (they skip the bottleneck).
+    pub same_side: u64,
+    pub uptime_s: f64,
+}
+
+impl Health {
+    /// Why a measurement taken across the emulator cannot be trusted, if it cannot.
+    pub fn invalid_because(&self) -> Option<String> {
+        let mut why = Vec::new();
+        let delivered: u64 = self.links.iter().map(|c| c.delivered).sum();
+        if self.late_packets * LATE_PER_PACKETS > delivered.max(1) || self.max_lag_ns > LAG_LIMIT_NS {
+            why.push(format!(
+                "{} of {} packets were delivered more than {} us behind schedule (worst {} us)",
+                self.late_packets,
+                delivered,
+                LAG_THRESHOLD_NS / 1000,
+                self.max_lag_ns / 1000
+            ));
+        }
+        if self.undecided_drops > 0 {
+            why.push(format!("{} packets were dropped that the model did not drop", self.undecided_drops));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+}
+
+fn dest_v4(pkt: &[u8]) -> Option<Ipv4Addr> {
+    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
+        return None;
+    }
+    Some(Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]))
+}
+
+/// Runs until `stop` is set; calls `report` with the health figures about
+/// every `report_every`.
+pub fn run(
+    ports: Vec<Port>,
+    ab: LinkConfig,
+    ba: LinkConfig,
+    seed: u64,
+    stop: &AtomicBool,
+    report_every: Duration,
+    report: &mut dyn FnMut(&Health),
+) -> io::Result<Health> {
+    let _ = gridperf_sys::set_timer_slack_ns(1);
+    // a real-time thread is not kept waiting behind the hosts' own work on
+    // a small machine; without the privilege the lag counters will say so
+    if let Err(e) = gridperf_sys::set_realtime(50) {
+        eprintln!("gridperf lab emulator: cannot run as a real-time thread ({e}); lag may follow");
+    }
+    for p in &ports {
+        gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
+    }
+    let mut links: [Link<(usize, Vec<u8>)>; 2] = [Link::new(ab, seed), Link::new(ba, seed ^ 0x5bd1_e995)];
+    let fds: Vec<i32> = ports.iter().map(|p| p.tun.as_raw_fd()).collect();
+    let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
+    let start = Instant::now();
+    let now_ns = || start.elapsed().as_nanos() as u64;
+    let mut health = Health::default();
+    let mut buf = vec![0u8; 65_536];
+    let mut last_report = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let now = now_ns();
+        let wake = links.iter().filter_map(|l| l.next_wake()).min();
+        // sleep until the next packet is due, at most 100 ms (to see the stop flag)
+        let timeout = wake.map_or(100_000_000, |w| w.saturating_sub(now)).min(100_000_000);
+        let ready = gridperf_sys::ppoll_readable(&fds, Some(timeout))?;
+        let now = now_ns();
+        for (i, r) in ready.iter().enumerate() {
+            if !r {
+                continue;
+            }
+            // a bounded batch per port, so one busy sender cannot starve the schedule
+            for _ in 0..256 {
+                let n = match tuns[i].read(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                let pkt = &buf[..n];
+                let Some(dst) = dest_v4(pkt).and_then(|d| ports.iter().position(|p| p.addr == d)) else {
+                    health.unroutable += 1;
+                    continue;
+                };
+                if ports[dst].side == ports[i].side {
+                    health.same_side += 1;
+                    if !matches!(tuns[dst].write(pkt), Ok(n) if n == pkt.len()) {
+                        health.undecided_drops += 1;
+                    }
+                    continue;
+                }
+                let dir = if ports[i].side == Side::A { 0 } else { 1 };
+                // the link counts what it drops and why
+                let _: Verdict = links[dir].arrive(now, n as u64, (dst, pkt.to_vec()));
+            }
+        }
+        let now = now_ns();
+        for link in links.iter_mut() {
+            while let Some((due, (dst, pkt))) = link.poll(now) {
+                let lag = now.saturating_sub(due);
+                health.max_lag_ns = health.max_lag_ns.max(lag);
+                if lag > LAG_THRESHOLD_NS {
+                    health.late_packets += 1;
+                }
+                // a TUN write takes a whole packet or none of it
+                if !matches!(tuns[dst].write(&pkt), Ok(n) if n == pkt.len()) {
+                    health.undecided_drops += 1;
+                }
+            }
+        }
+        if last_report.elapsed() >= report_every {
+            health.links = [links[0].counters.clone(), links[1].counters.clone()];
+            health.uptime_s = start.elapsed().as_secs_f64();
+            report(&health);
+            last_report = Instant::now();
+        }
+    }
+    health.links = [links[0].counters.clone(), links[1].counters.clone()];
+    health.uptime_s = start.elapsed().as_secs_f64();
+    Ok(health)
+}
+
+/// Wraps a TUN descriptor for reading and writing.
+pub fn tun_file(fd: OwnedFd) -> File {
+    File::from(fd)
+}

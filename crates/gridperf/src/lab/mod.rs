@@ -1,0 +1,288 @@
+//! `gridperf lab`: emulated networks on one machine. Each host is a named
+//! network namespace (`ip netns exec gp-NAME-a ...` works) with a TUN device
+//! `gp0`; one emulator process holds every TUN descriptor and joins the two
+//! sides of the bottleneck through the link model.
+//!
+//! `lab up` starts the emulator in the background and waits until it says
+//! the lab is ready; the emulator writes its state and its health figures
+//! under /run/gridperf/lab-NAME/. `lab down` stops it, and removes by name
+//! whatever a crashed emulator left behind.
+
+pub mod emulator;
+
+use crate::error::{Error, Result};
+use emulator::{Health, Port, Side};
+use gridperf_core::emu::LinkConfig;
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where labs keep their state.
+pub const RUN_DIR: &str = "/run/gridperf";
+
+/// What a lab is made of, as `lab up` resolved it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabSpec {
+    pub name: String,
+    /// Hosts on the A side and on the B side of the bottleneck.
+    pub hosts: (usize, usize),
+    pub mtu: u32,
+    /// The link from A to B, and from B to A.
+    pub ab: LinkConfig,
+    pub ba: LinkConfig,
+    pub seed: u64,
+    /// The profile it came from, if any, and the settings in words.
+    pub profile: Option<String>,
+    pub description: String,
+}
+
+/// One host of a running lab.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Host {
+    /// a, b (two hosts) or a1, a2, b1, ... (a dumbbell).
+    pub name: String,
+    pub netns: String,
+    pub addr: Ipv4Addr,
+    pub side: Side,
+}
+
+/// What a running lab's emulator wrote about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabState {
+    pub spec: LabSpec,
+    pub pid: u32,
+    pub hosts: Vec<Host>,
+}
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("lab-{name}"))
+}
+
+/// The hosts of a lab: names, namespaces and addresses (10.77.1.i on the A
+/// side, 10.77.2.i on the B side, all in 10.77.0.0/16, inside the lab only).
+pub fn hosts(name: &str, (na, nb): (usize, usize)) -> Vec<Host> {
+    let mut out = Vec::new();
+    for (side, n, letter, net) in [(Side::A, na, 'a', 1u8), (Side::B, nb, 'b', 2u8)] {
+        for i in 1..=n {
+            let hname = if na == 1 && nb == 1 { letter.to_string() } else { format!("{letter}{i}") };
+            out.push(Host {
+                netns: format!("gp-{name}-{hname}"),
+                name: hname,
+                addr: Ipv4Addr::new(10, 77, net, i as u8),
+                side,
+            });
+        }
+    }
+    out
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 24 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(Error::usage(format!("lab name {name:?}: use 1 to 24 letters, digits or -")));
+    }
+    Ok(())
+}
+
+fn need_root(what: &str) -> Result<()> {
+    if !crate::env::is_root() {
+        return Err(Error::usage(format!(
+            "{what} needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN, for network namespaces and TUN devices): run it with sudo"
+        )));
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Err(Error::usage(format!("{what} needs /dev/net/tun (the tun kernel module)")));
+    }
+    Ok(())
+}
+
+/// Reads a lab's state; None when no lab of that name runs.
+pub fn state(name: &str) -> Option<LabState> {
+    let text = std::fs::read_to_string(dir(name).join("state.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The latest health figures the emulator wrote.
+pub fn health(name: &str) -> Option<Health> {
+    let text = std::fs::read_to_string(dir(name).join("health.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes, by name, every namespace and file a lab of this name may have left.
+fn clean(name: &str, hosts_guess: &[Host]) {
+    for h in hosts_guess {
+        if gridperf_sys::netns_exists(&h.netns) {
+            let _ = gridperf_sys::netns_delete(&h.netns);
+        }
+    }
+    // hosts of any shape this lab may have had
+    if let Ok(entries) = std::fs::read_dir(gridperf_sys::NETNS_DIR) {
+        let prefix = format!("gp-{name}-");
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&prefix) {
+                let _ = gridperf_sys::netns_delete(&n);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir(name));
+}
+
+/// Brings a lab up: starts the emulator and waits until it is ready.
+pub fn up(spec: LabSpec) -> Result<LabState> {
+    check_name(&spec.name)?;
+    need_root("lab up")?;
+    if let Some(s) = state(&spec.name) {
+        if alive(s.pid) {
+            return Err(Error::usage(format!(
+                "a lab named {:?} is already up (emulator pid {}): `gridperf lab down{}` first, or give another --name",
+                spec.name,
+                s.pid,
+                if spec.name == "default" { String::new() } else { format!(" --name {}", spec.name) }
+            )));
+        }
+    }
+    // whatever a crashed emulator left
+    clean(&spec.name, &hosts(&spec.name, spec.hosts));
+    let d = dir(&spec.name);
+    std::fs::create_dir_all(&d).map_err(|e| Error::internal(format!("{}: {e}", d.display())))?;
+    std::fs::write(d.join("spec.json"), serde_json::to_vec_pretty(&spec).map_err(|e| Error::internal(e.to_string()))?)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let log = std::fs::File::create(d.join("emulator.log")).map_err(|e| Error::internal(e.to_string()))?;
+    let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new(exe)
+        .args(["lab", "emulator", "--name", &spec.name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        // its own process group: a Ctrl-C meant for `lab up` does not reach it later
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Error::internal(format!("cannot start the emulator: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = state(&spec.name) {
+            return Ok(s);
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let log = std::fs::read_to_string(d.join("emulator.log")).unwrap_or_default();
+            clean(&spec.name, &hosts(&spec.name, spec.hosts));
+            return Err(Error::internal(format!("the emulator exited ({st}) before the lab was up:\n{}", log.trim())));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            clean(&spec.name, &hosts(&spec.name, spec.hosts));
+            return Err(Error::internal("the emulator did not bring the lab up within 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops a lab and removes everything it made. Works after a crash too.
+pub fn down(name: &str) -> Result<bool> {
+    check_name(name)?;
+    need_root("lab down")?;
+    let st = state(name);
+    let mut was_up = false;
+    if let Some(s) = &st {
+        if alive(s.pid) {
+            was_up = true;
+            let _ = Command::new("kill").arg("-TERM").arg(s.pid.to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while alive(s.pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(s.pid) {
+                let _ = Command::new("kill").arg("-KILL").arg(s.pid.to_string()).status();
+            }
+        }
+    }
+    let guess = st.map(|s| s.hosts).unwrap_or_default();
+    clean(name, &guess);
+    Ok(was_up)
+}
+
+/// Runs a command on a lab host (in its namespace); returns its exit status.
+pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::ExitStatus> {
+    need_root("lab exec")?;
+    let st =
+        state(name).ok_or_else(|| Error::usage(format!("no lab named {name:?} is up: `gridperf lab up` first")))?;
+    let h = st.hosts.iter().find(|h| h.name == host).ok_or_else(|| {
+        let names: Vec<&str> = st.hosts.iter().map(|h| h.name.as_str()).collect();
+        Error::usage(format!("lab {name:?} has no host {host:?}: its hosts are {}", names.join(", ")))
+    })?;
+    let (prog, args) = cmd.split_first().ok_or_else(|| Error::usage("lab exec HOST -- COMMAND [ARGS...]"))?;
+    let (prog, args) = (prog.clone(), args.to_vec());
+    let lab = name.to_string();
+    // a child forked by a thread inside the namespace lives in that namespace
+    gridperf_sys::in_netns(&h.netns, move || Command::new(&prog).args(&args).env("GRIDPERF_LAB", lab).status())
+        .map_err(|e| Error::internal(format!("running {:?} on {host}: {e}", cmd[0])))
+}
+
+/// The emulator's own entry point (`gridperf lab emulator`, started by `lab up`).
+pub fn emulator_main(name: &str) -> Result<()> {
+    let d = dir(name);
+    let spec: LabSpec = serde_json::from_slice(
+        &std::fs::read(d.join("spec.json")).map_err(|e| Error::internal(format!("reading the lab spec: {e}")))?,
+    )
+    .map_err(|e| Error::internal(format!("the lab spec: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| Error::internal(e.to_string()))?;
+    }
+    let hosts = hosts(name, spec.hosts);
+    let result = build_and_run(&spec, &hosts, &stop, &d);
+    // whatever happened, leave nothing behind
+    for h in &hosts {
+        let _ = gridperf_sys::netns_delete(&h.netns);
+    }
+    let _ = std::fs::remove_file(d.join("state.json"));
+    result
+}
+
+fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path::Path) -> Result<()> {
+    let mut ports = Vec::new();
+    for h in hosts {
+        gridperf_sys::netns_create(&h.netns)
+            .map_err(|e| Error::internal(format!("creating namespace {}: {e}", h.netns)))?;
+        let (addr, mtu) = (h.addr, spec.mtu);
+        let fd = gridperf_sys::in_netns(&h.netns, move || {
+            let fd = gridperf_sys::tun_create("gp0", false)?;
+            gridperf_sys::set_link_mtu("gp0", mtu)?;
+            gridperf_sys::set_link_ipv4("gp0", addr, 16)?;
+            gridperf_sys::set_link_up("gp0")?;
+            gridperf_sys::set_link_up("lo")?;
+            Ok(fd)
+        })
+        .map_err(|e| Error::internal(format!("setting up {}: {e}", h.netns)))?;
+        ports.push(Port { name: h.name.clone(), addr: h.addr, side: h.side, tun: emulator::tun_file(fd) });
+    }
+    let state = LabState { spec: spec.clone(), pid: std::process::id(), hosts: hosts.to_vec() };
+    write_atomic(&d.join("state.json"), &state)?;
+    eprintln!("gridperf lab emulator: {} up, pid {}", spec.name, std::process::id());
+    let hpath = d.join("health.json");
+    let health =
+        emulator::run(ports, spec.ab.clone(), spec.ba.clone(), spec.seed, stop, Duration::from_millis(250), &mut |h| {
+            let _ = write_atomic(&hpath, h);
+        })
+        .map_err(|e| Error::internal(format!("emulator: {e}")))?;
+    let _ = write_atomic(&hpath, &health);
+    eprintln!("gridperf lab emulator: {} down after {:.1} s", spec.name, health.uptime_s);
+    Ok(())
+}
+
+fn write_atomic<T: Serialize>(path: &std::path::Path, v: &T) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let bytes = serde_json::to_vec_pretty(v).map_err(|e| Error::internal(e.to_string()))?;
+    std::fs::write(&tmp, bytes).map_err(|e| Error::internal(e.to_string()))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::internal(e.to_string()))
+}

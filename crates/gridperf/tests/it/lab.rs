@@ -1,0 +1,232 @@
+//! The lab across real namespaces and TUN devices: settings errors (no root
+//! needed), then delay, loss and clean-up measured end to end with gridperf's
+//! own probes (root; CI must run them).
+
+use crate::netns::privileged;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run gridperf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A lab that is taken down (and checked gone) when the test ends, pass or fail.
+struct Lab {
+    name: String,
+    agent: Option<Child>,
+}
+
+impl Lab {
+    fn up(tag: &str, settings: &[&str]) -> Lab {
+        let name = format!("t{}-{tag}", std::process::id() % 100_000);
+        let mut args = vec!["lab", "up", "--name", &name];
+        args.extend_from_slice(settings);
+        let o = run(&args);
+        assert!(o.status.success(), "lab up: {}", stderr(&o));
+        Lab { name, agent: None }
+    }
+
+    /// Starts `gridperf serve --once` on host b and waits until it listens.
+    fn serve_on_b(&mut self) {
+        let child = Command::new(BIN)
+            .args(["lab", "exec", "--name", &self.name, "b", "--", BIN, "serve", "--once"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve on b");
+        self.agent = Some(child);
+        let ns = format!("gp-{}-b", self.name);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let ns = ns.clone();
+            let listening = gridperf_sys::in_netns(&ns, || {
+                Ok(std::net::TcpStream::connect_timeout(
+                    &"127.0.0.1:5301".parse().expect("addr"),
+                    Duration::from_millis(200),
+                )
+                .is_ok())
+            })
+            .unwrap_or(false);
+            if listening {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the agent on b did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn exec_a(&self, args: &[&str]) -> Output {
+        let mut all = vec!["lab", "exec", "--name", &self.name, "a", "--", BIN];
+        all.extend_from_slice(args);
+        run(&all)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let o = run(&["lab", "status", "--name", &self.name, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("status json")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut a) = self.agent.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        let o = run(&["lab", "down", "--name", &self.name]);
+        assert!(o.status.success(), "lab down: {}", stderr(&o));
+        let left: Vec<String> = std::fs::read_dir("/run/netns")
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        let prefix = format!("gp-{}-", self.name);
+        assert!(!left.iter().any(|n| n.starts_with(&prefix)), "namespaces left: {left:?}");
+        assert!(!std::path::Path::new(&format!("/run/gridperf/lab-{}", self.name)).exists());
+    }
+}
+
+fn medians(o: &Output) -> Vec<(String, f64, u64, u64)> {
+    assert!(o.status.success(), "{}", stderr(o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("rtt json");
+    v["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| {
+            (
+                p["proto"].as_str().unwrap_or("").to_string(),
+                p["summary"]["median_ns"].as_f64().unwrap_or(f64::NAN),
+                p["lost"].as_u64().unwrap_or(0),
+                p["sent"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn impossible_settings_name_the_field() {
+    for (args, needle) in [
+        (vec!["lab", "up", "--loss", "150%"], "loss"),
+        (vec!["lab", "up", "--mtu", "100"], "MTU"),
+        (vec!["lab", "up", "--rate", "0"], "rate of zero"),
+        (vec!["lab", "up", "--delay", "-5ms"], "negative"),
+        (vec!["lab", "up", "--rate", "100M", "--queue", "100B"], "smaller than one MTU"),
+        (vec!["lab", "up", "--profile", "mars"], "valid profiles are"),
+        (vec!["lab", "up", "--set", "colour=red"], "valid settings are"),
+        (vec!["lab", "up", "--hosts", "0x3"], "NxM"),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn profiles_list_their_sources() {
+    let o = run(&["lab", "profiles", "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let names: Vec<&str> = v.as_array().expect("list").iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["loopback", "crossover-fe", "lan-gige", "man", "wan", "baltic", "cern-icepp", "lambda", "internet"]
+    );
+    assert!(v.as_array().expect("list").iter().all(|p| p["source"].as_str().is_some_and(|s| !s.is_empty())));
+}
+
+#[test]
+fn delay_measured_end_to_end_and_down_leaves_nothing() {
+    if !privileged("delay_measured_end_to_end_and_down_leaves_nothing") {
+        return;
+    }
+    let mut lab = Lab::up("delay", &["--rtt", "20ms"]);
+    // a second lab of the same name is refused
+    let o = run(&["lab", "up", "--name", &lab.name]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already up"), "{}", stderr(&o));
+    lab.serve_on_b();
+    let o = lab.exec_a(&[
+        "rtt",
+        "10.77.2.1",
+        "--proto",
+        "tcp,udp",
+        "--sizes",
+        "64",
+        "-n",
+        "50",
+        "--warmup",
+        "5",
+        "--warmup-time",
+        "0s",
+        "--json",
+    ]);
+    for (proto, median, lost, _) in medians(&o) {
+        // 20 ms of emulated delay plus the two hosts' own stacks
+        assert!((20.0e6..21.0e6).contains(&median), "{proto}: median {median} ns");
+        assert_eq!(lost, 0, "{proto}");
+    }
+    let st = lab.status();
+    assert_eq!(st["lab"]["hosts"].as_array().expect("hosts").len(), 2);
+    let health = &st["health"];
+    assert!(health["links"][0]["delivered"].as_u64().expect("delivered") >= 110, "{health}");
+    assert_eq!(health["links"][0]["lost"], 0);
+}
+
+#[test]
+fn loss_counted_by_udp_within_its_interval() {
+    if !privileged("loss_counted_by_udp_within_its_interval") {
+        return;
+    }
+    let mut lab = Lab::up("loss", &["--rtt", "2ms", "--loss", "10%", "--seed", "7"]);
+    lab.serve_on_b();
+    let o = lab.exec_a(&[
+        "rtt",
+        "10.77.2.1",
+        "--proto",
+        "udp",
+        "--sizes",
+        "64",
+        "-n",
+        "400",
+        "--warmup",
+        "0",
+        "--warmup-time",
+        "0s",
+        "--timeout",
+        "100ms",
+        "--json",
+    ]);
+    let pts = medians(&o);
+    let (_, median, lost, sent) = &pts[0];
+    // a round trip survives two 10% draws: lost with p = 1 - 0.9^2 = 0.19
+    // (the control channel's TCP crosses the same loss: hence the long deadline)
+    let (n, p) = (*sent as f64, 0.19);
+    let sd = (n * p * (1.0 - p)).sqrt();
+    assert!((*lost as f64 - n * p).abs() < 4.5 * sd, "lost {lost} of {sent}");
+    assert!((2.0e6..3.0e6).contains(median), "median {median}");
+    // the emulator's own count agrees with its setting
+    let st = lab.status();
+    let c = &st["health"]["links"][0];
+    let (arrived, dropped) = (c["arrived"].as_u64().expect("n"), c["lost"].as_u64().expect("lost"));
+    let sd = (arrived as f64 * 0.1 * 0.9).sqrt();
+    assert!((dropped as f64 - arrived as f64 * 0.1).abs() < 4.5 * sd, "{dropped} of {arrived}");
+}
+
+#[test]
+fn exec_on_an_unknown_host_lists_the_hosts() {
+    if !privileged("exec_on_an_unknown_host_lists_the_hosts") {
+        return;
+    }
+    let lab = Lab::up("exec", &["--hosts", "2x1"]);
+    let o = run(&["lab", "exec", "--name", &lab.name, "c", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("a1, a2, b"), "{}", stderr(&o));
+    let o = run(&["lab", "exec", "--name", &lab.name, "a2", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
