@@ -5,10 +5,12 @@
 //! - [`stats`]: exact quantiles and the warnings that go with them;
 //! - [`model`]: result types, as `--json` prints them;
 //! - [`units`]: sizes, durations and rates, parsed and formatted;
+//! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
 //! - [`emu`]: the lab's link model (loss, bottleneck, delay line) in virtual time;
 //! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs.
 
 pub mod emu;
+pub mod gso;
 pub mod labcfg;
 pub mod model;
 pub mod plan;

@@ -6,11 +6,14 @@
 //! deliver that the model did not decide to drop.
 
 use gridperf_core::emu::{Counters, Link, LinkConfig, Verdict};
+use gridperf_core::gso::{self, VnetHdr, VNET_HDR_LEN};
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,6 +55,10 @@ pub struct Health {
     pub unroutable: u64,
     /// Packets between hosts on the same side (they skip the bottleneck).
     pub same_side: u64,
+    /// Offloaded super-packets read (each stands for several wire segments).
+    pub super_packets: u64,
+    /// Super-packets cut into their surviving segments after a drop.
+    pub split_packets: u64,
     pub uptime_s: f64,
 }
 
@@ -83,8 +90,47 @@ fn dest_v4(pkt: &[u8]) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]))
 }
 
+/// A packet as read from a TUN device (virtio-net header included), on its
+/// way through a link one wire segment at a time.
+struct InFlight {
+    buf: Vec<u8>,
+    dst: usize,
+    /// Which of its segments the link let through.
+    accepted: Vec<bool>,
+    /// Accepted segments not yet due.
+    remaining: usize,
+}
+
+type Item = (Rc<RefCell<InFlight>>, usize);
+
+/// Writes a packet whose last surviving segment is due: whole when every
+/// segment survived, else cut into the survivors.
+fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
+    let whole = p.accepted.iter().all(|&a| a);
+    let hdr = VnetHdr::parse(&p.buf).unwrap_or_default();
+    if whole {
+        // a TUN write takes a whole packet or none of it
+        if !matches!(tun.write(&p.buf), Ok(n) if n == p.buf.len()) {
+            health.undecided_drops += 1;
+        }
+        return;
+    }
+    match gso::split(&hdr, &p.buf[VNET_HDR_LEN..], |i| p.accepted[i]) {
+        Ok(segs) => {
+            health.split_packets += 1;
+            for seg in segs {
+                if !matches!(tun.write(&seg), Ok(n) if n == seg.len()) {
+                    health.undecided_drops += 1;
+                }
+            }
+        }
+        Err(_) => health.undecided_drops += p.accepted.iter().filter(|&&a| a).count() as u64,
+    }
+}
+
 /// Runs until `stop` is set; calls `report` with the health figures about
-/// every `report_every`.
+/// every `report_every`. The TUN devices must have been made with offloads
+/// (each packet behind a virtio-net header).
 pub fn run(
     ports: Vec<Port>,
     ab: LinkConfig,
@@ -103,13 +149,13 @@ pub fn run(
     for p in &ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
-    let mut links: [Link<(usize, Vec<u8>)>; 2] = [Link::new(ab, seed), Link::new(ba, seed ^ 0x5bd1_e995)];
+    let mut links: [Link<Item>; 2] = [Link::new(ab, seed), Link::new(ba, seed ^ 0x5bd1_e995)];
     let fds: Vec<i32> = ports.iter().map(|p| p.tun.as_raw_fd()).collect();
     let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
     let start = Instant::now();
     let now_ns = || start.elapsed().as_nanos() as u64;
     let mut health = Health::default();
-    let mut buf = vec![0u8; 65_536];
+    let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let now = now_ns();
@@ -123,42 +169,66 @@ pub fn run(
                 continue;
             }
             // a bounded batch per port, so one busy sender cannot starve the schedule
-            for _ in 0..256 {
+            for _ in 0..64 {
                 let n = match tuns[i].read(&mut buf) {
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 };
-                let pkt = &buf[..n];
+                if n <= VNET_HDR_LEN {
+                    health.unroutable += 1;
+                    continue;
+                }
+                let pkt = &buf[VNET_HDR_LEN..n];
                 let Some(dst) = dest_v4(pkt).and_then(|d| ports.iter().position(|p| p.addr == d)) else {
                     health.unroutable += 1;
                     continue;
                 };
                 if ports[dst].side == ports[i].side {
                     health.same_side += 1;
-                    if !matches!(tuns[dst].write(pkt), Ok(n) if n == pkt.len()) {
+                    if !matches!(tuns[dst].write(&buf[..n]), Ok(w) if w == n) {
                         health.undecided_drops += 1;
                     }
                     continue;
                 }
                 let dir = if ports[i].side == Side::A { 0 } else { 1 };
-                // the link counts what it drops and why
-                let _: Verdict = links[dir].arrive(now, n as u64, (dst, pkt.to_vec()));
+                let hdr = VnetHdr::parse(&buf[..n]).unwrap_or_default();
+                let lens = gso::segments(&hdr, pkt);
+                if lens.len() > 1 {
+                    health.super_packets += 1;
+                }
+                let p = Rc::new(RefCell::new(InFlight {
+                    buf: buf[..n].to_vec(),
+                    dst,
+                    accepted: vec![false; lens.len()],
+                    remaining: 0,
+                }));
+                // loss and queueing are decided per wire segment
+                for (k, len) in lens.into_iter().enumerate() {
+                    if links[dir].arrive(now, len as u64, (p.clone(), k)) == Verdict::Accepted {
+                        let mut q = p.borrow_mut();
+                        q.accepted[k] = true;
+                        q.remaining += 1;
+                    }
+                }
             }
         }
         let now = now_ns();
         for link in links.iter_mut() {
-            while let Some((due, (dst, pkt))) = link.poll(now) {
+            while let Some((due, (p, _))) = link.poll(now) {
+                let mut q = p.borrow_mut();
+                q.remaining -= 1;
+                if q.remaining > 0 {
+                    continue;
+                }
                 let lag = now.saturating_sub(due);
                 health.max_lag_ns = health.max_lag_ns.max(lag);
                 if lag > LAG_THRESHOLD_NS {
                     health.late_packets += 1;
                 }
-                // a TUN write takes a whole packet or none of it
-                if !matches!(tuns[dst].write(&pkt), Ok(n) if n == pkt.len()) {
-                    health.undecided_drops += 1;
-                }
+                let dst = q.dst;
+                deliver(&mut tuns[dst], &q, &mut health);
             }
         }
         if last_report.elapsed() >= report_every {

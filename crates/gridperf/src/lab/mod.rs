@@ -256,7 +256,7 @@ fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::pat
             .map_err(|e| Error::internal(format!("creating namespace {}: {e}", h.netns)))?;
         let (addr, mtu) = (h.addr, spec.mtu);
         let fd = gridperf_sys::in_netns(&h.netns, move || {
-            let fd = gridperf_sys::tun_create("gp0", false)?;
+            let fd = gridperf_sys::tun_create("gp0", true)?;
             gridperf_sys::set_link_mtu("gp0", mtu)?;
             gridperf_sys::set_link_ipv4("gp0", addr, 16)?;
             gridperf_sys::set_link_up("gp0")?;

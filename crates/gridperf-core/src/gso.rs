@@ -1,0 +1,313 @@
+//! Offloaded packets as a TUN device with virtio-net headers hands them
+//! over: a 10-byte `virtio_net_hdr`, then an IP packet that may be a TCP
+//! super-packet of up to 64 KiB standing for many wire segments.
+//!
+//! The lab decides loss and queueing per wire segment, never per
+//! super-packet ([`segments`] says how many and how long). When every
+//! segment survives, the super-packet is passed on whole; when some do not,
+//! [`split`] cuts it into the surviving segments, as the kernel's GSO would
+//! have, each with its own header and a checksum left for the receiver's
+//! kernel to check (NEEDS_CSUM).
+
+use thiserror::Error;
+
+/// The size of `struct virtio_net_hdr`.
+pub const VNET_HDR_LEN: usize = 10;
+pub const F_NEEDS_CSUM: u8 = 1;
+pub const GSO_NONE: u8 = 0;
+pub const GSO_TCPV4: u8 = 1;
+pub const GSO_UDP: u8 = 3;
+pub const GSO_TCPV6: u8 = 4;
+pub const GSO_ECN: u8 = 0x80;
+
+/// A virtio-net header (little-endian fields, as the TUN device uses them
+/// on little-endian hosts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VnetHdr {
+    pub flags: u8,
+    pub gso_type: u8,
+    pub hdr_len: u16,
+    pub gso_size: u16,
+    pub csum_start: u16,
+    pub csum_offset: u16,
+}
+
+impl VnetHdr {
+    pub fn parse(b: &[u8]) -> Option<VnetHdr> {
+        if b.len() < VNET_HDR_LEN {
+            return None;
+        }
+        let u = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        Some(VnetHdr {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: u(2),
+            gso_size: u(4),
+            csum_start: u(6),
+            csum_offset: u(8),
+        })
+    }
+
+    pub fn write(&self, b: &mut [u8]) {
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+    }
+}
+
+/// Why a packet could not be cut into segments.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum GsoError {
+    #[error("packet too short for its headers")]
+    Short,
+    #[error("GSO type {0:#x} is not TCP over IPv4 or IPv6")]
+    Unsupported(u8),
+    #[error("malformed IP or TCP header")]
+    Malformed,
+}
+
+/// Offsets of a TCP packet's headers: (IP header length, TCP header length, IPv6?).
+fn tcp_headers(pkt: &[u8]) -> Result<(usize, usize, bool), GsoError> {
+    let v = pkt.first().ok_or(GsoError::Short)? >> 4;
+    let (ip_len, v6) = match v {
+        4 => (((pkt[0] & 0x0f) as usize) * 4, false),
+        6 => (40, true),
+        _ => return Err(GsoError::Malformed),
+    };
+    if ip_len < 20 || pkt.len() < ip_len + 20 {
+        return Err(GsoError::Short);
+    }
+    let proto = if v6 { pkt[6] } else { pkt[9] };
+    if proto != 6 {
+        return Err(GsoError::Malformed);
+    }
+    let tcp_len = ((pkt[ip_len + 12] >> 4) as usize) * 4;
+    if tcp_len < 20 || pkt.len() < ip_len + tcp_len {
+        return Err(GsoError::Short);
+    }
+    Ok((ip_len, tcp_len, v6))
+}
+
+/// The on-the-wire lengths (IP header included) of the segments a packet
+/// stands for: one length for a plain packet, ceil(payload / gso_size)
+/// for a TCP super-packet.
+pub fn segments(hdr: &VnetHdr, pkt: &[u8]) -> Vec<u32> {
+    let gso = hdr.gso_type & !GSO_ECN;
+    if gso == GSO_NONE || hdr.gso_size == 0 {
+        return vec![pkt.len() as u32];
+    }
+    let headers = match tcp_headers(pkt) {
+        Ok((ip, tcp, _)) => ip + tcp,
+        Err(_) => return vec![pkt.len() as u32],
+    };
+    let payload = pkt.len().saturating_sub(headers);
+    let mss = hdr.gso_size as usize;
+    if payload <= mss {
+        return vec![pkt.len() as u32];
+    }
+    let n = payload.div_ceil(mss);
+    (0..n).map(|i| (headers + mss.min(payload - i * mss)) as u32).collect()
+}
+
+/// One's-complement sum of 16-bit words (not folded, not inverted).
+fn sum16(data: &[u8], mut acc: u32) -> u32 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        acc += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    if let [last] = chunks.remainder() {
+        acc += (*last as u32) << 8;
+    }
+    acc
+}
+
+fn fold(mut acc: u32) -> u16 {
+    while acc >> 16 != 0 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// The IPv4 header checksum.
+pub fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut h = header.to_vec();
+    h[10] = 0;
+    h[11] = 0;
+    !fold(sum16(&h, 0))
+}
+
+/// Cuts a TCP super-packet into its segments, keeping those for which
+/// `keep(i)` is true. Each comes with its own virtio-net header (no GSO,
+/// checksum left to the receiver: NEEDS_CSUM with the pseudo-header sum in
+/// the TCP checksum field, as CHECKSUM_PARTIAL packets carry it).
+pub fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<Vec<u8>>, GsoError> {
+    let gso = hdr.gso_type & !GSO_ECN;
+    if gso != GSO_TCPV4 && gso != GSO_TCPV6 {
+        return Err(GsoError::Unsupported(hdr.gso_type));
+    }
+    let (ip_len, tcp_len, v6) = tcp_headers(pkt)?;
+    let headers = ip_len + tcp_len;
+    let payload = &pkt[headers..];
+    let mss = hdr.gso_size as usize;
+    if mss == 0 {
+        return Err(GsoError::Malformed);
+    }
+    let n = payload.len().div_ceil(mss).max(1);
+    let seq0 = u32::from_be_bytes([pkt[ip_len + 4], pkt[ip_len + 5], pkt[ip_len + 6], pkt[ip_len + 7]]);
+    let flags0 = pkt[ip_len + 13];
+    let id0 = u16::from_be_bytes([pkt[4], pkt[5]]);
+    let mut out = Vec::new();
+    for i in 0..n {
+        if !keep(i) {
+            continue;
+        }
+        let data = &payload[i * mss..payload.len().min((i + 1) * mss)];
+        let mut seg = vec![0u8; VNET_HDR_LEN + headers + data.len()];
+        VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_NONE,
+            hdr_len: headers as u16,
+            gso_size: 0,
+            csum_start: ip_len as u16,
+            csum_offset: 16,
+        }
+        .write(&mut seg[..VNET_HDR_LEN]);
+        let p = &mut seg[VNET_HDR_LEN..];
+        p[..headers].copy_from_slice(&pkt[..headers]);
+        p[headers..].copy_from_slice(data);
+        let total = headers + data.len();
+        if v6 {
+            p[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+        } else {
+            p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            p[4..6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
+            let c = ipv4_checksum(&p[..ip_len]);
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        let t = &mut p[ip_len..];
+        t[4..8].copy_from_slice(&seq0.wrapping_add((i * mss) as u32).to_be_bytes());
+        // FIN and PSH belong to the last segment, CWR to the first
+        let mut flags = flags0;
+        if i + 1 < n {
+            flags &= !(0x01 | 0x08);
+        }
+        if i > 0 {
+            flags &= !0x80;
+        }
+        t[13] = flags;
+        // the pseudo-header sum for this segment's length, not inverted
+        let tcp_total = (tcp_len + data.len()) as u32;
+        let pseudo = if v6 {
+            sum16(&pkt[8..40], 0) + 6 + (tcp_total >> 16) + (tcp_total & 0xffff)
+        } else {
+            sum16(&pkt[12..20], 0) + 6 + tcp_total
+        };
+        t[16..18].copy_from_slice(&fold(pseudo).to_be_bytes());
+        out.push(seg);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4/TCP super-packet: 20 B IP, 32 B TCP (timestamps), `payload` bytes.
+    fn super_v4(payload: usize, flags: u8) -> Vec<u8> {
+        let total = 52 + payload;
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total.min(65535) as u16).to_be_bytes());
+        p[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+        p[6] = 0x40; // DF
+        p[8] = 64;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&[10, 77, 1, 1]);
+        p[16..20].copy_from_slice(&[10, 77, 2, 1]);
+        p[20..22].copy_from_slice(&5301u16.to_be_bytes());
+        p[24..28].copy_from_slice(&1_000_000u32.to_be_bytes());
+        p[32] = 8 << 4; // 32-byte TCP header
+        p[33] = flags;
+        for (i, b) in p[52..].iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        p
+    }
+
+    fn gso_hdr(mss: u16) -> VnetHdr {
+        VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 52,
+            gso_size: mss,
+            csum_start: 20,
+            csum_offset: 16,
+        }
+    }
+
+    #[test]
+    fn header_roundtrip() {
+        let h = gso_hdr(1448);
+        let mut b = [0u8; 10];
+        h.write(&mut b);
+        assert_eq!(VnetHdr::parse(&b), Some(h));
+        assert_eq!(VnetHdr::parse(&b[..9]), None);
+    }
+
+    #[test]
+    fn segment_lengths() {
+        let pkt = super_v4(1448 * 3 + 100, 0x18);
+        assert_eq!(segments(&gso_hdr(1448), &pkt), vec![1500, 1500, 1500, 152]);
+        assert_eq!(segments(&VnetHdr::default(), &pkt), vec![pkt.len() as u32]);
+        let small = super_v4(500, 0x18);
+        assert_eq!(segments(&gso_hdr(1448), &small), vec![552]);
+    }
+
+    #[test]
+    fn split_rebuilds_each_segment() {
+        let pkt = super_v4(1448 * 3 + 100, 0x18 | 0x01 | 0x80); // PSH ACK FIN CWR
+        let segs = split(&gso_hdr(1448), &pkt, |i| i != 1).expect("split");
+        assert_eq!(segs.len(), 3, "segment 1 dropped");
+        let mut payload_at = Vec::new();
+        for (k, s) in segs.iter().enumerate() {
+            let i = [0, 2, 3][k];
+            let h = VnetHdr::parse(s).expect("hdr");
+            assert_eq!((h.gso_type, h.flags, h.csum_start, h.csum_offset), (GSO_NONE, F_NEEDS_CSUM, 20, 16));
+            let p = &s[VNET_HDR_LEN..];
+            let total = u16::from_be_bytes([p[2], p[3]]) as usize;
+            assert_eq!(total, p.len());
+            assert_eq!(total, if i == 3 { 152 } else { 1500 });
+            assert_eq!(u16::from_be_bytes([p[4], p[5]]), 0x1234 + i as u16);
+            // a valid IPv4 header checksum sums to 0xffff
+            assert_eq!(fold(sum16(&p[..20], 0)), 0xffff);
+            let seq = u32::from_be_bytes([p[24], p[25], p[26], p[27]]);
+            assert_eq!(seq, 1_000_000 + (i * 1448) as u32);
+            let flags = p[33];
+            assert_eq!(flags & 0x01 != 0, i == 3, "FIN only on the last");
+            assert_eq!(flags & 0x08 != 0, i == 3, "PSH only on the last");
+            assert_eq!(flags & 0x80 != 0, i == 0, "CWR only on the first");
+            // the payload is the right slice of the original
+            assert_eq!(p[52], ((i * 1448) % 251) as u8);
+            payload_at.push(i);
+            // pseudo-header sum: src + dst + proto + TCP length
+            let tcp_len = (total - 20) as u32;
+            let expect = fold(sum16(&p[12..20], 0) + 6 + tcp_len);
+            assert_eq!(u16::from_be_bytes([p[36], p[37]]), expect);
+        }
+        assert_eq!(payload_at, vec![0, 2, 3]);
+    }
+
+    #[test]
+    fn split_refuses_what_it_cannot_cut() {
+        let pkt = super_v4(3000, 0x10);
+        let udp = VnetHdr { gso_type: GSO_UDP, ..gso_hdr(1448) };
+        assert_eq!(split(&udp, &pkt, |_| true), Err(GsoError::Unsupported(GSO_UDP)));
+        assert_eq!(split(&gso_hdr(1448), &pkt[..30], |_| true), Err(GsoError::Short));
+        let mut not_tcp = pkt.clone();
+        not_tcp[9] = 17;
+        assert_eq!(split(&gso_hdr(1448), &not_tcp, |_| true), Err(GsoError::Malformed));
+    }
+}
