@@ -64,6 +64,22 @@ pub struct Environment {
     pub server: Option<EndInfo>,
     /// Free-form notes on conditions (e.g. "private network namespace, lo MTU 1500").
     pub notes: Vec<String>,
+    /// The lab the run crossed, when run with `gridperf lab exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab: Option<LabRecord>,
+}
+
+/// The emulated network a run crossed, and what the emulator says of itself
+/// over the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabRecord {
+    pub name: String,
+    pub profile: Option<String>,
+    pub description: String,
+    /// The emulator's counters over the run (its health file, before and after).
+    pub emulator: serde_json::Value,
+    /// Why the run is invalid, if the emulator fell behind or dropped what its model did not.
+    pub invalid: Option<String>,
 }
 
 /// What the agent did during one point.

@@ -92,6 +92,8 @@ pub enum Warning {
     FewSamples { point: String, count: u64 },
     /// Messages were lost (UDP).
     Lost { point: String, lost: u64, sent: u64 },
+    /// The lab's emulator fell behind or dropped what its model did not: the run is invalid.
+    LabInvalid { why: String },
 }
 
 impl Warning {
@@ -111,6 +113,9 @@ impl Warning {
             ),
             Warning::Lost { point, lost, sent } => format!(
                 "{point}: {lost} of {sent} messages lost; the statistics cover only the ones that came back."
+            ),
+            Warning::LabInvalid { why } => format!(
+                "INVALID: the lab's emulator did not keep up during this run ({why}); its figures are not the emulated network's. Rerun with less load, or see gridperf lab status."
             ),
         }
     }

@@ -445,6 +445,14 @@ fn print_warnings(warnings: &[gridperf_core::stats::Warning]) {
     }
 }
 
+/// A run across a lab whose emulator fell behind is not a measurement of the emulated network.
+fn lab_valid(env: &gridperf_core::model::Environment) -> Result<()> {
+    match env.lab.as_ref().and_then(|l| l.invalid.as_ref()) {
+        Some(why) => Err(Error::measurement(format!("invalid run: the lab's emulator did not keep up ({why})"))),
+        None => Ok(()),
+    }
+}
+
 fn cmd_rtt(a: RttArgs) -> Result<()> {
     let (target, echo) = echo_setup(&a.echo)?;
     if a.iterations == 0 || a.iterations > 100_000_000 {
@@ -472,6 +480,7 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
         print(&report::rtt_table(&r))?;
     }
     print_warnings(&r.warnings);
+    lab_valid(&r.env)?;
     if r.points.iter().any(|p| p.summary.is_none()) {
         return Err(Error::measurement("some points have no sample: every message was lost"));
     }
@@ -512,6 +521,7 @@ fn cmd_transfer(a: TransferArgs) -> Result<()> {
         print(&report::transfer_table(&r))?;
     }
     print_warnings(&r.warnings);
+    lab_valid(&r.env)?;
     if r.points.iter().any(|p| p.time.is_none()) {
         return Err(Error::measurement("some points completed no run"));
     }

@@ -48,6 +48,12 @@ fn header(out: &mut String, title: &str, s: &Settings, env: &Environment) {
     for n in &env.notes {
         let _ = writeln!(out, "{n}");
     }
+    if let Some(lab) = &env.lab {
+        let _ = writeln!(out, "across lab {}: {}", lab.name, lab.description);
+        if let Some(why) = &lab.invalid {
+            let _ = writeln!(out, "INVALID: the emulator did not keep up during this run: {why}");
+        }
+    }
     let sockets = |who: &str, e: &EndInfo, out: &mut String| {
         for sock in &e.sockets {
             let _ = writeln!(out, "{}", socket_line(who, sock));
@@ -291,10 +297,12 @@ pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulato
         }
         let _ = writeln!(
             out,
-            "  worst lag behind schedule {}, late packets {}, drops the model did not decide {}, unroutable {}",
+            "  worst lag behind schedule {}, late packets {}, stalls {}, drops the model did not decide {} (+{} at the TUN queues), unroutable {}",
             fmt_ns(h.max_lag_ns as f64),
             h.late_packets,
+            h.stalls,
             h.undecided_drops,
+            h.tun_drops,
             h.unroutable
         );
         match h.invalid_because() {

@@ -87,6 +87,8 @@ pub struct Running {
     message_timeout: std::time::Duration,
     ipv6: bool,
     buffers: (Option<u64>, Option<u64>),
+    /// The lab this run crosses (run by `gridperf lab exec`), with the emulator's health before.
+    lab: Option<(String, Option<crate::lab::emulator::Health>)>,
     _local: Option<LocalAgent>,
 }
 
@@ -132,7 +134,12 @@ pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running>
         client,
         server: Some(test.agent.clone()),
         notes: opts.notes.clone(),
+        lab: None,
     };
+    let lab = std::env::var("GRIDPERF_LAB").ok().map(|name| {
+        let before = crate::lab::health(&name);
+        (name, before)
+    });
     Ok(Running {
         session,
         test,
@@ -140,6 +147,7 @@ pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running>
         message_timeout: opts.deadlines.message,
         ipv6: addr.is_ipv6(),
         buffers: (opts.sndbuf, opts.rcvbuf),
+        lab,
         _local: local,
     })
 }
@@ -171,7 +179,11 @@ impl Running {
         if opts.client_cpu.is_none() && opts.server_cpu.is_none() {
             warnings.push(Warning::Unpinned);
         }
-        self.finish()
+        let env = self.finish()?;
+        if let Some(why) = env.lab.as_ref().and_then(|l| l.invalid.clone()) {
+            warnings.push(Warning::LabInvalid { why });
+        }
+        Ok(env)
     }
 
     /// Ends the test and completes the record with the agent's report. Both
@@ -182,6 +194,9 @@ impl Running {
         let agent = self.session.finish()?;
         self.env.server = Some(agent);
         self.env.finished_unix = runner::unix_now();
+        if let Some((name, before)) = self.lab.take() {
+            self.env.lab = Some(lab_record(&name, before));
+        }
         Ok(self.env)
     }
 
@@ -260,5 +275,27 @@ impl Running {
             )));
         }
         Ok(())
+    }
+}
+
+/// What the lab's emulator says of itself over a run: it writes its health
+/// every 250 ms, so wait for one more write before reading it again.
+fn lab_record(name: &str, before: Option<crate::lab::emulator::Health>) -> gridperf_core::model::LabRecord {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after = crate::lab::health(name);
+    let state = crate::lab::state(name);
+    let (emulator, invalid) = match (&before, &after) {
+        (Some(b), Some(a)) => {
+            let d = a.since(b);
+            (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because())
+        }
+        _ => (serde_json::Value::Null, Some(format!("the emulator of lab {name:?} could not be read"))),
+    };
+    gridperf_core::model::LabRecord {
+        name: name.to_string(),
+        profile: state.as_ref().and_then(|s| s.spec.profile.clone()),
+        description: state.map(|s| s.spec.description).unwrap_or_default(),
+        emulator,
+        invalid,
     }
 }

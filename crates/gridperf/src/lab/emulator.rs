@@ -38,6 +38,22 @@ pub struct Port {
     pub addr: Ipv4Addr,
     pub side: Side,
     pub tun: File,
+    /// The host's /proc/net/dev, opened inside its namespace.
+    pub net_dev: Option<File>,
+}
+
+/// The TUN device's transmit drops as the host's kernel counts them: packets
+/// the host sent that found the device's queue full because the emulator
+/// did not read them in time.
+fn tun_tx_dropped(net_dev: &mut File) -> Option<u64> {
+    use std::io::Seek;
+    net_dev.seek(io::SeekFrom::Start(0)).ok()?;
+    let mut text = String::new();
+    net_dev.read_to_string(&mut text).ok()?;
+    let line = text.lines().find(|l| l.trim_start().starts_with("gp0:"))?;
+    // receive: bytes packets errs drop fifo frame compressed multicast; transmit: bytes packets errs drop ...
+    let fields: Vec<u64> = line.split_once(':')?.1.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    fields.get(11).copied()
 }
 
 /// The emulator's self-monitoring figures, per direction and overall.
@@ -49,8 +65,14 @@ pub struct Health {
     pub max_lag_ns: u64,
     /// Packets written more than LAG_THRESHOLD_NS late.
     pub late_packets: u64,
+    /// Times the emulator woke more than LAG_THRESHOLD_NS later than it asked
+    /// (it was not running; the hosts' packets waited unseen).
+    pub stalls: u64,
     /// Packets the model passed that could not be written (TUN queue full).
     pub undecided_drops: u64,
+    /// Packets the hosts' kernels dropped at the TUN devices before the
+    /// emulator read them (the devices' tx_dropped), since the lab came up.
+    pub tun_drops: u64,
     /// Packets that were not IPv4, or for an address no host has.
     pub unroutable: u64,
     /// Packets between hosts on the same side (they skip the bottleneck).
@@ -63,13 +85,40 @@ pub struct Health {
 }
 
 impl Health {
+    /// What happened between two snapshots of the same emulator: counts
+    /// are differences, and the worst lag is the later one if it grew.
+    pub fn since(&self, before: &Health) -> Health {
+        let mut links = self.links.clone();
+        for (l, b) in links.iter_mut().zip(&before.links) {
+            l.arrived -= b.arrived.min(l.arrived);
+            l.delivered -= b.delivered.min(l.delivered);
+            l.lost -= b.lost.min(l.lost);
+            l.queue_full -= b.queue_full.min(l.queue_full);
+            l.arrived_bytes -= b.arrived_bytes.min(l.arrived_bytes);
+            l.delivered_bytes -= b.delivered_bytes.min(l.delivered_bytes);
+        }
+        Health {
+            links,
+            max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
+            late_packets: self.late_packets.saturating_sub(before.late_packets),
+            stalls: self.stalls.saturating_sub(before.stalls),
+            undecided_drops: self.undecided_drops.saturating_sub(before.undecided_drops),
+            tun_drops: self.tun_drops.saturating_sub(before.tun_drops),
+            unroutable: self.unroutable.saturating_sub(before.unroutable),
+            same_side: self.same_side.saturating_sub(before.same_side),
+            super_packets: self.super_packets.saturating_sub(before.super_packets),
+            split_packets: self.split_packets.saturating_sub(before.split_packets),
+            uptime_s: self.uptime_s - before.uptime_s,
+        }
+    }
+
     /// Why a measurement taken across the emulator cannot be trusted, if it cannot.
     pub fn invalid_because(&self) -> Option<String> {
         let mut why = Vec::new();
         let delivered: u64 = self.links.iter().map(|c| c.delivered).sum();
         if self.late_packets * LATE_PER_PACKETS > delivered.max(1) || self.max_lag_ns > LAG_LIMIT_NS {
             why.push(format!(
-                "{} of {} packets were delivered more than {} us behind schedule (worst {} us)",
+                "{} of {} packets were delivered more than {} us behind schedule, worst {} us behind",
                 self.late_packets,
                 delivered,
                 LAG_THRESHOLD_NS / 1000,
@@ -78,6 +127,9 @@ impl Health {
         }
         if self.undecided_drops > 0 {
             why.push(format!("{} packets were dropped that the model did not drop", self.undecided_drops));
+        }
+        if self.tun_drops > 0 {
+            why.push(format!("{} packets overflowed a TUN queue before the emulator read them", self.tun_drops));
         }
         (!why.is_empty()).then(|| why.join("; "))
     }
@@ -132,7 +184,7 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
 /// every `report_every`. The TUN devices must have been made with offloads
 /// (each packet behind a virtio-net header).
 pub fn run(
-    ports: Vec<Port>,
+    mut ports: Vec<Port>,
     ab: LinkConfig,
     ba: LinkConfig,
     seed: u64,
@@ -157,13 +209,31 @@ pub fn run(
     let mut health = Health::default();
     let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
+    // drops the hosts' kernels count at the TUN devices, from the start
+    let tun_base: Vec<u64> =
+        ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
+    let tun_drops = |ports: &mut Vec<Port>| -> u64 {
+        ports
+            .iter_mut()
+            .zip(&tun_base)
+            .map(|(p, base)| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(*base).saturating_sub(*base))
+            .sum()
+    };
     while !stop.load(Ordering::Relaxed) {
         let now = now_ns();
         let wake = links.iter().filter_map(|l| l.next_wake()).min();
         // sleep until the next packet is due, at most 100 ms (to see the stop flag)
         let timeout = wake.map_or(100_000_000, |w| w.saturating_sub(now)).min(100_000_000);
         let ready = gridperf_sys::ppoll_readable(&fds, Some(timeout))?;
-        let now = now_ns();
+        let now_after = now_ns();
+        // woken later than asked: the emulator was not running (descheduled,
+        // stopped), and whatever the hosts sent meanwhile waited unseen
+        let overslept = now_after.saturating_sub(now + timeout);
+        if overslept > LAG_THRESHOLD_NS {
+            health.stalls += 1;
+            health.max_lag_ns = health.max_lag_ns.max(overslept);
+        }
+        let now = now_after;
         for (i, r) in ready.iter().enumerate() {
             if !r {
                 continue;
@@ -232,12 +302,14 @@ pub fn run(
             }
         }
         if last_report.elapsed() >= report_every {
+            health.tun_drops = tun_drops(&mut ports);
             health.links = [links[0].counters.clone(), links[1].counters.clone()];
             health.uptime_s = start.elapsed().as_secs_f64();
             report(&health);
             last_report = Instant::now();
         }
     }
+    health.tun_drops = tun_drops(&mut ports);
     health.links = [links[0].counters.clone(), links[1].counters.clone()];
     health.uptime_s = start.elapsed().as_secs_f64();
     Ok(health)

@@ -255,17 +255,29 @@ fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::pat
         gridperf_sys::netns_create(&h.netns)
             .map_err(|e| Error::internal(format!("creating namespace {}: {e}", h.netns)))?;
         let (addr, mtu) = (h.addr, spec.mtu);
-        let fd = gridperf_sys::in_netns(&h.netns, move || {
+        let (fd, dev) = gridperf_sys::in_netns(&h.netns, move || {
             let fd = gridperf_sys::tun_create("gp0", true)?;
             gridperf_sys::set_link_mtu("gp0", mtu)?;
             gridperf_sys::set_link_ipv4("gp0", addr, 16)?;
             gridperf_sys::set_link_up("gp0")?;
             gridperf_sys::set_link_up("lo")?;
-            Ok(fd)
+            // a /proc/net file shows the namespace it was opened in, for as
+            // long as it stays open: the emulator reads the host's counters
+            // through it without entering the namespace again
+            let dev = std::fs::File::open("/proc/thread-self/net/dev")?;
+            Ok((fd, dev))
         })
         .map_err(|e| Error::internal(format!("setting up {}: {e}", h.netns)))?;
-        ports.push(Port { name: h.name.clone(), addr: h.addr, side: h.side, tun: emulator::tun_file(fd) });
+        ports.push(Port {
+            name: h.name.clone(),
+            addr: h.addr,
+            side: h.side,
+            tun: emulator::tun_file(fd),
+            net_dev: Some(dev),
+        });
     }
+    // health first, then state: once the lab is up, both can be read
+    write_atomic(&d.join("health.json"), &Health::default())?;
     let state = LabState { spec: spec.clone(), pid: std::process::id(), hosts: hosts.to_vec() };
     write_atomic(&d.join("state.json"), &state)?;
     eprintln!("gridperf lab emulator: {} up, pid {}", spec.name, std::process::id());

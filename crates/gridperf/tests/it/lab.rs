@@ -171,6 +171,10 @@ fn delay_measured_end_to_end_and_down_leaves_nothing() {
         assert!((20.0e6..21.0e6).contains(&median), "{proto}: median {median} ns");
         assert_eq!(lost, 0, "{proto}");
     }
+    // the run records the lab it crossed, and the emulator kept up
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["env"]["lab"]["name"], lab.name.as_str());
+    assert!(v["env"]["lab"]["invalid"].is_null(), "{}", v["env"]["lab"]);
     let st = lab.status();
     assert_eq!(st["lab"]["hosts"].as_array().expect("hosts").len(), 2);
     let health = &st["health"];
@@ -229,4 +233,34 @@ fn exec_on_an_unknown_host_lists_the_hosts() {
     assert!(stderr(&o).contains("a1, a2, b"), "{}", stderr(&o));
     let o = run(&["lab", "exec", "--name", &lab.name, "a2", "--", "true"]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_run_across_a_stalled_emulator_is_marked_invalid() {
+    if !privileged("a_run_across_a_stalled_emulator_is_marked_invalid") {
+        return;
+    }
+    let mut lab = Lab::up("stall", &["--rtt", "2ms"]);
+    lab.serve_on_b();
+    let pid = lab.status()["lab"]["pid"].as_u64().expect("emulator pid").to_string();
+    let name = lab.name.clone();
+    let probe = std::thread::spawn(move || {
+        let args =
+            ["lab", "exec", "--name", &name, "a", "--", BIN, "rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64"];
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend_from_slice(&["-t", "1500ms", "--warmup-time", "0s", "--json"]);
+        run(&all)
+    });
+    // stop the emulator for 50 ms in the middle of the run: every packet in
+    // flight is then delivered far behind its schedule
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+    let o = probe.join().expect("probe");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("INVALID"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let why = v["env"]["lab"]["invalid"].as_str().expect("invalid says why");
+    assert!(why.contains("behind schedule"), "{why}");
 }
