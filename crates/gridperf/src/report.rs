@@ -305,6 +305,9 @@ pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulato
             h.tun_drops,
             h.unroutable
         );
+        if let (Some(p50), Some(p99)) = (h.lag_quantile_us(0.5), h.lag_quantile_us(0.99)) {
+            let _ = writeln!(out, "  lag behind schedule: median under {p50} us, p99 under {p99} us");
+        }
         match h.invalid_because() {
             Some(why) => {
                 let _ = writeln!(out, "  INVALID: measurements across this lab cannot be trusted: {why}");

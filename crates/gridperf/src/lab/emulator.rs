@@ -65,6 +65,9 @@ pub struct Health {
     pub max_lag_ns: u64,
     /// Packets written more than LAG_THRESHOLD_NS late.
     pub late_packets: u64,
+    /// How late packets were written behind their schedule: bucket k counts
+    /// lags below 2^k microseconds (bucket 0: under 1 us).
+    pub lag_hist: Vec<u64>,
     /// Times the emulator woke more than LAG_THRESHOLD_NS later than it asked
     /// (it was not running; the hosts' packets waited unseen).
     pub stalls: u64,
@@ -84,7 +87,39 @@ pub struct Health {
     pub uptime_s: f64,
 }
 
+/// How long before a packet is due the emulator stops sleeping and spins.
+pub const SPIN_NS: u64 = 250_000;
+
+/// Buckets in [`Health::lag_hist`]: up to 2^23 us (8 s) and beyond.
+pub const LAG_BUCKETS: usize = 24;
+
+fn lag_bucket(lag_ns: u64) -> usize {
+    let us = lag_ns / 1000;
+    if us == 0 {
+        0
+    } else {
+        ((64 - us.leading_zeros()) as usize).min(LAG_BUCKETS - 1)
+    }
+}
+
 impl Health {
+    /// The upper bound (in us) of the bucket holding quantile `q` of the lag.
+    pub fn lag_quantile_us(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.lag_hist.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let want = (q * total as f64).ceil() as u64;
+        let mut seen = 0;
+        for (k, n) in self.lag_hist.iter().enumerate() {
+            seen += n;
+            if seen >= want.max(1) {
+                return Some(1u64 << k);
+            }
+        }
+        None
+    }
+
     /// What happened between two snapshots of the same emulator: counts
     /// are differences, and the worst lag is the later one if it grew.
     pub fn since(&self, before: &Health) -> Health {
@@ -102,6 +137,12 @@ impl Health {
             max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
             late_packets: self.late_packets.saturating_sub(before.late_packets),
             stalls: self.stalls.saturating_sub(before.stalls),
+            lag_hist: self
+                .lag_hist
+                .iter()
+                .enumerate()
+                .map(|(k, n)| n.saturating_sub(before.lag_hist.get(k).copied().unwrap_or(0)))
+                .collect(),
             undecided_drops: self.undecided_drops.saturating_sub(before.undecided_drops),
             tun_drops: self.tun_drops.saturating_sub(before.tun_drops),
             unroutable: self.unroutable.saturating_sub(before.unroutable),
@@ -206,7 +247,7 @@ pub fn run(
     let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
     let start = Instant::now();
     let now_ns = || start.elapsed().as_nanos() as u64;
-    let mut health = Health::default();
+    let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], ..Health::default() };
     let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
     // drops the hosts' kernels count at the TUN devices, from the start
@@ -222,8 +263,11 @@ pub fn run(
     while !stop.load(Ordering::Relaxed) {
         let now = now_ns();
         let wake = links.iter().filter_map(|l| l.next_wake()).min();
-        // sleep until the next packet is due, at most 100 ms (to see the stop flag)
-        let timeout = wake.map_or(100_000_000, |w| w.saturating_sub(now)).min(100_000_000);
+        // sleep until shortly before the next packet is due (at most 100 ms,
+        // to see the stop flag), then spin: waking an idle virtual CPU takes
+        // 50-150 us here, more than the delay error the lab may make
+        let until_due = wake.map_or(100_000_000, |w| w.saturating_sub(now)).min(100_000_000);
+        let timeout = if until_due <= SPIN_NS { 0 } else { until_due - SPIN_NS };
         let ready = gridperf_sys::ppoll_readable(&fds, Some(timeout))?;
         let now_after = now_ns();
         // woken later than asked: the emulator was not running (descheduled,
@@ -294,6 +338,7 @@ pub fn run(
                 }
                 let lag = now.saturating_sub(due);
                 health.max_lag_ns = health.max_lag_ns.max(lag);
+                health.lag_hist[lag_bucket(lag)] += 1;
                 if lag > LAG_THRESHOLD_NS {
                     health.late_packets += 1;
                 }
