@@ -90,6 +90,36 @@ pub struct Health {
 /// How long before a packet is due the emulator stops sleeping and spins.
 pub const SPIN_NS: u64 = 250_000;
 
+/// Whether the emulator may spin: only while, over the last 100 ms window,
+/// it was busy (not asleep in ppoll) at most half the time.
+#[derive(Default)]
+struct SpinBudget {
+    window_start: u64,
+    slept: u64,
+    allowed: bool,
+}
+
+impl SpinBudget {
+    const WINDOW_NS: u64 = 100_000_000;
+
+    fn may_spin(&self) -> bool {
+        self.allowed
+    }
+
+    /// A ppoll from `before` to `after` that was asked to sleep `timeout`.
+    fn account(&mut self, before: u64, after: u64, timeout: u64) {
+        if timeout > 0 {
+            self.slept += after.saturating_sub(before).min(timeout);
+        }
+        let elapsed = after.saturating_sub(self.window_start);
+        if elapsed >= Self::WINDOW_NS {
+            self.allowed = self.slept * 2 >= elapsed;
+            self.window_start = after;
+            self.slept = 0;
+        }
+    }
+}
+
 /// Buckets in [`Health::lag_hist`]: up to 2^23 us (8 s) and beyond.
 pub const LAG_BUCKETS: usize = 24;
 
@@ -250,6 +280,7 @@ pub fn run(
     let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], ..Health::default() };
     let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
+    let mut budget = SpinBudget::default();
     // drops the hosts' kernels count at the TUN devices, from the start
     let tun_base: Vec<u64> =
         ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
@@ -267,9 +298,14 @@ pub fn run(
         // to see the stop flag), then spin: waking an idle virtual CPU takes
         // 50-150 us here, more than the delay error the lab may make
         let until_due = wake.map_or(100_000_000, |w| w.saturating_sub(now)).min(100_000_000);
-        let timeout = if until_due <= SPIN_NS { 0 } else { until_due - SPIN_NS };
+        // ...but only while the emulator has CPU to spare: a SCHED_FIFO
+        // thread busy more than 95% of a second is stopped for the rest of
+        // it by the kernel's RT throttling (a 50 ms stall)
+        let spin = if budget.may_spin() { SPIN_NS } else { 0 };
+        let timeout = until_due.saturating_sub(spin);
         let ready = gridperf_sys::ppoll_readable(&fds, Some(timeout))?;
         let now_after = now_ns();
+        budget.account(now, now_after, timeout);
         // woken later than asked: the emulator was not running (descheduled,
         // stopped), and whatever the hosts sent meanwhile waited unseen
         let overslept = now_after.saturating_sub(now + timeout);
