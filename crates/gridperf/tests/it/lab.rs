@@ -252,7 +252,8 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
         run(&all)
     });
     // stop the emulator for 50 ms in the middle of the run: every packet in
-    // flight is then delivered far behind its schedule
+    // flight is then delivered far behind its schedule (while traffic flows
+    // it never sleeps longer than 5 ms, so it sees that it overslept)
     std::thread::sleep(Duration::from_millis(600));
     assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
     std::thread::sleep(Duration::from_millis(50));
