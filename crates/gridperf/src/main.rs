@@ -131,6 +131,12 @@ struct LabUpArgs {
     /// Override one field of the profile: rate, delay, rtt, jitter, loss, burst, queue, mtu, reorder (repeat).
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     sets: Vec<String>,
+    /// Like --set, for the A-to-B direction only (an asymmetric path), e.g. --set-ab rate=20M.
+    #[arg(long = "set-ab", value_name = "FIELD=VALUE")]
+    sets_ab: Vec<String>,
+    /// Like --set, for the B-to-A direction only (the ACK path of a transfer from A), e.g. --set-ba loss=1%.
+    #[arg(long = "set-ba", value_name = "FIELD=VALUE")]
+    sets_ba: Vec<String>,
     /// Hosts on each side of the bottleneck: 1x1 (a, b) or NxM (a1..aN, b1..bM), at most 8x8.
     #[arg(long, default_value = "1x1", value_name = "NxM")]
     hosts: String,
@@ -613,17 +619,35 @@ fn cmd_lab(c: LabCommand) -> Result<()> {
     use gridperf::lab;
     match c {
         LabCommand::Up(a) => {
-            let (settings, description) = lab_settings(&a)?;
-            let link = settings.link_config().map_err(lab_error)?;
+            let (settings, mut description) = lab_settings(&a)?;
+            let direction = |sets: &[String], tag: &str, description: &mut String| -> Result<_> {
+                let mut s = settings.clone();
+                for set in sets {
+                    gridperf_core::labcfg::apply_set(&mut s, set).map_err(lab_error)?;
+                    description.push_str(&format!(", {tag} {set}"));
+                }
+                if s.mtu != settings.mtu {
+                    return Err(Error::usage(
+                        "the MTU is the hosts' own: set it with --mtu or --set, not per direction",
+                    ));
+                }
+                s.link_config().map_err(lab_error)
+            };
+            let ab = direction(&a.sets_ab, "a->b", &mut description)?;
+            let ba = direction(&a.sets_ba, "b->a", &mut description)?;
             let spec = lab::LabSpec {
                 name: a.name.clone(),
                 hosts: parse_hosts(&a.hosts)?,
                 mtu: settings.mtu,
-                ab: link.clone(),
-                ba: link,
+                ab,
+                ba,
                 seed: a.seed,
                 profile: a.profile.clone(),
-                description: if description.is_empty() { "no impairment".into() } else { description },
+                description: if description.is_empty() {
+                    "no impairment".into()
+                } else {
+                    description.trim_start_matches(", ").to_string()
+                },
             };
             let st = lab::up(spec)?;
             if a.json {

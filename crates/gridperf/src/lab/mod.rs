@@ -167,8 +167,24 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
         .process_group(0)
         .spawn()
         .map_err(|e| Error::internal(format!("cannot start the emulator: {e}")))?;
+    // Ctrl-C while the lab comes up takes it down again
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, interrupted.clone());
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
+        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let stop_by = Instant::now() + Duration::from_secs(3);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < stop_by {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            clean(&spec.name, &hosts(&spec.name, spec.hosts));
+            return Err(Error::usage("interrupted: the lab was taken down again"));
+        }
         if let Some(s) = state(&spec.name) {
             return Ok(s);
         }

@@ -265,3 +265,32 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
     let why = v["env"]["lab"]["invalid"].as_str().expect("invalid says why");
     assert!(why.contains("behind schedule"), "{why}");
 }
+
+#[test]
+fn asymmetric_directions_add_up() {
+    if !privileged("asymmetric_directions_add_up") {
+        return;
+    }
+    let mut lab = Lab::up("asym", &["--set-ab", "delay=12ms", "--set-ba", "delay=3ms"]);
+    let st = lab.status();
+    assert_eq!(st["lab"]["spec"]["ab"]["delay_ns"], 12_000_000);
+    assert_eq!(st["lab"]["spec"]["ba"]["delay_ns"], 3_000_000);
+    lab.serve_on_b();
+    let o = lab.exec_a(&[
+        "rtt",
+        "10.77.2.1",
+        "--proto",
+        "udp",
+        "--sizes",
+        "64",
+        "-n",
+        "30",
+        "--warmup",
+        "2",
+        "--warmup-time",
+        "0s",
+        "--json",
+    ]);
+    let (_, median, _, _) = medians(&o)[0].clone();
+    assert!((15.0e6..16.0e6).contains(&median), "median {median} ns: 12 ms out, 3 ms back");
+}
