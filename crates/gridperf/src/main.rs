@@ -11,7 +11,7 @@ use gridperf::error::{Error, Kind, Result};
 use gridperf::report;
 use gridperf::runner::{resolve, Deadlines};
 use gridperf_core::plan::{check_limits, parse_protos, parse_sizes};
-use gridperf_core::units::{fmt_bytes, parse_bytes, parse_duration_ns};
+use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns, parse_bytes, parse_duration_ns};
 use gridperf_core::wire::DEFAULT_PORT;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -82,6 +82,8 @@ enum LabCommand {
     Exec(LabExecArgs),
     /// The built-in profiles: the source documents' networks.
     Profiles(LabProfilesArgs),
+    /// Measure the lab's fidelity on this machine: rate error, added delay error, queue bound, emulator CPU.
+    Calibrate(LabCalibrateArgs),
     /// The emulator process itself (started by lab up).
     #[command(hide = true)]
     Emulator(LabNameArg),
@@ -164,6 +166,21 @@ struct LabExecArgs {
     /// The command and its arguments, after --.
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+#[derive(Args)]
+struct LabCalibrateArgs {
+    /// Link rates to calibrate at.
+    #[arg(long, default_value = "100M,1G", value_name = "LIST")]
+    rates: String,
+    /// One-way delays to calibrate at.
+    #[arg(long, default_value = "25ms,150ms", value_name = "LIST")]
+    delays: String,
+    /// Seconds of overload per point for the rate and queue measurements.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -697,6 +714,37 @@ fn cmd_lab(c: LabCommand) -> Result<()> {
             Ok(())
         }
         LabCommand::Emulator(a) => lab::emulator_main(&a.name),
+        LabCommand::Calibrate(a) => {
+            let rates: Vec<u64> = a
+                .rates
+                .split(',')
+                .map(|r| gridperf_core::labcfg::parse_rate_bps(r.trim()).map_err(lab_error))
+                .collect::<Result<_>>()?;
+            let delays: Vec<u64> = a
+                .delays
+                .split(',')
+                .map(|d| gridperf_core::labcfg::parse_delay_ns(d.trim()).map_err(lab_error))
+                .collect::<Result<_>>()?;
+            if !(1.0..=60.0).contains(&a.seconds) {
+                return Err(Error::usage("--seconds takes 1 to 60"));
+            }
+            let mut points = Vec::new();
+            for &rate in &rates {
+                for &delay in &delays {
+                    let label = format!("{} {}", fmt_bps(rate as f64), fmt_ns(delay as f64));
+                    let p = lab::calibrate::point(rate, delay, a.seconds, &mut |phase| {
+                        eprintln!("gridperf lab calibrate: {label}: {phase}")
+                    })?;
+                    points.push(p);
+                }
+            }
+            if a.json {
+                print(&json(&points)?)?;
+            } else {
+                print(&report::calibration(&points))?;
+            }
+            Ok(())
+        }
     }
 }
 

@@ -353,3 +353,58 @@ pub fn lab_profiles(profiles: &[gridperf_core::labcfg::Profile]) -> String {
     }
     out
 }
+
+/// `lab calibrate`: each point against DESIGN.md's targets.
+pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>14}{:>9}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
+        "rate",
+        "delay",
+        "measured",
+        "rate err",
+        "delay err",
+        "delay p99",
+        "loaded p99",
+        "loaded max",
+        "bound",
+        "lag p99",
+        "emu CPU"
+    );
+    for p in points {
+        let verdict = match (&p.invalid, p.meets_targets()) {
+            (Some(why), _) => format!("INVALID: {why}"),
+            (None, true) => "meets the targets".to_string(),
+            (None, false) => "misses a target".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{:>14}{:>9}{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
+            fmt_bps(p.rate_bps as f64),
+            fmt_ns(p.delay_ns as f64),
+            fmt_bps(p.measured_rate_bps),
+            p.rate_error * 100.0,
+            fmt_signed_ns(p.delay_error_median_ns),
+            fmt_signed_ns(p.delay_error_p99_ns),
+            fmt_ns(p.loaded_rtt_p99_ns),
+            fmt_ns(p.loaded_rtt_max_ns),
+            fmt_ns(p.queue_bound_ns),
+            p.lag_p99_us.map(|u| format!("<{u}us")).unwrap_or_default(),
+            p.emulator_cpu_percent
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\ntargets: rate error within 1%; added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
+    );
+    out
+}
+
+fn fmt_signed_ns(ns: f64) -> String {
+    if ns < 0.0 {
+        format!("-{}", fmt_ns(-ns))
+    } else {
+        format!("+{}", fmt_ns(ns))
+    }
+}

@@ -8,6 +8,7 @@
 //! under /run/gridperf/lab-NAME/. `lab down` stops it, and removes by name
 //! whatever a crashed emulator left behind.
 
+pub mod calibrate;
 pub mod emulator;
 
 use crate::error::{Error, Result};

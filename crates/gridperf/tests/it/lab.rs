@@ -294,3 +294,18 @@ fn asymmetric_directions_add_up() {
     let (_, median, _, _) = medians(&o)[0].clone();
     assert!((15.0e6..16.0e6).contains(&median), "median {median} ns: 12 ms out, 3 ms back");
 }
+
+#[test]
+fn calibration_at_100_mbit_per_s_and_25_ms() {
+    if !privileged("calibration_at_100_mbit_per_s_and_25_ms") {
+        return;
+    }
+    // the rate and the queue bound are the emulator's alone; the delay's
+    // median error is the emulator's plus the hosts' wake-ups
+    let p = gridperf::lab::calibrate::point(100_000_000, 25_000_000, 2.0, &mut |_| {}).expect("calibrate");
+    assert!(p.rate_error.abs() <= 0.01, "rate {} bit/s, error {:.3}%", p.measured_rate_bps, p.rate_error * 100.0);
+    assert!(p.delay_error_median_ns.abs() <= 300_000.0, "median delay error {} ns", p.delay_error_median_ns);
+    assert!(p.loaded_rtt_p99_ns <= p.queue_bound_ns + 2_000_000.0, "{} > {}", p.loaded_rtt_p99_ns, p.queue_bound_ns);
+    // the queue was really full: the loaded RTT is well above the base
+    assert!(p.loaded_rtt_p99_ns > p.queue_bound_ns - 10_000_000.0, "{}", p.loaded_rtt_p99_ns);
+}

@@ -1,0 +1,312 @@
+//! `gridperf lab calibrate`: measures how faithful the lab is on this
+//! machine, against DESIGN.md's targets, with probes of its own run inside
+//! the lab's hosts:
+//!
+//! - rate: UDP sent at 1.1 x the link rate for a few seconds; the IP bytes
+//!   received per second in the steady part, against the setting (target:
+//!   within 1%);
+//! - queue bound: round trips of a small probe while that overload keeps the
+//!   queue full, against base RTT + queue/rate + two packet times (p99 within
+//!   the 1 ms delay tolerance);
+//! - added delay: round trips of the probe with the link at half load,
+//!   against the same probe on a lab of the same rate with no delay (target:
+//!   median error at most 0.1 ms, p99 at most 1 ms);
+//! - the emulator's CPU use, and whether it kept to its schedule.
+
+use super::{emulator::Health, LabSpec};
+use crate::error::{Error, Result};
+use gridperf_core::emu::{LinkConfig, QueueLimit};
+use gridperf_core::stats::quantile_sorted;
+use serde::Serialize;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SINK_PORT: u16 = 9100;
+const ECHO_PORT: u16 = 9101;
+/// UDP payload of the load: 1472 B fills a 1500-byte IP packet.
+const LOAD_PAYLOAD: usize = 1472;
+const PROBE_PAYLOAD: usize = 64;
+
+/// One calibration point's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub rate_bps: u64,
+    pub delay_ns: u64,
+    pub queue_bytes: u64,
+    /// IP bits per second received under overload, and its error against the setting.
+    pub measured_rate_bps: f64,
+    pub rate_error: f64,
+    /// Probe RTT on the zero-delay lab of the same rate (hosts and emulator).
+    pub baseline_rtt_ns: f64,
+    /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
+    pub delay_error_median_ns: f64,
+    pub delay_error_p99_ns: f64,
+    /// Probe RTT with the queue kept full (p99 and max), and the bound it must stay under.
+    pub loaded_rtt_p99_ns: f64,
+    pub loaded_rtt_max_ns: f64,
+    pub queue_bound_ns: f64,
+    /// The emulator's CPU use while loaded, in percent of one CPU.
+    pub emulator_cpu_percent: f64,
+    /// The emulator's own verdict over the point.
+    pub invalid: Option<String>,
+    pub lag_p99_us: Option<u64>,
+}
+
+impl Point {
+    pub fn meets_targets(&self) -> bool {
+        self.rate_error.abs() <= 0.01
+            && self.delay_error_median_ns.abs() <= 100_000.0
+            && self.delay_error_p99_ns <= 1_000_000.0
+            && self.loaded_rtt_p99_ns <= self.queue_bound_ns + 1_000_000.0
+            && self.invalid.is_none()
+    }
+}
+
+fn in_ns<R: Send + 'static>(ns: &str, f: impl FnOnce() -> std::io::Result<R> + Send + 'static) -> Result<R> {
+    gridperf_sys::in_netns(ns, f).map_err(|e| Error::internal(format!("probe in {ns}: {e}")))
+}
+
+/// Cumulative CPU time of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // fields after the command name's closing parenthesis: utime is 14th, stime 15th of the whole line
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SC_CLK_TCK is 100 on Linux
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A UDP sink and echo server on host b, until `stop`.
+fn start_b(ns: &str, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+    let (sink, echo) = in_ns(ns, || {
+        let sink = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, SINK_PORT))?;
+        let echo = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, ECHO_PORT))?;
+        gridperf_sys::set_rcvbuf(&sink, 8 << 20)?;
+        sink.set_read_timeout(Some(Duration::from_millis(50)))?;
+        echo.set_read_timeout(Some(Duration::from_millis(50)))?;
+        Ok((sink, echo))
+    })?;
+    let stop2 = stop.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while !stop2.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = echo.recv_from(&mut buf) {
+                let _ = echo.send_to(&buf[..n], from);
+            }
+        }
+    });
+    Ok(std::thread::spawn(move || {
+        // the sink answers a count request (a 1-byte datagram) with how many
+        // bytes and datagrams it received since the last request
+        let mut buf = [0u8; 2048];
+        let (mut bytes, mut count) = (0u64, 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = sink.recv_from(&mut buf) {
+                if n == 1 {
+                    let mut reply = bytes.to_be_bytes().to_vec();
+                    reply.extend_from_slice(&count.to_be_bytes());
+                    let _ = sink.send_to(&reply, from);
+                    bytes = 0;
+                    count = 0;
+                } else {
+                    bytes += n as u64;
+                    count += 1;
+                }
+            }
+        }
+    }))
+}
+
+/// Sends UDP load from host a to b at `bps` (IP bits per second) until `stop`.
+fn start_load(ns: &str, b: Ipv4Addr, bps: f64, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+    let sock = in_ns(ns, move || {
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        s.connect(SocketAddr::new(b.into(), SINK_PORT))?;
+        gridperf_sys::set_sndbuf(&s, 4 << 20)?;
+        Ok(s)
+    })?;
+    Ok(std::thread::spawn(move || {
+        let payload = vec![0x5au8; LOAD_PAYLOAD];
+        let per_packet_s = ((LOAD_PAYLOAD + 28) * 8) as f64 / bps;
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let due = start + Duration::from_secs_f64(sent as f64 * per_packet_s);
+            let now = Instant::now();
+            if due > now {
+                let wait = due - now;
+                if wait > Duration::from_micros(200) {
+                    std::thread::sleep(wait - Duration::from_micros(100));
+                }
+                continue;
+            }
+            let _ = sock.send(&payload);
+            sent += 1;
+        }
+    }))
+}
+
+/// Round trips of a small UDP probe from a to b's echo, every `gap`, for `time`.
+fn probe(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration) -> Result<Vec<u64>> {
+    in_ns(ns, move || {
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        s.connect(SocketAddr::new(b.into(), ECHO_PORT))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 256];
+        let end = Instant::now() + time;
+        let mut seq = 0u64;
+        while Instant::now() < end {
+            seq += 1;
+            let mut msg = [0u8; PROBE_PAYLOAD];
+            msg[..8].copy_from_slice(&seq.to_be_bytes());
+            let t0 = Instant::now();
+            s.send(&msg)?;
+            loop {
+                match s.recv(&mut buf) {
+                    Ok(n) if n >= 8 && buf[..8] == msg[..8] => {
+                        out.push(t0.elapsed().as_nanos() as u64);
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => break, // lost (a full queue drops probes too)
+                }
+            }
+            std::thread::sleep(gap);
+        }
+        Ok(out)
+    })
+}
+
+/// Asks b's sink how much it received since the last ask.
+fn sink_count(ns: &str, b: Ipv4Addr) -> Result<(u64, u64)> {
+    in_ns(ns, move || {
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        s.connect(SocketAddr::new(b.into(), SINK_PORT))?;
+        s.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let mut buf = [0u8; 64];
+        for _ in 0..10 {
+            s.send(&[1])?;
+            if let Ok(16) = s.recv(&mut buf) {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&buf[..8]);
+                let mut c = [0u8; 8];
+                c.copy_from_slice(&buf[8..16]);
+                return Ok((u64::from_be_bytes(a), u64::from_be_bytes(c)));
+            }
+        }
+        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the sink did not answer"))
+    })
+}
+
+fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<super::LabState> {
+    let link =
+        LinkConfig { rate_bps: Some(rate), queue: QueueLimit::Bytes(queue_bytes), delay_ns, ..LinkConfig::default() };
+    super::up(LabSpec {
+        name: name.to_string(),
+        hosts: (1, 1),
+        mtu: 1500,
+        ab: link.clone(),
+        ba: link,
+        seed: 1,
+        profile: None,
+        description: format!("calibration: {rate} bit/s, {delay_ns} ns one way"),
+    })
+}
+
+/// Measures one (rate, one-way delay) point; `seconds` of overload for the rate.
+pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&str)) -> Result<Point> {
+    let name = format!("cal{}", std::process::id() % 100_000);
+    // a 1-BDP queue, at least 64 packets
+    let bdp = (rate as f64 / 8.0 * 2.0 * delay_ns as f64 / 1e9) as u64;
+    let queue_bytes = bdp.max(64 * 1500);
+    let a = format!("gp-{name}-a");
+    let b = format!("gp-{name}-b");
+    let b_addr = Ipv4Addr::new(10, 77, 2, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+
+    // baseline: the same rate, no delay
+    progress("baseline");
+    bring_up(&name, rate, 0, queue_bytes)?;
+    let guard = Down(name.clone());
+    let sink = start_b(&b, stop.clone())?;
+    let load = start_load(&a, b_addr, rate as f64 * 0.5, stop.clone())?;
+    let mut base = probe(&a, b_addr, Duration::from_millis(5), Duration::from_secs(2))?;
+    stop.store(true, Ordering::SeqCst);
+    let _ = (sink.join(), load.join());
+    drop(guard);
+    base.sort_unstable();
+    let baseline =
+        quantile_sorted(&base, 0.5).ok_or_else(|| Error::measurement("no probe came back on the baseline lab"))?;
+
+    progress("half load");
+    let st = bring_up(&name, rate, delay_ns, queue_bytes)?;
+    let guard = Down(name.clone());
+    let before = super::health(&name).unwrap_or_default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = start_b(&b, stop.clone())?;
+    let stop_half = Arc::new(AtomicBool::new(false));
+    let load = start_load(&a, b_addr, rate as f64 * 0.5, stop_half.clone())?;
+    let probe_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(8_000));
+    let mut half = probe(&a, b_addr, Duration::from_millis(5), probe_time)?;
+    stop_half.store(true, Ordering::SeqCst);
+    let _ = load.join();
+    half.sort_unstable();
+    let d_med = quantile_sorted(&half, 0.5).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
+    let d_p99 = quantile_sorted(&half, 0.99).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
+
+    progress("overload");
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let _ = sink_count(&b, b_addr);
+    let cpu0 = cpu_seconds(st.pid);
+    let load = start_load(&a, b_addr, rate as f64 * 1.1, stop_load.clone())?;
+    // let the queue fill, then count the steady part
+    std::thread::sleep(Duration::from_secs_f64(0.5 + 2.0 * delay_ns as f64 / 1e9));
+    let _ = sink_count(&b, b_addr)?;
+    let t0 = Instant::now();
+    let mut loaded = probe(&a, b_addr, Duration::from_millis(20), Duration::from_secs_f64(seconds))?;
+    loaded.sort_unstable();
+    let (bytes, count) = sink_count(&b, b_addr)?;
+    let dt = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_seconds(st.pid);
+    stop_load.store(true, Ordering::SeqCst);
+    let _ = load.join();
+    stop.store(true, Ordering::SeqCst);
+    let _ = sink.join();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = super::health(&name).unwrap_or_default();
+    drop(guard);
+
+    let measured = (bytes + 28 * count) as f64 * 8.0 / dt;
+    let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
+    let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
+    let d: Health = after.since(&before);
+    Ok(Point {
+        rate_bps: rate,
+        delay_ns,
+        queue_bytes,
+        measured_rate_bps: measured,
+        rate_error: measured / rate as f64 - 1.0,
+        baseline_rtt_ns: baseline,
+        delay_error_median_ns: d_med,
+        delay_error_p99_ns: d_p99,
+        loaded_rtt_p99_ns: quantile_sorted(&loaded, 0.99).unwrap_or(f64::NAN),
+        loaded_rtt_max_ns: loaded.last().copied().unwrap_or(0) as f64,
+        queue_bound_ns: bound,
+        emulator_cpu_percent: (cpu1 - cpu0) / dt * 100.0,
+        invalid: d.invalid_because(),
+        lag_p99_us: d.lag_quantile_us(0.99),
+    })
+}
+
+/// Takes a lab down when dropped.
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = super::down(&self.0);
+    }
+}
