@@ -302,10 +302,14 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     }
     // the rate and the queue bound are the emulator's alone; the delay's
     // median error is the emulator's plus the hosts' wake-ups
-    let p = gridperf::lab::calibrate::point(100_000_000, 25_000_000, 2.0, &mut |_| {}).expect("calibrate");
-    assert!(p.rate_error.abs() <= 0.01, "rate {} bit/s, error {:.3}%", p.measured_rate_bps, p.rate_error * 100.0);
-    assert!(p.delay_error_median_ns.abs() <= 300_000.0, "median delay error {} ns", p.delay_error_median_ns);
-    assert!(p.loaded_rtt_p99_ns <= p.queue_bound_ns + 2_000_000.0, "{} > {}", p.loaded_rtt_p99_ns, p.queue_bound_ns);
+    let o = run(&["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let p = &v[0];
+    let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
+    assert!(f("rate_error").abs() <= 0.01, "rate {} bit/s", f("measured_rate_bps"));
+    assert!(f("delay_error_median_ns").abs() <= 300_000.0, "median delay error {} ns", f("delay_error_median_ns"));
+    assert!(f("loaded_rtt_p99_ns") <= f("queue_bound_ns") + 2_000_000.0, "{p}");
     // the queue was really full: the loaded RTT is well above the base
-    assert!(p.loaded_rtt_p99_ns > p.queue_bound_ns - 10_000_000.0, "{}", p.loaded_rtt_p99_ns);
+    assert!(f("loaded_rtt_p99_ns") > f("queue_bound_ns") - 10_000_000.0, "{p}");
 }
