@@ -67,6 +67,14 @@ impl Lab {
         run(&all)
     }
 
+    /// `gridperf rtt` from host a to host b, 64-byte messages, JSON out.
+    fn rtt_a_to_b(&self, proto: &str, n: &str, extra: &[&str]) -> Output {
+        let mut args =
+            vec!["rtt", "10.77.2.1", "--proto", proto, "--sizes", "64", "-n", n, "--warmup-time", "0s", "--json"];
+        args.extend_from_slice(extra);
+        self.exec_a(&args)
+    }
+
     fn status(&self) -> serde_json::Value {
         let o = run(&["lab", "status", "--name", &self.name, "--json"]);
         assert!(o.status.success(), "{}", stderr(&o));
@@ -151,21 +159,7 @@ fn delay_measured_end_to_end_and_down_leaves_nothing() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("already up"), "{}", stderr(&o));
     lab.serve_on_b();
-    let o = lab.exec_a(&[
-        "rtt",
-        "10.77.2.1",
-        "--proto",
-        "tcp,udp",
-        "--sizes",
-        "64",
-        "-n",
-        "50",
-        "--warmup",
-        "5",
-        "--warmup-time",
-        "0s",
-        "--json",
-    ]);
+    let o = lab.rtt_a_to_b("tcp,udp", "50", &["--warmup", "5"]);
     for (proto, median, lost, _) in medians(&o) {
         // 20 ms of emulated delay plus the two hosts' own stacks
         assert!((20.0e6..21.0e6).contains(&median), "{proto}: median {median} ns");
@@ -189,23 +183,7 @@ fn loss_counted_by_udp_within_its_interval() {
     }
     let mut lab = Lab::up("loss", &["--rtt", "2ms", "--loss", "10%", "--seed", "7"]);
     lab.serve_on_b();
-    let o = lab.exec_a(&[
-        "rtt",
-        "10.77.2.1",
-        "--proto",
-        "udp",
-        "--sizes",
-        "64",
-        "-n",
-        "400",
-        "--warmup",
-        "0",
-        "--warmup-time",
-        "0s",
-        "--timeout",
-        "100ms",
-        "--json",
-    ]);
+    let o = lab.rtt_a_to_b("udp", "300", &["--warmup", "0", "--timeout", "30ms", "--connect-timeout", "15s"]);
     let pts = medians(&o);
     let (_, median, lost, sent) = &pts[0];
     // a round trip survives two 10% draws: lost with p = 1 - 0.9^2 = 0.19
@@ -276,21 +254,7 @@ fn asymmetric_directions_add_up() {
     assert_eq!(st["lab"]["spec"]["ab"]["delay_ns"], 12_000_000);
     assert_eq!(st["lab"]["spec"]["ba"]["delay_ns"], 3_000_000);
     lab.serve_on_b();
-    let o = lab.exec_a(&[
-        "rtt",
-        "10.77.2.1",
-        "--proto",
-        "udp",
-        "--sizes",
-        "64",
-        "-n",
-        "30",
-        "--warmup",
-        "2",
-        "--warmup-time",
-        "0s",
-        "--json",
-    ]);
+    let o = lab.rtt_a_to_b("udp", "30", &["--warmup", "2"]);
     let (_, median, _, _) = medians(&o)[0].clone();
     assert!((15.0e6..16.0e6).contains(&median), "median {median} ns: 12 ms out, 3 ms back");
 }
