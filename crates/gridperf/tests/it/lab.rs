@@ -16,20 +16,31 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Lab tests run one at a time: a loaded lab (calibration) makes another
+/// lab's emulator fall behind on a 2-CPU machine, and it would rightly say
+/// its run was invalid.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A lab that is taken down (and checked gone) when the test ends, pass or fail.
 struct Lab {
     name: String,
     agent: Option<Child>,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Lab {
     fn up(tag: &str, settings: &[&str]) -> Lab {
+        let guard = serial();
         let name = format!("t{}-{tag}", std::process::id() % 100_000);
         let mut args = vec!["lab", "up", "--name", &name];
         args.extend_from_slice(settings);
         let o = run(&args);
         assert!(o.status.success(), "lab up: {}", stderr(&o));
-        Lab { name, agent: None }
+        Lab { name, agent: None, _serial: guard }
     }
 
     /// Starts `gridperf serve --once` on host b and waits until it listens.
@@ -266,6 +277,7 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     }
     // the rate and the queue bound are the emulator's alone; the delay's
     // median error is the emulator's plus the hosts' wake-ups
+    let _serial = serial();
     let o = run(&["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
