@@ -43,7 +43,8 @@ pub struct Point {
     /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
     pub delay_error_median_ns: f64,
     pub delay_error_p99_ns: f64,
-    /// Probe RTT with the queue kept full (p99 and max), and the bound it must stay under.
+    /// Probe RTT with the queue kept full (median, p99 and max), and the bound it must stay under.
+    pub loaded_rtt_median_ns: f64,
     pub loaded_rtt_p99_ns: f64,
     pub loaded_rtt_max_ns: f64,
     pub queue_bound_ns: f64,
@@ -293,6 +294,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         baseline_rtt_ns: baseline,
         delay_error_median_ns: d_med,
         delay_error_p99_ns: d_p99,
+        loaded_rtt_median_ns: quantile_sorted(&loaded, 0.5).unwrap_or(f64::NAN),
         loaded_rtt_p99_ns: quantile_sorted(&loaded, 0.99).unwrap_or(f64::NAN),
         loaded_rtt_max_ns: loaded.last().copied().unwrap_or(0) as f64,
         queue_bound_ns: bound,
