@@ -652,10 +652,18 @@ fn cmd_lab(c: LabCommand) -> Result<()> {
             };
             let ab = direction(&a.sets_ab, "a->b", &mut description)?;
             let ba = direction(&a.sets_ba, "b->a", &mut description)?;
+            let loopback = a.profile.as_deref() == Some("loopback");
+            if loopback && (ab != gridperf_core::emu::LinkConfig::default() || ab != ba || a.hosts != "1x1") {
+                return Err(Error::usage(
+                    "the loopback profile has no link to shape and two hosts on one lo: only --mtu applies to it",
+                ));
+            }
+            let mtu_given = a.mtu.is_some() || a.sets.iter().any(|s| s.starts_with("mtu="));
             let spec = lab::LabSpec {
                 name: a.name.clone(),
                 hosts: parse_hosts(&a.hosts)?,
-                mtu: settings.mtu,
+                mtu: if loopback && !mtu_given { 0 } else { settings.mtu },
+                loopback,
                 ab,
                 ba,
                 seed: a.seed,

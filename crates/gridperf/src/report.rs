@@ -279,9 +279,18 @@ fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
 pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulator::Health>) -> String {
     let mut out = String::new();
     let s = &st.spec;
-    let _ = writeln!(out, "lab {}: {} (emulator pid {}, MTU {})", s.name, s.description, st.pid, s.mtu);
-    let _ = writeln!(out, "  a -> b: {}", link_words(&s.ab));
-    let _ = writeln!(out, "  b -> a: {}", link_words(&s.ba));
+    if s.loopback {
+        let mtu = if s.mtu == 0 { "lo's own MTU".to_string() } else { format!("lo MTU {}", s.mtu) };
+        let _ = writeln!(
+            out,
+            "lab {}: loopback: hosts a and b share one private namespace over lo ({mtu}); no emulated link (pid {})",
+            s.name, st.pid
+        );
+    } else {
+        let _ = writeln!(out, "lab {}: {} (emulator pid {}, MTU {})", s.name, s.description, st.pid, s.mtu);
+        let _ = writeln!(out, "  a -> b: {}", link_words(&s.ab));
+        let _ = writeln!(out, "  b -> a: {}", link_words(&s.ba));
+    }
     let _ = writeln!(out, "hosts:");
     for h in &st.hosts {
         let _ = writeln!(out, "  {:<4} {:<12} namespace {}", h.name, h.addr, h.netns);

@@ -39,6 +39,10 @@ pub struct LabSpec {
     /// The profile it came from, if any, and the settings in words.
     pub profile: Option<String>,
     pub description: String,
+    /// The loopback profile: one private namespace with lo only, which hosts
+    /// a and b share (127.0.0.1); no emulated link. `mtu` 0 keeps lo's own.
+    #[serde(default)]
+    pub loopback: bool,
 }
 
 /// One host of a running lab.
@@ -79,6 +83,18 @@ pub fn hosts(name: &str, (na, nb): (usize, usize)) -> Vec<Host> {
         }
     }
     out
+}
+
+/// The hosts of a lab as specified (the loopback lab's two share one namespace).
+pub fn hosts_of(spec: &LabSpec) -> Vec<Host> {
+    if spec.loopback {
+        let netns = format!("gp-{}-lo", spec.name);
+        return vec![
+            Host { name: "a".into(), netns: netns.clone(), addr: Ipv4Addr::LOCALHOST, side: Side::A },
+            Host { name: "b".into(), netns, addr: Ipv4Addr::LOCALHOST, side: Side::B },
+        ];
+    }
+    hosts(&spec.name, spec.hosts)
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -151,7 +167,7 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
         }
     }
     // whatever a crashed emulator left
-    clean(&spec.name, &hosts(&spec.name, spec.hosts));
+    clean(&spec.name, &hosts_of(&spec));
     let d = dir(&spec.name);
     std::fs::create_dir_all(&d).map_err(|e| Error::internal(format!("{}: {e}", d.display())))?;
     std::fs::write(d.join("spec.json"), serde_json::to_vec_pretty(&spec).map_err(|e| Error::internal(e.to_string()))?)
@@ -183,7 +199,7 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
             }
             let _ = child.kill();
             let _ = child.wait();
-            clean(&spec.name, &hosts(&spec.name, spec.hosts));
+            clean(&spec.name, &hosts_of(&spec));
             return Err(Error::usage("interrupted: the lab was taken down again"));
         }
         if let Some(s) = state(&spec.name) {
@@ -191,13 +207,13 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
         }
         if let Ok(Some(st)) = child.try_wait() {
             let log = std::fs::read_to_string(d.join("emulator.log")).unwrap_or_default();
-            clean(&spec.name, &hosts(&spec.name, spec.hosts));
+            clean(&spec.name, &hosts_of(&spec));
             return Err(Error::internal(format!("the emulator exited ({st}) before the lab was up:\n{}", log.trim())));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            clean(&spec.name, &hosts(&spec.name, spec.hosts));
+            clean(&spec.name, &hosts_of(&spec));
             return Err(Error::internal("the emulator did not bring the lab up within 10 s"));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -256,14 +272,39 @@ pub fn emulator_main(name: &str) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| Error::internal(e.to_string()))?;
     }
-    let hosts = hosts(name, spec.hosts);
-    let result = build_and_run(&spec, &hosts, &stop, &d);
+    let hosts = hosts_of(&spec);
+    let result =
+        if spec.loopback { run_loopback(&spec, &hosts, &stop, &d) } else { build_and_run(&spec, &hosts, &stop, &d) };
     // whatever happened, leave nothing behind
     for h in &hosts {
-        let _ = gridperf_sys::netns_delete(&h.netns);
+        if gridperf_sys::netns_exists(&h.netns) {
+            let _ = gridperf_sys::netns_delete(&h.netns);
+        }
     }
     let _ = std::fs::remove_file(d.join("state.json"));
     result
+}
+
+/// The loopback lab: one namespace, lo up (with the MTU asked for, if any);
+/// nothing to emulate, so the process only holds the lab's lifetime.
+fn run_loopback(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path::Path) -> Result<()> {
+    let ns = hosts[0].netns.clone();
+    gridperf_sys::netns_create(&ns).map_err(|e| Error::internal(format!("creating namespace {ns}: {e}")))?;
+    let mtu = spec.mtu;
+    gridperf_sys::in_netns(&ns, move || {
+        if mtu > 0 {
+            gridperf_sys::set_link_mtu("lo", mtu)?;
+        }
+        gridperf_sys::set_link_up("lo")
+    })
+    .map_err(|e| Error::internal(format!("setting up {ns}: {e}")))?;
+    write_atomic(&d.join("health.json"), &Health::default())?;
+    let state = LabState { spec: spec.clone(), pid: std::process::id(), hosts: hosts.to_vec() };
+    write_atomic(&d.join("state.json"), &state)?;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path::Path) -> Result<()> {

@@ -292,3 +292,49 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     // the queue was really full: the loaded RTT is well above the base
     assert!(f("loaded_rtt_median_ns") > f("queue_bound_ns") - 10_000_000.0, "{p}");
 }
+
+#[test]
+fn jitter_spreads_the_round_trip_as_configured() {
+    if !privileged("jitter_spreads_the_round_trip_as_configured") {
+        return;
+    }
+    // uniform +-2 ms each way, reordering allowed: a round trip is 20 ms
+    // plus the sum of two uniform draws, whose standard deviation is
+    // 2 ms x sqrt(2/3) = 1.63 ms, and which stays within +-4 ms
+    let mut lab = Lab::up("jitter", &["--rtt", "20ms", "--jitter", "2ms", "--reorder"]);
+    lab.serve_on_b();
+    let o = lab.rtt_a_to_b("udp", "300", &["--warmup", "2", "--samples"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let s = &v["points"][0]["summary"];
+    let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+    assert!((1.3e6..2.0e6).contains(&f("stddev_ns")), "{s}");
+    assert!(f("min_ns") >= 16.0e6 && (19.5e6..20.8e6).contains(&f("median_ns")), "{s}");
+    assert!(f("p99_ns") <= 24.8e6, "{s}");
+}
+
+#[test]
+fn the_loopback_profile_is_lo_in_a_private_namespace() {
+    if !privileged("the_loopback_profile_is_lo_in_a_private_namespace") {
+        return;
+    }
+    let mut lab = Lab::up("lo", &["--profile", "loopback", "--mtu", "1500"]);
+    let st = lab.status();
+    let hosts = st["lab"]["hosts"].as_array().expect("hosts");
+    assert_eq!(hosts[0]["netns"], hosts[1]["netns"]);
+    lab.agent = Some(
+        Command::new(BIN)
+            .args(["lab", "exec", "--name", &lab.name, "b", "--", BIN, "serve", "--once"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let o = lab.exec_a(&["rtt", "127.0.0.1", "--proto", "tcp", "--sizes", "64", "-n", "20", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    // lo with the MTU asked for, not the host's lo
+    assert_eq!(v["env"]["client"]["sockets"][0]["path_mtu"], 1500);
+    assert!(v["points"][0]["summary"]["median_ns"].as_f64().expect("median") < 5e6);
+}
