@@ -380,6 +380,12 @@ impl<T> Link<T> {
         None
     }
 
+    /// When the next packet due by `now` is due, without taking it.
+    pub fn peek_due(&mut self, now: u64) -> Option<u64> {
+        self.advance(now);
+        self.delay_line.peek().map(|Reverse(f)| f.at).filter(|&at| at <= now)
+    }
+
     /// When the link next has something to do (a transmission ends or a
     /// packet is due); None when it is empty.
     pub fn next_wake(&self) -> Option<u64> {

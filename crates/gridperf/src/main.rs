@@ -139,6 +139,10 @@ struct LabUpArgs {
     /// Like --set, for the B-to-A direction only (the ACK path of a transfer from A), e.g. --set-ba loss=1%.
     #[arg(long = "set-ba", value_name = "FIELD=VALUE")]
     sets_ba: Vec<String>,
+    /// An access link for every host, or for one (HOST:...): comma-separated fields as --set takes them,
+    /// e.g. --access rate=100M,delay=1ms or --access a2:rate=10M (repeat).
+    #[arg(long = "access", value_name = "[HOST:]FIELD=VALUE,...")]
+    access: Vec<String>,
     /// Hosts on each side of the bottleneck: 1x1 (a, b) or NxM (a1..aN, b1..bM), at most 8x8.
     #[arg(long, default_value = "1x1", value_name = "NxM")]
     hosts: String,
@@ -659,11 +663,41 @@ fn cmd_lab(c: LabCommand) -> Result<()> {
                 ));
             }
             let mtu_given = a.mtu.is_some() || a.sets.iter().any(|s| s.starts_with("mtu="));
+            let host_shape = parse_hosts(&a.hosts)?;
+            let host_names: Vec<String> = lab::hosts(&a.name, host_shape).into_iter().map(|h| h.name).collect();
+            let mut access = Vec::new();
+            for spec in &a.access {
+                let (host, fields) = match spec.split_once(':') {
+                    Some((h, rest)) if !h.contains('=') => (Some(h.to_string()), rest),
+                    _ => (None, spec.as_str()),
+                };
+                if let Some(h) = &host {
+                    if !host_names.contains(h) {
+                        return Err(Error::usage(format!(
+                            "--access {spec}: no host {h:?} in this lab; its hosts are {}",
+                            host_names.join(", ")
+                        )));
+                    }
+                }
+                let mut s = gridperf_core::labcfg::LabSettings::default();
+                for f in fields.split(',').filter(|f| !f.trim().is_empty()) {
+                    if f.trim().starts_with("mtu=") {
+                        return Err(Error::usage("--access: the MTU is the hosts' own: set it with --mtu"));
+                    }
+                    gridperf_core::labcfg::apply_set(&mut s, f.trim()).map_err(lab_error)?;
+                }
+                description.push_str(&format!(", access {spec}"));
+                access.push((host, s.link_config().map_err(lab_error)?));
+            }
+            if loopback && !access.is_empty() {
+                return Err(Error::usage("the loopback profile has no links, so no access links either"));
+            }
             let spec = lab::LabSpec {
                 name: a.name.clone(),
-                hosts: parse_hosts(&a.hosts)?,
+                hosts: host_shape,
                 mtu: if loopback && !mtu_given { 0 } else { settings.mtu },
                 loopback,
+                access,
                 ab,
                 ba,
                 seed: a.seed,

@@ -290,6 +290,11 @@ pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulato
         let _ = writeln!(out, "lab {}: {} (emulator pid {}, MTU {})", s.name, s.description, st.pid, s.mtu);
         let _ = writeln!(out, "  a -> b: {}", link_words(&s.ab));
         let _ = writeln!(out, "  b -> a: {}", link_words(&s.ba));
+        for h in &st.hosts {
+            if let Some(l) = s.access_of(&h.name) {
+                let _ = writeln!(out, "  access {}: {}", h.name, link_words(&l));
+            }
+        }
     }
     let _ = writeln!(out, "hosts:");
     for h in &st.hosts {
@@ -302,6 +307,13 @@ pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulato
                 out,
                 "  {dir}: {} packets in, {} delivered ({} bytes), {} lost by the model, {} dropped at the full queue, queue peak {} packets / {} bytes",
                 c.arrived, c.delivered, c.delivered_bytes, c.lost, c.queue_full, c.max_queue_packets, c.max_queue_bytes
+            );
+        }
+        for a in &h.access {
+            let _ = writeln!(
+                out,
+                "  access {}: up {} in, {} lost, {} at the full queue; down {} in, {} lost, {} at the full queue",
+                a.host, a.up.arrived, a.up.lost, a.up.queue_full, a.down.arrived, a.down.lost, a.down.queue_full
             );
         }
         let _ = writeln!(

@@ -40,6 +40,17 @@ pub struct Port {
     pub tun: File,
     /// The host's /proc/net/dev, opened inside its namespace.
     pub net_dev: Option<File>,
+    /// The host's own access link, if it has one: the same settings from
+    /// the host to the bottleneck and from the bottleneck to the host.
+    pub access: Option<LinkConfig>,
+}
+
+/// One host's access link counters (host to network, network to host).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccessCounters {
+    pub host: String,
+    pub up: Counters,
+    pub down: Counters,
 }
 
 /// The TUN device's transmit drops as the host's kernel counts them: packets
@@ -61,6 +72,9 @@ fn tun_tx_dropped(net_dev: &mut File) -> Option<u64> {
 pub struct Health {
     /// Link counters, A to B then B to A.
     pub links: [Counters; 2],
+    /// The hosts' access links, where configured.
+    #[serde(default)]
+    pub access: Vec<AccessCounters>,
     /// The latest any packet was written behind its schedule, in ns.
     pub max_lag_ns: u64,
     /// Packets written more than LAG_THRESHOLD_NS late.
@@ -164,6 +178,7 @@ impl Health {
         }
         Health {
             links,
+            access: self.access.clone(),
             max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
             late_packets: self.late_packets.saturating_sub(before.late_packets),
             stalls: self.stalls.saturating_sub(before.stalls),
@@ -214,31 +229,35 @@ fn dest_v4(pkt: &[u8]) -> Option<Ipv4Addr> {
 }
 
 /// A packet as read from a TUN device (virtio-net header included), on its
-/// way through a link one wire segment at a time.
+/// way through its links one wire segment at a time.
 struct InFlight {
     buf: Vec<u8>,
     dst: usize,
-    /// Which of its segments the link let through.
-    accepted: Vec<bool>,
-    /// Accepted segments not yet due.
-    remaining: usize,
+    /// The links it crosses, in order (access up, bottleneck, access down).
+    path: Vec<usize>,
+    /// Each segment's length on the wire.
+    lens: Vec<u32>,
+    /// Which segments came out of the last link.
+    survived: Vec<bool>,
+    /// Segments still inside some link.
+    pending: usize,
 }
 
-type Item = (Rc<RefCell<InFlight>>, usize);
+/// A segment in a link: its packet, its index, and which hop of the path it is on.
+type Item = (Rc<RefCell<InFlight>>, usize, usize);
 
-/// Writes a packet whose last surviving segment is due: whole when every
+/// Writes a packet whose last surviving segment came out: whole when every
 /// segment survived, else cut into the survivors.
 fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
-    let whole = p.accepted.iter().all(|&a| a);
-    let hdr = VnetHdr::parse(&p.buf).unwrap_or_default();
-    if whole {
+    if p.survived.iter().all(|&a| a) {
         // a TUN write takes a whole packet or none of it
         if !matches!(tun.write(&p.buf), Ok(n) if n == p.buf.len()) {
             health.undecided_drops += 1;
         }
         return;
     }
-    match gso::split(&hdr, &p.buf[VNET_HDR_LEN..], |i| p.accepted[i]) {
+    let hdr = VnetHdr::parse(&p.buf).unwrap_or_default();
+    match gso::split(&hdr, &p.buf[VNET_HDR_LEN..], |i| p.survived[i]) {
         Ok(segs) => {
             health.split_packets += 1;
             for seg in segs {
@@ -247,7 +266,7 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
                 }
             }
         }
-        Err(_) => health.undecided_drops += p.accepted.iter().filter(|&&a| a).count() as u64,
+        Err(_) => health.undecided_drops += p.survived.iter().filter(|&&a| a).count() as u64,
     }
 }
 
@@ -272,7 +291,32 @@ pub fn run(
     for p in &ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
-    let mut links: [Link<Item>; 2] = [Link::new(ab, seed), Link::new(ba, seed ^ 0x5bd1_e995)];
+    // links 0 and 1: the bottleneck, A to B and B to A; then each host's
+    // access link, up (from the host) and down (to it)
+    let mut links: Vec<Link<Item>> = vec![Link::new(ab, seed), Link::new(ba, seed ^ 0x5bd1_e995)];
+    let mut access_idx: Vec<Option<(usize, usize)>> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        access_idx.push(p.access.clone().map(|cfg| {
+            let up = links.len();
+            links.push(Link::new(cfg.clone(), seed.wrapping_add(2 * i as u64 + 2)));
+            links.push(Link::new(cfg, seed.wrapping_add(2 * i as u64 + 3)));
+            (up, up + 1)
+        }));
+    }
+    let snapshot = |links: &[Link<Item>], ports: &[Port], health: &mut Health| {
+        health.links = [links[0].counters.clone(), links[1].counters.clone()];
+        health.access = ports
+            .iter()
+            .zip(&access_idx)
+            .filter_map(|(p, a)| {
+                a.map(|(u, d)| AccessCounters {
+                    host: p.name.clone(),
+                    up: links[u].counters.clone(),
+                    down: links[d].counters.clone(),
+                })
+            })
+            .collect();
+    };
     let fds: Vec<i32> = ports.iter().map(|p| p.tun.as_raw_fd()).collect();
     let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
     let start = Instant::now();
@@ -353,50 +397,77 @@ pub fn run(
                 if lens.len() > 1 {
                     health.super_packets += 1;
                 }
+                let mut path = Vec::with_capacity(3);
+                if let Some((up, _)) = access_idx[i] {
+                    path.push(up);
+                }
+                path.push(dir);
+                if let Some((_, down)) = access_idx[dst] {
+                    path.push(down);
+                }
+                let first = path[0];
                 let p = Rc::new(RefCell::new(InFlight {
                     buf: buf[..n].to_vec(),
                     dst,
-                    accepted: vec![false; lens.len()],
-                    remaining: 0,
+                    path,
+                    survived: vec![false; lens.len()],
+                    lens: lens.clone(),
+                    pending: 0,
                 }));
                 // loss and queueing are decided per wire segment
                 for (k, len) in lens.into_iter().enumerate() {
-                    if links[dir].arrive(now, len as u64, (p.clone(), k)) == Verdict::Accepted {
-                        let mut q = p.borrow_mut();
-                        q.accepted[k] = true;
-                        q.remaining += 1;
+                    if links[first].arrive(now, len as u64, (p.clone(), k, 0)) == Verdict::Accepted {
+                        p.borrow_mut().pending += 1;
                     }
                 }
             }
         }
         let now = now_ns();
-        for link in links.iter_mut() {
-            while let Some((due, (p, _))) = link.poll(now) {
-                let mut q = p.borrow_mut();
-                q.remaining -= 1;
-                if q.remaining > 0 {
-                    continue;
+        // every segment due by now, in time order across all links, so that
+        // a link fed by several others sees its arrivals in order
+        loop {
+            let next = links.iter_mut().enumerate().filter_map(|(i, l)| l.peek_due(now).map(|t| (t, i))).min();
+            let Some((_, li)) = next else { break };
+            let Some((due, (p, k, hop))) = links[li].poll(now) else { break };
+            let next_hop = {
+                let q = p.borrow();
+                q.path.get(hop + 1).copied().map(|l| (l, q.lens[k]))
+            };
+            match next_hop {
+                Some((nl, len)) => {
+                    // on to the next link, arriving when it left this one
+                    if links[nl].arrive(due, len as u64, (p.clone(), k, hop + 1)) != Verdict::Accepted {
+                        p.borrow_mut().pending -= 1;
+                    }
                 }
-                let lag = now.saturating_sub(due);
-                health.max_lag_ns = health.max_lag_ns.max(lag);
-                health.lag_hist[lag_bucket(lag)] += 1;
-                if lag > LAG_THRESHOLD_NS {
-                    health.late_packets += 1;
+                None => {
+                    let mut q = p.borrow_mut();
+                    q.survived[k] = true;
+                    q.pending -= 1;
                 }
-                let dst = q.dst;
-                deliver(&mut tuns[dst], &q, &mut health);
             }
+            let q = p.borrow();
+            if q.pending > 0 || !q.survived.iter().any(|&s| s) {
+                continue;
+            }
+            let lag = now.saturating_sub(due);
+            health.max_lag_ns = health.max_lag_ns.max(lag);
+            health.lag_hist[lag_bucket(lag)] += 1;
+            if lag > LAG_THRESHOLD_NS {
+                health.late_packets += 1;
+            }
+            deliver(&mut tuns[q.dst], &q, &mut health);
         }
         if last_report.elapsed() >= report_every {
             health.tun_drops = tun_drops(&mut ports);
-            health.links = [links[0].counters.clone(), links[1].counters.clone()];
+            snapshot(&links, &ports, &mut health);
             health.uptime_s = start.elapsed().as_secs_f64();
             report(&health);
             last_report = Instant::now();
         }
     }
     health.tun_drops = tun_drops(&mut ports);
-    health.links = [links[0].counters.clone(), links[1].counters.clone()];
+    snapshot(&links, &ports, &mut health);
     health.uptime_s = start.elapsed().as_secs_f64();
     Ok(health)
 }

@@ -43,6 +43,19 @@ pub struct LabSpec {
     /// a and b share (127.0.0.1); no emulated link. `mtu` 0 keeps lo's own.
     #[serde(default)]
     pub loopback: bool,
+    /// Access links: (host, settings), host None for every host; a host's
+    /// own entry wins over the one for all.
+    #[serde(default)]
+    pub access: Vec<(Option<String>, LinkConfig)>,
+}
+
+impl LabSpec {
+    /// The access link of one host, if any.
+    pub fn access_of(&self, host: &str) -> Option<LinkConfig> {
+        let own = self.access.iter().rev().find(|(h, _)| h.as_deref() == Some(host));
+        let all = self.access.iter().rev().find(|(h, _)| h.is_none());
+        own.or(all).map(|(_, l)| l.clone())
+    }
 }
 
 /// One host of a running lab.
@@ -332,6 +345,7 @@ fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::pat
             side: h.side,
             tun: emulator::tun_file(fd),
             net_dev: Some(dev),
+            access: spec.access_of(&h.name),
         });
     }
     // health first, then state: once the lab is up, both can be read

@@ -338,3 +338,53 @@ fn the_loopback_profile_is_lo_in_a_private_namespace() {
     assert_eq!(v["env"]["client"]["sockets"][0]["path_mtu"], 1500);
     assert!(v["points"][0]["summary"]["median_ns"].as_f64().expect("median") < 5e6);
 }
+
+#[test]
+fn access_links_add_to_the_shared_bottleneck() {
+    if !privileged("access_links_add_to_the_shared_bottleneck") {
+        return;
+    }
+    // a1 and a2 share the 10 ms bottleneck to b1; every host has a 1 ms
+    // access link, a2's own is 5 ms: 14 ms and 22 ms round trips
+    let mut lab =
+        Lab::up("acc", &["--hosts", "2x1", "--rtt", "10ms", "--access", "delay=1ms", "--access", "a2:delay=5ms"]);
+    lab.agent = Some(
+        Command::new(BIN)
+            .args(["lab", "exec", "--name", &lab.name, "b1", "--", BIN, "serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    for (host, lo, hi) in [("a1", 14.0e6, 15.0e6), ("a2", 22.0e6, 23.0e6)] {
+        let o = run(&[
+            "lab",
+            "exec",
+            "--name",
+            &lab.name,
+            host,
+            "--",
+            BIN,
+            "rtt",
+            "10.77.2.1",
+            "--proto",
+            "udp",
+            "--sizes",
+            "64",
+            "-n",
+            "30",
+            "--warmup-time",
+            "0s",
+            "--json",
+        ]);
+        let (_, median, _, _) = medians(&o)[0].clone();
+        assert!((lo..hi).contains(&median), "{host}: median {median} ns");
+    }
+    let st = lab.status();
+    let access = st["health"]["access"].as_array().expect("access counters");
+    assert_eq!(access.len(), 3);
+    let o = run(&["lab", "up", "--name", "x", "--hosts", "2x1", "--access", "c9:delay=1ms"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("its hosts are a1, a2, b1"), "{}", stderr(&o));
+}
