@@ -33,6 +33,7 @@ QUIET_WAIT=60             # --quiet-wait: max seconds to wait for idle CPUs befo
 QUIET_PCT=15              # a CPU counts as idle below this busy percentage
 NO_BUILD=0
 MARKDOWN=0
+ORDER=size                # --order: size (every tool at a size, then the next size) or tool
 GRIDPERF=${GRIDPERF:-$REPO/target/release/gridperf}
 HOST=127.0.0.1
 UDP_MAX=65507             # largest UDP payload over IPv4
@@ -63,6 +64,9 @@ Usage: bench/rtt-peers.sh [options]
   --quiet-wait S     before each run, wait up to S seconds (default $QUIET_WAIT) until
                      no CPU is more than $QUIET_PCT% busy (other programs, e.g. a
                      compiler, skew every figure); 0 disables the wait
+  --order O          size (default): all tools at one size, then the next size, so
+                     that the machine's drift hits the tools alike; tool: each tool
+                     through all sizes, then the next tool (fewer server restarts)
   --markdown         print the tables as Markdown
   -h, --help         this help
 
@@ -90,12 +94,14 @@ while [ $# -gt 0 ]; do
         --port-base)  PORT_BASE=${2:?}; shift 2 ;;
         --quiet-wait) QUIET_WAIT=${2:?}; shift 2 ;;
         --markdown)   MARKDOWN=1; shift ;;
+        --order)      ORDER=${2:?}; shift 2 ;;
         -h|--help)    usage; exit 0 ;;
         *) usage >&2; die "unknown option: $1" ;;
     esac
 done
 
 # ---------------------------------------------------------------- validation
+[ "$ORDER" = size ] || [ "$ORDER" = tool ] || die "--order takes size or tool"
 [[ $DUR =~ ^[0-9]+$ ]] && [ "$DUR" -ge 1 ] && [ "$DUR" -le 600 ] ||
     die "--seconds must be an integer 1..600 (sockperf and qperf take whole seconds)"
 [[ $ITER =~ ^[0-9]+$ ]] && [ "$ITER" -ge 1 ] || die "--iterations must be a positive integer"
@@ -104,6 +110,7 @@ done
 [[ $PORT_BASE =~ ^[0-9]+$ ]] && [ "$PORT_BASE" -ge 1024 ] && [ "$PORT_BASE" -le 65000 ] ||
     die "--port-base must be 1024..65000"
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+ALL_SIZES=("${SIZE_LIST[@]}")
 for s in "${SIZE_LIST[@]}"; do
     [[ $s =~ ^[0-9]+$ ]] && [ "$s" -ge 1 ] && [ "$s" -le 1048576 ] || die "bad size '$s' (1..1048576)"
 done
@@ -363,7 +370,7 @@ run_gridperf() { # MODE PROTO
     esac
     # Budget: 2 ms per round trip is far above anything seen on loopback.
     to=$((60 + ITER * ${#wires[@]} / 500))
-    logf=$WORKDIR/$mode.r$ROUND.gridperf.$proto.json
+    logf=$WORKDIR/$mode.r$ROUND.gridperf.$proto.$(IFS=_; echo "${wires[*]}").json
     local sizes_csv
     sizes_csv=$(IFS=,; echo "${wires[*]}")
     log "mode $mode: gridperf $proto sizes $sizes_csv"
@@ -489,12 +496,17 @@ for ROUND in $(seq "$ROUNDS"); do
             C) SCPU=1; CCPU=0; BUSY=0 ;;
         esac
         meta "mode_${mode}_r${ROUND}_loadavg_before" "$(cut -d' ' -f1-3 /proc/loadavg)"
-        for proto in tcp udp; do
-            if [ -n "${USE[sockperf]:-}" ]; then run_sockperf "$mode" "$proto" "$SCPU" "$CCPU" "$BUSY"; fi
-            # qperf and NetPIPE have no busy-poll mode for sockets: not in mode B.
-            if [ "$BUSY" = 0 ] && [ -n "${USE[qperf]:-}" ]; then run_qperf "$mode" "$proto" "$SCPU" "$CCPU"; fi
-            if [ "$BUSY" = 0 ] && [ -n "${USE[nptcp]:-}" ] && [ "$proto" = tcp ]; then run_nptcp "$mode" "$SCPU" "$CCPU"; fi
-            if [ -n "${USE[gridperf]:-}" ]; then run_gridperf "$mode" "$proto"; fi
+        # --order size runs every tool at one size before the next size
+        if [ "$ORDER" = size ]; then GROUPS_OF_SIZES=("${ALL_SIZES[@]}"); else GROUPS_OF_SIZES=("$(IFS=,; echo "${ALL_SIZES[*]}")"); fi
+        for group in "${GROUPS_OF_SIZES[@]}"; do
+            IFS=, read -r -a SIZE_LIST <<<"$group"
+            for proto in tcp udp; do
+                if [ -n "${USE[sockperf]:-}" ]; then run_sockperf "$mode" "$proto" "$SCPU" "$CCPU" "$BUSY"; fi
+                # qperf and NetPIPE have no busy-poll mode for sockets: not in mode B.
+                if [ "$BUSY" = 0 ] && [ -n "${USE[qperf]:-}" ]; then run_qperf "$mode" "$proto" "$SCPU" "$CCPU"; fi
+                if [ "$BUSY" = 0 ] && [ -n "${USE[nptcp]:-}" ] && [ "$proto" = tcp ]; then run_nptcp "$mode" "$SCPU" "$CCPU"; fi
+                if [ -n "${USE[gridperf]:-}" ]; then run_gridperf "$mode" "$proto"; fi
+            done
         done
     done
 done

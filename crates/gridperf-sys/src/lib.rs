@@ -598,6 +598,32 @@ pub fn netns_enter(name: &str) -> io::Result<()> {
     cvt_i(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
 }
 
+/// The inode of a named namespace (what /proc/PID/ns/net links to, as net:[INODE]).
+pub fn netns_inode(name: &str) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    netns_path(name)?;
+    Ok(std::fs::metadata(format!("{NETNS_DIR}/{name}"))?.ino())
+}
+
+/// The processes whose network namespace is the named one.
+pub fn netns_pids(name: &str) -> io::Result<Vec<u32>> {
+    let want = format!("net:[{}]", netns_inode(name)?);
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc")?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == want) {
+            out.push(pid);
+        }
+    }
+    Ok(out)
+}
+
+/// Sends a signal to a process.
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
+    // SAFETY: plain kill(2) on a pid we were given.
+    cvt_i(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(drop)
+}
+
 /// Runs `f` on a thread inside the named namespace and returns its result.
 pub fn in_netns<R: Send + 'static>(name: &str, f: impl FnOnce() -> io::Result<R> + Send + 'static) -> io::Result<R> {
     let name = name.to_string();

@@ -145,10 +145,32 @@ fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Removes, by name, every namespace and file a lab of this name may have left.
+/// Ends the processes still running inside a namespace (what `lab exec`
+/// started there): SIGTERM, then SIGKILL after a second.
+fn end_processes_in(netns: &str) {
+    let Ok(pids) = gridperf_sys::netns_pids(netns) else { return };
+    let me = std::process::id();
+    let pids: Vec<u32> = pids.into_iter().filter(|&p| p != me).collect();
+    for &p in &pids {
+        let _ = gridperf_sys::signal(p, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &p in &pids {
+        if alive(p) {
+            let _ = gridperf_sys::signal(p, libc::SIGKILL);
+        }
+    }
+}
+
+/// Removes, by name, every namespace and file a lab of this name may have
+/// left, and ends the processes still running in its namespaces.
 fn clean(name: &str, hosts_guess: &[Host]) {
     for h in hosts_guess {
         if gridperf_sys::netns_exists(&h.netns) {
+            end_processes_in(&h.netns);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }
@@ -158,6 +180,7 @@ fn clean(name: &str, hosts_guess: &[Host]) {
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(&prefix) {
+                end_processes_in(&n);
                 let _ = gridperf_sys::netns_delete(&n);
             }
         }
@@ -205,7 +228,7 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = gridperf_sys::signal(child.id(), libc::SIGTERM);
             let stop_by = Instant::now() + Duration::from_secs(3);
             while child.try_wait().ok().flatten().is_none() && Instant::now() < stop_by {
                 std::thread::sleep(Duration::from_millis(20));
@@ -240,15 +263,20 @@ pub fn down(name: &str) -> Result<bool> {
     let st = state(name);
     let mut was_up = false;
     if let Some(s) = &st {
+        // what `lab exec` started in the lab goes first, while its
+        // namespaces still have their names
+        for h in &s.hosts {
+            end_processes_in(&h.netns);
+        }
         if alive(s.pid) {
             was_up = true;
-            let _ = Command::new("kill").arg("-TERM").arg(s.pid.to_string()).status();
+            let _ = gridperf_sys::signal(s.pid, libc::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while alive(s.pid) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
             if alive(s.pid) {
-                let _ = Command::new("kill").arg("-KILL").arg(s.pid.to_string()).status();
+                let _ = gridperf_sys::signal(s.pid, libc::SIGKILL);
             }
         }
     }
@@ -291,6 +319,7 @@ pub fn emulator_main(name: &str) -> Result<()> {
     // whatever happened, leave nothing behind
     for h in &hosts {
         if gridperf_sys::netns_exists(&h.netns) {
+            end_processes_in(&h.netns);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }

@@ -99,8 +99,31 @@ impl Drop for Lab {
             let _ = a.kill();
             let _ = a.wait();
         }
+        let inodes: Vec<u64> = std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("gp-{}-", self.name)))
+                    .filter_map(|e| gridperf_sys::netns_inode(&e.file_name().to_string_lossy()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
         let o = run(&["lab", "down", "--name", &self.name]);
         assert!(o.status.success(), "lab down: {}", stderr(&o));
+        // no process is left in the lab's namespaces
+        for ino in inodes {
+            let want = format!("net:[{ino}]");
+            let left: Vec<String> = std::fs::read_dir("/proc")
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| {
+                            std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l.to_string_lossy() == want)
+                        })
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert!(left.is_empty(), "processes left in the lab: {left:?}");
+        }
         let left: Vec<String> = std::fs::read_dir("/run/netns")
             .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
             .unwrap_or_default();
@@ -182,6 +205,18 @@ fn delay_measured_end_to_end_and_down_leaves_nothing() {
     assert!(v["env"]["lab"]["invalid"].is_null(), "{}", v["env"]["lab"]);
     let st = lab.status();
     assert_eq!(st["lab"]["hosts"].as_array().expect("hosts").len(), 2);
+    // what lab exec started there is ended by lab down (checked in Drop:
+    // no process may keep the namespace's inode)
+    let ns_b = format!("gp-{}-b", lab.name);
+    let mut sleeper = Command::new(BIN)
+        .args(["lab", "exec", "--name", &lab.name, "b", "--", "sleep", "30"])
+        .spawn()
+        .expect("sleep in b");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!gridperf_sys::netns_pids(&ns_b).expect("pids").is_empty(), "sleep runs in b");
+    // the wrapper goes; the sleep it started stays in b until lab down
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
     let health = &st["health"];
     assert!(health["links"][0]["delivered"].as_u64().expect("delivered") >= 110, "{health}");
     assert_eq!(health["links"][0]["lost"], 0);
