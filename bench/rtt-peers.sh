@@ -21,7 +21,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 
 DUR=3                     # --seconds: per tool per size
-ITER=20000                # --iterations: gridperf, per point
+ITER=""                   # --iterations: gridperf, per point (default: time it like the peers, -t SECONDS)
 ROUNDS=1                  # --repeat: whole rounds, interleaving the tools in time
 SIZES=1,64,1460,4096,16384,65536
 MODES=A,B
@@ -46,7 +46,8 @@ usage() {
 Usage: bench/rtt-peers.sh [options]
 
   --seconds S        seconds per peer tool per size (integer, default $DUR)
-  --iterations N     gridperf round trips per point (default $ITER)
+  --iterations N     gridperf round trips per point (default: none; gridperf runs
+                     -t SECONDS per point, as long as each peer tool)
   --repeat R         run every mode R times, round after round, and report per
                      cell the median over rounds (default $ROUNDS; 3 recommended on
                      a shared or virtual machine, where medians drift between runs)
@@ -104,7 +105,7 @@ done
 [ "$ORDER" = size ] || [ "$ORDER" = tool ] || die "--order takes size or tool"
 [[ $DUR =~ ^[0-9]+$ ]] && [ "$DUR" -ge 1 ] && [ "$DUR" -le 600 ] ||
     die "--seconds must be an integer 1..600 (sockperf and qperf take whole seconds)"
-[[ $ITER =~ ^[0-9]+$ ]] && [ "$ITER" -ge 1 ] || die "--iterations must be a positive integer"
+[ -z "$ITER" ] || { [[ $ITER =~ ^[0-9]+$ ]] && [ "$ITER" -ge 1 ]; } || die "--iterations must be a positive integer"
 [[ $QUIET_WAIT =~ ^[0-9]+$ ]] || die "--quiet-wait must be a non-negative integer"
 [[ $ROUNDS =~ ^[0-9]+$ ]] && [ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 100 ] || die "--repeat must be 1..100"
 [[ $PORT_BASE =~ ^[0-9]+$ ]] && [ "$PORT_BASE" -ge 1024 ] && [ "$PORT_BASE" -le 65000 ] ||
@@ -330,7 +331,7 @@ meta lo_mtu "$(cat /sys/class/net/lo/mtu 2>/dev/null || echo '?')"
 meta seconds "$DUR"
 meta quiet_wait_s "$QUIET_WAIT"
 meta quiet_pct "$QUIET_PCT"
-meta iterations "$ITER"
+meta iterations "${ITER:-time ${DUR}s}"
 meta rounds "$ROUNDS"
 meta sizes "$SIZES"
 meta modes "$MODES"
@@ -369,7 +370,8 @@ run_gridperf() { # MODE PROTO
         C) cpu=0,1 ;;
     esac
     # Budget: 2 ms per round trip is far above anything seen on loopback.
-    to=$((60 + ITER * ${#wires[@]} / 500))
+    local count=()
+    if [ -n "$ITER" ]; then count=(--iterations "$ITER"); to=$((60 + ITER * ${#wires[@]} / 500)); else count=(-t "${DUR}s"); to=$((60 + (DUR + 2) * ${#wires[@]})); fi
     logf=$WORKDIR/$mode.r$ROUND.gridperf.$proto.$(IFS=_; echo "${wires[*]}").json
     local sizes_csv
     sizes_csv=$(IFS=,; echo "${wires[*]}")
@@ -377,10 +379,10 @@ run_gridperf() { # MODE PROTO
     # gridperf pins its own ends (--cpu), so no taskset; stdout is the JSON.
     local rc
     quiet
-    echo "$GRIDPERF rtt --proto $proto --sizes $sizes_csv --cpu $cpu ${busy[*]} --iterations $ITER --json" >"$logf.cmd"
+    echo "$GRIDPERF rtt --proto $proto --sizes $sizes_csv --cpu $cpu ${busy[*]} ${count[*]} --json" >"$logf.cmd"
     steal_start
     timeout -k 5 "$to" "$GRIDPERF" rtt --proto "$proto" --sizes "$sizes_csv" --cpu "$cpu" "${busy[@]}" \
-        --iterations "$ITER" --json >"$logf" 2>"$logf.stderr" && rc=0 || rc=$?
+        "${count[@]}" --json >"$logf" 2>"$logf.stderr" && rc=0 || rc=$?
     steal_stop
     if [ "$rc" != 0 ]; then warn "gridperf $proto exited $rc; see $logf.stderr"; fi
     for pair in $(sizes_for "$proto"); do

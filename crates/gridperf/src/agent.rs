@@ -656,6 +656,7 @@ fn run_test(
                     control_timeout: shared.cfg.control_timeout,
                     stop: &shared.stop,
                     faults: shared.cfg.faults,
+                    last_look: Instant::now(),
                 };
                 match step.run(sock, &mut buf) {
                     Ok(figures) => wire::write_msg(ctl, &AgentMsg::StepDone { figures }).map_err(|e| e.to_string())?,

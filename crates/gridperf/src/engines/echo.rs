@@ -348,6 +348,8 @@ pub struct EchoStep<'a> {
     /// The agent's stop flag, looked at for every message and every wait.
     pub stop: &'a AtomicBool,
     pub faults: Faults,
+    /// When a busy-polling step last looked at the control channel.
+    pub last_look: Instant,
 }
 
 impl EchoStep<'_> {
@@ -369,8 +371,18 @@ impl EchoStep<'_> {
     /// step ended (Ok(true)), or give up.
     fn on_wait(&mut self, spins: &mut u32, since: Instant, may_end: bool) -> Result<bool, StepError> {
         *spins = spins.wrapping_add(1);
-        if self.busy && *spins % 1024 != 0 {
-            return Ok(false);
+        if self.busy {
+            // spinning: look at the clock every 256 spins and at the control
+            // channel once a millisecond, so that the poll(2) it takes is not
+            // in the way of the next message
+            if *spins % 256 != 0 {
+                return Ok(false);
+            }
+            let now = Instant::now();
+            if now.duration_since(self.last_look) < Duration::from_millis(1) {
+                return Ok(false);
+            }
+            self.last_look = now;
         }
         if self.stop.load(Ordering::Relaxed) {
             return Err(StepError::Stopped);
