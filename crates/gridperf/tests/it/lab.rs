@@ -272,15 +272,20 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
         let args =
             ["lab", "exec", "--name", &name, "a", "--", BIN, "rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64"];
         let mut all: Vec<&str> = args.to_vec();
-        all.extend_from_slice(&["-t", "1500ms", "--warmup-time", "0s", "--json"]);
+        all.extend_from_slice(&["-t", "3s", "--warmup-time", "0s", "--json"]);
         run(&all)
     });
-    // stop the emulator for 50 ms in the middle of the run: every packet in
+    // stop the emulator for 150 ms in the middle of the run: every packet in
     // flight is then delivered far behind its schedule (while traffic flows
     // it never sleeps longer than 5 ms, so it sees that it overslept)
-    std::thread::sleep(Duration::from_millis(600));
+    // (first wait until the probe's traffic flows through the emulator)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lab.status()["health"]["links"][0]["arrived"].as_u64().unwrap_or(0) < 300 {
+        assert!(Instant::now() < deadline, "the probe's traffic never came");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
-    std::thread::sleep(Duration::from_millis(50));
+    std::thread::sleep(Duration::from_millis(150));
     assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
     let o = probe.join().expect("probe");
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
