@@ -336,7 +336,7 @@ pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulato
             None => {
                 let _ = writeln!(
                     out,
-                    "  valid: at most 1% of packets over 1 ms behind schedule, none over 10 ms, no drops the model did not decide"
+                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, none over 10 ms, no drops the model did not decide"
                 );
             }
         }

@@ -21,8 +21,11 @@ use std::time::{Duration, Instant};
 /// late (DESIGN.md's fidelity target: delay error at most 1 ms at p99).
 pub const LAG_THRESHOLD_NS: u64 = 1_000_000;
 /// A run is invalid when more than 1 in this many packets was late (p99 of
-/// the lag above the threshold), or when any packet was this late.
+/// the lag above the threshold) and at least LATE_MIN were (a handful of
+/// late packets in a short run is not evidence of a p99 above 1 ms), or
+/// when any packet was LAG_LIMIT_NS late.
 pub const LATE_PER_PACKETS: u64 = 100;
+pub const LATE_MIN: u64 = 10;
 pub const LAG_LIMIT_NS: u64 = 10_000_000;
 
 /// Which side of the bottleneck a host is on.
@@ -202,7 +205,8 @@ impl Health {
     pub fn invalid_because(&self) -> Option<String> {
         let mut why = Vec::new();
         let delivered: u64 = self.links.iter().map(|c| c.delivered).sum();
-        if self.late_packets * LATE_PER_PACKETS > delivered.max(1) || self.max_lag_ns > LAG_LIMIT_NS {
+        let too_many_late = self.late_packets >= LATE_MIN && self.late_packets * LATE_PER_PACKETS > delivered.max(1);
+        if too_many_late || self.max_lag_ns > LAG_LIMIT_NS {
             why.push(format!(
                 "{} of {} packets were delivered more than {} us behind schedule, worst {} us behind",
                 self.late_packets,
