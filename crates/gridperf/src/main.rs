@@ -472,6 +472,27 @@ fn print_warnings(warnings: &[gridperf_core::stats::Warning]) {
     }
 }
 
+/// Prints a report as the user asked (JSON, CSV or a table), then its
+/// warnings; fails when the run crossed a lab whose emulator fell behind.
+fn emit<T: serde::Serialize>(
+    a: &EchoArgs,
+    report: &T,
+    csv: impl FnOnce() -> String,
+    table: impl FnOnce() -> String,
+    warnings: &[gridperf_core::stats::Warning],
+    env: &gridperf_core::model::Environment,
+) -> Result<()> {
+    if a.json {
+        print(&json(report)?)?;
+    } else if a.csv {
+        print(&csv())?;
+    } else {
+        print(&table())?;
+    }
+    print_warnings(warnings);
+    lab_valid(env)
+}
+
 /// A run across a lab whose emulator fell behind is not a measurement of the emulated network.
 fn lab_valid(env: &gridperf_core::model::Environment) -> Result<()> {
     match env.lab.as_ref().and_then(|l| l.invalid.as_ref()) {
@@ -499,15 +520,7 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
     let result = rtt::run(&target, &opts, &mut tick);
     bar.finish_and_clear();
     let r = result?;
-    if a.echo.json {
-        print(&json(&r)?)?;
-    } else if a.echo.csv {
-        print(&report::rtt_csv(&r, a.samples))?;
-    } else {
-        print(&report::rtt_table(&r))?;
-    }
-    print_warnings(&r.warnings);
-    lab_valid(&r.env)?;
+    emit(&a.echo, &r, || report::rtt_csv(&r, a.samples), || report::rtt_table(&r), &r.warnings, &r.env)?;
     if r.points.iter().any(|p| p.summary.is_none()) {
         return Err(Error::measurement("some points have no sample: every message was lost"));
     }
@@ -540,15 +553,7 @@ fn cmd_transfer(a: TransferArgs) -> Result<()> {
     let result = transfer::run(&target, &opts, &mut tick);
     bar.finish_and_clear();
     let r = result?;
-    if a.echo.json {
-        print(&json(&r)?)?;
-    } else if a.echo.csv {
-        print(&report::transfer_csv(&r))?;
-    } else {
-        print(&report::transfer_table(&r))?;
-    }
-    print_warnings(&r.warnings);
-    lab_valid(&r.env)?;
+    emit(&a.echo, &r, || report::transfer_csv(&r), || report::transfer_table(&r), &r.warnings, &r.env)?;
     if r.points.iter().any(|p| p.time.is_none()) {
         return Err(Error::measurement("some points completed no run"));
     }
