@@ -399,6 +399,7 @@ const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
 const SIOCGIFMTU: libc::c_ulong = 0x8921;
 const SIOCSIFMTU: libc::c_ulong = 0x8922;
+const SIOCSIFTXQLEN: libc::c_ulong = 0x8943;
 
 #[repr(C)]
 struct IfReq {
@@ -430,6 +431,17 @@ pub fn set_link_mtu(name: &str, mtu: u32) -> io::Result<()> {
     req.data[..4].copy_from_slice(&(mtu as i32).to_ne_bytes());
     // SAFETY: req is a valid ifreq-sized buffer.
     cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFMTU, &mut req) }).map(drop)
+}
+
+/// Sets an interface's transmit queue length in packets (SIOCSIFTXQLEN) in
+/// the calling thread's namespace; for a TUN device, the ring its host's
+/// packets wait in until the reader takes them.
+pub fn set_link_txqueuelen(name: &str, len: u32) -> io::Result<()> {
+    let sock = ioctl_sock()?;
+    let mut req = ifreq(name)?;
+    req.data[..4].copy_from_slice(&(len as i32).to_ne_bytes());
+    // SAFETY: req is a valid ifreq-sized buffer.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFTXQLEN, &mut req) }).map(drop)
 }
 
 /// An interface's MTU (SIOCGIFMTU).

@@ -380,9 +380,10 @@ pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>14}{:>9}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
+        "{:>14}{:>9}{:>15}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
         "rate",
         "delay",
+        "offered",
         "measured",
         "rate err",
         "delay err",
@@ -394,16 +395,20 @@ pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
         "emu CPU"
     );
     for p in points {
-        let verdict = match (&p.invalid, p.meets_targets()) {
+        let mut verdict = match (&p.invalid, p.meets_targets()) {
             (Some(why), _) => format!("INVALID: {why}"),
             (None, true) => "meets the targets".to_string(),
             (None, false) => "misses a target".to_string(),
         };
+        if p.load_short() {
+            verdict.push_str("; the load generator did not overload the link, so the rate was not tested");
+        }
         let _ = writeln!(
             out,
-            "{:>14}{:>9}{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
+            "{:>14}{:>9}{:>15}{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
             fmt_bps(p.rate_bps as f64),
             fmt_ns(p.delay_ns as f64),
+            fmt_bps(p.offered_rate_bps),
             fmt_bps(p.measured_rate_bps),
             p.rate_error * 100.0,
             fmt_signed_ns(p.delay_error_median_ns),
@@ -417,7 +422,7 @@ pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
     }
     let _ = writeln!(
         out,
-        "\ntargets: rate error within 1%; added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
+        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. targets: rate error within 1%; added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
     );
     out
 }

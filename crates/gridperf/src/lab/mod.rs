@@ -349,6 +349,9 @@ fn run_loopback(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path
     Ok(())
 }
 
+/// Packets each host's TUN device holds before the emulator reads them.
+pub const HOST_TXQUEUELEN: u32 = 1000;
+
 fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path::Path) -> Result<()> {
     let mut ports = Vec::new();
     for h in hosts {
@@ -358,6 +361,10 @@ fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::pat
         let (fd, dev) = gridperf_sys::in_netns(&h.netns, move || {
             let fd = gridperf_sys::tun_create("gp0", true)?;
             gridperf_sys::set_link_mtu("gp0", mtu)?;
+            // the host's NIC queue: an Ethernet device's default length
+            // rather than TUN's 500, which a sender's burst overflows at
+            // 1 Gbit/s within 6 ms of the emulator not reading
+            gridperf_sys::set_link_txqueuelen("gp0", HOST_TXQUEUELEN)?;
             gridperf_sys::set_link_ipv4("gp0", addr, 16)?;
             gridperf_sys::set_link_up("gp0")?;
             gridperf_sys::set_link_up("lo")?;
