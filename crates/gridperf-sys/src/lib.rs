@@ -150,6 +150,23 @@ pub fn tcp_congestion(sock: &impl AsRawFd) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// Sets TCP_CONGESTION: the congestion control algorithm of a TCP socket
+/// (ENOENT when the kernel has no such algorithm; EPERM when it is not in
+/// net.ipv4.tcp_allowed_congestion_control and the caller lacks CAP_NET_ADMIN).
+pub fn set_tcp_congestion(sock: &impl AsRawFd, name: &str) -> io::Result<()> {
+    // SAFETY: name's bytes are valid for reads of its length.
+    cvt_i(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr() as *const libc::c_void,
+            name.len() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 /// Bytes queued in a socket's send queue, not yet acknowledged (SIOCOUTQ).
 pub fn outq(sock: &impl AsRawFd) -> io::Result<usize> {
     let mut n: libc::c_int = 0;

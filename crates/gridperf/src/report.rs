@@ -380,12 +380,14 @@ pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>14}{:>9}{:>15}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
+        "{:>14}{:>9}{:>15}{:>15}{:>10}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
         "rate",
         "delay",
         "offered",
         "measured",
         "rate err",
+        "TCP",
+        "TCP diff",
         "delay err",
         "delay p99",
         "loaded p99",
@@ -405,12 +407,14 @@ pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
         }
         let _ = writeln!(
             out,
-            "{:>14}{:>9}{:>15}{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
+            "{:>14}{:>9}{:>15}{:>15}{:>9.2}%{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
             fmt_bps(p.rate_bps as f64),
             fmt_ns(p.delay_ns as f64),
             fmt_bps(p.offered_rate_bps),
             fmt_bps(p.measured_rate_bps),
             p.rate_error * 100.0,
+            fmt_bps(p.tcp_rate_bps),
+            p.tcp_rate_error * 100.0,
             fmt_signed_ns(p.delay_error_median_ns),
             fmt_signed_ns(p.delay_error_p99_ns),
             fmt_ns(p.loaded_rtt_p99_ns),
@@ -422,7 +426,7 @@ pub fn calibration(points: &[crate::lab::calibrate::Point]) -> String {
     }
     let _ = writeln!(
         out,
-        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. targets: rate error within 1%; added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
+        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. TCP: a bulk TCP (CUBIC) flow's rate (IP bits per second: the data segments delivered, as the sender's TCP_INFO counts them with SACK, retransmissions included, x 1500 bytes), for information: TCP's own dynamics share in it. targets: rate error within 1% (the UDP flow); added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
     );
     out
 }

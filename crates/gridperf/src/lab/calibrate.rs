@@ -28,6 +28,7 @@ const ECHO_PORT: u16 = 9101;
 /// UDP payload of the load: 1472 B fills a 1500-byte IP packet.
 const LOAD_PAYLOAD: usize = 1472;
 const PROBE_PAYLOAD: usize = 64;
+const TCP_PORT: u16 = 9102;
 
 /// One calibration point's results.
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +42,13 @@ pub struct Point {
     /// IP bits per second received under overload, and its error against the setting.
     pub measured_rate_bps: f64,
     pub rate_error: f64,
+    /// A bulk TCP (CUBIC) flow's IP bits per second (data segments delivered
+    /// x 1500 bytes), its difference from the setting, and its retransmissions. For
+    /// information: what TCP makes of the link is TCP's doing as much as the
+    /// emulator's, so the rate target is judged on the UDP flow.
+    pub tcp_rate_bps: f64,
+    pub tcp_rate_error: f64,
+    pub tcp_retransmits: u32,
     /// Probe RTT on the zero-delay lab of the same rate (hosts and emulator).
     pub baseline_rtt_ns: f64,
     /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
@@ -226,6 +234,93 @@ fn sink_count(ns: &str, b: Ipv4Addr) -> Result<(u64, u64)> {
     })
 }
 
+/// A bulk TCP flow from a to b for `warmup` then `time`: the IP bits per
+/// second of data segments delivered to b over `time` (each a full
+/// 1500-byte packet), and the sender's retransmissions. Both hosts' TCP buffers may grow to `buf` bytes
+/// (tcp_rmem and tcp_wmem are per namespace), so that the window does not
+/// cap the flow below the link rate.
+fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time: Duration) -> Result<(f64, u32)> {
+    use std::io::{Read, Write};
+    let limits = format!("4096 131072 {buf}");
+    for ns in [a, b] {
+        let limits = limits.clone();
+        in_ns(ns, move || {
+            std::fs::write("/proc/sys/net/ipv4/tcp_rmem", &limits)?;
+            std::fs::write("/proc/sys/net/ipv4/tcp_wmem", &limits)
+        })?;
+    }
+    let listener = in_ns(b, || std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, TCP_PORT)))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let (conn_tx, conn_rx) = std::sync::mpsc::channel();
+    let rx = std::thread::spawn(move || -> std::io::Result<()> {
+        listener.set_nonblocking(false)?;
+        let (mut c, _) = listener.accept()?;
+        c.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let _ = conn_tx.send(c.try_clone()?);
+        let mut buf = vec![0u8; 1 << 20];
+        while !s2.load(Ordering::Relaxed) {
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    });
+    let mut tx = in_ns(a, move || {
+        // CUBIC, the loss-based standard, fills a link with a 1-BDP drop-tail
+        // queue; BBR leaves a few percent unused by design (its probing cycles)
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        gridperf_sys::set_tcp_congestion(&sock, "cubic")?;
+        sock.connect_timeout(&SocketAddr::new(b_addr.into(), TCP_PORT).into(), Duration::from_secs(5))?;
+        let tx: std::net::TcpStream = sock.into();
+        tx.set_write_timeout(Some(Duration::from_millis(200)))?;
+        Ok(tx)
+    })?;
+    let probe_tx = tx.try_clone().map_err(|e| Error::internal(format!("cloning a socket: {e}")))?;
+    let s3 = stop.clone();
+    let sender = std::thread::spawn(move || -> std::io::Result<(u32, u32)> {
+        let chunk = vec![0x5au8; 1 << 20];
+        while !s3.load(Ordering::Relaxed) {
+            match tx.write(&chunk) {
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (info, _) = gridperf_sys::tcp_info(&tx)?;
+        Ok((info.snd_mss, info.total_retrans))
+    });
+    let conn = conn_rx.recv_timeout(Duration::from_secs(5));
+    // the data segments the receiver acknowledged, selectively or not
+    // (tcpi_delivered, counted at the sender per wire segment): what the link
+    // carried, which the bytes an application reads show only late and in
+    // jumps when a loss is repaired
+    let delivered = |c: &std::net::TcpStream| {
+        gridperf_sys::tcp_info(c).map(|(i, _)| i.delivered).map_err(|e| Error::measurement(format!("TCP_INFO: {e}")))
+    };
+    let measured = conn.map_err(|_| Error::measurement("the calibration TCP flow did not connect")).and_then(|_| {
+        std::thread::sleep(warmup);
+        let n0 = delivered(&probe_tx)?;
+        let t0 = Instant::now();
+        std::thread::sleep(time);
+        let n1 = delivered(&probe_tx)?;
+        Ok((n1.wrapping_sub(n0), t0.elapsed().as_secs_f64()))
+    });
+    stop.store(true, Ordering::SeqCst);
+    let sent = sender.join().map_err(|_| Error::internal("the TCP sender panicked"))?;
+    let _ = rx.join();
+    let (segs, dt) = measured?;
+    let (mss, retrans) = sent.map_err(|e| Error::measurement(format!("the calibration TCP flow broke: {e}")))?;
+    if mss == 0 {
+        return Err(Error::measurement("the calibration TCP flow reported no MSS"));
+    }
+    // a bulk flow's data segments are full: an MTU-sized packet each
+    Ok((segs as f64 * 1500.0 * 8.0 / dt, retrans))
+}
+
 fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<super::LabState> {
     let link =
         LinkConfig { rate_bps: Some(rate), queue: QueueLimit::Bytes(queue_bytes), delay_ns, ..LinkConfig::default() };
@@ -307,6 +402,18 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let _ = sink.join();
     std::thread::sleep(Duration::from_millis(300));
     let after = super::health(&name).unwrap_or_default();
+
+    progress("bulk TCP");
+    // slow start (or BBR's startup) takes some round trips to reach the rate
+    let rtt = 2.0 * delay_ns as f64 / 1e9;
+    let warmup = Duration::from_secs_f64((1.0 + 30.0 * rtt).min(10.0));
+    // the window a single flow needs: twice the path's BDP with the queue, and headroom
+    let buf = (4 * (bdp + queue_bytes)).max(8 << 20);
+    // the bytes a receiver reads jump when a loss is repaired (the data held
+    // out of order becomes readable at once), so the window spans many round trips
+    let window = Duration::from_secs_f64(seconds.max(20.0 * rtt).min(12.0));
+    let (tcp_rate, tcp_retrans) = tcp_rate(&a, &b, b_addr, buf, warmup, window)?;
+    let tcp_health = super::health(&name).unwrap_or_default().since(&after);
     drop(guard);
 
     let measured = (bytes + 28 * count) as f64 * 8.0 / dt;
@@ -328,7 +435,12 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         loaded_rtt_max_ns: loaded.last().copied().unwrap_or(0) as f64,
         queue_bound_ns: bound,
         emulator_cpu_percent: (cpu1 - cpu0) / dt * 100.0,
-        invalid: d.invalid_because(),
+        tcp_rate_bps: tcp_rate,
+        tcp_rate_error: tcp_rate / rate as f64 - 1.0,
+        tcp_retransmits: tcp_retrans,
+        invalid: d
+            .invalid_because()
+            .or_else(|| tcp_health.invalid_because().map(|w| format!("during the TCP flow: {w}"))),
         lag_p99_us: d.lag_quantile_us(0.99),
     })
 }
