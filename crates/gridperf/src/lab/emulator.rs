@@ -547,7 +547,6 @@ mod tests {
     #[test]
     fn ticks_only_while_events_come_faster_than_one_per_tick() {
         let mut pace = Pace::default();
-        let mut backlog = false;
         // 1 Gbit/s of 1500-byte packets: one read and one due every 12 us
         let t = window(&mut pace, 0, 12_000, 6_000, 2);
         assert!(pace.ticking, "166 000 events a second must tick");
@@ -564,7 +563,6 @@ mod tests {
     #[test]
     fn spins_only_while_it_slept_half_the_time() {
         let mut pace = Pace::default();
-        let mut backlog = false;
         let t = window(&mut pace, 0, MS, MS * 6 / 10, 1);
         assert!(pace.may_spin);
         window(&mut pace, t, MS, MS * 4 / 10, 1);
