@@ -202,6 +202,12 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
             )));
         }
     }
+    // Ctrl-C while the lab comes up takes it down again: caught from before
+    // anything is made, so that nothing is made that the catch cannot undo
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, interrupted.clone());
+    }
     // whatever a crashed emulator left
     clean(&spec.name, &hosts_of(&spec));
     let d = dir(&spec.name);
@@ -220,11 +226,6 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
         .process_group(0)
         .spawn()
         .map_err(|e| Error::internal(format!("cannot start the emulator: {e}")))?;
-    // Ctrl-C while the lab comes up takes it down again
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, interrupted.clone());
-    }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if interrupted.load(std::sync::atomic::Ordering::SeqCst) {

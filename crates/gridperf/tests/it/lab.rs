@@ -323,7 +323,11 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let p = &v[0];
     let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
+    assert!(f("offered_rate_bps") > 1.02e8, "the load did not overload the link: {p}");
     assert!(f("rate_error").abs() <= 0.01, "rate {} bit/s", f("measured_rate_bps"));
+    // a bulk TCP flow can carry no more than the link, and CUBIC with a
+    // 1-BDP queue keeps it nearly full
+    assert!(f("tcp_rate_bps") <= 1.01e8 && f("tcp_rate_bps") >= 0.9e8, "TCP {} bit/s", f("tcp_rate_bps"));
     assert!(f("delay_error_median_ns").abs() <= 300_000.0, "median delay error {} ns", f("delay_error_median_ns"));
     // with the queue full, the probe waits queue/rate behind the load: its
     // median sits just under the bound (its tail is the hosts' scheduling
@@ -427,4 +431,51 @@ fn access_links_add_to_the_shared_bottleneck() {
     let o = run(&["lab", "up", "--name", "x", "--hosts", "2x1", "--access", "c9:delay=1ms"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("its hosts are a1, a2, b1"), "{}", stderr(&o));
+}
+
+#[test]
+fn ctrl_c_during_lab_up_takes_it_down_again() {
+    if !privileged("ctrl_c_during_lab_up_takes_it_down_again") {
+        return;
+    }
+    let _serial = serial();
+    let name = format!("t{}-ctrlc", std::process::id() % 100_000);
+    // 16 hosts take tens of milliseconds to build: the interrupt lands while they are built
+    let child = Command::new(BIN)
+        .args(["lab", "up", "--name", &name, "--hosts", "8x8", "--rate", "100M"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lab up");
+    // spec.json is written once `lab up` catches Ctrl-C, just before it starts the emulator
+    let spec = format!("/run/gridperf/lab-{name}/spec.json");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::path::Path::new(&spec).exists() {
+        assert!(Instant::now() < deadline, "lab up made no spec.json");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    gridperf_sys::signal(child.id(), libc::SIGINT).expect("SIGINT");
+    let o = child.wait_with_output().expect("wait");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    // nothing is left: no namespace, no state, no emulator
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let prefix = format!("gp-{name}-");
+    assert!(!left.iter().any(|n| n.starts_with(&prefix)), "namespaces left: {left:?}");
+    assert!(!std::path::Path::new(&format!("/run/gridperf/lab-{name}")).exists(), "state left");
+    let emulators: Vec<String> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&format!("emulator\0--name\0{name}\0")))
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(emulators.is_empty(), "emulators left: {emulators:?}");
 }
