@@ -7,9 +7,11 @@
 //! - [`units`]: sizes, durations and rates, parsed and formatted;
 //! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
 //! - [`emu`]: the lab's link model (loss, bottleneck, delay line) in virtual time;
+//! - [`flow`]: bulk flows: fairness, UDP sequence accounting, the TCP_INFO verdict;
 //! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs.
 
 pub mod emu;
+pub mod flow;
 pub mod gso;
 pub mod labcfg;
 pub mod model;
