@@ -9,15 +9,42 @@ use serde::{Deserialize, Serialize};
 /// 1 when all are equal, 1/n when one stream has everything. None for no
 /// streams or when every stream moved nothing.
 pub fn jain(x: &[f64]) -> Option<f64> {
-    let _ = x;
-    todo!()
+    if x.is_empty() || !all_valid(x) {
+        return None;
+    }
+    // The index is scale-invariant: dividing by the largest keeps the squares
+    // from overflowing whatever the magnitudes.
+    let max = x.iter().copied().fold(0.0_f64, f64::max);
+    if max <= 0.0 {
+        return None;
+    }
+    let (sum, sum_sq) = x.iter().fold((0.0, 0.0), |(s, q), &v| {
+        let v = v / max;
+        (s + v, q + v * v)
+    });
+    if sum_sq <= 0.0 {
+        return None;
+    }
+    Some(sum * sum / (x.len() as f64 * sum_sq))
+}
+
+/// Throughputs are finite and non-negative; anything else makes the ratios meaningless.
+fn all_valid(x: &[f64]) -> bool {
+    x.iter().all(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// The slowest stream's throughput over the fastest's (1 = all equal). None
 /// for no streams or when the fastest moved nothing.
 pub fn slowest_over_fastest(x: &[f64]) -> Option<f64> {
-    let _ = x;
-    todo!()
+    if x.is_empty() || !all_valid(x) {
+        return None;
+    }
+    let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = x.iter().copied().fold(f64::INFINITY, f64::min);
+    if max <= 0.0 {
+        return None;
+    }
+    Some(min / max)
 }
 
 /// One TCP_INFO sample of a stream's socket, as `gridperf stream` records
@@ -112,8 +139,223 @@ pub struct Verdict {
 /// samples give the cumulative counters over the run; the timeline gives the
 /// RTT and window).
 pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
-    let _ = (samples, ctx);
-    todo!()
+    let min_rtt_us =
+        min_nonzero(samples.iter().map(|s| s.min_rtt_us)).or_else(|| min_nonzero(samples.iter().map(|s| s.srtt_us)));
+    let bdp_bytes = match (ctx.path_rate_bps, min_rtt_us) {
+        (Some(rate), Some(rtt)) => {
+            Some(u64::try_from(u128::from(rate) * u128::from(rtt) / 8_000_000).unwrap_or(u64::MAX))
+        }
+        _ => None,
+    };
+
+    let (first, last) = match (samples.first(), samples.last()) {
+        (Some(f), Some(l)) if samples.len() >= 2 => (f, l),
+        _ => return unknown(bdp_bytes),
+    };
+    let d_busy = last.busy_us.saturating_sub(first.busy_us);
+    let d_rwnd = last.rwnd_limited_us.saturating_sub(first.rwnd_limited_us);
+    let d_sndbuf = last.sndbuf_limited_us.saturating_sub(first.sndbuf_limited_us);
+    // The kernel's segment counters are u32 and wrap (4 G segments is a few
+    // TB): summing the wrapping steps between samples survives that, and
+    // equals last - first when they don't wrap.
+    let d_retrans = wrapping_delta(samples, |s| s.total_retrans);
+    let d_segs = wrapping_delta(samples, |s| s.data_segs_out);
+    if d_busy == 0 && d_segs == 0 {
+        return unknown(bdp_bytes);
+    }
+
+    let retrans_ratio = if d_segs == 0 { 0.0 } else { (d_retrans as f64 / d_segs as f64).clamp(0.0, 1.0) };
+    let share_of_busy = |d: u64| if d_busy == 0 { 0.0 } else { (d as f64 / d_busy as f64).clamp(0.0, 1.0) };
+    let rwnd_share = share_of_busy(d_rwnd);
+    let sndbuf_share = share_of_busy(d_sndbuf);
+    // busy_us of 0 while segments went out means the kernel does not report
+    // the busy time (before 4.10): that is no evidence of an idle sender.
+    let busy_share = if ctx.elapsed_ns > 0 && d_busy > 0 {
+        Some((d_busy as f64 * 1000.0 / ctx.elapsed_ns as f64).clamp(0.0, 1.0))
+    } else {
+        None
+    };
+
+    let mut v = Verdict { limit: Limit::Unknown, share: None, retrans_ratio, bdp_bytes, text: String::new() };
+    if rwnd_share >= 0.2 {
+        v.limit = Limit::ReceiveWindow;
+        v.share = Some(rwnd_share);
+        let window = last_nonzero(samples.iter().map(|s| u64::from(s.snd_wnd)));
+        v.text = format!("limited by the receiver's window {} of the time", fmt_pct(rwnd_share))
+            + &buffer_advice(
+                Buffer { side: "receiver's", sysctl: "tcp_rmem", max: ctx.rmem_max, in_use: "the window in use" },
+                bdp_bytes,
+                window,
+                min_rtt_us,
+                ctx.window_requested,
+            );
+    } else if sndbuf_share >= 0.2 {
+        v.limit = Limit::SendBuffer;
+        v.share = Some(sndbuf_share);
+        let in_flight = samples.iter().map(|s| u64::from(s.unacked) * u64::from(s.mss)).max().filter(|&b| b > 0);
+        v.text = format!("limited by the send buffer {} of the time", fmt_pct(sndbuf_share))
+            + &buffer_advice(
+                Buffer { side: "sender's", sysctl: "tcp_wmem", max: ctx.wmem_max, in_use: "the data in flight" },
+                bdp_bytes,
+                in_flight,
+                min_rtt_us,
+                ctx.window_requested,
+            );
+    } else if let Some(busy) = busy_share.filter(|&b| b < 0.5) {
+        v.limit = Limit::Application;
+        v.share = Some(busy);
+        v.text = format!(
+            "application-limited: the sender had data in flight only {} of the time \
+             (a gap between writes, pacing, or a slow source)",
+            fmt_pct(busy)
+        );
+    } else if retrans_ratio >= 0.001 {
+        v.limit = Limit::CongestionLoss;
+        v.share = Some((1.0 - rwnd_share - sndbuf_share).clamp(0.0, 1.0));
+        v.text = format!(
+            "cwnd-limited with {}% retransmissions: the path loses packets (or its queue overflows)",
+            fmt_sig(retrans_ratio * 100.0, 2)
+        );
+    } else {
+        v.limit = Limit::Congestion;
+        v.text = "cwnd-limited without loss: the congestion control set the pace".to_string();
+        if let Some(rate) = ctx.path_rate_bps.filter(|&r| r > 0) {
+            if ctx.throughput_bps >= 0.9 * rate as f64 {
+                v.text += &format!(
+                    ", at {} of the path's rate ({})",
+                    fmt_pct(ctx.throughput_bps / rate as f64),
+                    fmt_bps(rate as f64)
+                );
+            }
+        }
+    }
+    v
+}
+
+fn unknown(bdp_bytes: Option<u64>) -> Verdict {
+    Verdict {
+        limit: Limit::Unknown,
+        share: None,
+        retrans_ratio: 0.0,
+        bdp_bytes,
+        text: "too few TCP_INFO samples to judge what limited the stream".to_string(),
+    }
+}
+
+/// Which buffer limited the stream, for [`buffer_advice`].
+struct Buffer {
+    /// "receiver's" or "sender's".
+    side: &'static str,
+    sysctl: &'static str,
+    /// The sysctl's current maximum, when known.
+    max: Option<u64>,
+    /// What `cap` measures, e.g. "the window in use".
+    in_use: &'static str,
+}
+
+/// ": raise the ... maximum to at least 2 x BDP = ..." when the BDP is
+/// known; otherwise what the buffer in use caps the stream at.
+fn buffer_advice(
+    b: Buffer,
+    bdp: Option<u64>,
+    cap: Option<u64>,
+    rtt_us: Option<u32>,
+    window_requested: Option<u64>,
+) -> String {
+    let now = b.max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
+    if let Some(bdp) = bdp {
+        let mut t =
+            format!(": raise the {} {} maximum to at least 2 x BDP = {}{now}", b.side, b.sysctl, fmt_bytes_si(bdp * 2));
+        if let Some(w) = window_requested {
+            t += &format!(" and -w to at least the BDP, {} (now {})", fmt_bytes_si(bdp), fmt_bytes_si(w));
+        }
+        return t;
+    }
+    let mut t = String::from(": ");
+    match (cap, rtt_us) {
+        (Some(cap), Some(rtt)) => {
+            let rate = cap as f64 * 8.0 / (f64::from(rtt) / 1e6);
+            t += &format!(
+                "{}, {} at RTT {}, caps the stream at {}; ",
+                b.in_use,
+                fmt_bytes_si(cap),
+                fmt_rtt_us(rtt),
+                fmt_bps(rate)
+            );
+        }
+        (Some(cap), None) => t += &format!("{} is {}; ", b.in_use, fmt_bytes_si(cap)),
+        _ => {}
+    }
+    t += &format!("raise the {} {} maximum{now}", b.side, b.sysctl);
+    if let Some(w) = window_requested {
+        t += &format!(" and -w (now {})", fmt_bytes_si(w));
+    }
+    t + " to lift it"
+}
+
+fn min_nonzero(it: impl Iterator<Item = u32>) -> Option<u32> {
+    it.filter(|&v| v > 0).min()
+}
+
+fn last_nonzero(it: impl DoubleEndedIterator<Item = u64>) -> Option<u64> {
+    it.rev().find(|&v| v > 0)
+}
+
+/// Sum of the wrapping steps of a cumulative u32 counter along the timeline.
+fn wrapping_delta(samples: &[TcpSample], f: impl Fn(&TcpSample) -> u32) -> u64 {
+    samples.windows(2).map(|w| u64::from(f(&w[1]).wrapping_sub(f(&w[0])))).sum()
+}
+
+/// `v` with `digits` significant digits (no exponent): 67.1, 6.25, 512, 0.15.
+fn fmt_sig(v: f64, digits: i32) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format!("{v:.0}");
+    }
+    let mag = v.abs().log10().floor() as i32;
+    let mut decimals = (digits - 1 - mag).max(0);
+    let round = |d: i32| (v * 10f64.powi(d)).round() / 10f64.powi(d);
+    if decimals > 0 && round(decimals).abs() >= 10f64.powi(mag + 1) {
+        // Rounding carried into one more integer digit (9.996 -> 10.0).
+        decimals -= 1;
+    }
+    // Round half away from zero first (33.55 -> 33.6, not the 33.5 that
+    // formatting the binary 33.5499... would give).
+    format!("{:.*}", decimals as usize, round(decimals))
+}
+
+/// `v` in the largest of `units` (each 1000 times the previous) that keeps
+/// it below 1000, with 3 significant digits.
+fn fmt_scaled(v: f64, units: &[&str]) -> String {
+    let mut v = v;
+    let mut i = 0;
+    while i + 1 < units.len() && v >= 999.5 {
+        v /= 1000.0;
+        i += 1;
+    }
+    format!("{} {}", fmt_sig(v, 3), units[i])
+}
+
+/// Bytes with decimal SI units, 3 significant digits: `512 B`, `6.25 MB`, `67.1 MB`.
+fn fmt_bytes_si(n: u64) -> String {
+    if n < 1000 {
+        return format!("{n} B");
+    }
+    fmt_scaled(n as f64, &["B", "kB", "MB", "GB", "TB", "PB", "EB"])
+}
+
+/// A rate with 3 significant digits: `941 Mbit/s`, `10.0 Gbit/s`.
+fn fmt_bps(bps: f64) -> String {
+    fmt_scaled(bps, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"])
+}
+
+/// An RTT with 3 significant digits: `150 us`, `270 ms`, `1.20 s`.
+fn fmt_rtt_us(us: u32) -> String {
+    fmt_scaled(f64::from(us), &["us", "ms", "s"])
+}
+
+/// A share (0..1) as a whole percentage: `71%`.
+fn fmt_pct(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
 }
 
 /// The UDP header gridperf's UDP streams carry at the start of each
@@ -122,15 +364,24 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
 pub const UDP_HEADER_LEN: usize = 20;
 
 /// Encodes the header into `buf[..UDP_HEADER_LEN]` (big-endian: u32 stream, u64 seq, u64 send_ns).
+///
+/// # Panics
+///
+/// If `buf` is shorter than [`UDP_HEADER_LEN`].
 pub fn encode_udp_header(buf: &mut [u8], stream: u32, seq: u64, send_ns: u64) {
-    let _ = (buf, stream, seq, send_ns);
-    todo!()
+    assert!(buf.len() >= UDP_HEADER_LEN, "UDP buffer of {} bytes is shorter than the header", buf.len());
+    buf[0..4].copy_from_slice(&stream.to_be_bytes());
+    buf[4..12].copy_from_slice(&seq.to_be_bytes());
+    buf[12..20].copy_from_slice(&send_ns.to_be_bytes());
 }
 
 /// Decodes a header; None if the datagram is shorter than the header.
 pub fn decode_udp_header(buf: &[u8]) -> Option<(u32, u64, u64)> {
-    let _ = buf;
-    todo!()
+    let h = buf.get(..UDP_HEADER_LEN)?;
+    let stream = u32::from_be_bytes(h[0..4].try_into().ok()?);
+    let seq = u64::from_be_bytes(h[4..12].try_into().ok()?);
+    let send_ns = u64::from_be_bytes(h[12..20].try_into().ok()?);
+    Some((stream, seq, send_ns))
 }
 
 /// A UDP receiver's accounting of one stream, in bounded memory.
@@ -147,13 +398,20 @@ pub struct SeqStats {
     pub max_seq: Option<u64>,
     /// RFC 3550 interarrival jitter estimate, ns (J += (|D| - J) / 16).
     pub jitter_ns: f64,
+    /// Distinct sequence numbers received.
+    #[serde(default)]
+    pub distinct: u64,
 }
 
 impl SeqStats {
     /// Sequence numbers lost: expected (max_seq + 1) minus distinct received.
     /// Datagrams still in flight at the end count as lost, as in RFC 3550.
     pub fn lost(&self) -> u64 {
-        todo!()
+        match self.max_seq {
+            // A peer that sends seq u64::MAX expects 2^64, which saturates.
+            Some(max) => max.saturating_add(1).saturating_sub(self.distinct),
+            None => 0,
+        }
     }
 }
 
@@ -164,7 +422,68 @@ impl SeqStats {
 #[derive(Debug, Clone, Default)]
 pub struct SeqTracker {
     pub stats: SeqStats,
-    // private state as needed
+    /// Which of the last WINDOW sequence numbers (up to max_seq) arrived.
+    seen: SeenRing,
+    /// The previous non-duplicate datagram's transit time (recv - send), ns.
+    last_transit: Option<i128>,
+}
+
+/// A bitmap of WINDOW bits, bit `seq % WINDOW` for `seq`, allocated on first use.
+#[derive(Clone, Default)]
+struct SeenRing {
+    words: Vec<u64>,
+}
+
+impl std::fmt::Debug for SeenRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set: u32 = self.words.iter().map(|w| w.count_ones()).sum();
+        write!(f, "SeenRing({set} of {} set)", self.words.len() * 64)
+    }
+}
+
+impl SeenRing {
+    const BITS: u64 = SeqTracker::WINDOW;
+
+    fn ensure(&mut self) {
+        if self.words.is_empty() {
+            self.words = vec![0; (Self::BITS / 64) as usize];
+        }
+    }
+
+    fn slot(seq: u64) -> (usize, u64) {
+        let pos = seq % Self::BITS;
+        ((pos / 64) as usize, 1u64 << (pos % 64))
+    }
+
+    fn get(&self, seq: u64) -> bool {
+        let (w, m) = Self::slot(seq);
+        self.words.get(w).is_some_and(|word| word & m != 0)
+    }
+
+    fn set(&mut self, seq: u64) {
+        self.ensure();
+        let (w, m) = Self::slot(seq);
+        self.words[w] |= m;
+    }
+
+    /// Clears the bits of `count` sequence numbers from `from` on, a word at a time.
+    fn clear(&mut self, from: u64, count: u64) {
+        self.ensure();
+        if count >= Self::BITS {
+            self.words.fill(0);
+            return;
+        }
+        let mut pos = from % Self::BITS;
+        let mut left = count;
+        while left > 0 {
+            let bit = pos % 64;
+            let take = (64 - bit).min(left);
+            let mask = if take == 64 { u64::MAX } else { ((1u64 << take) - 1) << bit };
+            self.words[(pos / 64) as usize] &= !mask;
+            left -= take;
+            pos = (pos + take) % Self::BITS;
+        }
+    }
 }
 
 impl SeqTracker {
@@ -176,7 +495,460 @@ impl SeqTracker {
 
     /// One datagram of `bytes`, with its header's seq and send time, received at `recv_ns`.
     pub fn record(&mut self, seq: u64, bytes: u64, send_ns: u64, recv_ns: u64) {
-        let _ = (seq, bytes, send_ns, recv_ns);
-        todo!()
+        let st = &mut self.stats;
+        st.received += 1;
+        st.bytes = st.bytes.saturating_add(bytes);
+        let duplicate = match st.max_seq {
+            None => {
+                self.seen.clear(0, Self::WINDOW);
+                self.seen.set(seq);
+                st.max_seq = Some(seq);
+                false
+            }
+            Some(max) if seq > max => {
+                // Forget what falls out of the window: the numbers max+1..=seq
+                // take the slots of max+1-WINDOW..=seq-WINDOW.
+                self.seen.clear(max + 1, seq - max);
+                self.seen.set(seq);
+                st.max_seq = Some(seq);
+                false
+            }
+            Some(max) if max - seq >= Self::WINDOW => {
+                // Older than the window: late, and nothing says it came before.
+                st.reordered += 1;
+                false
+            }
+            Some(_) if self.seen.get(seq) => true,
+            Some(_) => {
+                self.seen.set(seq);
+                st.reordered += 1;
+                false
+            }
+        };
+        if duplicate {
+            st.duplicates += 1;
+            return;
+        }
+        st.distinct += 1;
+        let transit = i128::from(recv_ns) - i128::from(send_ns);
+        if let Some(prev) = self.last_transit {
+            let d = (transit - prev).unsigned_abs() as f64;
+            st.jitter_ns += (d - st.jitter_ns) / 16.0;
+        }
+        self.last_transit = Some(transit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn jain_known_values() {
+        assert_eq!(jain(&[1.0, 1.0, 1.0, 1.0]), Some(1.0));
+        assert_eq!(jain(&[1.0, 0.0, 0.0, 0.0]), Some(0.25));
+        assert!(close(jain(&[1.0, 2.0, 3.0, 4.0]).expect("some"), 100.0 / 120.0));
+        assert_eq!(jain(&[5.0]), Some(1.0));
+        // Scale-invariant, and no overflow with huge values.
+        assert!(close(jain(&[1e300, 2e300, 3e300, 4e300]).expect("some"), 100.0 / 120.0));
+    }
+
+    #[test]
+    fn jain_none_for_empty_zero_or_invalid() {
+        assert_eq!(jain(&[]), None);
+        assert_eq!(jain(&[0.0, 0.0]), None);
+        assert_eq!(jain(&[1.0, -1.0]), None);
+        assert_eq!(jain(&[1.0, f64::NAN]), None);
+        assert_eq!(jain(&[1.0, f64::INFINITY]), None);
+    }
+
+    #[test]
+    fn slowest_over_fastest_values() {
+        assert_eq!(slowest_over_fastest(&[2.0, 4.0, 8.0]), Some(0.25));
+        assert_eq!(slowest_over_fastest(&[3.0, 3.0]), Some(1.0));
+        assert_eq!(slowest_over_fastest(&[0.0, 5.0]), Some(0.0));
+        assert_eq!(slowest_over_fastest(&[]), None);
+        assert_eq!(slowest_over_fastest(&[0.0, 0.0]), None);
+        assert_eq!(slowest_over_fastest(&[f64::NAN, 1.0]), None);
+        assert_eq!(slowest_over_fastest(&[-1.0, 1.0]), None);
+    }
+
+    #[test]
+    fn udp_header_roundtrip() {
+        let mut buf = [0xAAu8; 64];
+        encode_udp_header(&mut buf, 7, 0x0102_0304_0506_0708, u64::MAX - 1);
+        assert_eq!(&buf[..4], &[0, 0, 0, 7]);
+        assert_eq!(&buf[4..12], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(buf[UDP_HEADER_LEN], 0xAA, "payload after the header is untouched");
+        assert_eq!(decode_udp_header(&buf), Some((7, 0x0102_0304_0506_0708, u64::MAX - 1)));
+        assert_eq!(decode_udp_header(&buf[..UDP_HEADER_LEN]), Some((7, 0x0102_0304_0506_0708, u64::MAX - 1)));
+    }
+
+    #[test]
+    fn udp_header_short_buffer() {
+        assert_eq!(decode_udp_header(&[0u8; UDP_HEADER_LEN - 1]), None);
+        assert_eq!(decode_udp_header(&[]), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "shorter than the header")]
+    fn udp_header_encode_short_buffer_panics() {
+        encode_udp_header(&mut [0u8; 10], 0, 0, 0);
+    }
+
+    fn track(seqs: &[u64]) -> SeqTracker {
+        let mut t = SeqTracker::new();
+        for &s in seqs {
+            t.record(s, 100, 0, 0);
+        }
+        t
+    }
+
+    #[test]
+    fn seq_in_order_no_loss() {
+        let t = track(&(0..1000).collect::<Vec<_>>());
+        let s = &t.stats;
+        assert_eq!((s.received, s.bytes, s.reordered, s.duplicates, s.distinct), (1000, 100_000, 0, 0, 1000));
+        assert_eq!(s.max_seq, Some(999));
+        assert_eq!(s.lost(), 0);
+    }
+
+    #[test]
+    fn seq_nothing_received() {
+        assert_eq!(SeqTracker::new().stats.lost(), 0);
+        assert_eq!(SeqStats::default().lost(), 0);
+    }
+
+    #[test]
+    fn seq_one_gap() {
+        let s = track(&[0, 1, 3, 4]).stats;
+        assert_eq!(s.lost(), 1);
+        assert_eq!((s.reordered, s.duplicates), (0, 0));
+        // Leading loss counts too: the first datagram to arrive was seq 2.
+        assert_eq!(track(&[2, 3]).stats.lost(), 2);
+    }
+
+    #[test]
+    fn seq_reordering() {
+        let s = track(&[0, 2, 1]).stats;
+        assert_eq!((s.reordered, s.duplicates, s.lost()), (1, 0, 0));
+    }
+
+    #[test]
+    fn seq_duplicates() {
+        let s = track(&[0, 1, 1]).stats;
+        assert_eq!((s.received, s.duplicates, s.reordered, s.distinct, s.lost()), (3, 1, 0, 2, 0));
+        assert_eq!(s.bytes, 300, "duplicates' bytes count");
+        // A late duplicate of an older number is a duplicate, not reordered.
+        let s = track(&[0, 1, 2, 0]).stats;
+        assert_eq!((s.duplicates, s.reordered), (1, 0));
+        // A reordered datagram that arrives twice: reordered once, duplicate once.
+        let s = track(&[0, 2, 1, 1]).stats;
+        assert_eq!((s.duplicates, s.reordered, s.lost()), (1, 1, 0));
+    }
+
+    #[test]
+    fn seq_older_than_window_is_reordered_not_duplicate() {
+        let w = SeqTracker::WINDOW;
+        let s = track(&[0, w, 0]).stats;
+        // 0 arrived twice but the second is beyond the window: counted as reordered and distinct.
+        assert_eq!((s.reordered, s.duplicates, s.distinct), (1, 0, 3));
+        assert_eq!(s.lost(), w + 1 - 3);
+        // Just inside the window, a number that never arrived is reordered;
+        // one that did is a duplicate.
+        let s = track(&[1, w, 1, 2]).stats;
+        assert_eq!((s.duplicates, s.reordered), (1, 1));
+    }
+
+    #[test]
+    fn seq_window_wraps_around_the_ring() {
+        let w = SeqTracker::WINDOW;
+        let mut t = track(&[w - 10, w + 10]);
+        t.record(w - 10, 1, 0, 0);
+        assert_eq!(t.stats.duplicates, 1, "still in the window after the ring wrapped");
+        t.record(w - 5, 1, 0, 0);
+        assert_eq!((t.stats.duplicates, t.stats.reordered), (1, 1));
+        // Advance so that w - 10 leaves the window and its slot is reused.
+        t.record(2 * w - 10, 1, 0, 0);
+        t.record(w - 10, 1, 0, 0);
+        assert_eq!((t.stats.duplicates, t.stats.reordered), (1, 2));
+        t.record(2 * w - 20, 1, 0, 0);
+        assert_eq!((t.stats.duplicates, t.stats.reordered), (1, 3), "slot cleared when the window moved");
+    }
+
+    #[test]
+    fn seq_big_jump_clears_everything() {
+        let w = SeqTracker::WINDOW;
+        let mut t = track(&[0, 1, 2, 3]);
+        t.record(5 * w + 2, 1, 0, 0);
+        t.record(4 * w + 3, 1, 0, 0);
+        assert_eq!((t.stats.duplicates, t.stats.reordered), (0, 1));
+    }
+
+    #[test]
+    fn seq_hostile_huge_seq_stays_bounded() {
+        let mut t = SeqTracker::new();
+        t.record(u64::MAX, 10, 0, 0);
+        t.record(0, 10, 0, 0);
+        t.record(u64::MAX - 1, 10, 0, 0);
+        t.record(u64::MAX, 10, 0, 0);
+        t.record(u64::MAX / 2, 10, 0, 0);
+        assert_eq!(t.seen.words.len() as u64, SeqTracker::WINDOW / 64);
+        let s = &t.stats;
+        assert_eq!(s.max_seq, Some(u64::MAX));
+        assert_eq!((s.received, s.duplicates, s.reordered, s.distinct), (5, 1, 3, 4));
+        assert_eq!(s.lost(), u64::MAX - 4);
+        // Far more distinct numbers than expected (old ones repeated) saturates at 0.
+        let s = track(&[SeqTracker::WINDOW, 0, 0, 0]).stats;
+        assert_eq!(s.lost(), SeqTracker::WINDOW + 1 - 4);
+        let s = SeqStats { max_seq: Some(1), distinct: 5, ..SeqStats::default() };
+        assert_eq!(s.lost(), 0);
+    }
+
+    #[test]
+    fn seq_debug_is_short() {
+        let t = track(&[0, 1]);
+        assert!(format!("{t:?}").len() < 400);
+    }
+
+    #[test]
+    fn jitter_constant_transit_is_zero() {
+        let mut t = SeqTracker::new();
+        for i in 0..100u64 {
+            t.record(i, 1, 1_000_000 * i, 1_000_000 * i + 5_000);
+        }
+        assert_eq!(t.stats.jitter_ns, 0.0);
+        // Clocks that differ: transit negative but constant, still zero.
+        let mut t = SeqTracker::new();
+        for i in 0..100u64 {
+            t.record(i, 1, 1_000_000_000 + i * 1000, i * 1000);
+        }
+        assert_eq!(t.stats.jitter_ns, 0.0);
+    }
+
+    #[test]
+    fn jitter_alternating_transit_converges() {
+        let mut t = SeqTracker::new();
+        t.record(0, 1, 0, 10_000);
+        assert_eq!(t.stats.jitter_ns, 0.0);
+        t.record(1, 1, 1_000_000, 1_011_000);
+        assert!(close(t.stats.jitter_ns, 1000.0 / 16.0));
+        for i in 2..500u64 {
+            let send = i * 1_000_000;
+            t.record(i, 1, send, send + 10_000 + (i % 2) * 1000);
+        }
+        assert!((t.stats.jitter_ns - 1000.0).abs() < 1.0, "{}", t.stats.jitter_ns);
+    }
+
+    #[test]
+    fn jitter_ignores_duplicates() {
+        let mut t = SeqTracker::new();
+        t.record(0, 1, 0, 0);
+        t.record(0, 1, 0, 1_000_000);
+        t.record(1, 1, 10, 10);
+        assert_eq!(t.stats.jitter_ns, 0.0);
+    }
+
+    #[test]
+    fn seq_stats_serde_default_distinct() {
+        let json = r#"{"received":1,"bytes":2,"reordered":0,"duplicates":0,"max_seq":0,"jitter_ns":0.0}"#;
+        let s: SeqStats = serde_json::from_str(json).expect("parses");
+        assert_eq!(s.distinct, 0);
+        let back: SeqStats = serde_json::from_str(&serde_json::to_string(&s).expect("ser")).expect("de");
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn formatting_helpers() {
+        assert_eq!(fmt_bytes_si(512), "512 B");
+        assert_eq!(fmt_bytes_si(512_000), "512 kB");
+        assert_eq!(fmt_bytes_si(67_108_864), "67.1 MB");
+        assert_eq!(fmt_bytes_si(6_250_000), "6.25 MB");
+        assert_eq!(fmt_bytes_si(33_550_000), "33.6 MB");
+        assert_eq!(fmt_bytes_si(999_999), "1.00 MB");
+        assert_eq!(fmt_bytes_si(9_996), "10.0 kB");
+        assert_eq!(fmt_bytes_si(u64::MAX), "18.4 EB");
+        assert_eq!(fmt_rtt_us(150), "150 us");
+        assert_eq!(fmt_rtt_us(270_000), "270 ms");
+        assert_eq!(fmt_rtt_us(1_500), "1.50 ms");
+        assert_eq!(fmt_bps(941.2e6), "941 Mbit/s");
+        assert_eq!(fmt_bps(1e10), "10.0 Gbit/s");
+        assert_eq!(fmt_bps(0.0), "0 bit/s");
+        assert_eq!(fmt_pct(0.7149), "71%");
+        assert_eq!(fmt_sig(0.1234, 2), "0.12");
+        assert_eq!(fmt_sig(0.1, 2), "0.10");
+        assert_eq!(fmt_sig(12.34, 2), "12");
+        assert_eq!(fmt_sig(99.96, 3), "100");
+    }
+
+    fn sample(t_s: u64, busy_us: u64, rwnd_us: u64, sndbuf_us: u64, segs: u32, retrans: u32) -> TcpSample {
+        TcpSample {
+            t_ns: t_s * 1_000_000_000,
+            busy_us,
+            rwnd_limited_us: rwnd_us,
+            sndbuf_limited_us: sndbuf_us,
+            data_segs_out: segs,
+            total_retrans: retrans,
+            min_rtt_us: 100_000,
+            srtt_us: 110_000,
+            mss: 1448,
+            ..TcpSample::default()
+        }
+    }
+
+    fn ctx10s() -> VerdictContext {
+        VerdictContext { throughput_bps: 500e6, elapsed_ns: 10_000_000_000, ..VerdictContext::default() }
+    }
+
+    #[test]
+    fn verdict_unknown() {
+        let ctx = ctx10s();
+        assert_eq!(verdict(&[], &ctx).limit, Limit::Unknown);
+        let one = verdict(&[sample(1, 5_000_000, 0, 0, 1000, 0)], &ctx);
+        assert_eq!((one.limit, one.share), (Limit::Unknown, None));
+        assert!(one.text.contains("too few TCP_INFO samples"), "{}", one.text);
+        let s = sample(1, 5_000_000, 0, 0, 1000, 0);
+        let idle = verdict(&[s, s, s], &ctx);
+        assert_eq!(idle.limit, Limit::Unknown);
+    }
+
+    #[test]
+    fn verdict_receive_window_with_bdp() {
+        // 1 Gbit/s x 268.4 ms = 33.55 MB; 2 x BDP = 67.1 MB. 7.1 s of 10 s busy: 71%.
+        let mut a = sample(0, 0, 0, 0, 0, 0);
+        let mut b = sample(10, 10_000_000, 7_100_000, 0, 1_000_000, 0);
+        a.min_rtt_us = 270_000;
+        b.min_rtt_us = 268_400;
+        let ctx = VerdictContext {
+            path_rate_bps: Some(1_000_000_000),
+            rmem_max: Some(6_291_456),
+            window_requested: Some(4_194_304),
+            ..ctx10s()
+        };
+        let v = verdict(&[a, b], &ctx);
+        assert_eq!(v.limit, Limit::ReceiveWindow);
+        assert!(close(v.share.expect("share"), 0.71));
+        assert_eq!(v.bdp_bytes, Some(33_550_000));
+        for want in ["71%", "receiver's window", "tcp_rmem", "67.1 MB", "(now 6.29 MB)", "-w", "33.6 MB", "4.19 MB"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
+        // Without -w, no advice about it.
+        let v = verdict(&[a, b], &VerdictContext { window_requested: None, ..ctx });
+        assert!(!v.text.contains("-w"), "{}", v.text);
+    }
+
+    #[test]
+    fn verdict_receive_window_without_bdp() {
+        let a = sample(0, 0, 0, 0, 0, 0);
+        let mut b = sample(10, 10_000_000, 4_000_000, 0, 1_000_000, 0);
+        b.snd_wnd = 3_000_000;
+        let v = verdict(&[a, b], &ctx10s());
+        assert_eq!(v.limit, Limit::ReceiveWindow);
+        assert_eq!(v.bdp_bytes, None);
+        // 3 MB per 100 ms = 240 Mbit/s.
+        for want in ["40%", "3.00 MB", "100 ms", "240 Mbit/s", "tcp_rmem"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
+    }
+
+    #[test]
+    fn verdict_send_buffer() {
+        let a = sample(0, 0, 0, 0, 0, 0);
+        let mut b = sample(10, 10_000_000, 1_000_000, 5_000_000, 1_000_000, 0);
+        b.min_rtt_us = 10_000;
+        // 10 Gbit/s x 10 ms = 12.5 MB; 2 x BDP = 25 MB.
+        let ctx = VerdictContext { path_rate_bps: Some(10_000_000_000), wmem_max: Some(4_194_304), ..ctx10s() };
+        let v = verdict(&[a, b], &ctx);
+        assert_eq!(v.limit, Limit::SendBuffer);
+        assert!(close(v.share.expect("share"), 0.5));
+        assert_eq!(v.bdp_bytes, Some(12_500_000));
+        for want in ["50%", "send buffer", "tcp_wmem", "25.0 MB", "(now 4.19 MB)"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
+        // Without the path's rate: what the data in flight caps the stream at.
+        b.unacked = 1000; // x 1448 = 1.448 MB per 10 ms = 1.16 Gbit/s
+        let v = verdict(&[a, b], &ctx10s());
+        assert_eq!(v.limit, Limit::SendBuffer);
+        for want in ["1.45 MB", "10.0 ms", "1.16 Gbit/s", "tcp_wmem"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
+    }
+
+    #[test]
+    fn verdict_application() {
+        let a = sample(0, 0, 0, 0, 0, 0);
+        let b = sample(10, 3_000_000, 100_000, 0, 100_000, 500);
+        let v = verdict(&[a, b], &ctx10s());
+        assert_eq!(v.limit, Limit::Application);
+        assert!(close(v.share.expect("share"), 0.3));
+        assert!(v.text.contains("30%") && v.text.contains("application-limited"), "{}", v.text);
+        // Without the elapsed time, no application verdict.
+        let v = verdict(&[a, b], &VerdictContext { elapsed_ns: 0, ..ctx10s() });
+        assert_eq!(v.limit, Limit::CongestionLoss);
+    }
+
+    #[test]
+    fn verdict_congestion_loss() {
+        let a = sample(0, 1_000_000, 0, 0, 1_000, 0);
+        let b = sample(10, 11_000_000, 1_000_000, 500_000, 1_001_000, 1_234);
+        let v = verdict(&[a, b], &ctx10s());
+        assert_eq!(v.limit, Limit::CongestionLoss);
+        assert!(close(v.retrans_ratio, 0.001234));
+        assert!(close(v.share.expect("share"), 0.85));
+        assert!(v.text.contains("0.12% retransmissions"), "{}", v.text);
+        // The threshold: 1 in 1000.
+        let b = sample(10, 10_000_000, 0, 0, 1_000, 1);
+        let v = verdict(&[sample(0, 0, 0, 0, 0, 0), b], &ctx10s());
+        assert_eq!(v.limit, Limit::CongestionLoss);
+        assert!(v.text.contains("0.10%"), "{}", v.text);
+    }
+
+    #[test]
+    fn verdict_congestion() {
+        let a = sample(0, 0, 0, 0, 0, 0);
+        let b = sample(10, 10_000_000, 0, 0, 1_000_000, 999);
+        let ctx = VerdictContext { path_rate_bps: Some(1_000_000_000), throughput_bps: 950e6, ..ctx10s() };
+        let v = verdict(&[a, b], &ctx);
+        assert_eq!((v.limit, v.share), (Limit::Congestion, None));
+        assert!(v.text.contains("without loss"), "{}", v.text);
+        assert!(v.text.contains("95%") && v.text.contains("1.00 Gbit/s"), "{}", v.text);
+        // 12.5 MB at 1 Gbit/s x 100 ms.
+        assert_eq!(v.bdp_bytes, Some(12_500_000));
+        let v = verdict(&[a, b], &VerdictContext { throughput_bps: 500e6, ..ctx });
+        assert_eq!(v.limit, Limit::Congestion);
+        assert!(!v.text.contains("path's rate"), "{}", v.text);
+    }
+
+    #[test]
+    fn verdict_without_busy_time_is_not_application() {
+        // Kernels before 4.10 report no busy time: segments went out, busy stays 0.
+        let v = verdict(&[sample(0, 0, 0, 0, 0, 0), sample(10, 0, 0, 0, 1_000_000, 0)], &ctx10s());
+        assert_eq!(v.limit, Limit::Congestion);
+    }
+
+    #[test]
+    fn verdict_counters_wrap() {
+        let a = sample(0, 0, 0, 0, u32::MAX - 10, 0);
+        let m = sample(5, 5_000_000, 0, 0, 5, 50);
+        let b = sample(10, 10_000_000, 0, 0, 1000, 101);
+        let v = verdict(&[a, m, b], &ctx10s());
+        assert!(close(v.retrans_ratio, 101.0 / 1011.0), "{}", v.retrans_ratio);
+        assert_eq!(v.limit, Limit::CongestionLoss);
+    }
+
+    #[test]
+    fn verdict_rtt_falls_back_to_srtt() {
+        let mut a = sample(0, 0, 0, 0, 0, 0);
+        let mut b = sample(10, 10_000_000, 0, 0, 1_000_000, 0);
+        a.min_rtt_us = 0;
+        b.min_rtt_us = 0;
+        a.srtt_us = 0;
+        b.srtt_us = 20_000;
+        let ctx = VerdictContext { path_rate_bps: Some(1_000_000_000), ..ctx10s() };
+        assert_eq!(verdict(&[a, b], &ctx).bdp_bytes, Some(2_500_000));
     }
 }

@@ -627,6 +627,13 @@ pub fn netns_enter(name: &str) -> io::Result<()> {
     cvt_i(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
 }
 
+/// Moves the calling thread into the network namespace of an open
+/// namespace file (e.g. /proc/thread-self/ns/net, opened earlier to come back).
+pub fn setns_net(ns: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: setns takes a descriptor and a flag; no memory is passed.
+    cvt_i(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+}
+
 /// The inode of a named namespace (what /proc/PID/ns/net links to, as net:[INODE]).
 pub fn netns_inode(name: &str) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;

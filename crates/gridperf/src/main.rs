@@ -267,6 +267,13 @@ struct EchoArgs {
     /// Run both ends in a new private network namespace whose loopback has this MTU (needs root; only without HOST).
     #[arg(long, value_name = "BYTES")]
     loopback_mtu: Option<u32>,
+    /// Run across a lab of this profile (gridperf lab profiles), brought up for the run and taken down
+    /// after it: the agent on host b, the client on host a (needs root; only without HOST).
+    #[arg(long, value_name = "PROFILE")]
+    lab: Option<String>,
+    /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1% (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    lab_sets: Vec<String>,
     /// Print JSON (schema documented in docs/json.md) instead of a table.
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -355,7 +362,7 @@ fn buffer(s: &Option<String>, what: &'static str) -> Result<Option<u64>> {
 }
 
 /// Builds the target and the shared options; enters a private namespace if asked.
-fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
+fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions, Option<gridperf::lab::run::LabRun>)> {
     let protos = parse_protos(&a.protos)?;
     let sizes = parse_sizes(&a.sizes)?;
     check_limits(&protos, &sizes)?;
@@ -390,7 +397,21 @@ fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
         },
     };
     let mut notes = Vec::new();
+    let mut lab = None;
     let target = match &a.host {
+        Some(_) if a.lab.is_some() => {
+            return Err(Error::usage("--lab runs both ends in a lab of its own: leave out HOST"));
+        }
+        None if a.lab.is_some() => {
+            if a.loopback_mtu.is_some() || a.fault_drop_udp.is_some() {
+                return Err(Error::usage("--lab takes neither --loopback-mtu nor --fault-drop-udp"));
+            }
+            let run = lab_run(a.lab.as_deref().unwrap_or_default(), &a.lab_sets)?;
+            notes.push(format!("across lab {} ({})", run.name, run.description));
+            let t = Target::Remote(run.agent);
+            lab = Some(run);
+            t
+        }
         Some(h) => {
             if a.loopback_mtu.is_some() {
                 return Err(Error::usage("--loopback-mtu runs both ends locally: leave out HOST"));
@@ -425,7 +446,14 @@ fn echo_setup(a: &EchoArgs) -> Result<(Target, EchoOptions)> {
         warmup_time: Duration::from_nanos(parse_duration_ns(&a.warmup_time, "--warmup-time")?),
         notes,
     };
-    Ok((target, opts))
+    Ok((target, opts, lab))
+}
+
+/// Brings up a lab of `profile` for one run (see `--lab`).
+fn lab_run(profile: &str, sets: &[String]) -> Result<gridperf::lab::run::LabRun> {
+    let name = format!("run{}", std::process::id() % 100_000);
+    let spec = gridperf::lab::run::spec_for(&name, profile, sets)?;
+    gridperf::lab::run::LabRun::start(spec)
 }
 
 fn enter_private_loopback(mtu: u32) -> Result<()> {
@@ -502,7 +530,7 @@ fn lab_valid(env: &gridperf_core::model::Environment) -> Result<()> {
 }
 
 fn cmd_rtt(a: RttArgs) -> Result<()> {
-    let (target, echo) = echo_setup(&a.echo)?;
+    let (target, echo, _lab) = echo_setup(&a.echo)?;
     if a.iterations == 0 || a.iterations > 100_000_000 {
         return Err(Error::usage("--iterations takes 1 to 100000000"));
     }
@@ -528,7 +556,7 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
 }
 
 fn cmd_transfer(a: TransferArgs) -> Result<()> {
-    let (target, echo) = echo_setup(&a.echo)?;
+    let (target, echo, _lab) = echo_setup(&a.echo)?;
     let total = match &a.total {
         Some(t) => parse_bytes(t, "--total")?,
         None => PAPER_TOTAL,

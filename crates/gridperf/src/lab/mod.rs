@@ -10,6 +10,7 @@
 
 pub mod calibrate;
 pub mod emulator;
+pub mod run;
 
 use crate::error::{Error, Result};
 use emulator::{Health, Port, Side};

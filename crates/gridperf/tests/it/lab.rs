@@ -479,3 +479,37 @@ fn ctrl_c_during_lab_up_takes_it_down_again() {
         .unwrap_or_default();
     assert!(emulators.is_empty(), "emulators left: {emulators:?}");
 }
+
+#[test]
+fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
+    if !privileged("rtt_across_a_profile_with_lab_brings_it_up_and_down") {
+        return;
+    }
+    let _serial = serial();
+    let labs = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("gp-run"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = labs();
+    // the man profile: 2 ms RTT at 100 Mbit/s; a 64-byte UDP exchange takes
+    // 2 ms plus two 92-byte packet times (15 us) plus the hosts' own costs
+    let o =
+        run(&["rtt", "--lab", "man", "--lab-set", "loss=0", "--proto", "udp", "--sizes", "64", "-n", "200", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let median = v["points"][0]["summary"]["median_ns"].as_f64().expect("median");
+    assert!((2_000_000.0..3_000_000.0).contains(&median), "median RTT {median} ns across a 2 ms lab");
+    assert_eq!(v["env"]["lab"]["profile"], "man", "{}", v["env"]["lab"]);
+    assert!(v["env"]["lab"]["invalid"].is_null(), "{}", v["env"]["lab"]);
+    assert_eq!(labs(), before, "the run's lab was left behind");
+    // HOST and --lab together make no sense
+    let o = run(&["rtt", "127.0.0.1", "--lab", "man"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("leave out HOST"), "{}", stderr(&o));
+}

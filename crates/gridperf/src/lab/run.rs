@@ -1,0 +1,134 @@
+//! `--lab PROFILE` for the benchmarks: bring a lab up for one run, start an
+//! agent on host b, move the calling thread into host a, and take it all
+//! down again when the run ends (or fails, or is interrupted).
+
+use super::{LabSpec, Side};
+use crate::error::{Error, Result};
+use gridperf_core::labcfg;
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A lab brought up for one run. The thread that started it runs in host a
+/// until it is dropped.
+pub struct LabRun {
+    pub name: String,
+    /// Where the agent on host b listens.
+    pub agent: SocketAddr,
+    /// The profile and overrides, in words, for the run's record.
+    pub description: String,
+    child: Option<Child>,
+    home: Option<File>,
+}
+
+/// The lab spec for a profile with `--lab-set` overrides, named `name`.
+pub fn spec_for(name: &str, profile: &str, sets: &[String]) -> Result<LabSpec> {
+    let lab_err = |e: labcfg::LabError| Error::usage(e.to_string());
+    let prof = labcfg::profile(profile).map_err(lab_err)?;
+    let mut s = prof.settings();
+    let mut words = vec![format!("profile {} ({})", prof.name, prof.source)];
+    for set in sets {
+        labcfg::apply_set(&mut s, set).map_err(lab_err)?;
+        words.push(set.clone());
+    }
+    let loopback = prof.name == "loopback";
+    let link = s.link_config().map_err(lab_err)?;
+    if loopback && link != gridperf_core::emu::LinkConfig::default() {
+        return Err(Error::usage("the loopback profile has no link to shape: only mtu= applies to it"));
+    }
+    let mtu_given = sets.iter().any(|s| s.trim_start().starts_with("mtu="));
+    Ok(LabSpec {
+        name: name.to_string(),
+        hosts: (1, 1),
+        mtu: if loopback && !mtu_given { 0 } else { s.mtu },
+        ab: link.clone(),
+        ba: link,
+        seed: 1,
+        profile: Some(prof.name.to_string()),
+        description: words.join(", "),
+        loopback,
+        access: Vec::new(),
+    })
+}
+
+impl LabRun {
+    /// Brings up `spec`, starts `gridperf serve --once` on host b, waits
+    /// until it listens, and moves the calling thread into host a.
+    pub fn start(spec: LabSpec) -> Result<LabRun> {
+        let description = spec.description.clone();
+        let name = spec.name.clone();
+        let st = super::up(spec)?;
+        let mut run = LabRun {
+            name: name.clone(),
+            agent: SocketAddr::from((Ipv4Addr::LOCALHOST, gridperf_core::wire::DEFAULT_PORT)),
+            description,
+            child: None,
+            home: None,
+        };
+        let host = |side: Side| st.hosts.iter().find(|h| h.side == side).cloned();
+        let (Some(a), Some(b)) = (host(Side::A), host(Side::B)) else {
+            return Err(Error::internal("the lab has no hosts a and b"));
+        };
+        run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
+        let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
+        let lab = name.clone();
+        let child = gridperf_sys::in_netns(&b.netns, move || {
+            Command::new(exe)
+                .args(["serve", "--once", "--max-tests", "1"])
+                .env("GRIDPERF_LAB", lab)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+        })
+        .map_err(|e| Error::internal(format!("starting the agent on host b: {e}")))?;
+        run.child = Some(child);
+        // the agent listens within moments; the lab is dropped (and taken
+        // down) if it does not
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let agent = run.agent;
+        loop {
+            let listening = gridperf_sys::in_netns(&a.netns, move || {
+                Ok(std::net::TcpStream::connect_timeout(&agent, Duration::from_millis(200)).is_ok())
+            })
+            .unwrap_or(false);
+            if listening {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::internal("the agent on the lab's host b did not start listening within 5 s"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // the probe connection above counts as a client for `--once` only if
+        // it ran a test: it did not, so the agent still waits for ours
+        run.home = Some(
+            File::open("/proc/thread-self/ns/net")
+                .map_err(|e| Error::internal(format!("remembering this thread's namespace: {e}")))?,
+        );
+        gridperf_sys::netns_enter(&a.netns).map_err(|e| Error::internal(format!("entering {}: {e}", a.netns)))?;
+        // engines::start reads the lab's health before and after the run
+        std::env::set_var("GRIDPERF_LAB", &name);
+        Ok(run)
+    }
+}
+
+impl Drop for LabRun {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            let _ = gridperf_sys::setns_net(&home);
+        }
+        std::env::remove_var("GRIDPERF_LAB");
+        if let Some(mut c) = self.child.take() {
+            let _ = gridperf_sys::signal(c.id(), libc::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(2);
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = super::down(&self.name);
+    }
+}
