@@ -105,6 +105,9 @@ pub struct VerdictContext {
 pub enum Limit {
     /// The receiver's advertised window (tcpi_rwnd_limited).
     ReceiveWindow,
+    /// The receiver's window closed because its application read too slowly,
+    /// not because its buffer is too small for the path.
+    ReceiverApplication,
     /// The sender's socket buffer (tcpi_sndbuf_limited).
     SendBuffer,
     /// The congestion window, with retransmissions: the path loses packets.
@@ -177,7 +180,24 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     };
 
     let mut v = Verdict { limit: Limit::Unknown, share: None, retrans_ratio, bdp_bytes, text: String::new() };
-    if rwnd_share >= 0.2 {
+    // the largest window the receiver advertised, over the RTT: what its
+    // buffer allows; far above the throughput, a closed window means the
+    // receiving application did not keep up
+    let widest = samples.iter().map(|s| u64::from(s.snd_wnd)).max().unwrap_or(0);
+    let window_allows = min_rtt_us.filter(|&r| r > 0).map(|r| widest as f64 * 8.0 / (r as f64 / 1e6));
+    let slow_reader = window_allows.is_some_and(|w| ctx.throughput_bps > 0.0 && w >= 2.0 * ctx.throughput_bps);
+    if rwnd_share >= 0.2 && slow_reader {
+        v.limit = Limit::ReceiverApplication;
+        v.share = Some(rwnd_share);
+        v.text = format!(
+            "the receiver's window was closed {} of the time, though it opens to {} ({} at RTT {}): \
+             the receiving application did not read fast enough (a CPU-bound receiver), not a buffer too small",
+            fmt_pct(rwnd_share),
+            fmt_bytes_si(widest),
+            fmt_bps(window_allows.unwrap_or(0.0)),
+            fmt_rtt_us(min_rtt_us.unwrap_or(0))
+        );
+    } else if rwnd_share >= 0.2 {
         v.limit = Limit::ReceiveWindow;
         v.share = Some(rwnd_share);
         let window = last_nonzero(samples.iter().map(|s| u64::from(s.snd_wnd)));
@@ -853,6 +873,26 @@ mod tests {
         for want in ["40%", "3.00 MB", "100 ms", "240 Mbit/s", "tcp_rmem"] {
             assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
         }
+    }
+
+    #[test]
+    fn verdict_slow_receiving_application() {
+        // a window that opens to 4 MB at 100 us allows 320 Gbit/s; the stream
+        // moved far less while the window was closed 40% of the time: the
+        // reader, not the buffer
+        let a = sample(0, 0, 0, 0, 0, 0);
+        let mut b = sample(10, 10_000_000, 4_000_000, 0, 1_000_000, 0);
+        b.snd_wnd = 4_000_000;
+        b.min_rtt_us = 100;
+        let ctx = VerdictContext { throughput_bps: 12e9, ..ctx10s() };
+        let v = verdict(&[a, b], &ctx);
+        assert_eq!(v.limit, Limit::ReceiverApplication, "{}", v.text);
+        for want in ["40%", "4.00 MB", "320 Gbit/s", "did not read fast enough"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
+        // the same window at the throughput it allows is the window's limit
+        let v = verdict(&[a, b], &VerdictContext { throughput_bps: 300e9, ..ctx });
+        assert_eq!(v.limit, Limit::ReceiveWindow, "{}", v.text);
     }
 
     #[test]

@@ -121,6 +121,55 @@ pub struct TestRequest {
     pub timeout_ms: u64,
     /// How long the client is willing to wait in the agent's queue (0 = answer busy at once).
     pub queue_ms: u64,
+    /// For kind "stream": the bulk-flow test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamSpec>,
+}
+
+/// Which way a stream test's data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Client to agent.
+    Up,
+    /// Agent to client (--reverse).
+    Down,
+    /// Both at once, `streams` each way (--bidir).
+    Both,
+}
+
+/// A bulk-flow test (`gridperf stream`). Rates are bits per second, sizes bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamSpec {
+    /// "tcp" or "udp".
+    pub proto: String,
+    /// Streams per direction.
+    pub streams: u32,
+    pub direction: Direction,
+    /// How long the senders send (and, with `bytes`, the most they may take).
+    pub duration_ms: u64,
+    /// Bytes each sender sends, if the test is bounded by bytes (-n).
+    pub bytes: Option<u64>,
+    /// Bytes per write (TCP) or per datagram (UDP).
+    pub write_size: u64,
+    /// SO_SNDBUF and SO_RCVBUF on both ends' data sockets (-w).
+    pub window: Option<u64>,
+    /// TCP congestion control on both ends' data sockets.
+    pub congestion: Option<String>,
+    /// SO_MAX_PACING_RATE per sending socket.
+    pub pacing_bps: Option<u64>,
+    /// A sleep between writes, in microseconds (application-level pacing).
+    pub gap_us: Option<u64>,
+    /// "sendfile" or "msg" (MSG_ZEROCOPY) on the senders.
+    pub zerocopy: Option<String>,
+    /// UDP: each stream's target rate.
+    pub udp_rate_bps: Option<u64>,
+    /// How often each end samples TCP_INFO, and reports intervals.
+    pub sample_ms: u64,
+    pub interval_ms: u64,
+    /// How long a receiver keeps reading after the senders' time is up
+    /// (data in flight on a long path; UDP has no end marker).
+    pub linger_ms: u64,
 }
 
 /// One point of a test: the agent echoes messages of `size` bytes.
@@ -133,7 +182,9 @@ pub struct StepRequest {
     pub exchanges: Option<u64>,
 }
 
-/// Messages from the client to the agent.
+/// Messages from the client to the agent. (A request is much larger than
+/// the other messages; there is one per test, so it is not boxed.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ClientMsg {
@@ -148,6 +199,8 @@ pub enum ClientMsg {
     StepEnd,
     /// Ends the test; the agent answers with Report.
     Finish,
+    /// Starts a stream test's data transfer (all data connections are open).
+    StreamGo,
     Abort {
         reason: String,
     },
@@ -189,6 +242,9 @@ pub enum AgentMsg {
         udp_port: Option<u16>,
         token: u64,
         agent: EndInfo,
+        /// A stream test's UDP ports, one per stream, in stream order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        udp_ports: Vec<u16>,
     },
     StepReady,
     StepDone {
@@ -196,6 +252,22 @@ pub enum AgentMsg {
     },
     Report {
         agent: EndInfo,
+    },
+    /// During a stream test: bytes the agent received on each stream in the
+    /// interval that ended `t_ms` after the start (receiving streams only, in
+    /// stream order; sending streams show 0).
+    StreamInterval {
+        t_ms: u64,
+        bytes: Vec<u64>,
+    },
+    /// After a stream test: part of the agent's TCP_INFO timeline of one stream.
+    StreamSamples {
+        index: u32,
+        samples: Vec<crate::flow::TcpSample>,
+    },
+    /// After a stream test: the agent's figures for each stream.
+    StreamDone {
+        ends: Vec<crate::model::StreamEnd>,
     },
     Error {
         code: ErrorCode,

@@ -755,3 +755,99 @@ mod root_tests {
         assert!(netns_create("bad/name").is_err());
     }
 }
+
+// ---------------------------------------------------------------- bulk streams
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on a host
+/// (what a UDP stream's send timestamps are read from).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+const SO_MAX_PACING_RATE: libc::c_int = 47;
+const SO_ZEROCOPY: libc::c_int = 60;
+const MSG_ZEROCOPY: libc::c_int = 0x400_0000;
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// SO_MAX_PACING_RATE: the most a socket may send, in bytes per second
+/// (TCP paces itself to it, with or without the fq qdisc).
+pub fn set_max_pacing_rate(sock: &impl AsRawFd, bytes_per_s: u64) -> io::Result<()> {
+    let v: u64 = bytes_per_s;
+    // SAFETY: v lives across the call and its size is passed; the kernel takes a u32 or a u64.
+    cvt_i(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MAX_PACING_RATE,
+            &v as *const u64 as *const libc::c_void,
+            size_of::<u64>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// SO_ZEROCOPY on: the socket may then send with MSG_ZEROCOPY.
+pub fn set_zerocopy(sock: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, SO_ZEROCOPY, 1)
+}
+
+/// send(2) with MSG_ZEROCOPY: the kernel pins `buf`'s pages instead of
+/// copying them, and says on the error queue when it is done with them. The
+/// caller must not change `buf` until then (gridperf never does: it sends
+/// one constant buffer).
+pub fn send_zerocopy(sock: &impl AsRawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for reads of its length.
+    let n = unsafe { libc::send(sock.as_raw_fd(), buf.as_ptr() as *const libc::c_void, buf.len(), MSG_ZEROCOPY) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Reads every MSG_ZEROCOPY completion waiting on a socket's error queue,
+/// without blocking: how many sends they cover, and how many of those the
+/// kernel copied after all (it does on loopback and veth, and for small sends).
+pub fn reap_zerocopy(sock: &impl AsRawFd) -> io::Result<(u64, u64)> {
+    let (mut done, mut copied) = (0u64, 0u64);
+    loop {
+        let mut control = [0u64; 16];
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = size_of_val(&control) as _;
+        // SAFETY: msg points at a control buffer that lives across the call; no data iovec.
+        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok((done, copied));
+            }
+            return Err(e);
+        }
+        // SAFETY: the kernel filled msg's control buffer; the CMSG macros walk it within msg_controllen.
+        let mut cm = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cm.is_null() {
+            // SAFETY: cm is a header inside the control buffer.
+            let hdr = unsafe { &*cm };
+            let is_err = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
+                || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
+            if is_err {
+                // SAFETY: an IP(V6)_RECVERR message carries a sock_extended_err.
+                let ee = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::sock_extended_err) };
+                if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
+                    let n = ee.ee_data.wrapping_sub(ee.ee_info) as u64 + 1;
+                    done += n;
+                    if ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0 {
+                        copied += n;
+                    }
+                }
+            }
+            // SAFETY: as above.
+            cm = unsafe { libc::CMSG_NXTHDR(&msg, cm) };
+        }
+    }
+}

@@ -7,6 +7,7 @@
 //! client's connection only; the accept loop goes on.
 
 use crate::engines::echo::{DataSock, EchoStep, Faults, RawFdRef, StepError};
+use crate::engines::stream;
 use crate::{ctl, env};
 use gridperf_core::plan::Proto;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, TestRequest, WireError};
@@ -354,10 +355,17 @@ fn take_slot<'a>(shared: &'a Shared, ctl: &mut TcpStream, req: &TestRequest) -> 
 
 /// Checks a request against what this agent supports, before taking a slot.
 fn validate(req: &TestRequest) -> Result<Vec<Proto>, (ErrorCode, String)> {
+    if req.kind == "stream" {
+        let Some(spec) = &req.stream else {
+            return Err((ErrorCode::BadMessage, "a stream test without its settings".into()));
+        };
+        let proto = stream::validate(spec).map_err(|m| (ErrorCode::Unsupported, m))?;
+        return Ok(vec![proto]);
+    }
     if req.kind != "rtt" && req.kind != "transfer" {
         return Err((
             ErrorCode::Unsupported,
-            format!("this agent does not know the test {:?}: it runs rtt and transfer", req.kind),
+            format!("this agent does not know the test {:?}: it runs rtt, transfer and stream", req.kind),
         ));
     }
     let mut protos = Vec::new();
@@ -454,7 +462,11 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
     if shared.cfg.log {
         eprintln!("gridperf serve: {peer}: {} {} up to {} B", req.kind, req.protos.join(","), req.max_size);
     }
-    let result = run_test(shared, &mut ctl, peer, &req, &protos);
+    let result = if req.kind == "stream" {
+        run_stream(shared, &mut ctl, peer, &req)
+    } else {
+        run_test(shared, &mut ctl, peer, &req, &protos)
+    };
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
     match result {
         Ok(()) => Ok(()),
@@ -474,6 +486,71 @@ fn apply_buffers(sock: &impl AsRawFd, req: &TestRequest) -> Result<(), String> {
         gridperf_sys::set_rcvbuf(sock, b as usize).map_err(|e| format!("SO_RCVBUF: {e}"))?;
     }
     Ok(())
+}
+
+/// A random number for a test's data connections (std's hasher keys are
+/// random per instance); not a secret against an eavesdropper: it keeps a
+/// stray connection from being taken for the client's.
+fn new_token(peer: SocketAddr) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u16(peer.port());
+    h.finish() | 1
+}
+
+/// A stream test (`gridperf stream`): open the data sockets, say Ready, run
+/// both ends' part, then answer Finish with the agent's record.
+fn run_stream(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &TestRequest) -> Result<(), Fail> {
+    let Some(spec) = &req.stream else {
+        return Err(send_error(ctl, ErrorCode::BadMessage, "a stream test without its settings".into()));
+    };
+    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
+    let peer_ip = peer.ip().to_canonical();
+    let (listener, udp) = if spec.proto == "udp" {
+        (None, stream::agent_udp(local_ip, spec).map_err(|e| format!("UDP sockets: {e}"))?)
+    } else {
+        (Some(stream::agent_listener(local_ip, spec).map_err(|e| format!("data listener: {e}"))?), Vec::new())
+    };
+    let token = new_token(peer);
+    let mut agent = env::end_info(None, false);
+    wire::write_msg(
+        ctl,
+        &AgentMsg::Ready {
+            tcp_port: listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
+            udp_port: None,
+            token,
+            agent: agent.clone(),
+            udp_ports: udp.iter().filter_map(|s| s.local_addr().ok()).map(|a| a.port()).collect(),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let side = stream::AgentSide {
+        ctl: &mut *ctl,
+        spec,
+        token,
+        peer_ip,
+        listener,
+        udp,
+        control_timeout: shared.cfg.control_timeout,
+        stop: &shared.stop,
+        ipv6: local_ip.is_ipv6(),
+    };
+    let sockets = match side.run() {
+        Ok(s) => s,
+        Err(m) => {
+            let code = if shared.stopping() { ErrorCode::Busy } else { ErrorCode::Internal };
+            return Err(send_error(ctl, code, m));
+        }
+    };
+    match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
+        Ok(ClientMsg::Finish) => {
+            agent.sockets = sockets;
+            wire::write_msg(ctl, &AgentMsg::Report { agent }).map_err(|e| e.to_string().into())
+        }
+        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
+        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected finish, got {other:?}"))),
+        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for finish: {e}"))),
+    }
 }
 
 /// The longest per-message timeout the agent honours (the client's --timeout).
@@ -520,15 +597,7 @@ fn run_test(
     } else {
         None
     };
-    let token: u64 = {
-        // a random number (std's hasher keys are random per instance); not a
-        // secret against an eavesdropper: it keeps a stray connection from
-        // being taken for the client's
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u16(peer.port());
-        h.finish() | 1
-    };
+    let token = new_token(peer);
     let mut agent = env::end_info(pinned, req.busy_poll);
     wire::write_msg(
         ctl,
@@ -537,6 +606,7 @@ fn run_test(
             udp_port: udp.as_ref().and_then(|s| s.local_addr().ok()).map(|a| a.port()),
             token,
             agent: agent.clone(),
+            udp_ports: Vec::new(),
         },
     )
     .map_err(|e| e.to_string())?;

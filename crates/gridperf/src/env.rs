@@ -28,6 +28,15 @@ pub const SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_mtu_probing",
 ];
 
+/// The congestion control algorithms this kernel offers (loaded modules);
+/// others in /lib/modules may load on first use by a privileged user, but
+/// gridperf names only what is there.
+pub fn congestion_available() -> Vec<String> {
+    sysctl("net.ipv4.tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 /// Reads one sysctl by its dotted name; None when unreadable.
 pub fn sysctl(name: &str) -> Option<String> {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));

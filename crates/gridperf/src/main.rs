@@ -58,9 +58,111 @@ enum Command {
         gridperf transfer --total 10MB --repeat 5 --proto tcp,sendfile 192.0.2.7\n\n\
         The rate is payload bytes sent one way per run / the median run time; every byte also came back.")]
     Transfer(TransferArgs),
+    /// Bulk throughput: parallel streams, socket buffers, congestion control, pacing, zero-copy, and why a stream is slow.
+    #[command(after_help = "Examples:\n  \
+        gridperf stream                                   one TCP stream to a local agent for 10 s\n  \
+        gridperf stream 192.0.2.7 -P 4 -t 30 --omit 2     four streams to `gridperf serve` there\n  \
+        gridperf stream -w 32M -C cubic --reverse HOST    32 MB buffers at both ends, CUBIC, agent to client\n  \
+        gridperf stream --pacing 500M --gap 100us HOST    SO_MAX_PACING_RATE per stream, a gap between writes\n  \
+        gridperf stream --zerocopy msg                    MSG_ZEROCOPY, with its completions counted\n  \
+        gridperf stream -u -b 1G                          UDP at 1 Gbit/s: loss, reordering, jitter\n  \
+        gridperf stream --lab cern-icepp -w 64M --timeline cwnd.csv   across the lab, the window over time\n\n\
+        Throughput is what the receiver got after --omit, per second; rates are bits per second (decimal SI: 1G = 10^9).\n\
+        Each TCP stream gets a verdict from its sender's TCP_INFO: receive window, send buffer, congestion (loss or\n\
+        not), or the application. See docs/json.md for the --json schema.")]
+    Stream(StreamArgs),
     /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
     #[command(subcommand)]
     Lab(LabCommand),
+}
+
+#[derive(Args)]
+struct StreamArgs {
+    /// The agent: HOST, HOST:PORT, an IPv6 literal or [V6]:PORT. Without it, gridperf starts its own agent on loopback.
+    host: Option<String>,
+    /// The agent's control port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Parallel streams (per direction with --bidir), each on its own thread at both ends.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    parallel: u32,
+    /// How long the senders send, after --omit: 10 (seconds) or a duration such as 500ms, 2m.
+    #[arg(short = 't', long, default_value = "10", allow_hyphen_values = true, value_name = "DURATION")]
+    time: String,
+    /// Send this many bytes per stream instead (SIZE as dd: 1G = 2^30, 1GB = 10^9); --time then caps the test.
+    #[arg(short = 'n', long, value_name = "SIZE")]
+    bytes: Option<String>,
+    /// Send for this long first and leave it out of the throughput (slow start, autotuning).
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_name = "DURATION")]
+    omit: String,
+    /// Report interval for the per-interval throughput.
+    #[arg(short = 'i', long, default_value = "1s", value_name = "DURATION")]
+    interval: String,
+    /// The agent sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    reverse: bool,
+    /// Both directions at once, -P streams each way.
+    #[arg(long)]
+    bidir: bool,
+    /// UDP instead of TCP, at the rate -b per stream.
+    #[arg(short = 'u', long)]
+    udp: bool,
+    /// UDP: each stream's rate in bits per second (IP and UDP headers counted), decimal SI: 100M, 1G.
+    #[arg(short = 'b', long, value_name = "RATE", requires = "udp")]
+    bitrate: Option<String>,
+    /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1472: a 1500-byte packet).
+    #[arg(short = 'l', long, value_name = "SIZE")]
+    length: Option<String>,
+    /// SO_SNDBUF and SO_RCVBUF on both ends (the kernel doubles it and caps it at net.core.wmem_max /
+    /// rmem_max; what was granted is reported). Without it the kernel autotunes within tcp_rmem / tcp_wmem.
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    window: Option<String>,
+    /// TCP congestion control on both ends' sockets: reno, cubic, bbr, ... (as the kernel offers).
+    #[arg(short = 'C', long, value_name = "NAME")]
+    congestion: Option<String>,
+    /// Cap each stream at RATE (SO_MAX_PACING_RATE; TCP paces itself to it), bits per second: 500M.
+    #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
+    pacing: Option<String>,
+    /// Sleep this long between writes: application-level pacing, as the DataTAG study's inter-packet delay.
+    #[arg(long, value_name = "DURATION")]
+    gap: Option<String>,
+    /// Send without copying: sendfile (from a memory file) or msg (MSG_ZEROCOPY; the kernel reports how many
+    /// sends it copied after all: all of them on loopback and veth).
+    #[arg(long, value_name = "sendfile|msg")]
+    zerocopy: Option<String>,
+    /// TCP_INFO sampling interval at both ends, at least 10ms.
+    #[arg(long, default_value = "100ms", value_name = "DURATION")]
+    sample: String,
+    /// Write every stream's TCP_INFO timeline (the sender's) here: CSV if the name ends in .csv, else JSON lines.
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<std::path::PathBuf>,
+    /// Run the test N times; report each run and the median and spread of the total (or the best, with --best).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    repeat: u32,
+    /// With --repeat: report the best run's total, as the DataTAG study did.
+    #[arg(long, requires = "repeat")]
+    best: bool,
+    /// The path's bottleneck rate, for the verdict's BDP (taken from the lab with --lab).
+    #[arg(long, value_name = "RATE")]
+    expect: Option<String>,
+    /// How long a receiver waits for the last data after the senders stop.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    linger: String,
+    /// Deadline for connecting to the agent and for each of its control answers.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    connect_timeout: String,
+    /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
+    #[arg(long, value_name = "DURATION")]
+    queue: Option<String>,
+    /// Run across a lab of this profile, brought up for the run: agent on host b, client on host a (root).
+    #[arg(long, value_name = "PROFILE")]
+    lab: Option<String>,
+    /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1% (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    lab_sets: Vec<String>,
+    /// Print JSON (schema in docs/json.md) instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -555,6 +657,135 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
     Ok(())
 }
 
+/// A duration where a bare number means seconds (as iperf's -t).
+fn seconds_or(s: &str, what: &'static str) -> Result<Duration> {
+    if s.trim_start().starts_with('-') {
+        return Err(Error::usage(format!("{what} {s}: a duration cannot be negative")));
+    }
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(Duration::from_secs_f64(v.max(0.0))),
+        _ => Ok(Duration::from_nanos(parse_duration_ns(s, what)?)),
+    }
+}
+
+fn rate(s: &str, what: &str) -> Result<u64> {
+    if s.trim_start().starts_with('-') {
+        return Err(Error::usage(format!("{what} {s}: a rate cannot be negative")));
+    }
+    gridperf_core::labcfg::parse_rate_bps(s).map_err(|e| Error::usage(format!("{what}: {e}")))
+}
+
+fn cmd_stream(a: StreamArgs) -> Result<()> {
+    use gridperf::engines::stream::{self, StreamOptions};
+    use gridperf_core::wire::{Direction, StreamSpec};
+    let time = seconds_or(&a.time, "--time")?;
+    if time.is_zero() {
+        return Err(Error::usage("--time must be more than zero"));
+    }
+    let omit = seconds_or(&a.omit, "--omit")?;
+    let udp = a.udp;
+    let write_size = match &a.length {
+        Some(l) => parse_bytes(l, "--length")?,
+        None if udp => 1472,
+        None => 128 * 1024,
+    };
+    let spec = StreamSpec {
+        proto: if udp { "udp" } else { "tcp" }.into(),
+        streams: a.parallel,
+        direction: if a.bidir {
+            Direction::Both
+        } else if a.reverse {
+            Direction::Down
+        } else {
+            Direction::Up
+        },
+        duration_ms: time.as_millis().max(1) as u64,
+        bytes: a.bytes.as_deref().map(|b| parse_bytes(b, "--bytes")).transpose()?,
+        write_size,
+        window: buffer(&a.window, "--window")?,
+        congestion: a.congestion.clone(),
+        pacing_bps: a.pacing.as_deref().map(|p| rate(p, "--pacing")).transpose()?,
+        gap_us: a.gap.as_deref().map(|g| seconds_or(g, "--gap").map(|d| d.as_micros() as u64)).transpose()?,
+        zerocopy: a.zerocopy.clone(),
+        udp_rate_bps: match (&a.bitrate, udp) {
+            (Some(b), _) => Some(rate(b, "--bitrate")?),
+            (None, true) => Some(100_000_000),
+            (None, false) => None,
+        },
+        sample_ms: seconds_or(&a.sample, "--sample")?.as_millis() as u64,
+        interval_ms: seconds_or(&a.interval, "--interval")?.as_millis() as u64,
+        linger_ms: seconds_or(&a.linger, "--linger")?.as_millis() as u64,
+    };
+    if spec.pacing_bps.is_some() && udp {
+        return Err(Error::usage("--pacing is for TCP; a UDP stream is paced by -b"));
+    }
+    if a.repeat == 0 || a.repeat > 1000 {
+        return Err(Error::usage("--repeat takes 1 to 1000"));
+    }
+    stream::validate(&spec).map_err(|m| Error::usage(format!("gridperf stream: {m}")))?;
+    let deadlines = Deadlines {
+        connect: duration(&a.connect_timeout, "--connect-timeout")?,
+        control: duration(&a.connect_timeout, "--connect-timeout")?.max(Duration::from_secs(5)),
+        message: Duration::from_secs(1),
+        queue: match &a.queue {
+            Some(q) => duration(q, "--queue")?,
+            None => Duration::ZERO,
+        },
+    };
+    let mut notes = Vec::new();
+    let mut path_rate_bps = a.expect.as_deref().map(|r| rate(r, "--expect")).transpose()?;
+    let (target, _lab) = match (&a.host, &a.lab) {
+        (Some(_), Some(_)) => return Err(Error::usage("--lab runs both ends in a lab of its own: leave out HOST")),
+        (Some(h), None) => (Target::Remote(resolve(h, a.port)?), None),
+        (None, Some(p)) => {
+            let run = lab_run(p, &a.lab_sets)?;
+            notes.push(format!("across lab {} ({})", run.name, run.description));
+            if path_rate_bps.is_none() {
+                path_rate_bps = gridperf::lab::state(&run.name).and_then(|s| s.spec.ab.rate_bps);
+            }
+            (Target::Remote(run.agent), Some(run))
+        }
+        (None, None) => (Target::Local { faults: Faults::default() }, None),
+    };
+    let opts = StreamOptions { spec, omit, repeat: a.repeat, deadlines, path_rate_bps, notes };
+    let live = !a.json;
+    let sending_ms = (opts.omit + time).as_millis() as u64;
+    let mut on_interval = |run: u32, t_ms: u64, rows: &[(u32, u64)]| {
+        // after the senders' time, only intervals that still brought data
+        if live && (t_ms <= sending_ms + opts.spec.interval_ms || rows.iter().any(|r| r.1 > 0)) {
+            print_interval(&opts, run, t_ms, rows);
+        }
+    };
+    let r = stream::run(&target, &opts, &mut on_interval)?;
+    if let Some(path) = &a.timeline {
+        std::fs::write(path, report::stream_timeline(&r, path.extension().is_some_and(|e| e == "csv")))
+            .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
+    }
+    if a.json {
+        print(&json(&r)?)?;
+    } else {
+        print(&report::stream_table(&r, a.best))?;
+    }
+    print_warnings(&r.warnings);
+    for run in &r.runs {
+        lab_valid(&run.env)?;
+    }
+    if r.runs.iter().all(|run| run.streams.iter().all(|s| s.receiver.bytes == 0)) {
+        return Err(Error::measurement("no stream moved any data"));
+    }
+    Ok(())
+}
+
+fn print_interval(opts: &gridperf::engines::stream::StreamOptions, run: u32, t_ms: u64, rows: &[(u32, u64)]) {
+    let secs = opts.spec.interval_ms as f64 / 1000.0;
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let per: Vec<String> = rows.iter().map(|(i, b)| format!("{i}:{}", fmt_bps(*b as f64 * 8.0 / secs))).collect();
+    let omitted = if (t_ms as u128) <= opts.omit.as_millis() { " (omitted)" } else { "" };
+    let run = if opts.repeat > 1 { format!("run {} ", run + 1) } else { String::new() };
+    let per = if rows.len() > 1 { format!("   [{}]", per.join("  ")) } else { String::new() };
+    println!("{run}{:>7.1} s  {:>14}{per}{omitted}", t_ms as f64 / 1000.0, fmt_bps(total as f64 * 8.0 / secs));
+}
+
 fn cmd_transfer(a: TransferArgs) -> Result<()> {
     let (target, echo, _lab) = echo_setup(&a.echo)?;
     let total = match &a.total {
@@ -829,6 +1060,7 @@ fn main() {
         Command::Serve(a) => cmd_serve(a),
         Command::Rtt(a) => cmd_rtt(a),
         Command::Transfer(a) => cmd_transfer(a),
+        Command::Stream(a) => cmd_stream(a),
         Command::Lab(c) => cmd_lab(c),
     };
     if let Err(e) = result {

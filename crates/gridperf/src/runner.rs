@@ -146,7 +146,7 @@ impl Session {
             answer = self.recv_within(self.deadlines.queue + self.deadlines.control)?;
         }
         let (tcp_port, udp_port, token, agent) = match answer {
-            AgentMsg::Ready { tcp_port, udp_port, token, agent } => (tcp_port, udp_port, token, agent),
+            AgentMsg::Ready { tcp_port, udp_port, token, agent, .. } => (tcp_port, udp_port, token, agent),
             AgentMsg::Error { code, message } => return Err(refused(code, message)),
             other => return Err(Error::network(format!("expected ready from the agent, got {other:?}"))),
         };
@@ -184,6 +184,42 @@ impl Session {
             pingers.push(Pinger::new(sock, max_size, self.deadlines.message, writes, busy));
         }
         Ok(Test { pingers, agent })
+    }
+
+    /// Asks for a stream test (kind "stream"); returns the agent's TCP data
+    /// port, its UDP ports (one per stream), the token and its record.
+    pub fn request_stream(&mut self, mut req: TestRequest) -> Result<(Option<u16>, Vec<u16>, u64, EndInfo)> {
+        req.queue_ms = self.deadlines.queue.as_millis() as u64;
+        self.send(&ClientMsg::Request(req))?;
+        let mut answer = self.recv()?;
+        if let AgentMsg::Queued { ahead } = answer {
+            eprintln!("gridperf: the agent is busy; waiting in its queue ({ahead} ahead)");
+            answer = self.recv_within(self.deadlines.queue + self.deadlines.control)?;
+        }
+        match answer {
+            AgentMsg::Ready { tcp_port, token, agent, udp_ports, .. } => Ok((tcp_port, udp_ports, token, agent)),
+            AgentMsg::Error { code, message } => Err(refused(code, message)),
+            other => Err(Error::network(format!("expected ready from the agent, got {other:?}"))),
+        }
+    }
+
+    /// Starts a stream test's transfer.
+    pub fn go(&mut self) -> Result<()> {
+        self.send(&ClientMsg::StreamGo)
+    }
+
+    /// The next message from the agent within `within`; an error frame
+    /// becomes an error.
+    pub fn next(&mut self, within: Duration) -> Result<AgentMsg> {
+        match self.recv_within(within)? {
+            AgentMsg::Error { code, message } => Err(refused(code, message)),
+            m => Ok(m),
+        }
+    }
+
+    /// The client's address on the control connection (data sockets bind to it).
+    pub fn local_ip(&self) -> Result<std::net::IpAddr> {
+        self.ctl.local_addr().map(|a| a.ip()).map_err(|e| Error::network(e.to_string()))
     }
 
     /// Starts a step and waits until the agent is ready for it.

@@ -4,6 +4,7 @@
 
 pub mod echo;
 pub mod rtt;
+pub mod stream;
 pub mod transfer;
 
 use crate::agent::LocalAgent;
@@ -122,6 +123,7 @@ pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running>
         udp_port: None,
         timeout_ms: opts.deadlines.message.as_millis() as u64,
         queue_ms: 0,
+        stream: None,
     };
     let test = session.start(req, opts.writes)?;
     let client = env::end_info(opts.client_cpu.map(|c| vec![c]), opts.busy_poll);
@@ -280,7 +282,7 @@ impl Running {
 
 /// What the lab's emulator says of itself over a run: it writes its health
 /// every 250 ms, so wait for one more write before reading it again.
-fn lab_record(name: &str, before: Option<crate::lab::emulator::Health>) -> gridperf_core::model::LabRecord {
+pub(crate) fn lab_record(name: &str, before: Option<crate::lab::emulator::Health>) -> gridperf_core::model::LabRecord {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let after = crate::lab::health(name);
     let state = crate::lab::state(name);

@@ -37,6 +37,7 @@ fn request(protos: &[&str], max_size: u64) -> TestRequest {
         udp_port: None,
         timeout_ms: 1000,
         queue_ms: 0,
+        stream: None,
     }
 }
 
