@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Install the peer latency tools that bench/rtt-peers.sh compares gridperf with:
-# sockperf, netpipe-tcp (NPtcp) and qperf, from the distribution's archive.
+# Install the peer tools that the benches compare gridperf with, from the
+# distribution's archive:
+#   bench/rtt-peers.sh     sockperf, netpipe-tcp (NPtcp), qperf
+#   bench/stream-peers.sh  iperf3, iperf (iperf2), nuttcp
 #
-# Idempotent: does nothing when all three are installed. Runs `apt-get update`
+# Idempotent: does nothing when all of them are installed. Runs `apt-get update`
 # only when something is missing. Exits non-zero, with a message saying what
-# failed, if it cannot leave all three tools installed and on PATH.
+# failed, if it cannot leave every tool installed and on PATH.
 set -euo pipefail
 
-PKGS=(sockperf netpipe-tcp qperf)
-declare -A BIN=([sockperf]=sockperf [netpipe-tcp]=NPtcp [qperf]=qperf)
+PKGS=(sockperf netpipe-tcp qperf iperf3 iperf nuttcp)
+declare -A BIN=([sockperf]=sockperf [netpipe-tcp]=NPtcp [qperf]=qperf
+                [iperf3]=iperf3 [iperf]=iperf [nuttcp]=nuttcp)
 
 die() { echo "install-peers: error: $*" >&2; exit 1; }
 say() { echo "install-peers: $*"; }
@@ -39,6 +42,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     "${SUDO[@]}" apt-get "${LOCK[@]}" update ||
         die "apt-get update failed (network or apt sources?)."
     say "installing: ${missing[*]}"
+    # iperf3's package asks (debconf) whether to start a daemon; noninteractive
+    # takes the default (no).
     "${SUDO[@]}" apt-get "${LOCK[@]}" install -y --no-install-recommends "${missing[@]}" ||
         die "apt-get install ${missing[*]} failed. These packages are in Debian/Ubuntu main/universe; check that the archive is reachable."
 fi

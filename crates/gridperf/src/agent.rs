@@ -534,6 +534,7 @@ fn run_stream(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &Test
         control_timeout: shared.cfg.control_timeout,
         stop: &shared.stop,
         ipv6: local_ip.is_ipv6(),
+        break_after: shared.cfg.faults.break_stream_after,
     };
     let sockets = match side.run() {
         Ok(s) => s,

@@ -163,6 +163,9 @@ struct StreamArgs {
     /// Print JSON (schema in docs/json.md) instead of the table.
     #[arg(long)]
     json: bool,
+    /// Test seam: the local agent resets stream 0's connection after this many bytes.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    fault_break_stream: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -745,7 +748,9 @@ fn cmd_stream(a: StreamArgs) -> Result<()> {
             }
             (Target::Remote(run.agent), Some(run))
         }
-        (None, None) => (Target::Local { faults: Faults::default() }, None),
+        (None, None) => {
+            (Target::Local { faults: Faults { break_stream_after: a.fault_break_stream, ..Faults::default() } }, None)
+        }
     };
     let opts = StreamOptions { spec, omit, repeat: a.repeat, deadlines, path_rate_bps, notes };
     let live = !a.json;

@@ -332,6 +332,9 @@ pub struct Faults {
     /// Echo every n-th UDP datagram only after `delay` (a late reply).
     pub delay_udp_every: Option<u64>,
     pub delay: Duration,
+    /// Stream tests: the agent's receiver of stream 0 resets its connection
+    /// after this many bytes (a connection that breaks mid-run).
+    pub break_stream_after: Option<u64>,
 }
 
 /// The agent's side of one step: echo messages of `size` bytes until

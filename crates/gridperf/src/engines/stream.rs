@@ -277,7 +277,7 @@ fn send_tcp(
 }
 
 /// A TCP receiver: reads until the sender closes, or the time is up.
-fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf) -> StreamEnd {
+fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf, break_after: Option<u64>) -> StreamEnd {
     let cpu0 = gridperf_sys::thread_cpu_time_ns();
     let mut end = StreamEnd::default();
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
@@ -298,6 +298,13 @@ fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf) -> StreamEn
                     end.omitted_bytes += n as u64;
                 }
                 live.fetch_add(n as u64, Ordering::Relaxed);
+                if break_after.is_some_and(|b| end.bytes >= b) {
+                    // the test seam: a reset (SO_LINGER 0, then close) as a crashed peer makes
+                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                    end.broken = Some("reset on purpose (test fault)".into());
+                    end.socket = info(s.as_raw_fd(), Proto::Tcp);
+                    return end;
+                }
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -434,7 +441,13 @@ pub struct Running {
 }
 
 /// Starts one thread per stream, and the TCP_INFO sampler.
-pub fn launch(slots: Vec<Slot>, spec: &StreamSpec, omit: Duration, ipv6: bool) -> std::io::Result<Running> {
+pub fn launch(
+    slots: Vec<Slot>,
+    spec: &StreamSpec,
+    omit: Duration,
+    ipv6: bool,
+    break_after: Option<u64>,
+) -> std::io::Result<Running> {
     let start = Instant::now();
     let send_until = start + omit + Duration::from_millis(spec.duration_ms);
     let t =
@@ -466,7 +479,9 @@ pub fn launch(slots: Vec<Slot>, spec: &StreamSpec, omit: Duration, ipv6: bool) -
                 |fd: i32, proto| env::socket_info(&super::echo::RawFdRef(fd), proto, ipv6, spec.window, spec.window);
             let mut end = match (s.sock, sending) {
                 (Sock::Tcp(sock), true) => send_tcp(sock, &spec, &t, &counter, memfd.as_deref(), &info),
-                (Sock::Tcp(sock), false) => recv_tcp(sock, &t, &counter, &info),
+                (Sock::Tcp(sock), false) => {
+                    recv_tcp(sock, &t, &counter, &info, break_after.filter(|_| index == 0))
+                }
                 (Sock::Udp(sock), true) => send_udp(sock, index, &spec, &t, &counter, &info),
                 (Sock::Udp(sock), false) => recv_udp(sock, index, &t, &counter, &info),
             };
@@ -768,7 +783,7 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
         other => return Err(Error::network(format!("expected the agent's step-ready, got {other:?}"))),
     }
     session.go()?;
-    let running = launch(slots, spec, opts.omit, addr.is_ipv6())
+    let running = launch(slots, spec, opts.omit, addr.is_ipv6(), None)
         .map_err(|e| Error::internal(format!("starting the streams: {e}")))?;
     let mut running = running;
     let mut agent_rows: Vec<(u64, Vec<u64>)> = Vec::new();
@@ -946,6 +961,8 @@ pub struct AgentSide<'a> {
     pub control_timeout: Duration,
     pub stop: &'a AtomicBool,
     pub ipv6: bool,
+    /// Test seam: stream 0's receiver resets its connection after this many bytes.
+    pub break_after: Option<u64>,
 }
 
 impl AgentSide<'_> {
@@ -1026,7 +1043,7 @@ impl AgentSide<'_> {
             Err(e) => return Err(format!("waiting for stream-go: {e}")),
         }
         // the agent does not omit: the client applies --omit to the figures
-        let mut running = launch(slots, spec, Duration::ZERO, self.ipv6).map_err(|e| e.to_string())?;
+        let mut running = launch(slots, spec, Duration::ZERO, self.ipv6, self.break_after).map_err(|e| e.to_string())?;
         let hard = Duration::from_millis(spec.duration_ms + spec.linger_ms) + self.control_timeout;
         let until = Instant::now() + hard;
         while !running.done() {

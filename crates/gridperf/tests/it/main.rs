@@ -5,6 +5,7 @@
 //! - `echo`: rtt and transfer results, statistics against samples, loss counting;
 //! - `agent`: the agent's answers to bad, hostile, busy or vanishing clients;
 //! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
+//! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (need root);
 //! - `lab`: the lab across real namespaces and TUN devices (root for most).
 
@@ -13,6 +14,7 @@ mod cli;
 mod echo;
 mod lab;
 mod netns;
+mod stream;
 
 use gridperf::agent::{Agent, AgentConfig, StopHandle};
 use gridperf::engines::echo::Faults;
@@ -84,5 +86,5 @@ impl Drop for TestAgent {
 }
 
 pub fn faults(drop_every: Option<u64>, delay_every: Option<u64>, delay: Duration) -> Faults {
-    Faults { drop_udp_every: drop_every, delay_udp_every: delay_every, delay }
+    Faults { drop_udp_every: drop_every, delay_udp_every: delay_every, delay, ..Faults::default() }
 }

@@ -1,0 +1,206 @@
+//! `gridperf stream` over loopback, through the binary and its JSON: byte
+//! counts at both ends, pacing, -n, UDP accounting, a broken stream, bad input.
+
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run gridperf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `gridperf stream ARGS --json` and returns the first run.
+fn stream_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["stream"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = run(&all);
+    assert!(o.status.success(), "gridperf {all:?}: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["schema"], "gridperf.stream/1");
+    v
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn tcp_byte_counts_agree_at_both_ends_each_way() {
+    for dir in [&["-P", "2"][..], &["-P", "2", "--reverse"][..], &["--bidir"][..]] {
+        let mut args = vec!["-t", "1", "--sample", "20ms", "-i", "250ms"];
+        args.extend_from_slice(dir);
+        let v = stream_json(&args);
+        let run = &v["runs"][0];
+        let streams = run["streams"].as_array().expect("streams");
+        assert_eq!(streams.len(), 2, "{dir:?}");
+        for s in streams {
+            assert!(s["broken"].is_null(), "{dir:?}: {}", s["broken"]);
+            let (sent, got) = (u(&s["sender"]["bytes"]), u(&s["receiver"]["bytes"]));
+            assert!(sent > 10_000_000, "{dir:?}: only {sent} bytes in 1 s on loopback");
+            assert_eq!(sent, got, "{dir:?}: stream {} sent {sent}, received {got}", s["index"]);
+            // the intervals add up to the total
+            let sum: u64 = s["receiver"]["intervals"].as_array().expect("intervals").iter().map(u).sum();
+            assert_eq!(sum, got, "{dir:?}");
+            // the sender's TCP_INFO timeline was sampled every 20 ms for about 1 s
+            let n = s["timeline"].as_array().map_or(0, |t| t.len());
+            assert!((30..=80).contains(&n), "{dir:?}: {n} samples");
+            assert!(s["verdict"]["text"].as_str().is_some_and(|t| !t.is_empty()), "{dir:?}");
+        }
+        let total = run["up_bps"].as_f64().unwrap_or(0.0) + run["down_bps"].as_f64().unwrap_or(0.0);
+        let sum: f64 = streams.iter().map(|s| s["throughput_bps"].as_f64().expect("bps")).sum();
+        assert!((total - sum).abs() < 1.0, "{dir:?}: total {total} vs sum {sum}");
+        let jain = run["jain"].as_f64().expect("jain");
+        assert!((0.5..=1.0).contains(&jain), "{dir:?}: Jain {jain}");
+    }
+}
+
+#[test]
+fn bytes_mode_moves_exactly_n_per_stream() {
+    let v = stream_json(&["-n", "3000000", "-P", "3", "-l", "64k"]);
+    for s in v["runs"][0]["streams"].as_array().expect("streams") {
+        assert_eq!(u(&s["sender"]["bytes"]), 3_000_000);
+        assert_eq!(u(&s["receiver"]["bytes"]), 3_000_000);
+    }
+}
+
+#[test]
+fn pacing_holds_the_rate_within_2_percent() {
+    // SO_MAX_PACING_RATE counts the bytes TCP sends: on loopback (MSS 65483)
+    // the headers are 0.1% of them
+    for rate in [100_000_000.0f64, 400_000_000.0] {
+        let r = format!("{}", rate as u64);
+        let v = stream_json(&["-t", "3", "--omit", "1", "--pacing", &r]);
+        let got = v["runs"][0]["up_bps"].as_f64().expect("bps");
+        assert!((got / rate - 1.0).abs() <= 0.02, "paced at {rate} bit/s, measured {got}");
+        // a paced sender has nothing to send between its packets
+        let s = &v["runs"][0]["streams"][0];
+        assert!(s["verdict"]["limit"] == "application" || s["verdict"]["limit"] == "congestion", "{}", s["verdict"]);
+    }
+}
+
+#[test]
+fn zero_copy_sending_counts_its_completions() {
+    let v = stream_json(&["-t", "1", "--zerocopy", "msg"]);
+    let s = &v["runs"][0]["streams"][0];
+    assert_eq!(u(&s["sender"]["bytes"]), u(&s["receiver"]["bytes"]));
+    let z = &s["sender"]["zerocopy"];
+    let (sends, done, copied) = (u(&z["sends"]), u(&z["completions"]), u(&z["copied"]));
+    assert!(sends > 0 && done <= sends && copied <= done, "{z}");
+    // loopback cannot hand pages over: the kernel copies, and says so
+    assert!(done > 0 && copied == done, "{z}");
+    let v = stream_json(&["-t", "1", "--zerocopy", "sendfile"]);
+    let s = &v["runs"][0]["streams"][0];
+    assert!(u(&s["receiver"]["bytes"]) > 10_000_000);
+    assert_eq!(u(&s["sender"]["bytes"]), u(&s["receiver"]["bytes"]));
+}
+
+#[test]
+fn udp_at_a_rate_is_counted_by_sequence_number() {
+    let v = stream_json(&["-u", "-b", "200M", "-t", "2", "-P", "2"]);
+    for s in v["runs"][0]["streams"].as_array().expect("streams") {
+        let sent = u(&s["sender"]["datagrams"]);
+        let udp = &s["receiver"]["udp"];
+        let distinct = u(&udp["distinct"]);
+        // 200 Mbit/s of 1500-byte packets for 2 s: 33 333 datagrams
+        assert!((32_000..=34_500).contains(&sent), "{sent} datagrams");
+        // loopback with a 4 MiB receive buffer loses nothing
+        assert_eq!(distinct, sent, "{udp}");
+        assert_eq!(u(&udp["max_seq"]) + 1, sent);
+        assert_eq!(u(&udp["duplicates"]), 0);
+        let bps = s["throughput_bps"].as_f64().expect("bps");
+        // payload: 1472 of every 1500 bytes the rate counts
+        assert!((bps / (200e6 * 1472.0 / 1500.0) - 1.0).abs() < 0.03, "{bps}");
+    }
+}
+
+#[test]
+fn a_broken_stream_is_reported_with_its_bytes_and_the_others_stand() {
+    let v = stream_json(&["-P", "2", "-t", "2", "--fault-break-stream", "5000000"]);
+    let streams = v["runs"][0]["streams"].as_array().expect("streams");
+    let s0 = &streams[0];
+    assert!(s0["broken"].as_str().is_some_and(|b| !b.is_empty()), "{s0}");
+    assert!(u(&s0["receiver"]["bytes"]) >= 5_000_000, "{}", s0["receiver"]["bytes"]);
+    let s1 = &streams[1];
+    assert!(s1["broken"].is_null(), "{}", s1["broken"]);
+    assert_eq!(u(&s1["sender"]["bytes"]), u(&s1["receiver"]["bytes"]));
+    assert!(u(&s1["receiver"]["bytes"]) > 10 * u(&s0["receiver"]["bytes"]).min(5_000_000));
+}
+
+#[test]
+fn bad_input_is_refused_with_what_is_valid() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["-P", "0"], "1 to 128"),
+        (&["-P", "129"], "1 to 128"),
+        (&["--pacing", "0"], "pacing rate of 0"),
+        (&["-t", "-5"], "negative"),
+        (&["-t", "0"], "more than zero"),
+        (&["-C", "nosuchcc"], "this kernel offers"),
+        (&["-w", "2G"], "1 GiB"),
+        (&["--zerocopy", "splice"], "sendfile or msg"),
+        (&["-u", "-b", "0"], "rate"),
+        (&["--sample", "1ms"], "10 ms"),
+        (&["-u", "-l", "70000"], "20 to 65507"),
+    ];
+    for (args, want) in cases {
+        let mut all = vec!["stream"];
+        all.extend_from_slice(args);
+        let o = run(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {:?} not in {}", want, stderr(&o));
+    }
+}
+
+#[test]
+fn the_agent_refuses_what_the_client_did_not_check() {
+    use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, TestRequest};
+    let agent = crate::TestAgent::loopback();
+    let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+    wire::write_msg(
+        &mut s,
+        &ClientMsg::Hello { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: "t".into() },
+    )
+    .expect("hello");
+    let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
+    let spec = StreamSpec {
+        proto: "tcp".into(),
+        streams: 100_000,
+        direction: Direction::Up,
+        duration_ms: 1000,
+        bytes: None,
+        write_size: 131_072,
+        window: None,
+        congestion: None,
+        pacing_bps: None,
+        gap_us: None,
+        zerocopy: None,
+        udp_rate_bps: None,
+        sample_ms: 100,
+        interval_ms: 1000,
+        linger_ms: 1000,
+    };
+    let req = TestRequest {
+        kind: "stream".into(),
+        protos: vec!["tcp".into()],
+        max_size: 131_072,
+        nodelay: false,
+        busy_poll: false,
+        cpu: None,
+        sndbuf: None,
+        rcvbuf: None,
+        udp_port: None,
+        timeout_ms: 1000,
+        queue_ms: 0,
+        stream: Some(spec),
+    };
+    wire::write_msg(&mut s, &ClientMsg::Request(req)).expect("request");
+    match wire::read_msg::<_, AgentMsg>(&mut s).expect("answer") {
+        AgentMsg::Error { message, .. } => assert!(message.contains("1 to 128"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
