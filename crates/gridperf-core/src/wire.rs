@@ -170,6 +170,10 @@ pub struct StreamSpec {
     /// How long a receiver keeps reading after the senders' time is up
     /// (data in flight on a long path; UDP has no end marker).
     pub linger_ms: u64,
+    /// The first part of the test, left out of the figures (--omit); the
+    /// senders send for omit + duration.
+    #[serde(default)]
+    pub omit_ms: u64,
 }
 
 /// One point of a test: the agent echoes messages of `size` bytes.

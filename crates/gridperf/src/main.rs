@@ -718,6 +718,7 @@ fn cmd_stream(a: StreamArgs) -> Result<()> {
         sample_ms: seconds_or(&a.sample, "--sample")?.as_millis() as u64,
         interval_ms: seconds_or(&a.interval, "--interval")?.as_millis() as u64,
         linger_ms: seconds_or(&a.linger, "--linger")?.as_millis() as u64,
+        omit_ms: omit.as_millis() as u64,
     };
     if spec.pacing_bps.is_some() && udp {
         return Err(Error::usage("--pacing is for TCP; a UDP stream is paced by -b"));

