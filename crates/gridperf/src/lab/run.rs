@@ -85,12 +85,13 @@ impl LabRun {
         .map_err(|e| Error::internal(format!("starting the agent on host b: {e}")))?;
         run.child = Some(child);
         // the agent listens within moments; the lab is dropped (and taken
-        // down) if it does not
+        // down) if it does not. Asked on host b's own loopback: across the
+        // lab a connection takes a round trip, 270 ms on some profiles
         let deadline = Instant::now() + Duration::from_secs(5);
-        let agent = run.agent;
+        let local = SocketAddr::from((Ipv4Addr::LOCALHOST, gridperf_core::wire::DEFAULT_PORT));
         loop {
-            let listening = gridperf_sys::in_netns(&a.netns, move || {
-                Ok(std::net::TcpStream::connect_timeout(&agent, Duration::from_millis(200)).is_ok())
+            let listening = gridperf_sys::in_netns(&b.netns, move || {
+                Ok(std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200)).is_ok())
             })
             .unwrap_or(false);
             if listening {

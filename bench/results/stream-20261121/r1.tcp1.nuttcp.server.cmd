@@ -1,0 +1,1 @@
+nuttcp -1 --nofork -P 24132 -p 24133

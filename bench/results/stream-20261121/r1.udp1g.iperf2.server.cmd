@@ -1,0 +1,1 @@
+iperf -s -u -p 24212 -y C

@@ -1,0 +1,1 @@
+nuttcp -1 --nofork -P 24244 -p 24245

@@ -1,0 +1,1 @@
+/tmp/stream-peers.MigZoO/gridperf serve --port 24284 --once

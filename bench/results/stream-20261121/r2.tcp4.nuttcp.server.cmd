@@ -1,0 +1,1 @@
+nuttcp -1 --nofork -P 24276 -p 24277

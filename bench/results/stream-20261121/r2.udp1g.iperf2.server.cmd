@@ -1,0 +1,1 @@
+iperf -s -u -p 24324 -y C

@@ -1,0 +1,1 @@
+nuttcp -1 --nofork -P 24332 -p 24333

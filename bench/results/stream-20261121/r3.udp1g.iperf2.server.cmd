@@ -1,0 +1,1 @@
+iperf -s -u -p 24436 -y C
