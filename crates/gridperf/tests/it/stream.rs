@@ -207,3 +207,20 @@ fn the_agent_refuses_what_the_client_did_not_check() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_window_beyond_the_kernel_limit_is_granted_what_it_allows_and_said_so() {
+    let max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("net.core.rmem_max");
+    let ask = (4 * max).min(1 << 30);
+    let v = stream_json(&["-t", "1", "-w", &ask.to_string()]);
+    let s = &v["runs"][0]["streams"][0];
+    let granted = u(&s["receiver"]["socket"]["rcvbuf_granted"]);
+    assert!(granted < 2 * ask, "granted {granted} of {ask} asked");
+    assert_eq!(u(&s["receiver"]["socket"]["rcvbuf_requested"]), ask);
+    let notes: Vec<String> =
+        v["notes"].as_array().expect("notes").iter().filter_map(|n| n.as_str().map(str::to_string)).collect();
+    assert!(notes.iter().any(|n| n.contains("net.core.rmem_max") && n.contains(&granted.to_string())), "{notes:?}");
+}
