@@ -972,6 +972,7 @@ fn cmd_lab(c: LabCommand) -> Result<()> {
                 ba,
                 seed: a.seed,
                 profile: a.profile.clone(),
+                owner: None,
                 description: if description.is_empty() {
                     "no impairment".into()
                 } else {

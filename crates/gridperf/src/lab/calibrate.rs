@@ -335,6 +335,7 @@ fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<su
         description: format!("calibration: {rate} bit/s, {delay_ns} ns one way"),
         loopback: false,
         access: Vec::new(),
+        owner: None,
     })
 }
 

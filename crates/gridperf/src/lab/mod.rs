@@ -48,6 +48,11 @@ pub struct LabSpec {
     /// own entry wins over the one for all.
     #[serde(default)]
     pub access: Vec<(Option<String>, LinkConfig)>,
+    /// The process that brought the lab up for one run (`--lab`) and runs
+    /// in it: it takes the lab down itself, so the emulator spares it when
+    /// it ends every other process in the lab's namespaces.
+    #[serde(default)]
+    pub owner: Option<u32>,
 }
 
 impl LabSpec {
@@ -148,10 +153,10 @@ fn alive(pid: u32) -> bool {
 
 /// Ends the processes still running inside a namespace (what `lab exec`
 /// started there): SIGTERM, then SIGKILL after a second.
-fn end_processes_in(netns: &str) {
+fn end_processes_in(netns: &str, spare: Option<u32>) {
     let Ok(pids) = gridperf_sys::netns_pids(netns) else { return };
     let me = std::process::id();
-    let pids: Vec<u32> = pids.into_iter().filter(|&p| p != me).collect();
+    let pids: Vec<u32> = pids.into_iter().filter(|&p| p != me && Some(p) != spare).collect();
     for &p in &pids {
         let _ = gridperf_sys::signal(p, libc::SIGTERM);
     }
@@ -171,7 +176,7 @@ fn end_processes_in(netns: &str) {
 fn clean(name: &str, hosts_guess: &[Host]) {
     for h in hosts_guess {
         if gridperf_sys::netns_exists(&h.netns) {
-            end_processes_in(&h.netns);
+            end_processes_in(&h.netns, None);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }
@@ -181,7 +186,7 @@ fn clean(name: &str, hosts_guess: &[Host]) {
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(&prefix) {
-                end_processes_in(&n);
+                end_processes_in(&n, None);
                 let _ = gridperf_sys::netns_delete(&n);
             }
         }
@@ -268,7 +273,7 @@ pub fn down(name: &str) -> Result<bool> {
         // what `lab exec` started in the lab goes first, while its
         // namespaces still have their names
         for h in &s.hosts {
-            end_processes_in(&h.netns);
+            end_processes_in(&h.netns, None);
         }
         if alive(s.pid) {
             was_up = true;
@@ -321,7 +326,7 @@ pub fn emulator_main(name: &str) -> Result<()> {
     // whatever happened, leave nothing behind
     for h in &hosts {
         if gridperf_sys::netns_exists(&h.netns) {
-            end_processes_in(&h.netns);
+            end_processes_in(&h.netns, spec.owner);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }

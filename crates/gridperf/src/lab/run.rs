@@ -20,6 +20,7 @@ pub struct LabRun {
     pub description: String,
     child: Option<Child>,
     home: Option<File>,
+    signals: Option<signal_hook::iterator::Handle>,
 }
 
 /// The lab spec for a profile with `--lab-set` overrides, named `name`.
@@ -49,6 +50,7 @@ pub fn spec_for(name: &str, profile: &str, sets: &[String]) -> Result<LabSpec> {
         description: words.join(", "),
         loopback,
         access: Vec::new(),
+        owner: Some(std::process::id()),
     })
 }
 
@@ -65,6 +67,7 @@ impl LabRun {
             description,
             child: None,
             home: None,
+            signals: None,
         };
         let host = |side: Side| st.hosts.iter().find(|h| h.side == side).cloned();
         let (Some(a), Some(b)) = (host(Side::A), host(Side::B)) else {
@@ -102,8 +105,24 @@ impl LabRun {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // the probe connection above counts as a client for `--once` only if
-        // it ran a test: it did not, so the agent still waits for ours
+        // Ctrl-C (or SIGTERM) during the run: take the lab down, then exit
+        // as the signal would have. A thread that stays in this namespace
+        // does it, while the run's thread is in host a.
+        let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
+            .map_err(|e| Error::internal(format!("catching signals: {e}")))?;
+        run.signals = Some(signals.handle());
+        let (lab, agent_pid) = (name.clone(), run.child.as_ref().map(|c| c.id()));
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("gridperf: interrupted: taking lab {lab} down");
+                if let Some(p) = agent_pid {
+                    let _ = gridperf_sys::signal(p, libc::SIGTERM);
+                }
+                let _ = super::down(&lab);
+                std::process::exit(128 + sig);
+            }
+        });
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
                 .map_err(|e| Error::internal(format!("remembering this thread's namespace: {e}")))?,
@@ -115,8 +134,20 @@ impl LabRun {
     }
 }
 
+/// Set when a signal arrived during a lab run: the signal's thread takes
+/// the lab down and exits; the run's own unwinding leaves it to that thread.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Drop for LabRun {
     fn drop(&mut self) {
+        if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+            // the run failed because its lab is going away: let the
+            // signal's thread finish and exit with the signal's status
+            std::thread::sleep(Duration::from_secs(15));
+        }
+        if let Some(h) = self.signals.take() {
+            h.close();
+        }
         if let Some(home) = self.home.take() {
             let _ = gridperf_sys::setns_net(&home);
         }

@@ -513,3 +513,49 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("leave out HOST"), "{}", stderr(&o));
 }
+
+#[test]
+fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
+    if !privileged("ctrl_c_during_a_lab_run_takes_the_lab_down") {
+        return;
+    }
+    let _serial = serial();
+    let labs = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("gp-run"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = labs();
+    let mut child = Command::new(BIN)
+        .args(["stream", "--lab", "crossover-fe", "-t", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("stream --lab");
+    // wait until the run's lab is up and the stream flows
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while labs().len() <= before.len() {
+        assert!(Instant::now() < deadline, "the run's lab did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    gridperf_sys::signal(child.id(), libc::SIGINT).expect("SIGINT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "gridperf did not end within 10 s of Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(child.stderr.as_mut().expect("stderr"), &mut err);
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{err}");
+    assert!(err.contains("taking lab"), "{err}");
+    assert_eq!(labs(), before, "the run's lab was left behind");
+}
