@@ -8,7 +8,9 @@
 //! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
 //! - [`emu`]: the lab's link model (loss, bottleneck, delay line) in virtual time;
 //! - [`flow`]: bulk flows: fairness, UDP sequence accounting, the TCP_INFO verdict;
-//! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs.
+//! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs;
+//! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
+//! - [`svg`]: self-contained SVG line charts for reports.
 
 pub mod emu;
 pub mod flow;
@@ -17,5 +19,7 @@ pub mod labcfg;
 pub mod model;
 pub mod plan;
 pub mod stats;
+pub mod survey;
+pub mod svg;
 pub mod units;
 pub mod wire;

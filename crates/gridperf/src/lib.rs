@@ -11,4 +11,7 @@ pub mod env;
 pub mod error;
 pub mod lab;
 pub mod report;
+pub mod report_html;
 pub mod runner;
+pub mod store;
+pub mod survey;

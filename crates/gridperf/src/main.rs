@@ -71,9 +71,146 @@ enum Command {
         Each TCP stream gets a verdict from its sender's TCP_INFO: receive window, send buffer, congestion (loss or\n\
         not), or the application. See docs/json.md for the --json schema.")]
     Stream(StreamArgs),
+    /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
+    /// every point stored, then the report and the best-protocol table.
+    #[command(after_help = "Examples:\n  \
+        gridperf survey --quick                      the first document's five networks, a small sweep (root: the lab)\n  \
+        gridperf survey                              the full sweep (1 B, then 128 B to 64000 B)\n  \
+        gridperf survey --profiles man,wan --proto tcp,udp --sizes 1,1k,16k\n  \
+        gridperf survey local --quick                loopback in this process: no lab, no root\n  \
+        gridperf survey 192.0.2.7                    a real path to `gridperf serve` there\n  \
+        gridperf survey --quick --resume             go on with an interrupted survey, skipping stored points\n\n\
+        Results go to the store (--db, default ~/.local/share/gridperf/results.db); the report to -o.")]
+    Survey(SurveyArgs),
+    /// The stored runs: list, show, compare, export, delete.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Draw stored runs into one self-contained HTML file (inline SVG), or SVG files.
+    #[command(after_help = "Examples:\n  \
+        gridperf report                              the latest survey, to gridperf-report.html\n  \
+        gridperf report 12 13 -o cmp.html            runs 12 and 13\n  \
+        gridperf report --survey 3 --svg-dir plots   the plots also as SVG files")]
+    Report(ReportArgs),
     /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
     #[command(subcommand)]
     Lab(LabCommand),
+}
+
+#[derive(Args)]
+struct SurveyArgs {
+    /// Survey a real path instead of the lab: HOST[:PORT] of a `gridperf serve`, or `local` (loopback, no lab).
+    host: Option<String>,
+    /// A small sweep that takes a few minutes (16 sizes around the MTU multiples, short budgets per point).
+    #[arg(long)]
+    quick: bool,
+    /// Lab profiles to survey (gridperf lab profiles), default the first document's: loopback,crossover-fe,lan-gige,man,wan.
+    #[arg(long, value_name = "LIST")]
+    profiles: Option<String>,
+    /// Protocols: tcp, udp, sendfile.
+    #[arg(long = "proto", default_value = "tcp,udp,sendfile", value_name = "LIST")]
+    protos: String,
+    /// Message sizes, as rtt --sizes takes them (default: the quick or the full sweep).
+    #[arg(long, value_name = "LIST")]
+    sizes: Option<String>,
+    /// Leave out the transfer-time measurements.
+    #[arg(long)]
+    no_transfer: bool,
+    /// The results database.
+    #[arg(long, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
+    /// Where to write the report.
+    #[arg(short, long, default_value = "gridperf-report.html", value_name = "FILE")]
+    output: std::path::PathBuf,
+    /// Go on with the latest unfinished survey of the same settings, skipping the points it stored.
+    #[arg(long)]
+    resume: bool,
+    /// The agent's control port (with HOST).
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// The runs, newest first.
+    List(RunsListArgs),
+    /// One run: its settings, environment and points.
+    Show(RunsOneArgs),
+    /// Two runs point by point: the change in median and quartiles.
+    Compare(RunsCompareArgs),
+    /// A run as JSON (run and points) or CSV (points).
+    Export(RunsExportArgs),
+    /// Delete a run and its points.
+    Delete(RunsOneArgs),
+}
+
+#[derive(Args)]
+struct DbArg {
+    /// The results database.
+    #[arg(long, value_name = "PATH", global = true)]
+    db: Option<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+struct RunsListArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// Only runs of this command: rtt, transfer, stream.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only runs on this network (a lab profile, or a host).
+    #[arg(long)]
+    network: Option<String>,
+    /// Only runs started in the last DURATION (e.g. 2h, 7d as 168h).
+    #[arg(long, value_name = "DURATION")]
+    since: Option<String>,
+    /// Only the runs of this survey.
+    #[arg(long)]
+    survey: Option<i64>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RunsOneArgs {
+    #[command(flatten)]
+    db: DbArg,
+    id: i64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RunsCompareArgs {
+    #[command(flatten)]
+    db: DbArg,
+    a: i64,
+    b: i64,
+}
+
+#[derive(Args)]
+struct RunsExportArgs {
+    #[command(flatten)]
+    db: DbArg,
+    id: i64,
+    /// json or csv.
+    #[arg(long, default_value = "json")]
+    format: String,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Runs to draw (default: the latest survey's).
+    runs: Vec<i64>,
+    /// Draw this survey's runs.
+    #[arg(long)]
+    survey: Option<i64>,
+    #[command(flatten)]
+    db: DbArg,
+    #[arg(short, long, default_value = "gridperf-report.html", value_name = "FILE")]
+    output: std::path::PathBuf,
+    /// Also write every plot as an SVG file here.
+    #[arg(long, value_name = "DIR")]
+    svg_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -660,6 +797,206 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
     Ok(())
 }
 
+fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
+    p.clone().unwrap_or_else(gridperf::store::default_path)
+}
+
+fn cmd_survey(a: SurveyArgs) -> Result<()> {
+    use gridperf::survey::{self, Network, SurveySpec};
+    let protos = parse_protos(&a.protos)?;
+    let sizes =
+        parse_sizes(a.sizes.as_deref().unwrap_or(if a.quick { survey::QUICK_SIZES } else { survey::FULL_SIZES }))?;
+    check_limits(&protos, &sizes)?;
+    let networks: Vec<Network> = match (&a.host, &a.profiles) {
+        (Some(_), Some(_)) => return Err(Error::usage("give HOST or --profiles, not both")),
+        (Some(h), None) if h == "local" => vec![Network::Local],
+        (Some(h), None) => vec![Network::Host { addr: resolve(h, a.port)?, label: h.clone() }],
+        (None, p) => {
+            let list: Vec<String> = match p {
+                Some(p) => p.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+                None => survey::DOCUMENT_PROFILES.iter().map(|s| s.to_string()).collect(),
+            };
+            for name in &list {
+                gridperf_core::labcfg::profile(name).map_err(lab_error)?;
+            }
+            list.into_iter().map(Network::Lab).collect()
+        }
+    };
+    let transfer_sizes: Vec<u64> = if a.no_transfer {
+        Vec::new()
+    } else if a.quick {
+        vec![1024, 16384, 64000]
+    } else {
+        vec![1024, 1460, 4096, 16384, 64000]
+    };
+    let spec = SurveySpec {
+        networks,
+        protos,
+        sizes,
+        quick: a.quick,
+        transfer_sizes,
+        // the Table 1 loop echoes every message: on a 180 ms WAN, 1024 x 1000 bytes in
+        // 1 KB messages take three minutes a run; the quick survey moves 64 KB
+        transfer_total: if a.quick { 64_000 } else { PAPER_TOTAL },
+    };
+    let store = gridperf::store::Store::open(&db_path(&a.db))?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let outcome = survey::run(&store, &spec, a.resume, &mut |p| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(format!("{}: {}", p.network, p.what));
+    });
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    let runs = load_runs(
+        &store,
+        &store.runs(&gridperf::store::RunFilter { survey: Some(outcome.survey), ..Default::default() })?,
+    )?;
+    let (html, _) = gridperf::report_html::render(&runs);
+    std::fs::write(&a.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", a.output.display())))?;
+    let analysis = gridperf::report_html::analyse(&runs);
+    print(&format!(
+        "gridperf survey {} ({} networks, {:.0} s), stored in {}\n\n{}\n{}\nreport: {}\n",
+        outcome.survey,
+        spec.networks.len(),
+        started.elapsed().as_secs_f64(),
+        store.path.display(),
+        gridperf::report_html::best_table_text(&analysis),
+        gridperf::report_html::thresholds_text(&analysis),
+        a.output.display()
+    ))?;
+    for (net, why) in &outcome.failed {
+        eprintln!("gridperf survey: {net} was not measured: {why}");
+    }
+    if !outcome.failed.is_empty() {
+        return Err(Error::network(format!(
+            "{} of {} networks failed; the others are stored (go on with --resume)",
+            outcome.failed.len(),
+            spec.networks.len()
+        )));
+    }
+    Ok(())
+}
+
+fn load_runs(
+    store: &gridperf::store::Store,
+    runs: &[gridperf::store::RunRow],
+) -> Result<Vec<(gridperf::store::RunRow, Vec<gridperf::store::PointRow>)>> {
+    let mut out = Vec::new();
+    // oldest first: the report follows the survey's order
+    for r in runs.iter().rev() {
+        out.push((r.clone(), store.points(r.id)?));
+    }
+    Ok(out)
+}
+
+fn cmd_report(a: ReportArgs) -> Result<()> {
+    let store = gridperf::store::Store::open_existing(&db_path(&a.db.db))?;
+    let rows: Vec<gridperf::store::RunRow> = if !a.runs.is_empty() {
+        a.runs.iter().rev().map(|&id| store.run(id)).collect::<Result<_>>()?
+    } else {
+        let survey = match a.survey {
+            Some(s) => Some(s),
+            None => store.latest_survey()?,
+        };
+        match survey {
+            Some(s) => store.runs(&gridperf::store::RunFilter { survey: Some(s), ..Default::default() })?,
+            None => Vec::new(),
+        }
+    };
+    if rows.is_empty() {
+        return Err(Error::usage(format!(
+            "nothing to draw: no runs{} in {} (gridperf runs list shows what is there)",
+            a.survey.map(|s| format!(" in survey {s}")).unwrap_or_default(),
+            store.path.display()
+        )));
+    }
+    let runs = load_runs(&store, &rows)?;
+    let (html, svgs) = gridperf::report_html::render(&runs);
+    std::fs::write(&a.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", a.output.display())))?;
+    if let Some(dir) = &a.svg_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
+        for (name, svg) in &svgs {
+            std::fs::write(dir.join(name), svg)
+                .map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
+        }
+    }
+    eprintln!("gridperf report: {} runs, {} plots -> {}", runs.len(), svgs.len(), a.output.display());
+    Ok(())
+}
+
+fn cmd_runs(c: RunsCommand) -> Result<()> {
+    use gridperf::store::{RunFilter, Store};
+    match c {
+        RunsCommand::List(a) => {
+            let store = Store::open_existing(&db_path(&a.db.db))?;
+            let since = a
+                .since
+                .as_deref()
+                .map(|s| duration(s, "--since").map(|d| gridperf::runner::unix_now() - d.as_secs_f64()))
+                .transpose()?;
+            let runs =
+                store.runs(&RunFilter { kind: a.kind.clone(), network: a.network.clone(), since, survey: a.survey })?;
+            if a.json {
+                return print(&json(&runs)?);
+            }
+            let mut out = format!(
+                "{:>5} {:>6} {:<9} {:<16} {:>6} {:<11} {:<20} valid\n",
+                "run", "survey", "kind", "network", "points", "status", "started (UTC)"
+            );
+            for r in &runs {
+                out.push_str(&format!(
+                    "{:>5} {:>6} {:<9} {:<16} {:>6} {:<11} {:<20} {}\n",
+                    r.id,
+                    r.survey_id.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                    r.kind,
+                    r.network,
+                    r.points,
+                    r.status,
+                    report::utc(r.started),
+                    if r.invalid.is_some() { "INVALID" } else { "yes" }
+                ));
+            }
+            print(&out)
+        }
+        RunsCommand::Show(a) => {
+            let store = Store::open_existing(&db_path(&a.db.db))?;
+            let run = store.run(a.id)?;
+            let points = store.points(a.id)?;
+            if a.json {
+                return print(&json(&serde_json::json!({ "run": run, "points": points }))?);
+            }
+            print(&report::run_show(&run, &points))
+        }
+        RunsCommand::Compare(a) => {
+            let store = Store::open_existing(&db_path(&a.db.db))?;
+            let (ra, rb) = (store.run(a.a)?, store.run(a.b)?);
+            print(&report::run_compare(&ra, &store.points(a.a)?, &rb, &store.points(a.b)?))
+        }
+        RunsCommand::Export(a) => {
+            let store = Store::open_existing(&db_path(&a.db.db))?;
+            let run = store.run(a.id)?;
+            let points = store.points(a.id)?;
+            match a.format.as_str() {
+                "json" => print(&json(&serde_json::json!({ "run": run, "points": points }))?),
+                "csv" => print(&report::points_csv(&points)),
+                other => Err(Error::usage(format!("--format {other}: give json or csv"))),
+            }
+        }
+        RunsCommand::Delete(a) => {
+            let store = Store::open_existing(&db_path(&a.db.db))?;
+            store.delete(a.id)?;
+            eprintln!("gridperf runs: run {} deleted", a.id);
+            Ok(())
+        }
+    }
+}
+
 /// A duration where a bare number means seconds (as iperf's -t).
 fn seconds_or(s: &str, what: &'static str) -> Result<Duration> {
     if s.trim_start().starts_with('-') {
@@ -1068,6 +1405,9 @@ fn main() {
         Command::Rtt(a) => cmd_rtt(a),
         Command::Transfer(a) => cmd_transfer(a),
         Command::Stream(a) => cmd_stream(a),
+        Command::Survey(a) => cmd_survey(a),
+        Command::Runs(c) => cmd_runs(c),
+        Command::Report(a) => cmd_report(a),
         Command::Lab(c) => cmd_lab(c),
     };
     if let Err(e) = result {

@@ -682,3 +682,111 @@ pub fn stream_timeline(r: &gridperf_core::model::StreamReport, csv: bool) -> Str
     }
     out
 }
+
+/// Unix seconds as "YYYY-MM-DD HH:MM:SS" (UTC).
+pub fn utc(unix: f64) -> String {
+    let secs = unix.max(0.0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // civil from days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn opt_ns(v: Option<f64>) -> String {
+    v.map(fmt_ns).unwrap_or_else(|| "-".into())
+}
+
+/// `gridperf runs show`.
+pub fn run_show(r: &crate::store::RunRow, points: &[crate::store::PointRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "run {} ({}{}) on {}: {}, started {}, {}",
+        r.id,
+        r.kind,
+        r.survey_id.map(|s| format!(", survey {s}")).unwrap_or_default(),
+        r.network,
+        r.status,
+        utc(r.started),
+        r.invalid.as_ref().map(|w| format!("INVALID: {w}")).unwrap_or_else(|| "valid".into())
+    );
+    let _ = writeln!(out, "command: {}\ngridperf: {}", r.command_line, r.version);
+    let _ = writeln!(out, "\n{:<9} {:>9} {:>11} {:>11} {:>11}", "proto", "size", "q1", "median", "q3");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:<9} {:>9} {:>11} {:>11} {:>11}",
+            p.proto,
+            fmt_bytes(p.size),
+            opt_ns(p.q1_ns),
+            opt_ns(p.median_ns),
+            opt_ns(p.q3_ns)
+        );
+    }
+    out
+}
+
+/// `gridperf runs compare A B`: the points both have, with the change.
+pub fn run_compare(
+    ra: &crate::store::RunRow,
+    a: &[crate::store::PointRow],
+    rb: &crate::store::RunRow,
+    b: &[crate::store::PointRow],
+) -> String {
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "run {} ({} on {}) -> run {} ({} on {})", ra.id, ra.kind, ra.network, rb.id, rb.kind, rb.network);
+    let _ = writeln!(
+        out,
+        "{:<9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9}",
+        "proto", "size", "median A", "median B", "change", "q1 chg", "q3 chg"
+    );
+    let pct = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if x > 0.0 => format!("{:+.1}%", (y / x - 1.0) * 100.0),
+        _ => "-".into(),
+    };
+    let mut only = 0;
+    for p in a {
+        let Some(q) = b.iter().find(|q| q.proto == p.proto && q.size == p.size && q.setting == p.setting) else {
+            only += 1;
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{:<9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9}",
+            p.proto,
+            fmt_bytes(p.size),
+            opt_ns(p.median_ns),
+            opt_ns(q.median_ns),
+            pct(p.median_ns, q.median_ns),
+            pct(p.q1_ns, q.q1_ns),
+            pct(p.q3_ns, q.q3_ns)
+        );
+    }
+    let only_b = b
+        .iter()
+        .filter(|q| !a.iter().any(|p| p.proto == q.proto && p.size == q.size && p.setting == q.setting))
+        .count();
+    if only + only_b > 0 {
+        let _ = writeln!(out, "({only} points only in run {}, {only_b} only in run {})", ra.id, rb.id);
+    }
+    out
+}
+
+/// `gridperf runs export --format csv`.
+pub fn points_csv(points: &[crate::store::PointRow]) -> String {
+    let mut out = String::from("proto,size_bytes,setting,q1_ns,median_ns,q3_ns\n");
+    let f = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
+    for p in points {
+        let _ = writeln!(out, "{},{},{},{},{},{}", p.proto, p.size, p.setting, f(p.q1_ns), f(p.median_ns), f(p.q3_ns));
+    }
+    out
+}

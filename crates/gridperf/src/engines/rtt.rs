@@ -37,8 +37,22 @@ pub fn settings(o: &RttOptions) -> Settings {
 
 /// Runs the ping-pong over every (size, protocol) point, sizes outermost.
 pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress)) -> Result<RttReport> {
+    run_with(target, opts, progress, &|_, _| false, &mut |_| Ok(()))
+}
+
+/// As [`run`], leaving out the points `skip` names (already measured), and
+/// handing each point to `on_point` as soon as it is measured (the store
+/// writes it there); an error from `on_point` ends the run.
+pub fn run_with(
+    target: &Target,
+    opts: &RttOptions,
+    progress: &mut dyn FnMut(Progress),
+    skip: &dyn Fn(gridperf_core::plan::Proto, u64) -> bool,
+    on_point: &mut dyn FnMut(&RttPoint) -> Result<()>,
+) -> Result<RttReport> {
     let mut r = start("rtt", target, &opts.echo)?;
-    let points = interleave(&opts.echo.protos, &opts.echo.sizes);
+    let points: Vec<_> =
+        interleave(&opts.echo.protos, &opts.echo.sizes).into_iter().filter(|p| !skip(p.proto, p.size)).collect();
     let mut out = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
     for (i, pt) in points.iter().enumerate() {
@@ -105,6 +119,9 @@ pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress
             samples_ns: opts.keep_samples.then_some(samples),
             server: Some(figures),
         });
+        if let Some(p) = out.last() {
+            on_point(p)?;
+        }
     }
     let env = r.close(&opts.echo, points.len(), progress, &mut warnings)?;
     Ok(RttReport {

@@ -36,8 +36,21 @@ pub fn settings(o: &TransferOptions) -> Settings {
 }
 
 pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Progress)) -> Result<TransferReport> {
+    run_with(target, opts, progress, &|_, _| false, &mut |_| Ok(()))
+}
+
+/// As [`run`], leaving out the points `skip` names and handing each point to
+/// `on_point` as soon as it is measured.
+pub fn run_with(
+    target: &Target,
+    opts: &TransferOptions,
+    progress: &mut dyn FnMut(Progress),
+    skip: &dyn Fn(gridperf_core::plan::Proto, u64) -> bool,
+    on_point: &mut dyn FnMut(&TransferPoint) -> Result<()>,
+) -> Result<TransferReport> {
     let mut r = start("transfer", target, &opts.echo)?;
-    let points = interleave(&opts.echo.protos, &opts.echo.sizes);
+    let points: Vec<_> =
+        interleave(&opts.echo.protos, &opts.echo.sizes).into_iter().filter(|p| !skip(p.proto, p.size)).collect();
     let mut out = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
     for (i, pt) in points.iter().enumerate() {
@@ -96,6 +109,9 @@ pub fn run(target: &Target, opts: &TransferOptions, progress: &mut dyn FnMut(Pro
             lost,
             server: Some(figures),
         });
+        if let Some(p) = out.last() {
+            on_point(p)?;
+        }
     }
     let env = r.close(&opts.echo, points.len(), progress, &mut warnings)?;
     Ok(TransferReport { schema: TRANSFER_SCHEMA.into(), settings: settings(opts), env, points: out, warnings })

@@ -78,7 +78,7 @@ impl LabRun {
         let lab = name.clone();
         let child = gridperf_sys::in_netns(&b.netns, move || {
             Command::new(exe)
-                .args(["serve", "--once", "--max-tests", "1"])
+                .args(["serve", "--max-tests", "1"])
                 .env("GRIDPERF_LAB", lab)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

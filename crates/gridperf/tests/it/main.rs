@@ -5,6 +5,7 @@
 //! - `echo`: rtt and transfer results, statistics against samples, loss counting;
 //! - `agent`: the agent's answers to bad, hostile, busy or vanishing clients;
 //! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
+//! - `store`: the results store, survey (killed and resumed), runs and report;
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (need root);
 //! - `lab`: the lab across real namespaces and TUN devices (root for most).
@@ -14,6 +15,7 @@ mod cli;
 mod echo;
 mod lab;
 mod netns;
+mod store;
 mod stream;
 
 use gridperf::agent::{Agent, AgentConfig, StopHandle};

@@ -1,0 +1,643 @@
+//! Surveys of measured RTT curves, as the source paper's conclusions need
+//! them: which protocol is fastest over which range of message sizes, and
+//! where a protocol's curve changes behaviour (a jump, or a change of slope
+//! such as TCP speeding up once a message exceeds about two MTUs).
+//!
+//! Everything here works on medians (with their interquartile ranges) already
+//! computed by [`crate::stats`]; nothing is measured or printed.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One protocol's RTT against message size on one network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    pub proto: String,
+    /// Sorted by size; the functions here sort a copy when they are not.
+    pub points: Vec<CurvePoint>,
+}
+
+/// One size of a [`Curve`]: the median RTT and its quartiles, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub size: u64,
+    pub median_ns: f64,
+    pub q1_ns: f64,
+    pub q3_ns: f64,
+}
+
+impl CurvePoint {
+    /// The interquartile range, 0 when the quartiles are missing or crossed.
+    fn iqr(&self) -> f64 {
+        let iqr = self.q3_ns - self.q1_ns;
+        if iqr.is_finite() && iqr > 0.0 {
+            iqr
+        } else {
+            0.0
+        }
+    }
+}
+
+impl Curve {
+    /// A curve with its points sorted by size.
+    pub fn new(proto: impl Into<String>, mut points: Vec<CurvePoint>) -> Curve {
+        points.sort_by_key(|p| p.size);
+        Curve { proto: proto.into(), points }
+    }
+
+    /// The points that can be analysed: finite medians, sorted by size, one
+    /// per size (the first given wins, so a duplicate cannot reorder a curve).
+    fn clean_points(&self) -> Vec<CurvePoint> {
+        let mut pts: Vec<CurvePoint> = self.points.iter().copied().filter(|p| p.median_ns.is_finite()).collect();
+        pts.sort_by_key(|p| p.size);
+        pts.dedup_by_key(|p| p.size);
+        pts
+    }
+}
+
+/// The median of values (NaN-free); 0 for none.
+fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Best protocol per size range
+// ---------------------------------------------------------------------------
+
+/// A range of message sizes and the protocol(s) with the best (lowest) median RTT there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BestRange {
+    /// First and last size of the range (inclusive), both sizes that were measured.
+    pub from: u64,
+    pub to: u64,
+    /// One name, or several when they tie, fastest first (by their mean
+    /// median relative to the best over the range).
+    pub best: Vec<String>,
+    /// `best.len() > 1`.
+    pub tie: bool,
+    /// Over the range: the median of (second-best median / best median - 1)
+    /// at each size, for a non-tie; 0 for a tie.
+    pub margin: f64,
+}
+
+/// Medians within this fraction of the best's are a tie (see [`ties_with`]).
+pub const TIE_RELATIVE: f64 = 0.02;
+
+/// Whether `other` ties with `best` at one size: its median is above the
+/// best's by no more than `max(TIE_RELATIVE * median_b, (iqr_b + iqr_p) / 4)`.
+///
+/// Two medians closer than 2%, or closer than half the mean interquartile
+/// range of the two points, are not told apart by the measurement: run to run,
+/// medians move by about that much, and calling one protocol faster on such a
+/// difference would be reading noise.
+pub fn ties_with(best: &CurvePoint, other: &CurvePoint) -> bool {
+    let tolerance = (TIE_RELATIVE * best.median_ns).max((best.iqr() + other.iqr()) / 4.0);
+    other.median_ns - best.median_ns <= tolerance
+}
+
+/// The verdict at one size: the tying set, each with its median over the
+/// best's, and the margin to the runner-up when there is no tie.
+struct SizeVerdict {
+    size: u64,
+    /// (name, median / best median), fastest first.
+    set: Vec<(String, f64)>,
+    margin: f64,
+}
+
+/// The verdict at one size, when at least two protocols were measured there.
+fn verdict_at(size: u64, mut entries: Vec<(&str, CurvePoint)>) -> Option<SizeVerdict> {
+    if entries.len() < 2 {
+        return None;
+    }
+    entries.sort_by(|a, b| a.1.median_ns.total_cmp(&b.1.median_ns).then(a.0.cmp(b.0)));
+    let best = entries[0].1;
+    let relative = |m: f64| if best.median_ns > 0.0 { m / best.median_ns } else { 1.0 };
+    let set: Vec<(String, f64)> = entries
+        .iter()
+        .filter(|(_, p)| ties_with(&best, p))
+        .map(|(name, p)| (name.to_string(), relative(p.median_ns)))
+        .collect();
+    let margin = if set.len() == 1 { relative(entries[1].1.median_ns) - 1.0 } else { 0.0 };
+    Some(SizeVerdict { size, set, margin })
+}
+
+/// The names of a verdict's set, sorted by name: what must be equal for two
+/// sizes to join one range (the order within a tie may flip with noise).
+fn set_key(v: &SizeVerdict) -> Vec<&str> {
+    let mut names: Vec<&str> = v.set.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    names
+}
+
+/// One range from consecutive verdicts with the same set.
+fn merge_range(run: &[SizeVerdict]) -> BestRange {
+    let mut best: Vec<(String, f64)> = set_key(&run[0])
+        .into_iter()
+        .map(|name| {
+            let rel: f64 =
+                run.iter().map(|v| v.set.iter().find(|(n, _)| n == name).map_or(1.0, |(_, r)| *r)).sum::<f64>()
+                    / run.len() as f64;
+            (name.to_string(), rel)
+        })
+        .collect();
+    best.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let tie = best.len() > 1;
+    let margin = if tie { 0.0 } else { median(&run.iter().map(|v| v.margin).collect::<Vec<_>>()) };
+    BestRange {
+        from: run[0].size,
+        to: run[run.len() - 1].size,
+        best: best.into_iter().map(|(n, _)| n).collect(),
+        tie,
+        margin,
+    }
+}
+
+/// At each size measured by at least two protocols, the best protocol and
+/// the ones that tie with it; then consecutive sizes with the same set merged
+/// into ranges.
+///
+/// Tie rule, as the report prints it: protocol p ties with the best b at a
+/// size when `median_p - median_b <= max(2% of median_b, (iqr_b + iqr_p) / 4)`,
+/// i.e. a difference within 2% or within half the mean interquartile range is
+/// noise ([`ties_with`]).
+///
+/// Sizes measured by only one protocol are skipped (nothing to compare), and
+/// do not break a range; ranges span only measured sizes (`from` is the first,
+/// `to` the last size of a run of equal sets). Non-finite medians are ignored.
+pub fn best_protocol(curves: &[Curve]) -> Vec<BestRange> {
+    let mut at: BTreeMap<u64, Vec<(&str, CurvePoint)>> = BTreeMap::new();
+    for curve in curves {
+        for p in curve.clean_points() {
+            at.entry(p.size).or_default().push((curve.proto.as_str(), p));
+        }
+    }
+    let verdicts: Vec<SizeVerdict> = at.into_iter().filter_map(|(size, e)| verdict_at(size, e)).collect();
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    for i in 1..=verdicts.len() {
+        if i == verdicts.len() || set_key(&verdicts[i]) != set_key(&verdicts[start]) {
+            ranges.push(merge_range(&verdicts[start..i]));
+            start = i;
+        }
+    }
+    ranges
+}
+
+// ---------------------------------------------------------------------------
+// Thresholds: jumps and slope changes
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThresholdKind {
+    /// A discontinuity: a new packet, a Nagle stall.
+    Jump,
+    /// The RTT grows faster per byte from here on.
+    SlopeUp,
+    /// The RTT grows slower per byte from here on (e.g. TCP past two MTUs).
+    SlopeDown,
+}
+
+/// Where a curve changes behaviour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Threshold {
+    pub proto: String,
+    /// The first size after the change.
+    pub size: u64,
+    pub kind: ThresholdKind,
+    /// Jump: median just before and at `size` (ns). Slope: the slopes before
+    /// and after, in ns per byte.
+    pub before: f64,
+    pub after: f64,
+    /// size / payload-per-MTU (mtu - 40 for TCP/sendfile, mtu - 28 for UDP),
+    /// when an MTU is given: "2.1 x MTU".
+    pub mtu_multiple: Option<f64>,
+}
+
+/// A jump's rise, beyond the local trend, must exceed this fraction of the
+/// median before it...
+pub const JUMP_RELATIVE: f64 = 0.10;
+/// ...and this many times the curve's median absolute (detrended) step.
+pub const JUMP_STEPS: f64 = 4.0;
+/// Points on each side of a step that give its local trend.
+const JUMP_TREND_POINTS: usize = 3;
+/// Points in each least-squares window of the finest scale.
+pub const SLOPE_WINDOW: usize = 4;
+/// Slope changes by at least this factor (up or down) are reported.
+pub const SLOPE_RATIO: f64 = 1.8;
+/// A slope change must be worth this fraction of the curve's mean median
+/// over the span of the two windows.
+pub const SLOPE_MEANINGFUL: f64 = 0.05;
+/// A slope change must exceed its standard error (from the curve's noise)
+/// this many times.
+pub const SLOPE_SIGMAS: f64 = 5.0;
+/// The least relative noise assumed of measured medians: few points on a
+/// coarse grid can look smoother than any measurement is.
+pub const NOISE_FLOOR: f64 = 0.005;
+
+/// The bytes of payload one packet carries: the MTU less the IPv4 and TCP
+/// headers (40) or IPv4 and UDP headers (28).
+fn payload_per_mtu(proto: &str, mtu: u32) -> Option<f64> {
+    let headers = if proto.eq_ignore_ascii_case("udp") { 28 } else { 40 };
+    (mtu > headers).then(|| f64::from(mtu - headers))
+}
+
+/// Where `curve` changes behaviour, sorted by size. The detector is meant
+/// for noisy measured curves, and errs on the side of reporting nothing:
+///
+/// 1. Jumps. From each step between consecutive sizes, the rise the local
+///    trend explains is taken away: the trend is the steeper (never below 0)
+///    of two least-squares slopes, over the 3 points up to the step and the
+///    3 points from it on, so that neither a knee nor a sloped curve on an
+///    uneven grid (1, 64, ..., 32k, 64000, where a straight line rises by more
+///    than 10% per step) passes for a jump. What is left is a jump when it
+///    exceeds both 10% of the previous median and 4 times the curve's median
+///    absolute detrended step (each step relative to the median before it,
+///    since measurement noise grows with the RTT).
+/// 2. The jumps are then taken out of the curve (everything from a jump on is
+///    lowered by its excess), so that a step does not pass for a slope change.
+/// 3. Slope changes. At each candidate size, lines are fitted by least squares
+///    to the k points before it and the k points from it on (k = 4, or half
+///    the curve when shorter; at least 3), and again at scales of 2k, 4k, ...
+///    points while the curve holds two windows, since on a dense noisy grid
+///    only wider windows see a knee. A candidate is kept when
+///    - the slope ratio after/before is above 1.8 (slope-up) or below 1/1.8
+///      (slope-down), a slope below the meaningful difference counting as
+///      that difference (so a flat side does not divide by zero);
+///    - the difference of slopes is meaningful: above 5% of the curve's mean
+///      median over the size span of the two windows;
+///    - the difference exceeds 5 standard errors, computed from the curve's
+///      relative noise: the robust spread (1.4826 x MAD) of each median about
+///      the line through its two neighbours, relative to the median, and no
+///      less than 0.5% (a few points on a coarse grid can look smoother than
+///      any measurement is). Many candidates are tried, hence 5 and not 2;
+///    - its size is not a jump.
+/// 4. Of candidates within k points of each other (the larger k of the two),
+///    only the strongest stays: largest |ln ratio|, then the finer scale,
+///    then the smaller size.
+///
+/// A flat or straight curve gives nothing. Curves shorter than 6 points give
+/// no slope change; non-finite medians are ignored.
+pub fn thresholds(curve: &Curve, mtu: Option<u32>) -> Vec<Threshold> {
+    let pts = curve.clean_points();
+    let x: Vec<f64> = pts.iter().map(|p| p.size as f64).collect();
+    let y: Vec<f64> = pts.iter().map(|p| p.median_ns).collect();
+    let jumps = find_jumps(&x, &y);
+    let mut out: Vec<Threshold> = jumps
+        .iter()
+        .map(|&(i, _)| Threshold {
+            proto: curve.proto.clone(),
+            size: pts[i].size,
+            kind: ThresholdKind::Jump,
+            before: y[i - 1],
+            after: y[i],
+            mtu_multiple: None,
+        })
+        .collect();
+    let smooth = remove_jumps(&y, &jumps);
+    let jump_at: Vec<usize> = jumps.iter().map(|&(i, _)| i).collect();
+    out.extend(find_slope_changes(&x, &smooth, &jump_at).into_iter().map(|c| Threshold {
+        proto: curve.proto.clone(),
+        size: pts[c.at].size,
+        kind: c.kind,
+        before: c.before,
+        after: c.after,
+        mtu_multiple: None,
+    }));
+    out.sort_by_key(|t| t.size);
+    if let Some(payload) = mtu.and_then(|m| payload_per_mtu(&curve.proto, m)) {
+        for t in &mut out {
+            t.mtu_multiple = Some(t.size as f64 / payload);
+        }
+    }
+    out
+}
+
+/// The rise of each interval (index i: from point i - 1 to i) beyond the
+/// local trend; index 0 is unused (0).
+fn detrended_steps(x: &[f64], y: &[f64]) -> Vec<f64> {
+    let n = y.len();
+    let side = |from: usize, to: usize| (to - from >= 2).then(|| fit_line(&x[from..to], &y[from..to], 0.0).slope);
+    let mut out = vec![0.0; n];
+    for (i, step) in out.iter_mut().enumerate().skip(1) {
+        let left = side(i.saturating_sub(JUMP_TREND_POINTS), i);
+        let right = side(i, (i + JUMP_TREND_POINTS).min(n));
+        let trend = left.into_iter().chain(right).fold(0.0, f64::max);
+        *step = (y[i] - y[i - 1]) - trend * (x[i] - x[i - 1]);
+    }
+    out
+}
+
+/// The jumps of a curve: (index of the first point after, excess rise).
+fn find_jumps(x: &[f64], y: &[f64]) -> Vec<(usize, f64)> {
+    if y.len() < 2 {
+        return Vec::new();
+    }
+    let steps = detrended_steps(x, y);
+    let relative = |i: usize| if y[i - 1] > 0.0 { steps[i] / y[i - 1] } else { f64::INFINITY };
+    let typical = median(&(1..y.len()).map(|i| relative(i).abs()).collect::<Vec<_>>());
+    (1..y.len())
+        .filter(|&i| steps[i] > 0.0 && relative(i) > JUMP_RELATIVE.max(JUMP_STEPS * typical))
+        .map(|i| (i, steps[i]))
+        .collect()
+}
+
+/// The curve with each jump's excess taken off every point from it on.
+fn remove_jumps(y: &[f64], jumps: &[(usize, f64)]) -> Vec<f64> {
+    let mut out = y.to_vec();
+    for &(i, excess) in jumps {
+        for v in &mut out[i..] {
+            *v -= excess;
+        }
+    }
+    out
+}
+
+/// The typical relative noise of a curve's medians: 1.4826 times the median
+/// absolute deviation of each median from the straight line through its two
+/// neighbours, scaled for the neighbours' own noise, over the median. Knees
+/// and jumps touch a few points only, and the median ignores them.
+fn relative_noise(x: &[f64], y: &[f64]) -> f64 {
+    let devs: Vec<f64> = (1..y.len().saturating_sub(1))
+        .filter(|&i| y[i] > 0.0 && x[i + 1] > x[i - 1])
+        .map(|i| {
+            let t = (x[i] - x[i - 1]) / (x[i + 1] - x[i - 1]);
+            let line = y[i - 1] + t * (y[i + 1] - y[i - 1]);
+            let scale = (1.0 + (1.0 - t).powi(2) + t.powi(2)).sqrt();
+            ((y[i] - line) / scale / y[i]).abs()
+        })
+        .collect();
+    (1.4826 * median(&devs)).max(NOISE_FLOOR)
+}
+
+/// A least-squares line: its slope and the variance of that slope when each
+/// point has noise `noise * y`.
+struct Fit {
+    slope: f64,
+    variance: f64,
+}
+
+fn fit_line(x: &[f64], y: &[f64], noise: f64) -> Fit {
+    let n = x.len() as f64;
+    let mx = x.iter().sum::<f64>() / n;
+    let my = y.iter().sum::<f64>() / n;
+    let sxx: f64 = x.iter().map(|v| (v - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return Fit { slope: 0.0, variance: f64::INFINITY };
+    }
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let variance = x.iter().zip(y).map(|(a, b)| ((a - mx) / sxx * noise * b).powi(2)).sum();
+    Fit { slope: sxy / sxx, variance }
+}
+
+/// A slope-change candidate: the first point after the change, the window
+/// size, the slopes and the strength |ln ratio|.
+struct SlopeChange {
+    at: usize,
+    k: usize,
+    kind: ThresholdKind,
+    before: f64,
+    after: f64,
+    strength: f64,
+}
+
+/// The slope change at point `i` with windows of `k` points, if it passes.
+fn slope_change_at(x: &[f64], y: &[f64], i: usize, k: usize, mean: f64, noise: f64) -> Option<SlopeChange> {
+    let span = x[i + k - 1] - x[i - k];
+    if span <= 0.0 {
+        return None;
+    }
+    let before = fit_line(&x[i - k..i], &y[i - k..i], noise);
+    let after = fit_line(&x[i..i + k], &y[i..i + k], noise);
+    let meaningful = SLOPE_MEANINGFUL * mean.abs() / span;
+    let diff = (after.slope - before.slope).abs();
+    if diff <= meaningful || diff <= SLOPE_SIGMAS * (before.variance + after.variance).sqrt() {
+        return None;
+    }
+    let ratio = after.slope.max(meaningful) / before.slope.max(meaningful);
+    let kind = if ratio > SLOPE_RATIO {
+        ThresholdKind::SlopeUp
+    } else if ratio < 1.0 / SLOPE_RATIO {
+        ThresholdKind::SlopeDown
+    } else {
+        return None;
+    };
+    Some(SlopeChange { at: i, k, kind, before: before.slope, after: after.slope, strength: ratio.ln().abs() })
+}
+
+/// The slope changes of a jump-free curve, after suppression (see [`thresholds`]).
+fn find_slope_changes(x: &[f64], y: &[f64], jump_at: &[usize]) -> Vec<SlopeChange> {
+    let n = y.len();
+    let mut k = SLOPE_WINDOW.min(n / 2);
+    if k < 3 {
+        return Vec::new();
+    }
+    let mean = y.iter().sum::<f64>() / n as f64;
+    let noise = relative_noise(x, y);
+    let mut candidates = Vec::new();
+    while 2 * k <= n {
+        candidates.extend(
+            (k..=n - k).filter(|i| !jump_at.contains(i)).filter_map(|i| slope_change_at(x, y, i, k, mean, noise)),
+        );
+        k *= 2;
+    }
+    candidates.sort_by(|a, b| b.strength.total_cmp(&a.strength).then(a.k.cmp(&b.k)).then(a.at.cmp(&b.at)));
+    let mut kept: Vec<SlopeChange> = Vec::new();
+    for c in candidates {
+        if kept.iter().all(|s| s.at.abs_diff(c.at) > s.k.max(c.k)) {
+            kept.push(c);
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(size: u64, median: f64) -> CurvePoint {
+        point_iqr(size, median, 0.0)
+    }
+
+    fn point_iqr(size: u64, median: f64, iqr: f64) -> CurvePoint {
+        CurvePoint { size, median_ns: median, q1_ns: median - iqr / 2.0, q3_ns: median + iqr / 2.0 }
+    }
+
+    fn curve(proto: &str, sizes: &[u64], mut f: impl FnMut(u64) -> f64) -> Curve {
+        Curve::new(proto, sizes.iter().map(|&s| point(s, f(s))).collect())
+    }
+
+    /// The `quick` preset's sizes: uneven, denser around the MTU multiples.
+    const QUICK: [u64; 16] =
+        [1, 64, 256, 512, 1024, 1400, 1460, 1500, 2048, 2800, 3000, 4096, 8192, 16384, 32768, 64000];
+
+    /// The `paper` preset's sizes: 1, then 128 to 64000 every 128.
+    fn paper() -> Vec<u64> {
+        std::iter::once(1).chain((128..=64000).step_by(128)).collect()
+    }
+
+    /// Deterministic noise in [-1, 1] (a xorshift generator).
+    fn noise(seed: &mut u64) -> f64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+
+    fn knee(s: u64) -> f64 {
+        let s = s as f64;
+        if s <= 3000.0 {
+            10_000.0 + 2.0 * s
+        } else {
+            16_000.0 + 0.5 * (s - 3000.0)
+        }
+    }
+
+    #[test]
+    fn straight_and_flat_curves_have_no_threshold() {
+        for sizes in [QUICK.to_vec(), paper()] {
+            assert_eq!(thresholds(&curve("tcp", &sizes, |s| 10_000.0 + 2.0 * s as f64), Some(1500)), vec![]);
+            assert_eq!(thresholds(&curve("udp", &sizes, |_| 25_000.0), Some(1500)), vec![]);
+        }
+    }
+
+    #[test]
+    fn a_step_is_one_jump() {
+        for sizes in [QUICK.to_vec(), (250..=8000).step_by(250).chain([1460, 1500]).collect()] {
+            let c = curve("udp", &sizes, |s| 10_000.0 + 0.5 * s as f64 + if s >= 1500 { 6000.0 } else { 0.0 });
+            let t = thresholds(&c, None);
+            assert_eq!(t.len(), 1, "{t:?}");
+            assert_eq!((t[0].size, t[0].kind), (1500, ThresholdKind::Jump));
+            assert_eq!((t[0].before, t[0].after), (10_730.0, 16_750.0));
+            assert_eq!(t[0].mtu_multiple, None);
+        }
+    }
+
+    #[test]
+    fn tcp_speeding_up_after_two_mtus_is_one_slope_down() {
+        for sizes in [QUICK.to_vec(), (250..=12000).step_by(250).collect(), paper()] {
+            let t = thresholds(&curve("tcp", &sizes, knee), Some(1500));
+            assert_eq!(t.len(), 1, "{t:?}");
+            assert_eq!(t[0].kind, ThresholdKind::SlopeDown);
+            let at = sizes.iter().position(|&s| s == t[0].size).expect("a measured size");
+            let knee_at = sizes.iter().position(|&s| s >= 3000).expect("3000");
+            assert!(at.abs_diff(knee_at) <= 1, "{t:?}");
+            assert!((t[0].before - 2.0).abs() < 0.05 && (t[0].after - 0.5).abs() < 0.05, "{t:?}");
+            let m = t[0].mtu_multiple.expect("mtu given");
+            assert!((m - 2.0).abs() < 0.25, "{m}");
+        }
+    }
+
+    #[test]
+    fn noise_on_a_straight_line_is_no_threshold() {
+        let grids: [Vec<u64>; 3] = [QUICK.to_vec(), paper(), (100..=8000).step_by(100).collect()];
+        for sizes in &grids {
+            for seed in 1..=20u64 {
+                let mut state = seed * 7919;
+                let c = curve("tcp", sizes, |s| (10_000.0 + 2.0 * s as f64) * (1.0 + 0.02 * noise(&mut state)));
+                assert_eq!(thresholds(&c, Some(1500)), vec![], "seed {seed}, {} sizes", sizes.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_knee_is_found_through_noise_on_a_dense_grid() {
+        let mut seed = 99;
+        let c = curve("tcp", &paper(), |s| knee(s) * (1.0 + 0.02 * noise(&mut seed)));
+        let t = thresholds(&c, Some(1500));
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0].kind, ThresholdKind::SlopeDown);
+        assert!(t[0].size.abs_diff(3000) <= 1000, "{t:?}");
+    }
+
+    #[test]
+    fn a_slope_up_and_a_jump_together() {
+        // flat to 1500 then a packet's jump, then 3 ns/B from 4000 on
+        let sizes: Vec<u64> = (250..=10_000).step_by(250).collect();
+        let c = curve("udp", &sizes, |s| {
+            let s = s as f64;
+            20_000.0 + if s >= 1500.0 { 5000.0 } else { 0.0 } + if s > 4000.0 { 3.0 * (s - 4000.0) } else { 0.0 }
+        });
+        let t = thresholds(&c, Some(1500));
+        let kinds: Vec<(u64, ThresholdKind)> = t.iter().map(|t| (t.size, t.kind)).collect();
+        assert_eq!(kinds.len(), 2, "{t:?}");
+        assert_eq!(kinds[0], (1500, ThresholdKind::Jump));
+        assert_eq!(kinds[1].1, ThresholdKind::SlopeUp);
+        assert!(kinds[1].0.abs_diff(4000) <= 250, "{t:?}");
+        // UDP: payload per packet is 1500 - 28
+        assert_eq!(t[0].mtu_multiple, Some(1500.0 / 1472.0));
+    }
+
+    #[test]
+    fn unsorted_and_short_curves() {
+        let mut c = curve("tcp", &QUICK, knee);
+        c.points.reverse();
+        assert_eq!(thresholds(&c, None).len(), 1);
+        let short = curve("tcp", &[1, 2, 3, 4, 5], |s| s as f64 * 100.0);
+        assert_eq!(thresholds(&short, None), vec![]);
+        assert_eq!(thresholds(&curve("tcp", &[], |_| 0.0), None), vec![]);
+    }
+
+    fn names(r: &BestRange) -> Vec<&str> {
+        r.best.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn udp_below_1000_then_tcp_and_sendfile_tie() {
+        let sizes = [1, 64, 256, 512, 999, 1000, 2000, 4000, 8000];
+        let tcp = curve("tcp", &sizes, |s| 20_000.0 + s as f64);
+        let sendfile = curve("sendfile", &sizes, |s| (20_000.0 + s as f64) * 1.008);
+        let udp = curve("udp", &sizes, |s| if s < 1000 { 15_000.0 } else { 40_000.0 + s as f64 });
+        let r = best_protocol(&[tcp, udp, sendfile]);
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert_eq!((r[0].from, r[0].to, names(&r[0]), r[0].tie), (1, 999, vec!["udp"], false));
+        // margin: median over sizes of tcp / udp - 1 (tcp is second everywhere)
+        let expected = median(&[1, 64, 256, 512, 999].map(|s| (20_000.0 + s as f64) / 15_000.0 - 1.0));
+        assert!((r[0].margin - expected).abs() < 1e-12, "{r:?}");
+        assert_eq!((r[1].from, r[1].to, names(&r[1]), r[1].tie), (1000, 8000, vec!["tcp", "sendfile"], true));
+        assert_eq!(r[1].margin, 0.0);
+    }
+
+    #[test]
+    fn a_wide_iqr_makes_five_percent_a_tie() {
+        let a = Curve::new("tcp", vec![point_iqr(100, 10_000.0, 2000.0), point_iqr(200, 10_000.0, 200.0)]);
+        let b = Curve::new("udp", vec![point_iqr(100, 10_500.0, 2000.0), point_iqr(200, 10_500.0, 200.0)]);
+        let r = best_protocol(&[a, b]);
+        // at 100: (2000 + 2000) / 4 = 1000 >= 500, a tie; at 200: max(200, 100) < 500, tcp wins by 5%
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert_eq!((r[0].from, r[0].to, r[0].tie), (100, 100, true));
+        assert_eq!((r[1].from, names(&r[1]), r[1].tie), (200, vec!["tcp"], false));
+        assert!((r[1].margin - 0.05).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sizes_missing_from_some_curves() {
+        let tcp = Curve::new("tcp", vec![point(1, 100.0), point(2, 100.0), point(3, 100.0), point(5, 100.0)]);
+        let udp = Curve::new("udp", vec![point(1, 50.0), point(3, 60.0), point(4, 10.0), point(5, 200.0)]);
+        let sf = Curve::new("sendfile", vec![point(5, 300.0), point(6, 1.0)]);
+        let r = best_protocol(&[tcp, udp, sf]);
+        // 2, 4 and 6 have one protocol each: skipped, and 1..3 stay one range
+        let got: Vec<(u64, u64, Vec<&str>)> = r.iter().map(|r| (r.from, r.to, names(r))).collect();
+        assert_eq!(got, vec![(1, 3, vec!["udp"]), (5, 5, vec!["tcp"])]);
+        assert!(best_protocol(&[]).is_empty());
+        assert!(best_protocol(&[Curve::new("tcp", vec![point(1, 1.0)])]).is_empty());
+    }
+
+    #[test]
+    fn serde_names() {
+        assert_eq!(serde_json::to_string(&ThresholdKind::SlopeDown).expect("json"), "\"slope-down\"");
+        let r = BestRange { from: 1, to: 2, best: vec!["udp".into()], tie: false, margin: 0.5 };
+        let back: BestRange = serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
+        assert_eq!(back, r);
+    }
+}

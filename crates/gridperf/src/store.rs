@@ -1,0 +1,441 @@
+//! The results store: every run and every point, in SQLite.
+//!
+//! One file (default `$XDG_DATA_HOME/gridperf/results.db`, else
+//! `~/.local/share/gridperf/results.db`; `--db PATH` to choose), in WAL
+//! mode so that a second process can read while one writes. Each point is
+//! written in a transaction of its own as soon as it is measured: a crash
+//! or Ctrl-C loses at most the point in progress. The schema's version is
+//! SQLite's `user_version`; a database from a newer gridperf is refused,
+//! never migrated down or overwritten.
+
+use crate::error::{Error, Result};
+use gridperf_core::model::Environment;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The schema this gridperf writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1
+    "CREATE TABLE surveys (
+        id INTEGER PRIMARY KEY,
+        started REAL NOT NULL,
+        finished REAL,
+        command_line TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        status TEXT NOT NULL
+    );
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        survey_id INTEGER REFERENCES surveys(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        network TEXT NOT NULL,
+        target TEXT NOT NULL,
+        command_line TEXT NOT NULL,
+        version TEXT NOT NULL,
+        started REAL NOT NULL,
+        finished REAL,
+        settings TEXT NOT NULL,
+        env TEXT,
+        lab_profile TEXT,
+        lab TEXT,
+        mtu INTEGER,
+        invalid TEXT,
+        status TEXT NOT NULL
+    );
+    CREATE INDEX runs_by_survey ON runs(survey_id);
+    CREATE TABLE points (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        proto TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        setting TEXT NOT NULL DEFAULT '',
+        median_ns REAL,
+        q1_ns REAL,
+        q3_ns REAL,
+        figures TEXT NOT NULL,
+        samples TEXT,
+        created REAL NOT NULL,
+        UNIQUE(run_id, proto, size, setting)
+    );",
+];
+
+/// Where results go when no --db is given.
+pub fn default_path() -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("gridperf").join("results.db")
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    pub id: i64,
+    pub survey_id: Option<i64>,
+    /// rtt, transfer, stream.
+    pub kind: String,
+    /// The network: a lab profile's name, or the agent's address.
+    pub network: String,
+    pub target: String,
+    pub command_line: String,
+    pub version: String,
+    pub started: f64,
+    pub finished: Option<f64>,
+    pub settings: serde_json::Value,
+    pub env: Option<Environment>,
+    pub lab_profile: Option<String>,
+    pub mtu: Option<u32>,
+    /// Why the run is invalid (the lab's emulator fell behind), if it is.
+    pub invalid: Option<String>,
+    /// running, done, failed or interrupted.
+    pub status: String,
+    pub points: i64,
+}
+
+/// A point as stored: a protocol at a size (and a setting), its summary
+/// figures for queries and all its figures as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointRow {
+    pub proto: String,
+    pub size: u64,
+    pub setting: String,
+    pub median_ns: Option<f64>,
+    pub q1_ns: Option<f64>,
+    pub q3_ns: Option<f64>,
+    pub figures: serde_json::Value,
+    pub samples: Option<Vec<u64>>,
+}
+
+/// What a new run is.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    pub survey_id: Option<i64>,
+    pub kind: &'a str,
+    pub network: &'a str,
+    pub target: &'a str,
+    pub settings: serde_json::Value,
+    pub lab_profile: Option<&'a str>,
+    pub mtu: Option<u32>,
+}
+
+pub struct Store {
+    conn: Connection,
+    pub path: PathBuf,
+}
+
+fn db_err(path: &Path, e: rusqlite::Error) -> Error {
+    let text = e.to_string();
+    if text.contains("locked") || text.contains("busy") {
+        Error::usage(format!(
+            "the results database {} is locked by another process (waited 5 s); try again when it is done",
+            path.display()
+        ))
+    } else if text.contains("not a database") || text.contains("malformed") {
+        Error::usage(format!(
+            "{} is not a gridperf results database, or it is damaged ({text}); it was left as it is: give another --db",
+            path.display()
+        ))
+    } else {
+        Error::internal(format!("results database {}: {text}", path.display()))
+    }
+}
+
+fn now() -> f64 {
+    crate::runner::unix_now()
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and brings its
+    /// schema up to date.
+    pub fn open(path: &Path) -> Result<Store> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::usage(format!("cannot create {} for the results database: {e}", dir.display())))?;
+        }
+        Self::open_with(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)
+    }
+
+    /// Opens an existing database (for `runs` and `report`): a missing one is an error.
+    pub fn open_existing(path: &Path) -> Result<Store> {
+        if !path.exists() {
+            return Err(Error::usage(format!(
+                "no results database at {}: run a survey (or give --db PATH) first",
+                path.display()
+            )));
+        }
+        Self::open_with(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+    }
+
+    fn open_with(path: &Path, flags: OpenFlags) -> Result<Store> {
+        let e = |err| db_err(path, err);
+        let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(e)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(e)?;
+        // reading the version is the first real access: a file that is not
+        // SQLite fails here, before anything is written to it
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(e)?;
+        if version > SCHEMA_VERSION {
+            return Err(Error::usage(format!(
+                "{} was written by a newer gridperf (schema {version}; this one knows up to {SCHEMA_VERSION}); \
+                 it was left untouched: use that gridperf, or give another --db",
+                path.display()
+            )));
+        }
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(e)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(e)?;
+        let mut store = Store { conn, path: path.to_path_buf() };
+        store.migrate(version)?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self, from: i64) -> Result<()> {
+        let path = self.path.clone();
+        for (v, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+            let tx = self.conn.transaction().map_err(|e| db_err(&path, e))?;
+            tx.execute_batch(sql).map_err(|e| db_err(&path, e))?;
+            tx.pragma_update(None, "user_version", v as i64 + 1).map_err(|e| db_err(&path, e))?;
+            tx.commit().map_err(|e| db_err(&path, e))?;
+        }
+        Ok(())
+    }
+
+    fn e(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        |err| db_err(&self.path, err)
+    }
+
+    pub fn begin_survey(&self, spec: &serde_json::Value) -> Result<i64> {
+        self.conn
+            .execute(
+                "INSERT INTO surveys (started, command_line, spec, status) VALUES (?1, ?2, ?3, 'running')",
+                params![now(), std::env::args().collect::<Vec<_>>().join(" "), spec.to_string()],
+            )
+            .map_err(self.e())?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn finish_survey(&self, id: i64, status: &str) -> Result<()> {
+        self.conn
+            .execute("UPDATE surveys SET finished = ?1, status = ?2 WHERE id = ?3", params![now(), status, id])
+            .map_err(self.e())?;
+        Ok(())
+    }
+
+    /// The latest survey that did not finish, with the same spec (for --resume).
+    pub fn unfinished_survey(&self, spec: &serde_json::Value) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT id FROM surveys WHERE status != 'done' AND spec = ?1 ORDER BY id DESC LIMIT 1",
+                params![spec.to_string()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.e())
+    }
+
+    /// The run of a survey for a network and kind, if it was begun.
+    pub fn survey_run(&self, survey: i64, network: &str, kind: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT id FROM runs WHERE survey_id = ?1 AND network = ?2 AND kind = ?3 ORDER BY id DESC LIMIT 1",
+                params![survey, network, kind],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.e())
+    }
+
+    pub fn begin_run(&self, r: &NewRun) -> Result<i64> {
+        self.conn
+            .execute(
+                "INSERT INTO runs (survey_id, kind, network, target, command_line, version, started, settings,
+                                   lab_profile, mtu, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')",
+                params![
+                    r.survey_id,
+                    r.kind,
+                    r.network,
+                    r.target,
+                    std::env::args().collect::<Vec<_>>().join(" "),
+                    crate::env::software(),
+                    now(),
+                    r.settings.to_string(),
+                    r.lab_profile,
+                    r.mtu,
+                ],
+            )
+            .map_err(self.e())?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Writes one point, in a transaction of its own (replacing a point of
+    /// the same protocol, size and setting in the run).
+    pub fn add_point(&self, run: i64, p: &PointRow) -> Result<()> {
+        let samples = p.samples.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO points (run_id, proto, size, setting, median_ns, q1_ns, q3_ns, figures, samples, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    run,
+                    p.proto,
+                    p.size as i64,
+                    p.setting,
+                    p.median_ns,
+                    p.q1_ns,
+                    p.q3_ns,
+                    p.figures.to_string(),
+                    samples,
+                    now()
+                ],
+            )
+            .map_err(self.e())?;
+        Ok(())
+    }
+
+    pub fn has_point(&self, run: i64, proto: &str, size: u64, setting: &str) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT 1 FROM points WHERE run_id = ?1 AND proto = ?2 AND size = ?3 AND setting = ?4",
+                params![run, proto, size as i64, setting],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|o| o.is_some())
+            .map_err(self.e())
+    }
+
+    /// Ends a run: its environment record, its validity, its status.
+    pub fn finish_run(&self, run: i64, env: Option<&Environment>, status: &str) -> Result<()> {
+        let invalid = env.and_then(|e| e.lab.as_ref()).and_then(|l| l.invalid.clone());
+        let lab = env.and_then(|e| e.lab.as_ref()).map(|l| serde_json::to_string(l).unwrap_or_default());
+        let env = env.map(|e| serde_json::to_string(e).unwrap_or_default());
+        self.conn
+            .execute(
+                "UPDATE runs SET finished = ?1, env = COALESCE(?2, env), lab = COALESCE(?3, lab), invalid = ?4, status = ?5
+                 WHERE id = ?6",
+                params![now(), env, lab, invalid, status, run],
+            )
+            .map_err(self.e())?;
+        Ok(())
+    }
+
+    fn run_from(r: &rusqlite::Row) -> rusqlite::Result<RunRow> {
+        let settings: String = r.get("settings")?;
+        let env: Option<String> = r.get("env")?;
+        Ok(RunRow {
+            id: r.get("id")?,
+            survey_id: r.get("survey_id")?,
+            kind: r.get("kind")?,
+            network: r.get("network")?,
+            target: r.get("target")?,
+            command_line: r.get("command_line")?,
+            version: r.get("version")?,
+            started: r.get("started")?,
+            finished: r.get("finished")?,
+            settings: serde_json::from_str(&settings).unwrap_or_default(),
+            env: env.and_then(|e| serde_json::from_str(&e).ok()),
+            lab_profile: r.get("lab_profile")?,
+            mtu: r.get("mtu")?,
+            invalid: r.get("invalid")?,
+            status: r.get("status")?,
+            points: r.get("points")?,
+        })
+    }
+
+    const RUN_SELECT: &'static str =
+        "SELECT runs.*, (SELECT COUNT(*) FROM points WHERE run_id = runs.id) AS points FROM runs";
+
+    /// Runs, newest first, filtered by kind, network (profile or host) and
+    /// start time (unix seconds), and by survey.
+    pub fn runs(&self, f: &RunFilter) -> Result<Vec<RunRow>> {
+        let sql = format!(
+            "{} WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR network = ?2) AND (?3 IS NULL OR started >= ?3)
+               AND (?4 IS NULL OR survey_id = ?4) ORDER BY id DESC",
+            Self::RUN_SELECT
+        );
+        let mut st = self.conn.prepare(&sql).map_err(self.e())?;
+        let rows = st
+            .query_map(params![f.kind, f.network, f.since, f.survey], Self::run_from)
+            .map_err(self.e())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.e())?;
+        Ok(rows)
+    }
+
+    /// One run; an unknown id says which ids exist.
+    pub fn run(&self, id: i64) -> Result<RunRow> {
+        let sql = format!("{} WHERE id = ?1", Self::RUN_SELECT);
+        match self.conn.query_row(&sql, params![id], Self::run_from).optional().map_err(self.e())? {
+            Some(r) => Ok(r),
+            None => {
+                let ids: Vec<i64> = self.runs(&RunFilter::default())?.iter().map(|r| r.id).collect();
+                Err(Error::usage(if ids.is_empty() {
+                    format!("no run {id}: {} holds no runs yet", self.path.display())
+                } else {
+                    let shown: Vec<String> = ids.iter().take(20).map(|i| i.to_string()).collect();
+                    format!(
+                        "no run {id} in {}; its runs are {}{} (gridperf runs list)",
+                        self.path.display(),
+                        shown.join(", "),
+                        if ids.len() > 20 { ", ..." } else { "" }
+                    )
+                }))
+            }
+        }
+    }
+
+    pub fn points(&self, run: i64) -> Result<Vec<PointRow>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT proto, size, setting, median_ns, q1_ns, q3_ns, figures, samples FROM points
+                 WHERE run_id = ?1 ORDER BY proto, size, setting",
+            )
+            .map_err(self.e())?;
+        let rows = st
+            .query_map(params![run], |r| {
+                let figures: String = r.get(6)?;
+                let samples: Option<String> = r.get(7)?;
+                Ok(PointRow {
+                    proto: r.get(0)?,
+                    size: r.get::<_, i64>(1)? as u64,
+                    setting: r.get(2)?,
+                    median_ns: r.get(3)?,
+                    q1_ns: r.get(4)?,
+                    q3_ns: r.get(5)?,
+                    figures: serde_json::from_str(&figures).unwrap_or_default(),
+                    samples: samples.and_then(|s| serde_json::from_str(&s).ok()),
+                })
+            })
+            .map_err(self.e())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.e())?;
+        Ok(rows)
+    }
+
+    /// Deletes a run and its points.
+    pub fn delete(&self, id: i64) -> Result<()> {
+        self.run(id)?;
+        self.conn.execute("DELETE FROM runs WHERE id = ?1", params![id]).map_err(self.e())?;
+        Ok(())
+    }
+
+    /// The newest survey's id, if any.
+    pub fn latest_survey(&self) -> Result<Option<i64>> {
+        self.conn.query_row("SELECT MAX(id) FROM surveys", [], |r| r.get(0)).map_err(self.e())
+    }
+}
+
+/// What `runs list` filters on.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub kind: Option<String>,
+    pub network: Option<String>,
+    pub since: Option<f64>,
+    pub survey: Option<i64>,
+}

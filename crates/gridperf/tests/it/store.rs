@@ -1,0 +1,189 @@
+//! The results store and the survey through it: round trips, a survey
+//! killed mid-run and resumed, bad databases, runs list/show/compare/export,
+//! and the report.
+
+use gridperf::store::{NewRun, PointRow, RunFilter, Store};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run gridperf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmpdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("gridperf-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    d
+}
+
+fn point(proto: &str, size: u64, median: f64) -> PointRow {
+    PointRow {
+        proto: proto.into(),
+        size,
+        setting: String::new(),
+        median_ns: Some(median),
+        q1_ns: Some(median * 0.9),
+        q3_ns: Some(median * 1.1),
+        figures: serde_json::json!({ "proto": proto, "size_bytes": size }),
+        samples: Some(vec![1, 2, 3]),
+    }
+}
+
+#[test]
+fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
+    let d = tmpdir("roundtrip");
+    let db = d.join("r.db");
+    let store = Store::open(&db).expect("open");
+    let id = store
+        .begin_run(&NewRun {
+            survey_id: None,
+            kind: "rtt",
+            network: "man",
+            target: "man",
+            settings: serde_json::json!({ "sizes": [1, 64] }),
+            lab_profile: Some("man"),
+            mtu: Some(1500),
+        })
+        .expect("run");
+    store.add_point(id, &point("tcp", 1, 2_000_000.0)).expect("point");
+    // a second process reads while the first holds the database open (WAL)
+    let o = run(&["runs", "list", "--db", db.to_str().expect("path"), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(listed[0]["points"], 1);
+    assert_eq!(listed[0]["status"], "running");
+    store.add_point(id, &point("udp", 64, 1_900_000.0)).expect("point");
+    drop(store);
+    let store = Store::open_existing(&db).expect("reopen");
+    let pts = store.points(id).expect("points");
+    assert_eq!(pts.len(), 2);
+    assert_eq!(pts[0], point("tcp", 1, 2_000_000.0));
+    assert_eq!(store.runs(&RunFilter { network: Some("wan".into()), ..Default::default() }).expect("runs").len(), 0);
+    assert_eq!(store.runs(&RunFilter { kind: Some("rtt".into()), ..Default::default() }).expect("runs").len(), 1);
+    // an unknown run lists the ones there are
+    let e = store.run(999).expect_err("unknown");
+    assert!(e.to_string().contains(&format!("its runs are {id}")), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_newer_or_foreign_database_is_refused_and_left_untouched() {
+    let d = tmpdir("baddb");
+    // newer schema
+    let db = d.join("newer.db");
+    {
+        let c = rusqlite::Connection::open(&db).expect("sqlite");
+        c.pragma_update(None, "user_version", 99).expect("pragma");
+    }
+    let before = std::fs::read(&db).expect("read");
+    let o = run(&["runs", "list", "--db", db.to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("newer gridperf"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&db).expect("read"), before, "the newer database was changed");
+    // not a database at all
+    let junk = d.join("junk.db");
+    std::fs::write(&junk, vec![0x42u8; 8192]).expect("write");
+    let o = run(&["survey", "local", "--quick", "--db", junk.to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a gridperf results database"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&junk).expect("read"), vec![0x42u8; 8192], "the foreign file was changed");
+    // missing
+    let o = run(&["report", "--db", d.join("none.db").to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no results database"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_survey_killed_mid_run_loses_at_most_one_point_and_resumes() {
+    let d = tmpdir("survey");
+    let db = d.join("s.db");
+    let dbs = db.to_str().expect("path").to_string();
+    let report = d.join("r.html");
+    let args = [
+        "survey",
+        "local",
+        "--quick",
+        "--proto",
+        "tcp,udp",
+        "--sizes",
+        "1,64,512,1k,1460,2k,4k,8k,16k,32k",
+        "--db",
+        &dbs,
+    ];
+    let mut child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("survey");
+    // kill it once a few points are in
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "no points stored within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+        let n = Store::open_existing(&db)
+            .and_then(|s| s.runs(&RunFilter::default()))
+            .map(|r| r.iter().map(|r| r.points).sum::<i64>())
+            .unwrap_or(0);
+        if n >= 5 {
+            break;
+        }
+    }
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let store = Store::open_existing(&db).expect("reopen after the kill");
+    let runs = store.runs(&RunFilter::default()).expect("runs");
+    let rtt = runs.iter().find(|r| r.kind == "rtt").expect("rtt run");
+    let kept = rtt.points;
+    assert!(kept >= 5, "{kept} points kept");
+    assert_eq!(rtt.status, "running", "the killed run is not marked done");
+    drop(store);
+    // the same survey again, resumed: the stored points are not measured again
+    let mut more = args.to_vec();
+    more.extend_from_slice(&["--resume", "-o", report.to_str().expect("path")]);
+    let o = run(&more);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.contains("best RTT"), "{out}");
+    let store = Store::open_existing(&db).expect("reopen");
+    let runs = store.runs(&RunFilter::default()).expect("runs");
+    let rtt = runs.iter().find(|r| r.kind == "rtt").expect("rtt run");
+    assert_eq!(rtt.points, 20, "2 protocols x 10 sizes, each once");
+    assert_eq!(rtt.status, "done");
+    assert_eq!(runs.iter().filter(|r| r.kind == "rtt").count(), 1, "resume made a second run");
+    let tr = runs.iter().find(|r| r.kind == "transfer").expect("transfer run");
+    assert_eq!(tr.points, 6, "2 protocols x 3 transfer sizes");
+    // the report is one self-contained file
+    let html = std::fs::read_to_string(&report).expect("report");
+    assert!(html.contains("<svg"), "no plot in the report");
+    assert!(!html.contains("<script"), "the report runs no script");
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "the report fetches nothing");
+    // show, export and compare work on the stored run
+    let id = rtt.id.to_string();
+    let o = run(&["runs", "export", &id, "--format", "csv", "--db", &dbs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(csv.lines().count(), 21, "{csv}");
+    assert!(csv.starts_with("proto,size_bytes,setting,q1_ns,median_ns,q3_ns\n"), "{csv}");
+    let o = run(&["runs", "compare", &id, &id, "--db", &dbs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("+0.0%"));
+    let o = run(&["runs", "show", "12345", "--db", &dbs]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("its runs are"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_report_of_nothing_says_so() {
+    let d = tmpdir("empty");
+    let db = d.join("e.db");
+    drop(Store::open(&db).expect("open"));
+    let o = run(&["report", "--db", db.to_str().expect("path"), "-o", d.join("x.html").to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nothing to draw"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
