@@ -300,6 +300,12 @@ struct StreamArgs {
     /// Print JSON (schema in docs/json.md) instead of the table.
     #[arg(long)]
     json: bool,
+    /// The results database (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
+    /// Do not store this run.
+    #[arg(long, conflicts_with = "db")]
+    no_store: bool,
     /// Test seam: the local agent resets stream 0's connection after this many bytes.
     #[arg(long, hide = true, value_name = "BYTES")]
     fault_break_stream: Option<u64>,
@@ -516,6 +522,12 @@ struct EchoArgs {
     /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1% (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     lab_sets: Vec<String>,
+    /// The results database every point is written to (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
+    /// Do not store this run.
+    #[arg(long, conflicts_with = "db")]
+    no_store: bool,
     /// Print JSON (schema documented in docs/json.md) instead of a table.
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -786,15 +798,81 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
         warmup: a.warmup,
         keep_samples: a.samples,
     };
+    let mut rec = recorder(&a.echo, "rtt", serde_json::to_value(rtt::settings(&opts)).unwrap_or_default(), &_lab)?;
     let (bar, mut tick) = progress_bar();
-    let result = rtt::run(&target, &opts, &mut tick);
+    let samples = a.samples;
+    let result = rtt::run_with(&target, &opts, &mut tick, &|_, _| false, &mut |p| {
+        let mut row = gridperf::survey::rtt_point_row(p);
+        if samples {
+            row.samples = p.samples_ns.clone();
+        }
+        rec.point(&row)
+    });
     bar.finish_and_clear();
-    let r = result?;
+    let r = stored(&mut rec, result)?;
     emit(&a.echo, &r, || report::rtt_csv(&r, a.samples), || report::rtt_table(&r), &r.warnings, &r.env)?;
     if r.points.iter().any(|p| p.summary.is_none()) {
         return Err(Error::measurement("some points have no sample: every message was lost"));
     }
     Ok(())
+}
+
+/// The store for a standalone rtt or transfer run.
+fn recorder(
+    a: &EchoArgs,
+    kind: &str,
+    settings: serde_json::Value,
+    lab: &Option<gridperf::lab::run::LabRun>,
+) -> Result<gridperf::store::Recorder> {
+    let network = match (lab, &a.host) {
+        (Some(l), _) => l.profile.clone(),
+        (None, Some(h)) => h.clone(),
+        (None, None) => "local".into(),
+    };
+    gridperf::store::Recorder::open(
+        a.db.as_deref(),
+        !a.no_store,
+        &gridperf::store::NewRun {
+            survey_id: None,
+            kind,
+            network: &network,
+            target: a.host.as_deref().unwrap_or("local"),
+            settings,
+            lab_profile: lab.as_ref().map(|l| l.profile.as_str()),
+            mtu: None,
+        },
+    )
+}
+
+/// Ends a stored run with the result's environment and status; says where it went.
+fn stored<T: HasEnv>(rec: &mut gridperf::store::Recorder, result: Result<T>) -> Result<T> {
+    match &result {
+        Ok(r) => {
+            if let Some(where_) = rec.finish(Some(r.env()), "done") {
+                eprintln!("gridperf: {where_}");
+            }
+        }
+        Err(_) => {
+            rec.finish(None, "failed");
+        }
+    }
+    result
+}
+
+trait HasEnv {
+    fn env(&self) -> &gridperf_core::model::Environment;
+}
+
+impl HasEnv for gridperf_core::model::RttReport {
+    fn env(&self) -> &gridperf_core::model::Environment {
+        &self.env
+    }
+}
+
+impl HasEnv for gridperf_core::model::TransferReport {
+    fn env(&self) -> &gridperf_core::model::Environment {
+        &self.env
+    }
 }
 
 fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
@@ -997,6 +1075,50 @@ fn cmd_runs(c: RunsCommand) -> Result<()> {
     }
 }
 
+/// Stores a stream test: one run per repetition, one point per stream.
+fn store_stream(
+    a: &StreamArgs,
+    r: &gridperf_core::model::StreamReport,
+    lab: &Option<gridperf::lab::run::LabRun>,
+) -> Result<()> {
+    let network = match (lab, &a.host) {
+        (Some(l), _) => l.profile.clone(),
+        (None, Some(h)) => h.clone(),
+        (None, None) => "local".into(),
+    };
+    for run in &r.runs {
+        let mut rec = gridperf::store::Recorder::open(
+            a.db.as_deref(),
+            !a.no_store,
+            &gridperf::store::NewRun {
+                survey_id: None,
+                kind: "stream",
+                network: &network,
+                target: &run.env.target,
+                settings: serde_json::json!({ "spec": r.spec, "omit_ns": r.omit_ns }),
+                lab_profile: lab.as_ref().map(|l| l.profile.as_str()),
+                mtu: None,
+            },
+        )?;
+        for s in &run.streams {
+            rec.point(&gridperf::store::PointRow {
+                proto: r.spec.proto.clone(),
+                size: r.spec.write_size,
+                setting: format!("stream {} {}", s.index, s.direction),
+                median_ns: None,
+                q1_ns: None,
+                q3_ns: None,
+                figures: serde_json::to_value(s).unwrap_or_default(),
+                samples: None,
+            })?;
+        }
+        if let Some(where_) = rec.finish(Some(&run.env), "done") {
+            eprintln!("gridperf: {where_}");
+        }
+    }
+    Ok(())
+}
+
 /// A duration where a bare number means seconds (as iperf's -t).
 fn seconds_or(s: &str, what: &'static str) -> Result<Duration> {
     if s.trim_start().starts_with('-') {
@@ -1100,6 +1222,7 @@ fn cmd_stream(a: StreamArgs) -> Result<()> {
         }
     };
     let r = stream::run(&target, &opts, &mut on_interval)?;
+    store_stream(&a, &r, &_lab)?;
     if let Some(path) = &a.timeline {
         std::fs::write(path, report::stream_timeline(&r, path.extension().is_some_and(|e| e == "csv")))
             .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
@@ -1152,9 +1275,13 @@ fn cmd_transfer(a: TransferArgs) -> Result<()> {
     }
     let opts = TransferOptions { echo, total, repeat: a.repeat, warmup_runs: a.warmup_runs };
     let (bar, mut tick) = progress_bar();
-    let result = transfer::run(&target, &opts, &mut tick);
+    let mut rec =
+        recorder(&a.echo, "transfer", serde_json::to_value(transfer::settings(&opts)).unwrap_or_default(), &_lab)?;
+    let result = transfer::run_with(&target, &opts, &mut tick, &|_, _| false, &mut |p| {
+        rec.point(&gridperf::survey::transfer_point_row(p))
+    });
     bar.finish_and_clear();
-    let r = result?;
+    let r = stored(&mut rec, result)?;
     emit(&a.echo, &r, || report::transfer_csv(&r), || report::transfer_table(&r), &r.warnings, &r.env)?;
     if r.points.iter().any(|p| p.time.is_none()) {
         return Err(Error::measurement("some points completed no run"));

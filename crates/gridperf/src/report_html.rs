@@ -280,6 +280,66 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     );
                 }
             }
+        } else if run.kind == "stream" {
+            let streams: Vec<gridperf_core::model::StreamResult> =
+                points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+            let interval_s = run
+                .settings
+                .get("spec")
+                .and_then(|s| s.get("interval_ms"))
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1000.0)
+                / 1000.0;
+            let per_interval = Chart {
+                title: format!("throughput per interval, {}", run.network),
+                x_label: "time (s)".into(),
+                y_label: "received (Mbit/s)".into(),
+                series: streams
+                    .iter()
+                    .map(|st| Series {
+                        label: format!("stream {} {}", st.index, st.direction),
+                        points: st
+                            .interval_bps
+                            .iter()
+                            .enumerate()
+                            .map(|(k, b)| SeriesPoint { x: (k + 1) as f64 * interval_s, y: b / 1e6, band: None })
+                            .collect(),
+                    })
+                    .collect(),
+                ..Chart::default()
+            };
+            add(format!("{slug}-intervals.svg"), &per_interval, &mut h);
+            let window = Chart {
+                title: format!("TCP window over time (the sender's TCP_INFO), {}", run.network),
+                x_label: "time (s)".into(),
+                y_label: "cwnd (segments)".into(),
+                series: streams
+                    .iter()
+                    .filter(|st| !st.timeline.is_empty())
+                    .map(|st| Series {
+                        label: format!("stream {} {}", st.index, st.direction),
+                        points: st
+                            .timeline
+                            .iter()
+                            .map(|t| SeriesPoint { x: t.t_ns as f64 / 1e9, y: t.cwnd as f64, band: None })
+                            .collect(),
+                    })
+                    .collect(),
+                ..Chart::default()
+            };
+            add(format!("{slug}-cwnd.svg"), &window, &mut h);
+            h.push_str("<table><tr><th>stream</th><th>throughput</th><th>verdict</th></tr>");
+            for st in &streams {
+                let _ = write!(
+                    h,
+                    "<tr><td>{} {}</td><td>{:.1} Mbit/s</td><td>{}</td></tr>",
+                    st.index,
+                    escape(&st.direction),
+                    st.throughput_bps / 1e6,
+                    escape(&st.verdict.as_ref().map(|v| v.text.clone()).unwrap_or_default())
+                );
+            }
+            h.push_str("</table>\n");
         } else if run.kind == "transfer" {
             let chart = Chart {
                 title: format!("transfer time, {}", run.network),

@@ -439,3 +439,53 @@ pub struct RunFilter {
     pub since: Option<f64>,
     pub survey: Option<i64>,
 }
+
+/// A standalone benchmark's link to the store: it writes each point as it
+/// is measured. With an explicit --db every failure is an error; with the
+/// default database, a store that cannot be opened or written is reported
+/// once on stderr and the measurement goes on without it.
+pub struct Recorder {
+    store: Option<Store>,
+    run: Option<i64>,
+    strict: bool,
+}
+
+impl Recorder {
+    pub fn open(db: Option<&Path>, enabled: bool, new_run: &NewRun) -> Result<Recorder> {
+        if !enabled {
+            return Ok(Recorder { store: None, run: None, strict: false });
+        }
+        let strict = db.is_some();
+        let path = db.map(Path::to_path_buf).unwrap_or_else(default_path);
+        let opened = Store::open(&path).and_then(|s| s.begin_run(new_run).map(|id| (s, id)));
+        match opened {
+            Ok((s, id)) => Ok(Recorder { store: Some(s), run: Some(id), strict }),
+            Err(e) if strict => Err(e),
+            Err(e) => {
+                eprintln!("gridperf: warning: not storing this run: {e} (--no-store to say so, --db PATH to choose)");
+                Ok(Recorder { store: None, run: None, strict })
+            }
+        }
+    }
+
+    /// Writes a point (see [`Store::add_point`]).
+    pub fn point(&mut self, p: &PointRow) -> Result<()> {
+        let (Some(s), Some(run)) = (&self.store, self.run) else { return Ok(()) };
+        match s.add_point(run, p) {
+            Ok(()) => Ok(()),
+            Err(e) if self.strict => Err(e),
+            Err(e) => {
+                eprintln!("gridperf: warning: the store failed, not storing the rest of this run: {e}");
+                self.store = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the run; returns where it went, for the user.
+    pub fn finish(&mut self, env: Option<&Environment>, status: &str) -> Option<String> {
+        let (Some(s), Some(run)) = (&self.store, self.run) else { return None };
+        s.finish_run(run, env, status).ok()?;
+        Some(format!("stored as run {run} in {}", s.path.display()))
+    }
+}

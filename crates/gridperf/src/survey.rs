@@ -113,7 +113,7 @@ fn echo_options(spec: &SurveySpec, sizes: Vec<u64>, one_way: Duration, rate: Opt
     }
 }
 
-fn rtt_point_row(p: &gridperf_core::model::RttPoint) -> PointRow {
+pub fn rtt_point_row(p: &gridperf_core::model::RttPoint) -> PointRow {
     PointRow {
         proto: p.proto.name().into(),
         size: p.size_bytes,
@@ -126,7 +126,7 @@ fn rtt_point_row(p: &gridperf_core::model::RttPoint) -> PointRow {
     }
 }
 
-fn transfer_point_row(p: &gridperf_core::model::TransferPoint) -> PointRow {
+pub fn transfer_point_row(p: &gridperf_core::model::TransferPoint) -> PointRow {
     PointRow {
         proto: p.proto.name().into(),
         size: p.size_bytes,

@@ -18,6 +18,8 @@ pub struct LabRun {
     pub agent: SocketAddr,
     /// The profile and overrides, in words, for the run's record.
     pub description: String,
+    /// The profile's name.
+    pub profile: String,
     child: Option<Child>,
     home: Option<File>,
     signals: Option<signal_hook::iterator::Handle>,
@@ -59,12 +61,14 @@ impl LabRun {
     /// until it listens, and moves the calling thread into host a.
     pub fn start(spec: LabSpec) -> Result<LabRun> {
         let description = spec.description.clone();
+        let profile = spec.profile.clone().unwrap_or_default();
         let name = spec.name.clone();
         let st = super::up(spec)?;
         let mut run = LabRun {
             name: name.clone(),
             agent: SocketAddr::from((Ipv4Addr::LOCALHOST, gridperf_core::wire::DEFAULT_PORT)),
             description,
+            profile,
             child: None,
             home: None,
             signals: None,
