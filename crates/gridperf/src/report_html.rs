@@ -140,10 +140,13 @@ fn threshold_words(t: &Threshold) -> String {
 }
 
 fn rtt_chart(a: &NetworkAnalysis, title: &str, x_max: Option<f64>) -> Chart {
+    // microseconds on a LAN, milliseconds on a WAN
+    let top = a.curves.iter().flat_map(|c| c.points.iter().map(|p| p.median_ns)).fold(0.0f64, f64::max);
+    let (div, unit) = if top >= 10e6 { (1e6, "ms") } else { (1e3, "us") };
     Chart {
         title: title.to_string(),
         x_label: "message size (bytes)".into(),
-        y_label: "round-trip time (us): median, band q1-q3".into(),
+        y_label: format!("round-trip time ({unit}): median, band q1-q3"),
         x_log: false,
         y_log: false,
         x_range: x_max.map(|m| (0.0, m)),
@@ -157,8 +160,8 @@ fn rtt_chart(a: &NetworkAnalysis, title: &str, x_max: Option<f64>) -> Chart {
                     .iter()
                     .map(|p| SeriesPoint {
                         x: p.size as f64,
-                        y: p.median_ns / 1e3,
-                        band: Some((p.q1_ns / 1e3, p.q3_ns / 1e3)),
+                        y: p.median_ns / div,
+                        band: Some((p.q1_ns / div, p.q3_ns / div)),
                     })
                     .collect(),
             })
@@ -283,13 +286,9 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
         } else if run.kind == "stream" {
             let streams: Vec<gridperf_core::model::StreamResult> =
                 points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
-            let interval_s = run
-                .settings
-                .get("spec")
-                .and_then(|s| s.get("interval_ms"))
-                .and_then(|v| v.as_f64())
-                .unwrap_or(1000.0)
-                / 1000.0;
+            let interval_s =
+                run.settings.get("spec").and_then(|s| s.get("interval_ms")).and_then(|v| v.as_f64()).unwrap_or(1000.0)
+                    / 1000.0;
             let per_interval = Chart {
                 title: format!("throughput per interval, {}", run.network),
                 x_label: "time (s)".into(),
