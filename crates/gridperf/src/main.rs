@@ -897,6 +897,13 @@ fn cmd_survey(a: SurveyArgs) -> Result<()> {
             for name in &list {
                 gridperf_core::labcfg::profile(name).map_err(lab_error)?;
             }
+            if !gridperf::env::is_root() {
+                return Err(Error::usage(
+                    "the survey brings up a lab for each network, which needs root (network namespaces and TUN \
+                     devices): run it with sudo, or survey without a lab: `gridperf survey local --quick` \
+                     (loopback only, in this process) or `gridperf survey HOST` (a remote `gridperf serve`)",
+                ));
+            }
             list.into_iter().map(Network::Lab).collect()
         }
     };

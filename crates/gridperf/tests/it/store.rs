@@ -249,3 +249,28 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
     assert!(size > 20_000, "a {size}-byte screenshot is an empty page");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_survey_without_root_says_what_it_needs_and_offers_the_loopback_survey() {
+    // as an unprivileged user (setpriv drops root for the child)
+    if !gridperf::env::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("\n*** SKIPPED a_survey_without_root...: needs root and setpriv to become another user ***\n");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            BIN,
+            "survey",
+            "--quick",
+            "--db",
+            "/nonexistent/x.db",
+        ])
+        .output()
+        .expect("setpriv");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("needs root") && err.contains("gridperf survey local"), "{err}");
+}
