@@ -851,3 +851,10 @@ pub fn reap_zerocopy(sock: &impl AsRawFd) -> io::Result<(u64, u64)> {
         }
     }
 }
+
+/// The soft limit on open file descriptors (RLIMIT_NOFILE), if known.
+pub fn open_files_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: r is a valid rlimit to write.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
+}

@@ -71,6 +71,15 @@ enum Command {
         Each TCP stream gets a verdict from its sender's TCP_INFO: receive window, send buffer, congestion (loss or\n\
         not), or the application. See docs/json.md for the --json schema.")]
     Stream(StreamArgs),
+    /// The many-to-one producer/consumer benchmark (Gigabit/Myrinet study), its four variants, and deadlock detection.
+    #[command(after_help = "Examples:\n  \
+        gridperf fanout                                     every variant, 2 consumers, messages 1..4096, sizes 256..8192\n  \
+        gridperf fanout --variant original --size 4096 -w 64k   the document's deadlock, with 64 KiB buffers\n  \
+        gridperf fanout --variant all --nodes 2,4 --messages 1,16,256,4096 --csv\n\n\
+        Bandwidth = 2 x MAX x messages x nodes x size / time over MAX (--repeat) repetitions, in bits per second.\n\
+        A point where no byte moves for --watchdog is reported as DEADLOCK, with who was blocked in which call\n\
+        and the bytes queued in every socket; the connections are torn down and the sweep goes on.")]
+    Fanout(FanoutArgs),
     /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
     /// every point stored, then the report and the best-protocol table.
     #[command(after_help = "Examples:\n  \
@@ -94,6 +103,41 @@ enum Command {
     /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
     #[command(subcommand)]
     Lab(LabCommand),
+}
+
+#[derive(Args)]
+struct FanoutArgs {
+    /// original, drain, nodelay, drain-thread (a list), or all.
+    #[arg(long, default_value = "all")]
+    variant: String,
+    /// Requests per consumer (a list or range as --sizes takes them).
+    #[arg(long, default_value = "1..4k*2", value_name = "LIST")]
+    messages: String,
+    /// Request size in bytes.
+    #[arg(long = "size", default_value = "256..8k*2", value_name = "LIST")]
+    sizes: String,
+    /// Consumers.
+    #[arg(long, default_value = "2", value_name = "LIST")]
+    nodes: String,
+    /// MAX: repetitions per point.
+    #[arg(long, default_value_t = 5, value_name = "MAX")]
+    repeat: u32,
+    /// No byte moving on any socket for this long is a deadlock.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    watchdog: String,
+    /// SO_SNDBUF and SO_RCVBUF on every socket (the kernel doubles it); small buffers deadlock sooner.
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    window: Option<String>,
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    #[arg(long)]
+    csv: bool,
+    /// The results database (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
+    /// Do not store this sweep.
+    #[arg(long, conflicts_with = "db")]
+    no_store: bool,
 }
 
 #[derive(Args)]
@@ -875,6 +919,97 @@ impl HasEnv for gridperf_core::model::TransferReport {
     }
 }
 
+fn cmd_fanout(a: FanoutArgs) -> Result<()> {
+    use gridperf::engines::fanout::{self, FanoutOptions, Variant};
+    // counts and sizes as --sizes takes them; a zero anywhere is named for what it is
+    let counts = |s: &str, what: &str| -> Result<Vec<u64>> {
+        let valid = match what {
+            "--messages" => format!("1 to {}", fanout::MAX_MESSAGES),
+            "--size" => format!("1 byte to {} bytes", fanout::MAX_SIZE),
+            _ => format!("1 to {}", fanout::MAX_NODES),
+        };
+        if s.split([',', '.', '*', '+']).any(|t| t.trim() == "0" || t.trim().starts_with('-')) {
+            return Err(Error::usage(format!("{what} {s}: give {valid}")));
+        }
+        parse_sizes(s).map_err(|e| Error::usage(format!("{what}: {e} (give {valid})")))
+    };
+    let opts = FanoutOptions {
+        variants: {
+            let mut v = Vec::new();
+            for name in a.variant.split(',').map(str::trim) {
+                let got = Variant::parse(name)
+                    .ok_or_else(|| Error::usage(format!("--variant {name}: give one of {}", Variant::VALID)))?;
+                for x in got {
+                    if !v.contains(&x) {
+                        v.push(x);
+                    }
+                }
+            }
+            v
+        },
+        messages: counts(&a.messages, "--messages")?,
+        sizes: counts(&a.sizes, "--size")?,
+        nodes: counts(&a.nodes, "--nodes")?.into_iter().map(|n| n.min(u32::MAX as u64) as u32).collect(),
+        repeat: a.repeat,
+        watchdog: duration(&a.watchdog, "--watchdog")?,
+        buffer: buffer(&a.window, "--window")?,
+    };
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut rec = gridperf::store::Recorder::open(
+        a.db.as_deref(),
+        !a.no_store,
+        &gridperf::store::NewRun {
+            survey_id: None,
+            kind: "fanout",
+            network: "loopback",
+            target: "local",
+            settings: serde_json::json!({ "repeat": opts.repeat, "buffer": opts.buffer,
+                "watchdog_ns": opts.watchdog.as_nanos() as u64 }),
+            lab_profile: None,
+            mtu: None,
+        },
+    )?;
+    let mut store_err = None;
+    let points = fanout::run(&opts, &mut |done, total, p| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(format!("{} {} nodes {} B x {}", p.variant.name(), p.nodes, p.size, p.messages));
+        let row = gridperf::store::PointRow {
+            proto: p.variant.name().into(),
+            size: p.size,
+            setting: format!("nodes={} messages={}", p.nodes, p.messages),
+            median_ns: p.time.as_ref().map(|t| t.median_ns),
+            q1_ns: p.time.as_ref().map(|t| t.q1_ns),
+            q3_ns: p.time.as_ref().map(|t| t.q3_ns),
+            figures: serde_json::to_value(p).unwrap_or_default(),
+            samples: None,
+        };
+        if let Err(e) = rec.point(&row) {
+            store_err.get_or_insert(e);
+        }
+    });
+    bar.finish_and_clear();
+    let points = points?;
+    if let Some(e) = store_err {
+        return Err(e);
+    }
+    if let Some(where_) = rec.finish(None, "done") {
+        eprintln!("gridperf: {where_}");
+    }
+    if a.json {
+        print(&json(&serde_json::json!({ "schema": "gridperf.fanout/1", "buffer": opts.buffer, "repeat": opts.repeat, "points": points }))?)?;
+    } else if a.csv {
+        print(&report::fanout_csv(&points))?;
+    } else {
+        print(&report::fanout_table(&points, &opts))?;
+    }
+    Ok(())
+}
+
 fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
     p.clone().unwrap_or_else(gridperf::store::default_path)
 }
@@ -1540,6 +1675,7 @@ fn main() {
         Command::Transfer(a) => cmd_transfer(a),
         Command::Stream(a) => cmd_stream(a),
         Command::Survey(a) => cmd_survey(a),
+        Command::Fanout(a) => cmd_fanout(a),
         Command::Runs(c) => cmd_runs(c),
         Command::Report(a) => cmd_report(a),
         Command::Lab(c) => cmd_lab(c),

@@ -790,3 +790,74 @@ pub fn points_csv(points: &[crate::store::PointRow]) -> String {
     }
     out
 }
+
+/// `gridperf fanout`'s table, and the evidence of each deadlock.
+pub fn fanout_table(points: &[crate::engines::fanout::FanoutPoint], o: &crate::engines::fanout::FanoutOptions) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "gridperf fanout on loopback: MAX {} repetitions per point, watchdog {}, buffers {}",
+        o.repeat,
+        fmt_ns(o.watchdog.as_nanos() as f64),
+        o.buffer.map(|b| format!("-w {}", fmt_bytes(b))).unwrap_or_else(|| "autotuned".into())
+    );
+    let _ = writeln!(
+        out,
+        "\n{:<13} {:>5} {:>8} {:>8} {:>14} {:>11}  result",
+        "variant", "nodes", "size", "messages", "bandwidth", "median rep"
+    );
+    for p in points {
+        let result = match (&p.deadlock, &p.error) {
+            (Some(d), _) => format!("DEADLOCK after {} (repetition {})", fmt_ns(d.after_ns as f64), d.repetition + 1),
+            (None, Some(e)) => format!("ERROR: {e}"),
+            (None, None) => "ok".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<13} {:>5} {:>8} {:>8} {:>14} {:>11}  {result}",
+            p.variant.name(),
+            p.nodes,
+            fmt_bytes(p.size),
+            p.messages,
+            p.bandwidth_bps.map(fmt_bps).unwrap_or_else(|| "-".into()),
+            p.time.as_ref().map(|t| fmt_ns(t.median_ns)).unwrap_or_else(|| "-".into())
+        );
+    }
+    for p in points.iter().filter(|p| p.deadlock.is_some()).take(3) {
+        let Some(d) = &p.deadlock else { continue };
+        let _ = writeln!(out, "\ndeadlock: {} {} nodes, {} x {} requests:", p.variant.name(), p.nodes, p.messages, fmt_bytes(p.size));
+        let _ = writeln!(out, "  server sent {:?} requests, got {:?} acknowledgments (per node)", d.sent, d.acked);
+        for b in &d.blocked {
+            let _ = writeln!(out, "  {:<8} blocked in {}", b.who, b.call);
+        }
+        for q in &d.queues {
+            let _ = writeln!(out, "  {:<16} {:>9} bytes unacknowledged (SIOCOUTQ), {:>9} unread (SIOCINQ)", q.socket, q.outq, q.inq);
+        }
+    }
+    let n = points.iter().filter(|p| p.deadlock.is_some()).count();
+    if n > 3 {
+        let _ = writeln!(out, "\n({} more deadlocked points: --json has the evidence of each)", n - 3);
+    }
+    out
+}
+
+/// `gridperf fanout --csv`.
+pub fn fanout_csv(points: &[crate::engines::fanout::FanoutPoint]) -> String {
+    let mut out = String::from("variant,nodes,size,messages,repetitions,bandwidth_bps,median_rep_ns,deadlock,error\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{}",
+            p.variant.name(),
+            p.nodes,
+            p.size,
+            p.messages,
+            p.repetitions,
+            p.bandwidth_bps.map(|b| format!("{b:.0}")).unwrap_or_default(),
+            p.time.as_ref().map(|t| format!("{:.0}", t.median_ns)).unwrap_or_default(),
+            p.deadlock.is_some(),
+            p.error.as_deref().unwrap_or("").replace(',', ";")
+        );
+    }
+    out
+}

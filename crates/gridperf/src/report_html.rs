@@ -283,6 +283,48 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     );
                 }
             }
+        } else if run.kind == "fanout" {
+            let pts: Vec<crate::engines::fanout::FanoutPoint> =
+                points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+            let mut panels: Vec<(crate::engines::fanout::Variant, u32)> = Vec::new();
+            for p in &pts {
+                if !panels.contains(&(p.variant, p.nodes)) {
+                    panels.push((p.variant, p.nodes));
+                }
+            }
+            for (variant, nodes) in panels {
+                let here: Vec<&crate::engines::fanout::FanoutPoint> =
+                    pts.iter().filter(|p| p.variant == variant && p.nodes == nodes).collect();
+                let mut sizes: Vec<u64> = here.iter().map(|p| p.size).collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                let chart = Chart {
+                    title: format!("fanout {}, {nodes} consumers", variant.name()),
+                    x_label: "messages per consumer".into(),
+                    y_label: "bandwidth (Mbit/s), 2 x MAX x messages x nodes x size / time".into(),
+                    x_log: true,
+                    series: sizes
+                        .iter()
+                        .map(|&size| Series {
+                            label: format!("{} B", size),
+                            points: here
+                                .iter()
+                                .filter(|p| p.size == size)
+                                .filter_map(|p| {
+                                    p.bandwidth_bps.map(|b| SeriesPoint { x: p.messages as f64, y: b / 1e6, band: None })
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                    marks: here
+                        .iter()
+                        .filter(|p| p.deadlock.is_some())
+                        .map(|p| (p.messages as f64, format!("deadlock {} B", p.size)))
+                        .collect(),
+                    ..Chart::default()
+                };
+                add(format!("{slug}-fanout-{}-{nodes}.svg", variant.name()), &chart, &mut h);
+            }
         } else if run.kind == "stream" {
             let streams: Vec<gridperf_core::model::StreamResult> =
                 points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();

@@ -3,6 +3,7 @@
 //! in [`echo`] and the set-up in [`start`].
 
 pub mod echo;
+pub mod fanout;
 pub mod rtt;
 pub mod stream;
 pub mod transfer;

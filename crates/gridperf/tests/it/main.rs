@@ -5,6 +5,7 @@
 //! - `echo`: rtt and transfer results, statistics against samples, loss counting;
 //! - `agent`: the agent's answers to bad, hostile, busy or vanishing clients;
 //! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
+//! - `fanout`: the producer/consumer benchmark, its deadlock and the watchdog;
 //! - `store`: the results store, survey (killed and resumed), runs and report;
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (need root);
@@ -13,6 +14,7 @@
 mod agent;
 mod cli;
 mod echo;
+mod fanout;
 mod lab;
 mod netns;
 mod store;

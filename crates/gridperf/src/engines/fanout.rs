@@ -1,0 +1,674 @@
+//! `gridperf fanout`: the many-to-one producer/consumer benchmark of the
+//! Gigabit/Myrinet study (../shared/seeds/002). A server (the producer)
+//! sends `messages` requests of `size` bytes to each of `nodes` consumers,
+//! then waits for one acknowledgment (the request echoed) per request; each
+//! consumer echoes every request. Bandwidth = 2 x MAX x messages x nodes x
+//! size / time over MAX repetitions.
+//!
+//! The document's original version deadlocks once both sides' socket
+//! buffers fill: the server blocks sending to a consumer whose receive
+//! buffer is full, while that consumer blocks sending acknowledgments the
+//! server does not read. A watchdog sees no progress on any socket for a
+//! while, records who was blocked in which call with the bytes queued in
+//! every socket (SIOCOUTQ / SIOCINQ), tears the connections down (which
+//! wakes every blocked call) and reports the point as deadlocked.
+//!
+//! Here the consumers are threads of this process on loopback, each with
+//! its own connection.
+
+use crate::error::{Error, Result};
+use gridperf_core::stats::Summary;
+use serde::{Deserialize, Serialize};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The document's variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// Blocking sends of all requests, then the receives (the document's Figure 1).
+    Original,
+    /// When a send would block, drain what is readable from every consumer, then retry.
+    Drain,
+    /// `drain` with TCP_NODELAY.
+    Nodelay,
+    /// A second thread drains continuously; the sender waits on a bounded
+    /// queue of outstanding requests that the drainer empties.
+    DrainThread,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [Variant::Original, Variant::Drain, Variant::Nodelay, Variant::DrainThread];
+    pub const VALID: &'static str = "original, drain, nodelay, drain-thread, all";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Original => "original",
+            Variant::Drain => "drain",
+            Variant::Nodelay => "nodelay",
+            Variant::DrainThread => "drain-thread",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Vec<Variant>> {
+        match s {
+            "all" => Some(Variant::ALL.to_vec()),
+            _ => Variant::ALL.iter().find(|v| v.name() == s).map(|v| vec![*v]),
+        }
+    }
+}
+
+/// Limits a sweep is held to.
+pub const MAX_MESSAGES: u64 = 1 << 20;
+pub const MAX_SIZE: u64 = 16 << 20;
+pub const MAX_NODES: u32 = 64;
+/// Outstanding requests per consumer the drain-thread variant allows.
+pub const DRAIN_THREAD_QUEUE: u64 = 64;
+
+#[derive(Debug, Clone)]
+pub struct FanoutOptions {
+    pub variants: Vec<Variant>,
+    pub messages: Vec<u64>,
+    pub sizes: Vec<u64>,
+    pub nodes: Vec<u32>,
+    /// MAX: repetitions per point.
+    pub repeat: u32,
+    /// No progress on any socket for this long is a deadlock.
+    pub watchdog: Duration,
+    /// SO_SNDBUF and SO_RCVBUF on every socket (small buffers deadlock sooner).
+    pub buffer: Option<u64>,
+}
+
+/// What one side was doing when the watchdog fired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// "server" or "node 3".
+    pub who: String,
+    /// The call it was in: "send to node 1", "recv from node 0", "poll", "done".
+    pub call: String,
+}
+
+/// The bytes queued in one socket when the watchdog fired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Queued {
+    /// "server->node 1" (the server's socket to node 1) or "node 1->server".
+    pub socket: String,
+    /// Not yet acknowledged by the peer (SIOCOUTQ) and not yet read (SIOCINQ).
+    pub outq: u64,
+    pub inq: u64,
+}
+
+/// The evidence of a deadlock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deadlock {
+    /// When in the repetition progress stopped, and the repetition.
+    pub after_ns: u64,
+    pub repetition: u32,
+    /// Requests sent and acknowledgments received by the server, per node.
+    pub sent: Vec<u64>,
+    pub acked: Vec<u64>,
+    pub blocked: Vec<Blocked>,
+    pub queues: Vec<Queued>,
+}
+
+/// One point of the sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FanoutPoint {
+    pub variant: Variant,
+    pub nodes: u32,
+    pub messages: u64,
+    pub size: u64,
+    /// Repetitions completed, and the time of each.
+    pub repetitions: u32,
+    pub times_ns: Vec<u64>,
+    pub time: Option<Summary>,
+    /// 2 x MAX x messages x nodes x size x 8 / total time, bits per second
+    /// (None when a repetition did not complete).
+    pub bandwidth_bps: Option<f64>,
+    pub deadlock: Option<Deadlock>,
+    /// An error other than a deadlock (a connection that broke).
+    pub error: Option<String>,
+}
+
+/// The document's formula: bits per second moved both ways.
+pub fn bandwidth_bps(max: u32, messages: u64, nodes: u32, size: u64, total: Duration) -> f64 {
+    2.0 * f64::from(max) * messages as f64 * f64::from(nodes) * size as f64 * 8.0 / total.as_secs_f64()
+}
+
+// what a side is doing, for the watchdog's evidence (0: not started)
+const SENDING: u8 = 1;
+const RECEIVING: u8 = 2;
+const POLLING: u8 = 3;
+const DONE: u8 = 4;
+
+/// A side's state: what it does and with which node (the server) or 0.
+#[derive(Default)]
+struct State {
+    what: AtomicU8,
+    node: AtomicU64,
+}
+
+impl State {
+    fn set(&self, what: u8, node: usize) {
+        self.node.store(node as u64, Ordering::Relaxed);
+        self.what.store(what, Ordering::Relaxed);
+    }
+
+    fn call(&self, server: bool) -> String {
+        let node = self.node.load(Ordering::Relaxed);
+        let peer = if server { format!("node {node}") } else { "the server".to_string() };
+        match self.what.load(Ordering::Relaxed) {
+            SENDING => format!("send to {peer}"),
+            RECEIVING => format!("recv from {peer}"),
+            POLLING => "poll (draining)".into(),
+            DONE => "done".into(),
+            _ => "idle".into(),
+        }
+    }
+}
+
+/// Everything a repetition shares with the watchdog.
+struct Shared {
+    progress: AtomicU64,
+    server: State,
+    nodes: Vec<State>,
+    sent: Vec<AtomicU64>,
+    acked: Vec<AtomicU64>,
+    torn_down: AtomicBool,
+}
+
+fn set_buffers(s: &TcpStream, buffer: Option<u64>, nodelay: bool) -> std::io::Result<()> {
+    if let Some(b) = buffer {
+        gridperf_sys::set_sndbuf(s, b as usize)?;
+        gridperf_sys::set_rcvbuf(s, b as usize)?;
+    }
+    s.set_nodelay(nodelay)
+}
+
+/// Writes all of `buf`, counting progress.
+fn send_all(s: &mut TcpStream, buf: &[u8], sh: &Shared) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match s.write(&buf[off..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                off += n;
+                sh.progress.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn recv_exact(s: &mut TcpStream, buf: &mut [u8], sh: &Shared) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match s.read(&mut buf[off..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                off += n;
+                sh.progress.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A consumer: echo every request, blocking, as the document's clients do.
+fn consumer(mut s: TcpStream, k: usize, messages: u64, size: usize, sh: Arc<Shared>) -> std::io::Result<()> {
+    let mut buf = vec![0u8; size];
+    for _ in 0..messages {
+        sh.nodes[k].set(RECEIVING, 0);
+        recv_exact(&mut s, &mut buf, &sh)?;
+        sh.nodes[k].set(SENDING, 0);
+        send_all(&mut s, &buf, &sh)?;
+    }
+    sh.nodes[k].set(DONE, 0);
+    Ok(())
+}
+
+/// Reads whatever acknowledgment bytes are waiting on each connection
+/// (non-blocking); returns the bytes read. `partial` carries each
+/// connection's bytes of an acknowledgment not yet complete.
+fn drain_all(conns: &mut [TcpStream], partial: &mut [u64], size: u64, sh: &Shared, buf: &mut [u8]) -> std::io::Result<u64> {
+    let mut got = 0;
+    for (k, c) in conns.iter_mut().enumerate() {
+        loop {
+            match c.read(buf) {
+                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    got += n as u64;
+                    sh.progress.fetch_add(n as u64, Ordering::Relaxed);
+                    partial[k] += n as u64;
+                    sh.acked[k].fetch_add(partial[k] / size, Ordering::Relaxed);
+                    partial[k] %= size;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// The server's part of one repetition.
+fn server(
+    variant: Variant,
+    conns: &mut [TcpStream],
+    messages: u64,
+    size: usize,
+    sh: &Arc<Shared>,
+    teardown: &(dyn Fn() + Sync),
+) -> std::io::Result<()> {
+    let req: Vec<u8> = (0..size).map(gridperf_sys::pattern_byte).collect();
+    let nodes = conns.len();
+    let want = messages * size as u64;
+    match variant {
+        Variant::Original => {
+            for _ in 0..messages {
+                for (k, c) in conns.iter_mut().enumerate() {
+                    sh.server.set(SENDING, k);
+                    send_all(c, &req, sh)?;
+                    sh.sent[k].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let mut buf = vec![0u8; size];
+            for (k, c) in conns.iter_mut().enumerate() {
+                sh.server.set(RECEIVING, k);
+                for _ in 0..messages {
+                    recv_exact(c, &mut buf, sh)?;
+                    sh.acked[k].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Variant::Drain | Variant::Nodelay => {
+            for c in conns.iter() {
+                c.set_nonblocking(true)?;
+            }
+            let mut partial = vec![0u64; nodes];
+            let mut buf = vec![0u8; 1 << 16];
+            for _ in 0..messages {
+                for k in 0..nodes {
+                    let mut off = 0;
+                    while off < size {
+                        sh.server.set(SENDING, k);
+                        match conns[k].write(&req[off..]) {
+                            Ok(n) => {
+                                off += n;
+                                sh.progress.fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                                // the send would block: read what the consumers sent back
+                                sh.server.set(POLLING, k);
+                                if drain_all(conns, &mut partial, size as u64, sh, &mut buf)? == 0 {
+                                    let fds: Vec<i32> = conns.iter().map(|c| std::os::fd::AsRawFd::as_raw_fd(c)).collect();
+                                    let _ = gridperf_sys::poll_readable(&fds, 10);
+                                }
+                            }
+                            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    sh.sent[k].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // the rest of the acknowledgments
+            let fds: Vec<i32> = conns.iter().map(|c| std::os::fd::AsRawFd::as_raw_fd(c)).collect();
+            while (0..nodes).any(|k| sh.acked[k].load(Ordering::Relaxed) < messages) {
+                if sh.torn_down.load(Ordering::Relaxed) {
+                    return Err(ErrorKind::ConnectionAborted.into());
+                }
+                sh.server.set(RECEIVING, 0);
+                if drain_all(conns, &mut partial, size as u64, sh, &mut buf)? == 0 {
+                    let _ = gridperf_sys::poll_readable(&fds, 10);
+                }
+            }
+            let _ = want;
+        }
+        Variant::DrainThread => {
+            // the drainer reads acknowledgments from every consumer and frees
+            // a slot of the bounded queue of outstanding requests per ack
+            let readers: Vec<TcpStream> = conns.iter().map(|c| c.try_clone()).collect::<std::io::Result<_>>()?;
+            let queue = Arc::new((Mutex::new(vec![0u64; nodes]), Condvar::new()));
+            let q2 = queue.clone();
+            let sh2 = sh.clone();
+            let drainer = std::thread::spawn(move || -> std::io::Result<()> {
+                // blocking sockets (O_NONBLOCK would be shared with the
+                // sender's descriptors): poll, then one read per readable one
+                let mut readers = readers;
+                let mut partial = vec![0u64; nodes];
+                let mut buf = vec![0u8; 1 << 16];
+                let fds: Vec<i32> = readers.iter().map(|c| std::os::fd::AsRawFd::as_raw_fd(c)).collect();
+                while (0..nodes).any(|k| sh2.acked[k].load(Ordering::Relaxed) < messages) {
+                    if sh2.torn_down.load(Ordering::Relaxed) {
+                        return Err(ErrorKind::ConnectionAborted.into());
+                    }
+                    let ready = gridperf_sys::poll_readable(&fds, 10)?;
+                    let mut freed = vec![0u64; nodes];
+                    for (k, r) in ready.iter().enumerate() {
+                        if !r {
+                            continue;
+                        }
+                        match readers[k].read(&mut buf) {
+                            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                            Ok(n) => {
+                                sh2.progress.fetch_add(n as u64, Ordering::Relaxed);
+                                partial[k] += n as u64;
+                                freed[k] = partial[k] / size as u64;
+                                partial[k] %= size as u64;
+                                sh2.acked[k].fetch_add(freed[k], Ordering::Relaxed);
+                            }
+                            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    let (lock, cv) = &*q2;
+                    let mut out = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for k in 0..nodes {
+                        out[k] = out[k].saturating_sub(freed[k]);
+                    }
+                    cv.notify_all();
+                }
+                Ok(())
+            });
+            let mut result = Ok(());
+            'send: for _ in 0..messages {
+                for (k, c) in conns.iter_mut().enumerate() {
+                    {
+                        let (lock, cv) = &*queue;
+                        let mut out = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        while out[k] >= DRAIN_THREAD_QUEUE {
+                            sh.server.set(POLLING, k);
+                            if sh.torn_down.load(Ordering::Relaxed) || drainer.is_finished() {
+                                result = Err(ErrorKind::ConnectionAborted.into());
+                                break 'send;
+                            }
+                            out = cv
+                                .wait_timeout(out, Duration::from_millis(10))
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .0;
+                        }
+                        out[k] += 1;
+                    }
+                    sh.server.set(SENDING, k);
+                    if let Err(e) = send_all(c, &req, sh) {
+                        result = Err(e);
+                        break 'send;
+                    }
+                    sh.sent[k].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if result.is_err() {
+                teardown();
+            }
+            sh.server.set(RECEIVING, 0);
+            let drained = drainer.join().unwrap_or_else(|_| Err(ErrorKind::Other.into()));
+            result?;
+            drained?;
+        }
+    }
+    sh.server.set(DONE, 0);
+    Ok(())
+}
+
+/// Connects `nodes` consumers to a fresh listener on loopback.
+fn connect(nodes: u32, buffer: Option<u64>, nodelay: bool) -> std::io::Result<(Vec<TcpStream>, Vec<TcpStream>)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    if let Some(b) = buffer {
+        gridperf_sys::set_sndbuf(&sock, b as usize)?;
+        gridperf_sys::set_rcvbuf(&sock, b as usize)?;
+    }
+    sock.bind(&addr.into())?;
+    sock.listen(nodes as i32 + 8)?;
+    let l: TcpListener = sock.into();
+    let at = l.local_addr()?;
+    let mut clients = Vec::new();
+    let mut servers = Vec::new();
+    for _ in 0..nodes {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        if let Some(b) = buffer {
+            gridperf_sys::set_sndbuf(&s, b as usize)?;
+            gridperf_sys::set_rcvbuf(&s, b as usize)?;
+        }
+        s.connect_timeout(&at.into(), Duration::from_secs(5))?;
+        let c: TcpStream = s.into();
+        let (a, _) = l.accept()?;
+        set_buffers(&c, None, nodelay)?;
+        set_buffers(&a, None, nodelay)?;
+        clients.push(c);
+        servers.push(a);
+    }
+    Ok((servers, clients))
+}
+
+/// One repetition: Ok(time) or the deadlock's evidence.
+fn repetition(
+    variant: Variant,
+    nodes: u32,
+    messages: u64,
+    size: u64,
+    o: &FanoutOptions,
+    rep: u32,
+) -> std::result::Result<Duration, (Option<Deadlock>, String)> {
+    let nodelay = variant == Variant::Nodelay;
+    let (mut conns, clients) = connect(nodes, o.buffer, nodelay).map_err(|e| (None, format!("connecting: {e}")))?;
+    let n = nodes as usize;
+    let sh = Arc::new(Shared {
+        progress: AtomicU64::new(0),
+        server: State::default(),
+        nodes: (0..n).map(|_| State::default()).collect(),
+        sent: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        acked: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        torn_down: AtomicBool::new(false),
+    });
+    // clones for the watchdog: the queue sizes, and shutdown to wake every blocked call
+    let all: Vec<(String, TcpStream)> = conns
+        .iter()
+        .enumerate()
+        .map(|(k, c)| (format!("server->node {k}"), c.try_clone()))
+        .chain(clients.iter().enumerate().map(|(k, c)| (format!("node {k}->server"), c.try_clone())))
+        .filter_map(|(name, c)| c.ok().map(|c| (name, c)))
+        .collect();
+    let all = Arc::new(all);
+    let teardown = {
+        let all = all.clone();
+        let sh = sh.clone();
+        move || {
+            sh.torn_down.store(true, Ordering::Relaxed);
+            for (_, c) in all.iter() {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+    };
+    let consumers: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let sh = sh.clone();
+            std::thread::spawn(move || consumer(c, k, messages, size as usize, sh))
+        })
+        .collect();
+    // the watchdog
+    let done = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let watchdog = {
+        let (sh, done, all, td) = (sh.clone(), done.clone(), all.clone(), teardown.clone());
+        let limit = o.watchdog;
+        std::thread::spawn(move || -> Option<Deadlock> {
+            let mut last = sh.progress.load(Ordering::Relaxed);
+            let mut since = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+                let now = sh.progress.load(Ordering::Relaxed);
+                if now != last {
+                    last = now;
+                    since = Instant::now();
+                    continue;
+                }
+                if since.elapsed() < limit {
+                    continue;
+                }
+                // no byte moved anywhere for `limit`: the evidence, then the teardown
+                let mut blocked = vec![Blocked { who: "server".into(), call: sh.server.call(true) }];
+                for (k, st) in sh.nodes.iter().enumerate() {
+                    blocked.push(Blocked { who: format!("node {k}"), call: st.call(false) });
+                }
+                let queues = all
+                    .iter()
+                    .map(|(name, c)| Queued {
+                        socket: name.clone(),
+                        outq: gridperf_sys::outq(c).unwrap_or(0) as u64,
+                        inq: gridperf_sys::inq(c).unwrap_or(0) as u64,
+                    })
+                    .collect();
+                let d = Deadlock {
+                    after_ns: (since - start).as_nanos() as u64,
+                    repetition: rep,
+                    sent: sh.sent.iter().map(|a| a.load(Ordering::Relaxed)).collect(),
+                    acked: sh.acked.iter().map(|a| a.load(Ordering::Relaxed)).collect(),
+                    blocked,
+                    queues,
+                };
+                td();
+                return Some(d);
+            }
+            None
+        })
+    };
+    let result = server(variant, &mut conns, messages, size as usize, &sh, &teardown);
+    let elapsed = start.elapsed();
+    if result.is_err() {
+        teardown();
+    }
+    let consumed: Vec<_> = consumers.into_iter().map(|h| h.join()).collect();
+    done.store(true, Ordering::Relaxed);
+    let deadlock = watchdog.join().ok().flatten();
+    if let Some(d) = deadlock {
+        return Err((Some(d), "deadlock".into()));
+    }
+    result.map_err(|e| (None, format!("server: {e}")))?;
+    for c in consumed {
+        match c {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err((None, format!("consumer: {e}"))),
+            Err(_) => return Err((None, "a consumer thread panicked".into())),
+        }
+    }
+    Ok(elapsed)
+}
+
+/// Measures one point: MAX repetitions, stopping at the first deadlock.
+pub fn point(variant: Variant, nodes: u32, messages: u64, size: u64, o: &FanoutOptions) -> FanoutPoint {
+    let mut times = Vec::new();
+    let mut deadlock = None;
+    let mut error = None;
+    for rep in 0..o.repeat {
+        match repetition(variant, nodes, messages, size, o, rep) {
+            Ok(t) => times.push(t.as_nanos() as u64),
+            Err((d, e)) => {
+                deadlock = d;
+                if deadlock.is_none() {
+                    error = Some(e);
+                }
+                break;
+            }
+        }
+    }
+    let complete = times.len() == o.repeat as usize;
+    let total: u64 = times.iter().sum();
+    FanoutPoint {
+        variant,
+        nodes,
+        messages,
+        size,
+        repetitions: times.len() as u32,
+        time: Summary::from_samples(&times),
+        bandwidth_bps: (complete && total > 0)
+            .then(|| bandwidth_bps(o.repeat, messages, nodes, size, Duration::from_nanos(total))),
+        times_ns: times,
+        deadlock,
+        error,
+    }
+}
+
+/// Checks the options a user gave.
+pub fn validate(o: &FanoutOptions) -> Result<()> {
+    if o.variants.is_empty() {
+        return Err(Error::usage(format!("--variant: give one of {}", Variant::VALID)));
+    }
+    if let Some(m) = o.messages.iter().find(|&&m| m == 0 || m > MAX_MESSAGES) {
+        return Err(Error::usage(format!("--messages {m}: give 1 to {MAX_MESSAGES}")));
+    }
+    if let Some(s) = o.sizes.iter().find(|&&s| s == 0 || s > MAX_SIZE) {
+        return Err(Error::usage(format!("--size {s}: give 1 byte to {MAX_SIZE} bytes")));
+    }
+    if let Some(n) = o.nodes.iter().find(|&&n| !(1..=MAX_NODES).contains(&n)) {
+        return Err(Error::usage(format!("--nodes {n}: give 1 to {MAX_NODES} consumers")));
+    }
+    // two sockets per consumer, plus the clones the watchdog keeps
+    let need = 4 * u64::from(o.nodes.iter().copied().max().unwrap_or(1)) + 64;
+    if let Some(have) = gridperf_sys::open_files_limit() {
+        if need > have {
+            return Err(Error::usage(format!(
+                "--nodes {}: needs about {need} file descriptors, and this process may open {have} (ulimit -n)",
+                o.nodes.iter().max().unwrap_or(&0)
+            )));
+        }
+    }
+    if o.repeat == 0 || o.repeat > 10_000 {
+        return Err(Error::usage("--repeat takes 1 to 10000"));
+    }
+    if o.watchdog < Duration::from_millis(100) {
+        return Err(Error::usage("--watchdog: at least 100ms"));
+    }
+    Ok(())
+}
+
+/// The sweep: every variant x nodes x size x messages, in that order.
+pub fn run(o: &FanoutOptions, progress: &mut dyn FnMut(usize, usize, &FanoutPoint)) -> Result<Vec<FanoutPoint>> {
+    validate(o)?;
+    let total = o.variants.len() * o.nodes.len() * o.sizes.len() * o.messages.len();
+    let mut out = Vec::with_capacity(total);
+    for &v in &o.variants {
+        for &n in &o.nodes {
+            for &s in &o.sizes {
+                for &m in &o.messages {
+                    let p = point(v, n, m, s, o);
+                    progress(out.len() + 1, total, &p);
+                    out.push(p);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documents_formula() {
+        // 2 x MAX 5 x 100 messages x 4 nodes x 1000 B x 8 / 2 s = 16 Mbit/s
+        let b = bandwidth_bps(5, 100, 4, 1000, Duration::from_secs(2));
+        assert!((b - 16_000_000.0).abs() < 1e-6, "{b}");
+    }
+
+    #[test]
+    fn variant_names_round_trip() {
+        for v in Variant::ALL {
+            assert_eq!(Variant::parse(v.name()), Some(vec![v]));
+        }
+        assert_eq!(Variant::parse("all").map(|v| v.len()), Some(4));
+        assert_eq!(Variant::parse("fast"), None);
+    }
+}

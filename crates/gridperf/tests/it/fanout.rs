@@ -1,0 +1,84 @@
+//! `gridperf fanout`: the variants, the original's deadlock and its
+//! evidence, bad input.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+fn fanout(args: &[&str]) -> (Output, Duration) {
+    let t = Instant::now();
+    let mut all = vec!["fanout"];
+    all.extend_from_slice(args);
+    let o = Command::new(BIN).args(&all).output().expect("run gridperf");
+    (o, t.elapsed())
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (o, _) = fanout(&all);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
+#[test]
+fn every_variant_completes_where_the_buffers_hold_everything() {
+    let v = json(&["--variant", "all", "--size", "1k", "--messages", "1,16", "--nodes", "3", "--repeat", "2"]);
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4 * 2);
+    for p in points {
+        assert!(p["deadlock"].is_null() && p["error"].is_null(), "{p}");
+        assert_eq!(p["repetitions"], 2);
+        // the document's formula from the point's own times
+        let total: u64 = p["times_ns"].as_array().expect("times").iter().map(|t| t.as_u64().expect("ns")).sum();
+        let want = 2.0 * 2.0 * p["messages"].as_f64().expect("m") * 3.0 * 1024.0 * 8.0 / (total as f64 / 1e9);
+        let got = p["bandwidth_bps"].as_f64().expect("bandwidth");
+        assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
+    }
+}
+
+#[test]
+fn the_original_deadlocks_with_small_buffers_and_the_watchdog_says_where() {
+    // 16 KiB buffers (the kernel gives 32 KiB) cannot hold 256 x 4 KiB each way
+    let (o, took) = fanout(&[
+        "--variant", "original,drain,drain-thread", "--size", "4k", "--messages", "256", "-w", "16k", "--repeat", "1",
+        "--watchdog", "500ms", "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(took < Duration::from_secs(30), "a deadlock must not hang gridperf: {took:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let p = &v["points"][0];
+    assert_eq!(p["variant"], "original");
+    let d = &p["deadlock"];
+    assert!(d.is_object(), "the original did not deadlock: {p}");
+    assert!(p["bandwidth_bps"].is_null());
+    // the evidence: the server blocked sending, the consumers blocked sending their acknowledgments
+    let blocked = d["blocked"].as_array().expect("blocked");
+    assert!(blocked[0]["who"] == "server" && blocked[0]["call"].as_str().is_some_and(|c| c.starts_with("send to node")), "{d}");
+    assert!(blocked[1..].iter().all(|b| b["call"] == "send to the server"), "{d}");
+    // bytes were stuck in the sockets when it stopped
+    let queued: u64 = d["queues"].as_array().expect("queues").iter().map(|q| q["outq"].as_u64().unwrap_or(0)).sum();
+    assert!(queued > 0, "{d}");
+    // draining, on a thread or between sends, gets through the same point
+    for p in &v["points"].as_array().expect("points")[1..] {
+        assert!(p["deadlock"].is_null() && p["bandwidth_bps"].as_f64().is_some_and(|b| b > 0.0), "{p}");
+    }
+}
+
+#[test]
+fn bad_counts_are_refused_with_what_is_valid() {
+    for (args, want) in [
+        (&["--messages", "0"][..], "1 to"),
+        (&["--size", "0"][..], "1 byte"),
+        (&["--nodes", "0"][..], "1 to 64"),
+        (&["--nodes", "100000"][..], "1 to 64"),
+        (&["--variant", "fast"][..], "original, drain"),
+        (&["--repeat", "0"][..], "1 to 10000"),
+    ] {
+        let (o, _) = fanout(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
