@@ -858,3 +858,23 @@ pub fn open_files_limit() -> Option<u64> {
     // SAFETY: r is a valid rlimit to write.
     (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
 }
+
+/// Waits until any of `read` is readable or `write` is writable, at most
+/// `timeout_ms`; returns which were ready (readable ones, then the writable one).
+pub fn poll_read_or_write(read: &[RawFd], write: RawFd, timeout_ms: i32) -> io::Result<(Vec<bool>, bool)> {
+    let mut pfds: Vec<libc::pollfd> =
+        read.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    pfds.push(libc::pollfd { fd: write, events: libc::POLLOUT, revents: 0 });
+    loop {
+        // SAFETY: pfds is a valid array of pollfd of the length given.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        match cvt_i(r) {
+            Ok(_) => {
+                let w = pfds.pop().is_some_and(|p| p.revents != 0);
+                return Ok((pfds.iter().map(|p| p.revents != 0).collect(), w));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

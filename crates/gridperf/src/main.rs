@@ -1001,7 +1001,9 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
         eprintln!("gridperf: {where_}");
     }
     if a.json {
-        print(&json(&serde_json::json!({ "schema": "gridperf.fanout/1", "buffer": opts.buffer, "repeat": opts.repeat, "points": points }))?)?;
+        print(&json(
+            &serde_json::json!({ "schema": "gridperf.fanout/1", "buffer": opts.buffer, "repeat": opts.repeat, "points": points }),
+        )?)?;
     } else if a.csv {
         print(&report::fanout_csv(&points))?;
     } else {

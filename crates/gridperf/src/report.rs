@@ -792,7 +792,10 @@ pub fn points_csv(points: &[crate::store::PointRow]) -> String {
 }
 
 /// `gridperf fanout`'s table, and the evidence of each deadlock.
-pub fn fanout_table(points: &[crate::engines::fanout::FanoutPoint], o: &crate::engines::fanout::FanoutOptions) -> String {
+pub fn fanout_table(
+    points: &[crate::engines::fanout::FanoutPoint],
+    o: &crate::engines::fanout::FanoutOptions,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -825,13 +828,24 @@ pub fn fanout_table(points: &[crate::engines::fanout::FanoutPoint], o: &crate::e
     }
     for p in points.iter().filter(|p| p.deadlock.is_some()).take(3) {
         let Some(d) = &p.deadlock else { continue };
-        let _ = writeln!(out, "\ndeadlock: {} {} nodes, {} x {} requests:", p.variant.name(), p.nodes, p.messages, fmt_bytes(p.size));
+        let _ = writeln!(
+            out,
+            "\ndeadlock: {} {} nodes, {} x {} requests:",
+            p.variant.name(),
+            p.nodes,
+            p.messages,
+            fmt_bytes(p.size)
+        );
         let _ = writeln!(out, "  server sent {:?} requests, got {:?} acknowledgments (per node)", d.sent, d.acked);
         for b in &d.blocked {
             let _ = writeln!(out, "  {:<8} blocked in {}", b.who, b.call);
         }
         for q in &d.queues {
-            let _ = writeln!(out, "  {:<16} {:>9} bytes unacknowledged (SIOCOUTQ), {:>9} unread (SIOCINQ)", q.socket, q.outq, q.inq);
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>9} bytes unacknowledged (SIOCOUTQ), {:>9} unread (SIOCINQ)",
+                q.socket, q.outq, q.inq
+            );
         }
     }
     let n = points.iter().filter(|p| p.deadlock.is_some()).count();

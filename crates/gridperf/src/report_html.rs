@@ -311,7 +311,11 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                                 .iter()
                                 .filter(|p| p.size == size)
                                 .filter_map(|p| {
-                                    p.bandwidth_bps.map(|b| SeriesPoint { x: p.messages as f64, y: b / 1e6, band: None })
+                                    p.bandwidth_bps.map(|b| SeriesPoint {
+                                        x: p.messages as f64,
+                                        y: b / 1e6,
+                                        band: None,
+                                    })
                                 })
                                 .collect(),
                         })

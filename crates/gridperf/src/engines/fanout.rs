@@ -237,7 +237,13 @@ fn consumer(mut s: TcpStream, k: usize, messages: u64, size: usize, sh: Arc<Shar
 /// Reads whatever acknowledgment bytes are waiting on each connection
 /// (non-blocking); returns the bytes read. `partial` carries each
 /// connection's bytes of an acknowledgment not yet complete.
-fn drain_all(conns: &mut [TcpStream], partial: &mut [u64], size: u64, sh: &Shared, buf: &mut [u8]) -> std::io::Result<u64> {
+fn drain_all(
+    conns: &mut [TcpStream],
+    partial: &mut [u64],
+    size: u64,
+    sh: &Shared,
+    buf: &mut [u8],
+) -> std::io::Result<u64> {
     let mut got = 0;
     for (k, c) in conns.iter_mut().enumerate() {
         loop {
@@ -309,8 +315,10 @@ fn server(
                                 // the send would block: read what the consumers sent back
                                 sh.server.set(POLLING, k);
                                 if drain_all(conns, &mut partial, size as u64, sh, &mut buf)? == 0 {
-                                    let fds: Vec<i32> = conns.iter().map(|c| std::os::fd::AsRawFd::as_raw_fd(c)).collect();
-                                    let _ = gridperf_sys::poll_readable(&fds, 10);
+                                    // nothing to read: wait for an acknowledgment or for room to send
+                                    let fds: Vec<i32> = conns.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+                                    let w = std::os::fd::AsRawFd::as_raw_fd(&conns[k]);
+                                    let _ = gridperf_sys::poll_read_or_write(&fds, w, 10);
                                 }
                             }
                             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -321,7 +329,7 @@ fn server(
                 }
             }
             // the rest of the acknowledgments
-            let fds: Vec<i32> = conns.iter().map(|c| std::os::fd::AsRawFd::as_raw_fd(c)).collect();
+            let fds: Vec<i32> = conns.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
             while (0..nodes).any(|k| sh.acked[k].load(Ordering::Relaxed) < messages) {
                 if sh.torn_down.load(Ordering::Relaxed) {
                     return Err(ErrorKind::ConnectionAborted.into());
@@ -346,7 +354,7 @@ fn server(
                 let mut readers = readers;
                 let mut partial = vec![0u64; nodes];
                 let mut buf = vec![0u8; 1 << 16];
-                let fds: Vec<i32> = readers.iter().map(|c| std::os::fd::AsRawFd::as_raw_fd(c)).collect();
+                let fds: Vec<i32> = readers.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
                 while (0..nodes).any(|k| sh2.acked[k].load(Ordering::Relaxed) < messages) {
                     if sh2.torn_down.load(Ordering::Relaxed) {
                         return Err(ErrorKind::ConnectionAborted.into());
@@ -458,7 +466,7 @@ fn repetition(
     size: u64,
     o: &FanoutOptions,
     rep: u32,
-) -> std::result::Result<Duration, (Option<Deadlock>, String)> {
+) -> std::result::Result<Duration, (Option<Box<Deadlock>>, String)> {
     let nodelay = variant == Variant::Nodelay;
     let (mut conns, clients) = connect(nodes, o.buffer, nodelay).map_err(|e| (None, format!("connecting: {e}")))?;
     let n = nodes as usize;
@@ -553,7 +561,7 @@ fn repetition(
     done.store(true, Ordering::Relaxed);
     let deadlock = watchdog.join().ok().flatten();
     if let Some(d) = deadlock {
-        return Err((Some(d), "deadlock".into()));
+        return Err((Some(Box::new(d)), "deadlock".into()));
     }
     result.map_err(|e| (None, format!("server: {e}")))?;
     for c in consumed {
@@ -575,7 +583,7 @@ pub fn point(variant: Variant, nodes: u32, messages: u64, size: u64, o: &FanoutO
         match repetition(variant, nodes, messages, size, o, rep) {
             Ok(t) => times.push(t.as_nanos() as u64),
             Err((d, e)) => {
-                deadlock = d;
+                deadlock = d.map(|d| *d);
                 if deadlock.is_none() {
                     error = Some(e);
                 }

@@ -42,8 +42,19 @@ fn every_variant_completes_where_the_buffers_hold_everything() {
 fn the_original_deadlocks_with_small_buffers_and_the_watchdog_says_where() {
     // 16 KiB buffers (the kernel gives 32 KiB) cannot hold 256 x 4 KiB each way
     let (o, took) = fanout(&[
-        "--variant", "original,drain,drain-thread", "--size", "4k", "--messages", "256", "-w", "16k", "--repeat", "1",
-        "--watchdog", "500ms", "--json",
+        "--variant",
+        "original,drain,drain-thread",
+        "--size",
+        "4k",
+        "--messages",
+        "256",
+        "-w",
+        "16k",
+        "--repeat",
+        "1",
+        "--watchdog",
+        "500ms",
+        "--json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(took < Duration::from_secs(30), "a deadlock must not hang gridperf: {took:?}");
@@ -55,7 +66,10 @@ fn the_original_deadlocks_with_small_buffers_and_the_watchdog_says_where() {
     assert!(p["bandwidth_bps"].is_null());
     // the evidence: the server blocked sending, the consumers blocked sending their acknowledgments
     let blocked = d["blocked"].as_array().expect("blocked");
-    assert!(blocked[0]["who"] == "server" && blocked[0]["call"].as_str().is_some_and(|c| c.starts_with("send to node")), "{d}");
+    assert!(
+        blocked[0]["who"] == "server" && blocked[0]["call"].as_str().is_some_and(|c| c.starts_with("send to node")),
+        "{d}"
+    );
     assert!(blocked[1..].iter().all(|b| b["call"] == "send to the server"), "{d}");
     // bytes were stuck in the sockets when it stopped
     let queued: u64 = d["queues"].as_array().expect("queues").iter().map(|q| q["outq"].as_u64().unwrap_or(0)).sum();
