@@ -138,6 +138,15 @@ struct FanoutArgs {
     /// Do not store this sweep.
     #[arg(long, conflicts_with = "db")]
     no_store: bool,
+    /// Across a lab of this profile (root): the server on host a1, one consumer per host on the far side.
+    #[arg(long, value_name = "PROFILE")]
+    lab: Option<String>,
+    /// Override one field of the --lab profile: rate=1G, rtt=20ms (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    lab_sets: Vec<String>,
+    /// With --lab: hosts on each side, 1xM (default 1 x the most --nodes, at most 8).
+    #[arg(long, value_name = "1xM", requires = "lab")]
+    hosts: Option<String>,
 }
 
 #[derive(Args)]
@@ -953,6 +962,36 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
         repeat: a.repeat,
         watchdog: duration(&a.watchdog, "--watchdog")?,
         buffer: buffer(&a.window, "--window")?,
+        place: None,
+    };
+    fanout::validate(&opts)?;
+    let mut opts = opts;
+    // across a lab: the server on the first host of side A, the consumers on side B's hosts in turn
+    let lab = match &a.lab {
+        None => None,
+        Some(profile) => {
+            let most = opts.nodes.iter().copied().max().unwrap_or(1).min(8) as usize;
+            let shape = match &a.hosts {
+                Some(h) => parse_hosts(h)?,
+                None => (1, most),
+            };
+            let name = format!("fo{}", std::process::id() % 100_000);
+            let spec = gridperf::lab::run::spec_with_hosts(&name, profile, &a.lab_sets, shape)?;
+            let (run, hosts) = gridperf::lab::run::LabRun::hosts_only(spec)?;
+            let server = hosts.iter().find(|h| h.side == gridperf::lab::emulator::Side::A);
+            let server = server.ok_or_else(|| Error::internal("the lab has no host on side A"))?;
+            opts.place = Some(fanout::Place {
+                server_netns: server.netns.clone(),
+                server_addr: server.addr,
+                consumer_netns: hosts
+                    .iter()
+                    .filter(|h| h.side == gridperf::lab::emulator::Side::B)
+                    .map(|h| h.netns.clone())
+                    .collect(),
+            });
+            let before = gridperf::lab::health(&run.name);
+            Some((run, before))
+        }
     };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -965,11 +1004,11 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
         &gridperf::store::NewRun {
             survey_id: None,
             kind: "fanout",
-            network: "loopback",
+            network: a.lab.as_deref().unwrap_or("loopback"),
             target: "local",
             settings: serde_json::json!({ "repeat": opts.repeat, "buffer": opts.buffer,
                 "watchdog_ns": opts.watchdog.as_nanos() as u64 }),
-            lab_profile: None,
+            lab_profile: a.lab.as_deref(),
             mtu: None,
         },
     )?;
@@ -997,7 +1036,12 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
     if let Some(e) = store_err {
         return Err(e);
     }
-    if let Some(where_) = rec.finish(None, "done") {
+    // the lab's own verdict on the sweep, into the record
+    let env = lab.as_ref().map(|(run, before)| gridperf_core::model::Environment {
+        lab: Some(gridperf::engines::lab_record(&run.name, before.clone())),
+        ..Default::default()
+    });
+    if let Some(where_) = rec.finish(env.as_ref(), "done") {
         eprintln!("gridperf: {where_}");
     }
     if a.json {
@@ -1008,6 +1052,9 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
         print(&report::fanout_csv(&points))?;
     } else {
         print(&report::fanout_table(&points, &opts))?;
+    }
+    if let Some(env) = &env {
+        lab_valid(env)?;
     }
     Ok(())
 }

@@ -799,7 +799,12 @@ pub fn fanout_table(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "gridperf fanout on loopback: MAX {} repetitions per point, watchdog {}, buffers {}",
+        "gridperf fanout {}: MAX {} repetitions per point, watchdog {}, buffers {}",
+        match &o.place {
+            Some(p) =>
+                format!("across the lab: server in {}, consumers in {}", p.server_netns, p.consumer_netns.join(", ")),
+            None => "on loopback".into(),
+        },
         o.repeat,
         fmt_ns(o.watchdog.as_nanos() as f64),
         o.buffer.map(|b| format!("-w {}", fmt_bytes(b))).unwrap_or_else(|| "autotuned".into())

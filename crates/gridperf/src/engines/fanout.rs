@@ -80,6 +80,17 @@ pub struct FanoutOptions {
     pub watchdog: Duration,
     /// SO_SNDBUF and SO_RCVBUF on every socket (small buffers deadlock sooner).
     pub buffer: Option<u64>,
+    /// Across a lab: the server in one host, the consumers in others (in
+    /// turn); None: everything on this host's loopback.
+    pub place: Option<Place>,
+}
+
+/// Where the ends are in a lab: network namespaces by name.
+#[derive(Debug, Clone)]
+pub struct Place {
+    pub server_netns: String,
+    pub server_addr: std::net::Ipv4Addr,
+    pub consumer_netns: Vec<String>,
 }
 
 /// What one side was doing when the watchdog fired.
@@ -427,29 +438,64 @@ fn server(
     Ok(())
 }
 
-/// Connects `nodes` consumers to a fresh listener on loopback.
-fn connect(nodes: u32, buffer: Option<u64>, nodelay: bool) -> std::io::Result<(Vec<TcpStream>, Vec<TcpStream>)> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+fn buffered_socket(buffer: Option<u64>) -> std::io::Result<socket2::Socket> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
     if let Some(b) = buffer {
-        gridperf_sys::set_sndbuf(&sock, b as usize)?;
-        gridperf_sys::set_rcvbuf(&sock, b as usize)?;
+        gridperf_sys::set_sndbuf(&s, b as usize)?;
+        gridperf_sys::set_rcvbuf(&s, b as usize)?;
     }
-    sock.bind(&addr.into())?;
-    sock.listen(nodes as i32 + 8)?;
-    let l: TcpListener = sock.into();
+    Ok(s)
+}
+
+/// Connects `nodes` consumers to a fresh listener: on loopback, or across a
+/// lab (a socket made in a namespace stays in it, whichever thread uses it).
+fn connect(
+    nodes: u32,
+    buffer: Option<u64>,
+    nodelay: bool,
+    place: Option<&Place>,
+) -> std::io::Result<(Vec<TcpStream>, Vec<TcpStream>)> {
+    let listen = move |ip: std::net::Ipv4Addr| -> std::io::Result<TcpListener> {
+        let sock = buffered_socket(buffer)?;
+        sock.bind(&std::net::SocketAddr::from((ip, 0)).into())?;
+        sock.listen(nodes as i32 + 8)?;
+        Ok(sock.into())
+    };
+    let l = match place {
+        Some(p) => {
+            let ip = p.server_addr;
+            gridperf_sys::in_netns(&p.server_netns, move || listen(ip))?
+        }
+        None => listen(std::net::Ipv4Addr::LOCALHOST)?,
+    };
     let at = l.local_addr()?;
+    let dial = move || -> std::io::Result<TcpStream> {
+        let s = buffered_socket(buffer)?;
+        s.connect_timeout(&at.into(), Duration::from_secs(5))?;
+        Ok(s.into())
+    };
+    l.set_nonblocking(true)?;
     let mut clients = Vec::new();
     let mut servers = Vec::new();
-    for _ in 0..nodes {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-        if let Some(b) = buffer {
-            gridperf_sys::set_sndbuf(&s, b as usize)?;
-            gridperf_sys::set_rcvbuf(&s, b as usize)?;
-        }
-        s.connect_timeout(&at.into(), Duration::from_secs(5))?;
-        let c: TcpStream = s.into();
-        let (a, _) = l.accept()?;
+    for k in 0..nodes as usize {
+        let c = match place {
+            Some(p) if !p.consumer_netns.is_empty() => {
+                gridperf_sys::in_netns(&p.consumer_netns[k % p.consumer_netns.len()], dial)?
+            }
+            _ => dial()?,
+        };
+        // the consumer's connection is established: its accept is waiting
+        let until = Instant::now() + Duration::from_secs(5);
+        let a = loop {
+            match l.accept() {
+                Ok((a, _)) => break a,
+                Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        a.set_nonblocking(false)?;
         set_buffers(&c, None, nodelay)?;
         set_buffers(&a, None, nodelay)?;
         clients.push(c);
@@ -468,7 +514,8 @@ fn repetition(
     rep: u32,
 ) -> std::result::Result<Duration, (Option<Box<Deadlock>>, String)> {
     let nodelay = variant == Variant::Nodelay;
-    let (mut conns, clients) = connect(nodes, o.buffer, nodelay).map_err(|e| (None, format!("connecting: {e}")))?;
+    let (mut conns, clients) =
+        connect(nodes, o.buffer, nodelay, o.place.as_ref()).map_err(|e| (None, format!("connecting: {e}")))?;
     let n = nodes as usize;
     let sh = Arc::new(Shared {
         progress: AtomicU64::new(0),

@@ -283,7 +283,7 @@ impl Running {
 
 /// What the lab's emulator says of itself over a run: it writes its health
 /// every 250 ms, so wait for one more write before reading it again.
-pub(crate) fn lab_record(name: &str, before: Option<crate::lab::emulator::Health>) -> gridperf_core::model::LabRecord {
+pub fn lab_record(name: &str, before: Option<crate::lab::emulator::Health>) -> gridperf_core::model::LabRecord {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let after = crate::lab::health(name);
     let state = crate::lab::state(name);

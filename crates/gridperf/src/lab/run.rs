@@ -27,6 +27,11 @@ pub struct LabRun {
 
 /// The lab spec for a profile with `--lab-set` overrides, named `name`.
 pub fn spec_for(name: &str, profile: &str, sets: &[String]) -> Result<LabSpec> {
+    spec_with_hosts(name, profile, sets, (1, 1))
+}
+
+/// The same, with `hosts` on each side of the bottleneck (a dumbbell).
+pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize, usize)) -> Result<LabSpec> {
     let lab_err = |e: labcfg::LabError| Error::usage(e.to_string());
     let prof = labcfg::profile(profile).map_err(lab_err)?;
     let mut s = prof.settings();
@@ -41,9 +46,12 @@ pub fn spec_for(name: &str, profile: &str, sets: &[String]) -> Result<LabSpec> {
         return Err(Error::usage("the loopback profile has no link to shape: only mtu= applies to it"));
     }
     let mtu_given = sets.iter().any(|s| s.trim_start().starts_with("mtu="));
+    if loopback && hosts != (1, 1) {
+        return Err(Error::usage("the loopback profile has one namespace for both ends: no dumbbell"));
+    }
     Ok(LabSpec {
         name: name.to_string(),
-        hosts: (1, 1),
+        hosts,
         mtu: if loopback && !mtu_given { 0 } else { s.mtu },
         ab: link.clone(),
         ba: link,
@@ -109,24 +117,7 @@ impl LabRun {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Ctrl-C (or SIGTERM) during the run: take the lab down, then exit
-        // as the signal would have. A thread that stays in this namespace
-        // does it, while the run's thread is in host a.
-        let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
-            .map_err(|e| Error::internal(format!("catching signals: {e}")))?;
-        run.signals = Some(signals.handle());
-        let (lab, agent_pid) = (name.clone(), run.child.as_ref().map(|c| c.id()));
-        std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-                eprintln!("gridperf: interrupted: taking lab {lab} down");
-                if let Some(p) = agent_pid {
-                    let _ = gridperf_sys::signal(p, libc::SIGTERM);
-                }
-                let _ = super::down(&lab);
-                std::process::exit(128 + sig);
-            }
-        });
+        run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
                 .map_err(|e| Error::internal(format!("remembering this thread's namespace: {e}")))?,
@@ -135,6 +126,50 @@ impl LabRun {
         // engines::start reads the lab's health before and after the run
         std::env::set_var("GRIDPERF_LAB", &name);
         Ok(run)
+    }
+}
+
+/// Ctrl-C (or SIGTERM) during a lab run: a thread that stays in this
+/// process's first namespace takes the lab down (after the run's agent),
+/// then exits as the signal would have.
+fn watch(name: &str, agent_pid: Option<u32>) -> Result<signal_hook::iterator::Handle> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
+        .map_err(|e| Error::internal(format!("catching signals: {e}")))?;
+    let handle = signals.handle();
+    let lab = name.to_string();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            eprintln!("gridperf: interrupted: taking lab {lab} down");
+            if let Some(p) = agent_pid {
+                let _ = gridperf_sys::signal(p, libc::SIGTERM);
+            }
+            let _ = super::down(&lab);
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(handle)
+}
+
+impl LabRun {
+    /// Brings up `spec` for a run that puts its own sockets in the lab's
+    /// hosts (fanout): no agent, and the calling thread stays where it is.
+    pub fn hosts_only(spec: LabSpec) -> Result<(LabRun, Vec<super::Host>)> {
+        let description = spec.description.clone();
+        let profile = spec.profile.clone().unwrap_or_default();
+        let name = spec.name.clone();
+        let st = super::up(spec)?;
+        let mut run = LabRun {
+            name: name.clone(),
+            agent: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            description,
+            profile,
+            child: None,
+            home: None,
+            signals: None,
+        };
+        run.signals = Some(watch(&name, None)?);
+        Ok((run, st.hosts.clone()))
     }
 }
 

@@ -559,3 +559,56 @@ fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
     assert!(err.contains("taking lab"), "{err}");
     assert_eq!(labs(), before, "the run's lab was left behind");
 }
+
+#[test]
+fn fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback() {
+    if !privileged("fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback") {
+        return;
+    }
+    let _serial = serial();
+    let labs = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("gp-fo"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = labs();
+    let o = run(&[
+        "fanout",
+        "--lab",
+        "lan-gige",
+        "--hosts",
+        "1x2",
+        "--nodes",
+        "2",
+        "--variant",
+        "original,drain",
+        "--size",
+        "4k",
+        "--messages",
+        "16,256",
+        "-w",
+        "16k",
+        "--repeat",
+        "1",
+        "--watchdog",
+        "1s",
+        "--no-store",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let p = v["points"].as_array().expect("points");
+    // original: 16 requests fit in the buffers, 256 do not
+    assert!(p[0]["deadlock"].is_null() && p[0]["bandwidth_bps"].as_f64().is_some(), "{}", p[0]);
+    assert!(p[1]["deadlock"].is_object(), "{}", p[1]);
+    // drain gets through both
+    assert!(p[2]["deadlock"].is_null() && p[3]["deadlock"].is_null(), "{} {}", p[2], p[3]);
+    // the bytes crossed the emulated gigabit: slower than loopback's
+    assert!(p[3]["bandwidth_bps"].as_f64().is_some_and(|b| b > 1e6 && b < 2.1e9), "{}", p[3]);
+    assert_eq!(labs(), before, "the sweep's lab was left behind");
+}
