@@ -320,11 +320,28 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                                 .collect(),
                         })
                         .collect(),
-                    marks: here
-                        .iter()
-                        .filter(|p| p.deadlock.is_some())
-                        .map(|p| (p.messages as f64, format!("deadlock {} B", p.size)))
-                        .collect(),
+                    // the whole sweep's range, so that deadlocks beyond the last
+                    // completed point show where they happened
+                    x_range: {
+                        let lo = here.iter().map(|p| p.messages).min().unwrap_or(1) as f64;
+                        let hi = here.iter().map(|p| p.messages).max().unwrap_or(1) as f64;
+                        Some((lo, hi))
+                    },
+                    marks: {
+                        let mut at: Vec<(u64, Vec<u64>)> = Vec::new();
+                        for p in here.iter().filter(|p| p.deadlock.is_some()) {
+                            match at.iter_mut().find(|(m, _)| *m == p.messages) {
+                                Some((_, sizes)) => sizes.push(p.size),
+                                None => at.push((p.messages, vec![p.size])),
+                            }
+                        }
+                        at.into_iter()
+                            .map(|(m, sizes)| {
+                                let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+                                (m as f64, format!("deadlock {} B", list.join(", ")))
+                            })
+                            .collect()
+                    },
                     ..Chart::default()
                 };
                 add(format!("{slug}-fanout-{}-{nodes}.svg", variant.name()), &chart, &mut h);
