@@ -164,6 +164,21 @@ fn ns_since(start: Instant) -> u64 {
     start.elapsed().as_nanos() as u64
 }
 
+impl Timing {
+    /// Counts `n` bytes moved now on a stream: its first and last times,
+    /// its total, what fell in --omit, and the live counter the intervals read.
+    fn moved(&self, end: &mut StreamEnd, n: usize, live: &Live) {
+        let now = ns_since(self.start);
+        end.first_ns.get_or_insert(now);
+        end.last_ns = Some(now);
+        end.bytes += n as u64;
+        if now < self.omit.as_nanos() as u64 {
+            end.omitted_bytes += n as u64;
+        }
+        live.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
 /// A TCP sender: writes until its time or its bytes are up, then closes its
 /// side. A broken connection ends it with the bytes it moved.
 /// Reads a socket's record (buffers granted, MSS, congestion control).
@@ -227,14 +242,7 @@ fn send_tcp(
                 break;
             }
             Ok(n) => {
-                let now = ns_since(t.start);
-                end.first_ns.get_or_insert(now);
-                end.last_ns = Some(now);
-                end.bytes += n as u64;
-                if now < t.omit.as_nanos() as u64 {
-                    end.omitted_bytes += n as u64;
-                }
-                live.fetch_add(n as u64, Ordering::Relaxed);
+                t.moved(&mut end, n, live);
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -295,14 +303,7 @@ fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf, break_after
                 break;
             }
             Ok(n) => {
-                let now = ns_since(t.start);
-                end.first_ns.get_or_insert(now);
-                end.last_ns = Some(now);
-                end.bytes += n as u64;
-                if now < t.omit.as_nanos() as u64 {
-                    end.omitted_bytes += n as u64;
-                }
-                live.fetch_add(n as u64, Ordering::Relaxed);
+                t.moved(&mut end, n, live);
                 if break_after.is_some_and(|b| end.bytes >= b) {
                     // the test seam: a reset (SO_LINGER 0, then close) as a crashed peer makes
                     let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
@@ -355,14 +356,7 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
             match s.send(&buf) {
                 Ok(k) => {
                     seq += 1;
-                    let now = ns_since(t.start);
-                    end.first_ns.get_or_insert(now);
-                    end.last_ns = Some(now);
-                    end.bytes += k as u64;
-                    if now < t.omit.as_nanos() as u64 {
-                        end.omitted_bytes += k as u64;
-                    }
-                    live.fetch_add(k as u64, Ordering::Relaxed);
+                    t.moved(&mut end, k, live);
                     if end.bytes >= budget {
                         break 'run;
                     }
@@ -403,14 +397,7 @@ fn recv_udp(s: UdpSocket, index: u32, t: &Timing, live: &Live, info: InfoOf) -> 
                     continue;
                 }
                 last_seen = Instant::now();
-                let now = ns_since(t.start);
-                end.first_ns.get_or_insert(now);
-                end.last_ns = Some(now);
-                end.bytes += n as u64;
-                if now < t.omit.as_nanos() as u64 {
-                    end.omitted_bytes += n as u64;
-                }
-                live.fetch_add(n as u64, Ordering::Relaxed);
+                t.moved(&mut end, n, live);
                 seqs.record(seq, n as u64, sent, gridperf_sys::monotonic_ns());
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}

@@ -25,6 +25,18 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The network namespaces whose names start with `prefix`.
+fn namespaces_named(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A lab that is taken down (and checked gone) when the test ends, pass or fail.
 struct Lab {
     name: String,
@@ -486,16 +498,7 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
         return;
     }
     let _serial = serial();
-    let labs = || -> Vec<String> {
-        std::fs::read_dir("/run/netns")
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("gp-run"))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let labs = || namespaces_named("gp-run");
     let before = labs();
     // the man profile: 2 ms RTT at 100 Mbit/s; a 64-byte UDP exchange takes
     // 2 ms plus two 92-byte packet times (15 us) plus the hosts' own costs
@@ -520,16 +523,7 @@ fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
         return;
     }
     let _serial = serial();
-    let labs = || -> Vec<String> {
-        std::fs::read_dir("/run/netns")
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("gp-run"))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let labs = || namespaces_named("gp-run");
     let before = labs();
     let mut child = Command::new(BIN)
         .args(["stream", "--lab", "crossover-fe", "-t", "30"])
@@ -566,16 +560,7 @@ fn fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback() {
         return;
     }
     let _serial = serial();
-    let labs = || -> Vec<String> {
-        std::fs::read_dir("/run/netns")
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("gp-fo"))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let labs = || namespaces_named("gp-fo");
     let before = labs();
     let o = run(&[
         "fanout",
