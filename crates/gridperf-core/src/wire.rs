@@ -124,6 +124,24 @@ pub struct TestRequest {
     /// For kind "stream": the bulk-flow test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamSpec>,
+    /// For kind "fanout": the agent is a consumer of a fanout point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<FanoutSpec>,
+}
+
+/// The consumer's part of a fanout point: on every data connection the
+/// client opens (token, byte 4, 4-byte index), echo `messages` requests of
+/// `size` bytes, blocking, as the document's clients do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FanoutSpec {
+    pub size: u64,
+    pub messages: u64,
+    /// SO_SNDBUF and SO_RCVBUF on the agent's sockets.
+    pub buffer: Option<u64>,
+    pub nodelay: bool,
+    /// A consumer gives up on a connection silent this long (the client's
+    /// watchdog tore it down).
+    pub idle_ms: u64,
 }
 
 /// Which way a stream test's data flows.

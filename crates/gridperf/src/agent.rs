@@ -355,6 +355,22 @@ fn take_slot<'a>(shared: &'a Shared, ctl: &mut TcpStream, req: &TestRequest) -> 
 
 /// Checks a request against what this agent supports, before taking a slot.
 fn validate(req: &TestRequest) -> Result<Vec<Proto>, (ErrorCode, String)> {
+    if req.kind == "fanout" {
+        let Some(f) = &req.fanout else {
+            return Err((ErrorCode::BadMessage, "a fanout test without its settings".into()));
+        };
+        use crate::engines::fanout::{MAX_MESSAGES, MAX_SIZE};
+        if f.size == 0 || f.size > MAX_SIZE || f.messages == 0 || f.messages > MAX_MESSAGES {
+            return Err((
+                ErrorCode::TooLarge,
+                format!(
+                    "fanout requests: 1 to {MAX_MESSAGES} of 1 to {MAX_SIZE} bytes, not {} of {}",
+                    f.messages, f.size
+                ),
+            ));
+        }
+        return Ok(vec![Proto::Tcp]);
+    }
     if req.kind == "stream" {
         let Some(spec) = &req.stream else {
             return Err((ErrorCode::BadMessage, "a stream test without its settings".into()));
@@ -462,7 +478,9 @@ fn serve_client(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result
     if shared.cfg.log {
         eprintln!("gridperf serve: {peer}: {} {} up to {} B", req.kind, req.protos.join(","), req.max_size);
     }
-    let result = if req.kind == "stream" {
+    let result = if req.kind == "fanout" {
+        run_fanout(shared, &mut ctl, peer, &req)
+    } else if req.kind == "stream" {
         run_stream(shared, &mut ctl, peer, &req)
     } else {
         run_test(shared, &mut ctl, peer, &req, &protos)
@@ -551,6 +569,98 @@ fn run_stream(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &Test
         Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
         Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected finish, got {other:?}"))),
         Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for finish: {e}"))),
+    }
+}
+
+/// Consumer threads a fanout test may have at once.
+const FANOUT_MAX_CONSUMERS: usize = 64;
+
+/// A fanout point's consumers: every data connection the client opens gets
+/// a thread that echoes the requests, until the client says Finish.
+fn run_fanout(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &TestRequest) -> Result<(), Fail> {
+    let Some(f) = req.fanout.clone() else {
+        return Err(send_error(ctl, ErrorCode::BadMessage, "a fanout test without its settings".into()));
+    };
+    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
+    let peer_ip = peer.ip().to_canonical();
+    let listener = {
+        let addr = SocketAddr::new(local_ip, 0);
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(|e| e.to_string())?;
+        if let Some(b) = f.buffer {
+            let _ = gridperf_sys::set_sndbuf(&sock, b as usize);
+            let _ = gridperf_sys::set_rcvbuf(&sock, b as usize);
+        }
+        sock.bind(&addr.into()).map_err(|e| e.to_string())?;
+        sock.listen(128).map_err(|e| e.to_string())?;
+        sock.set_nonblocking(true).map_err(|e| e.to_string())?;
+        TcpListener::from(sock)
+    };
+    let token = new_token(peer);
+    wire::write_msg(
+        ctl,
+        &AgentMsg::Ready {
+            tcp_port: listener.local_addr().ok().map(|a| a.port()),
+            udp_port: None,
+            token,
+            agent: env::end_info(None, false),
+            udp_ports: Vec::new(),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let idle = Duration::from_millis(f.idle_ms.clamp(100, 600_000));
+    let mut consumers: Vec<thread::JoinHandle<()>> = Vec::new();
+    // until Finish: accept the client's data connections, a consumer for each
+    let until_quiet = || Instant::now() + shared.cfg.control_timeout + idle;
+    let mut deadline = until_quiet();
+    loop {
+        if shared.stopping() {
+            return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
+        }
+        if Instant::now() > deadline {
+            return Err(Fail::Untold("the fanout client went silent".into()));
+        }
+        consumers.retain(|h| !h.is_finished());
+        let fds = [listener.as_raw_fd(), ctl.as_raw_fd()];
+        let ready = gridperf_sys::poll_readable(&fds, 100).map_err(|e| e.to_string())?;
+        if ready[1] {
+            match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
+                Ok(ClientMsg::Finish) => {
+                    return wire::write_msg(ctl, &AgentMsg::Report { agent: env::end_info(None, false) })
+                        .map_err(|e| e.to_string().into())
+                }
+                Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
+                Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("unexpected {other:?}"))),
+                Err(e) => return Err(send_error(ctl, wire_code(&e), format!("during the fanout test: {e}"))),
+            }
+        }
+        if !ready[0] {
+            continue;
+        }
+        let Ok((mut s, from)) = listener.accept() else { continue };
+        if from.ip().to_canonical() != peer_ip || consumers.len() >= FANOUT_MAX_CONSUMERS {
+            continue;
+        }
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut hello = [0u8; 13];
+        if s.read_exact(&mut hello).is_err() || hello[..8] != token.to_be_bytes() || hello[8] != 4 {
+            continue;
+        }
+        deadline = until_quiet();
+        let f = f.clone();
+        consumers.push(thread::spawn(move || {
+            let _ = s.set_nodelay(f.nodelay);
+            let _ = s.set_read_timeout(Some(idle));
+            let _ = s.set_write_timeout(Some(idle));
+            let mut buf = vec![0u8; f.size as usize];
+            for _ in 0..f.messages {
+                if s.read_exact(&mut buf).is_err() || std::io::Write::write_all(&mut s, &buf).is_err() {
+                    return;
+                }
+            }
+            // the client closes when its repetition is done
+            let _ = s.read(&mut buf);
+        }));
     }
 }
 

@@ -147,6 +147,9 @@ struct FanoutArgs {
     /// With --lab: hosts on each side, 1xM (default 1 x the most --nodes, at most 8).
     #[arg(long, value_name = "1xM", requires = "lab")]
     hosts: Option<String>,
+    /// Consumers on `gridperf serve` agents (HOST[:PORT], repeat or comma-separate), in turn.
+    #[arg(long = "agents", value_name = "HOST", value_delimiter = ',')]
+    agents: Vec<String>,
 }
 
 #[derive(Args)]
@@ -963,7 +966,12 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
         watchdog: duration(&a.watchdog, "--watchdog")?,
         buffer: buffer(&a.window, "--window")?,
         place: None,
+        agents: a.agents.iter().map(|h| resolve(h, DEFAULT_PORT)).collect::<Result<_>>()?,
+        deadlines: None,
     };
+    if !opts.agents.is_empty() && a.lab.is_some() {
+        return Err(Error::usage("--agents and --lab: give one; the lab places its own consumers"));
+    }
     fanout::validate(&opts)?;
     let mut opts = opts;
     // across a lab: the server on the first host of side A, the consumers on side B's hosts in turn
@@ -1004,7 +1012,7 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
         &gridperf::store::NewRun {
             survey_id: None,
             kind: "fanout",
-            network: a.lab.as_deref().unwrap_or("loopback"),
+            network: a.lab.as_deref().unwrap_or(if a.agents.is_empty() { "loopback" } else { "agents" }),
             target: "local",
             settings: serde_json::json!({ "repeat": opts.repeat, "buffer": opts.buffer,
                 "watchdog_ns": opts.watchdog.as_nanos() as u64 }),

@@ -803,6 +803,10 @@ pub fn fanout_table(
         match &o.place {
             Some(p) =>
                 format!("across the lab: server in {}, consumers in {}", p.server_netns, p.consumer_netns.join(", ")),
+            None if !o.agents.is_empty() => format!(
+                "to consumers on the agents {}",
+                o.agents.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+            ),
             None => "on loopback".into(),
         },
         o.repeat,

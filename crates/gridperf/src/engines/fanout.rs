@@ -83,6 +83,10 @@ pub struct FanoutOptions {
     /// Across a lab: the server in one host, the consumers in others (in
     /// turn); None: everything on this host's loopback.
     pub place: Option<Place>,
+    /// Consumers on gridperf agents (`gridperf serve`), in turn; empty:
+    /// consumer threads of this process.
+    pub agents: Vec<std::net::SocketAddr>,
+    pub deadlines: Option<crate::runner::Deadlines>,
 }
 
 /// Where the ends are in a lab: network namespaces by name.
@@ -154,6 +158,7 @@ const SENDING: u8 = 1;
 const RECEIVING: u8 = 2;
 const POLLING: u8 = 3;
 const DONE: u8 = 4;
+const REMOTE: u8 = 5;
 
 /// A side's state: what it does and with which node (the server) or 0.
 #[derive(Default)]
@@ -176,6 +181,7 @@ impl State {
             RECEIVING => format!("recv from {peer}"),
             POLLING => "poll (draining)".into(),
             DONE => "done".into(),
+            REMOTE => "unknown (a remote agent: its calls are not seen from here)".into(),
             _ => "idle".into(),
         }
     }
@@ -505,6 +511,33 @@ fn connect(
 }
 
 /// One repetition: Ok(time) or the deadlock's evidence.
+/// Opens `nodes` connections to the agents' consumers, in turn.
+fn connect_remote(
+    nodes: u32,
+    buffer: Option<u64>,
+    nodelay: bool,
+    targets: &[Consumer],
+) -> std::io::Result<Vec<TcpStream>> {
+    (0..nodes as usize)
+        .map(|k| {
+            let (addr, token) = targets[k % targets.len()];
+            let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+            if let Some(b) = buffer {
+                gridperf_sys::set_sndbuf(&s, b as usize)?;
+                gridperf_sys::set_rcvbuf(&s, b as usize)?;
+            }
+            s.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+            let mut c: TcpStream = s.into();
+            c.set_nodelay(nodelay)?;
+            let mut hello = token.to_be_bytes().to_vec();
+            hello.push(4);
+            hello.extend_from_slice(&(k as u32).to_be_bytes());
+            c.write_all(&hello)?;
+            Ok(c)
+        })
+        .collect()
+}
+
 fn repetition(
     variant: Variant,
     nodes: u32,
@@ -512,10 +545,16 @@ fn repetition(
     size: u64,
     o: &FanoutOptions,
     rep: u32,
+    remote: &[Consumer],
 ) -> std::result::Result<Duration, (Option<Box<Deadlock>>, String)> {
     let nodelay = variant == Variant::Nodelay;
-    let (mut conns, clients) =
-        connect(nodes, o.buffer, nodelay, o.place.as_ref()).map_err(|e| (None, format!("connecting: {e}")))?;
+    let (mut conns, clients) = if remote.is_empty() {
+        connect(nodes, o.buffer, nodelay, o.place.as_ref()).map_err(|e| (None, format!("connecting: {e}")))?
+    } else {
+        let c = connect_remote(nodes, o.buffer, nodelay, remote)
+            .map_err(|e| (None, format!("connecting to the agents' consumers: {e}")))?;
+        (c, Vec::new())
+    };
     let n = nodes as usize;
     let sh = Arc::new(Shared {
         progress: AtomicU64::new(0),
@@ -525,6 +564,11 @@ fn repetition(
         acked: (0..n).map(|_| AtomicU64::new(0)).collect(),
         torn_down: AtomicBool::new(false),
     });
+    if !remote.is_empty() {
+        for st in &sh.nodes {
+            st.set(REMOTE, 0);
+        }
+    }
     // clones for the watchdog: the queue sizes, and shutdown to wake every blocked call
     let all: Vec<(String, TcpStream)> = conns
         .iter()
@@ -621,13 +665,70 @@ fn repetition(
     Ok(elapsed)
 }
 
+/// An agent's consumers: where to connect, and the token to say first.
+type Consumer = (std::net::SocketAddr, u64);
+
+/// Opens a fanout test on each agent: their consumers' ports and tokens.
+fn open_agents(
+    o: &FanoutOptions,
+    messages: u64,
+    size: u64,
+    nodelay: bool,
+) -> Result<(Vec<crate::runner::Session>, Vec<Consumer>)> {
+    let deadlines = o.deadlines.unwrap_or(crate::runner::Deadlines {
+        connect: Duration::from_secs(5),
+        control: Duration::from_secs(10),
+        message: Duration::from_secs(1),
+        queue: Duration::ZERO,
+    });
+    let mut sessions = Vec::new();
+    let mut targets = Vec::new();
+    for &a in &o.agents {
+        let mut s = crate::runner::Session::connect(a, deadlines)?;
+        let req = gridperf_core::wire::TestRequest {
+            kind: "fanout".into(),
+            protos: vec!["tcp".into()],
+            max_size: size,
+            nodelay,
+            busy_poll: false,
+            cpu: None,
+            sndbuf: o.buffer,
+            rcvbuf: o.buffer,
+            udp_port: None,
+            timeout_ms: 1000,
+            queue_ms: 0,
+            stream: None,
+            fanout: Some(gridperf_core::wire::FanoutSpec {
+                size,
+                messages,
+                buffer: o.buffer,
+                nodelay,
+                idle_ms: (o.watchdog * 2 + Duration::from_secs(5)).as_millis() as u64,
+            }),
+        };
+        let (port, _, token, _) = s.request_stream(req)?;
+        let port = port.ok_or_else(|| Error::network(format!("the agent at {a} opened no data port")))?;
+        targets.push((std::net::SocketAddr::new(a.ip(), port), token));
+        sessions.push(s);
+    }
+    Ok((sessions, targets))
+}
+
 /// Measures one point: MAX repetitions, stopping at the first deadlock.
 pub fn point(variant: Variant, nodes: u32, messages: u64, size: u64, o: &FanoutOptions) -> FanoutPoint {
     let mut times = Vec::new();
     let mut deadlock = None;
     let mut error = None;
-    for rep in 0..o.repeat {
-        match repetition(variant, nodes, messages, size, o, rep) {
+    let (mut sessions, remote) = match open_agents(o, messages, size, variant == Variant::Nodelay) {
+        Ok(x) => x,
+        Err(e) => (Vec::new(), {
+            error = Some(format!("opening the agents' consumers: {e}"));
+            Vec::new()
+        }),
+    };
+    let reps = if error.is_some() { 0 } else { o.repeat };
+    for rep in 0..reps {
+        match repetition(variant, nodes, messages, size, o, rep, &remote) {
             Ok(t) => times.push(t.as_nanos() as u64),
             Err((d, e)) => {
                 deadlock = d.map(|d| *d);
@@ -637,6 +738,9 @@ pub fn point(variant: Variant, nodes: u32, messages: u64, size: u64, o: &FanoutO
                 break;
             }
         }
+    }
+    for s in &mut sessions {
+        let _ = s.finish();
     }
     let complete = times.len() == o.repeat as usize;
     let total: u64 = times.iter().sum();

@@ -125,6 +125,7 @@ pub fn start(kind: &str, target: &Target, opts: &EchoOptions) -> Result<Running>
         timeout_ms: opts.deadlines.message.as_millis() as u64,
         queue_ms: 0,
         stream: None,
+        fanout: None,
     };
     let test = session.start(req, opts.writes)?;
     let client = env::end_info(opts.client_cpu.map(|c| vec![c]), opts.busy_poll);

@@ -725,6 +725,7 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
         timeout_ms: opts.deadlines.message.as_millis() as u64,
         queue_ms: 0,
         stream: Some(spec.clone()),
+        fanout: None,
     };
     let (tcp_port, udp_ports, token, agent_info) = session.request_stream(req)?;
     let local_ip: IpAddr = session.local_ip()?;

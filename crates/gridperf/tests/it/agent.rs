@@ -38,6 +38,7 @@ fn request(protos: &[&str], max_size: u64) -> TestRequest {
         timeout_ms: 1000,
         queue_ms: 0,
         stream: None,
+        fanout: None,
     }
 }
 

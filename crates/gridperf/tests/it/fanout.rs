@@ -96,3 +96,52 @@ fn bad_counts_are_refused_with_what_is_valid() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn consumers_on_an_agent_deadlock_and_drain_the_same() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let p = port.to_string();
+    let mut agent = Command::new(BIN)
+        .args(["serve", "--bind", "127.0.0.1", "--port", &p])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the agent did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let at = format!("127.0.0.1:{port}");
+    let (o, took) = fanout(&[
+        "--agents",
+        &at,
+        "--nodes",
+        "2",
+        "--variant",
+        "original,drain",
+        "--size",
+        "4k",
+        "--messages",
+        "16,256",
+        "-w",
+        "16k",
+        "--repeat",
+        "1",
+        "--watchdog",
+        "500ms",
+        "--no-store",
+        "--json",
+    ]);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let p = v["points"].as_array().expect("points");
+    assert!(p[0]["deadlock"].is_null() && p[0]["error"].is_null(), "{}", p[0]);
+    let d = &p[1]["deadlock"];
+    assert!(d.is_object(), "{}", p[1]);
+    assert!(d["blocked"][0]["call"].as_str().is_some_and(|c| c.starts_with("send to node")), "{d}");
+    assert!(d["blocked"][1]["call"].as_str().is_some_and(|c| c.contains("remote agent")), "{d}");
+    assert!(p[2]["error"].is_null() && p[3]["bandwidth_bps"].as_f64().is_some(), "{} {}", p[2], p[3]);
+}

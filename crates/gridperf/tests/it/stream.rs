@@ -200,6 +200,7 @@ fn the_agent_refuses_what_the_client_did_not_check() {
         timeout_ms: 1000,
         queue_ms: 0,
         stream: Some(spec),
+        fanout: None,
     };
     wire::write_msg(&mut s, &ClientMsg::Request(req)).expect("request");
     match wire::read_msg::<_, AgentMsg>(&mut s).expect("answer") {
