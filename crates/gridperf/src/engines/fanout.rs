@@ -795,6 +795,14 @@ pub fn validate(o: &FanoutOptions) -> Result<()> {
 /// The sweep: every variant x nodes x size x messages, in that order.
 pub fn run(o: &FanoutOptions, progress: &mut dyn FnMut(usize, usize, &FanoutPoint)) -> Result<Vec<FanoutPoint>> {
     validate(o)?;
+    // an agent that cannot be reached fails the sweep at once, within the
+    // connect deadline, rather than every point in turn
+    if !o.agents.is_empty() {
+        let (mut sessions, _) = open_agents(o, 1, 1, false)?;
+        for s in &mut sessions {
+            s.finish()?;
+        }
+    }
     let total = o.variants.len() * o.nodes.len() * o.sizes.len() * o.messages.len();
     let mut out = Vec::with_capacity(total);
     for &v in &o.variants {

@@ -145,3 +145,13 @@ fn consumers_on_an_agent_deadlock_and_drain_the_same() {
     assert!(d["blocked"][1]["call"].as_str().is_some_and(|c| c.contains("remote agent")), "{d}");
     assert!(p[2]["error"].is_null() && p[3]["bandwidth_bps"].as_f64().is_some(), "{} {}", p[2], p[3]);
 }
+
+#[test]
+fn an_agent_that_is_not_there_fails_the_sweep_at_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let at = format!("127.0.0.1:{port}");
+    let (o, took) = fanout(&["--agents", &at, "--no-store"]);
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot connect to the agent"));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
