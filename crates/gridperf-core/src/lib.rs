@@ -8,6 +8,7 @@
 //! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
 //! - [`emu`]: the lab's link model (loss, bottleneck, delay line) in virtual time;
 //! - [`flow`]: bulk flows: fairness, UDP sequence accounting, the TCP_INFO verdict;
+//! - [`tune`]: what caps a TCP stream on a path, from the host's settings, and what to set;
 //! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs;
 //! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
 //! - [`svg`]: self-contained SVG line charts for reports.
@@ -21,5 +22,6 @@ pub mod plan;
 pub mod stats;
 pub mod survey;
 pub mod svg;
+pub mod tune;
 pub mod units;
 pub mod wire;

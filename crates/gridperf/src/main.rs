@@ -80,6 +80,14 @@ enum Command {
         A point where no byte moves for --watchdog is reported as DEADLOCK, with who was blocked in which call\n\
         and the bytes queued in every socket; the connections are torn down and the sweep goes on.")]
     Fanout(FanoutArgs),
+    /// What caps a single TCP stream on a path (rate x RTT) with this host's settings, and what to set.
+    #[command(after_help = "Examples:\n  \
+        gridperf tune --rate 1G --rtt 35ms               a gigabit at 35 ms: the BDP, each setting's cap, the fix\n  \
+        gridperf tune --lab baltic                       the rate and RTT of a lab profile\n  \
+        gridperf tune --rate 1G --rtt 270ms --buffer 32M an application that sets SO_RCVBUF (iperf -w 32M)\n  \
+        gridperf tune --rate 1G --rtt 35ms --write-sysctl /etc/sysctl.d/90-gridperf.conf\n\n\
+        Rates in bits per second, decimal SI (1G = 10^9); the settings are read in this network namespace.")]
+    Tune(TuneArgs),
     /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
     /// every point stored, then the report and the best-protocol table.
     #[command(after_help = "Examples:\n  \
@@ -150,6 +158,27 @@ struct FanoutArgs {
     /// Consumers on `gridperf serve` agents (HOST[:PORT], repeat or comma-separate), in turn.
     #[arg(long = "agents", value_name = "HOST", value_delimiter = ',')]
     agents: Vec<String>,
+}
+
+#[derive(Args)]
+struct TuneArgs {
+    /// The path's bottleneck rate: 100M, 1G, 10G.
+    #[arg(long, allow_hyphen_values = true, value_name = "RATE", required_unless_present = "lab")]
+    rate: Option<String>,
+    /// The path's round-trip time: 35ms, 270ms.
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", required_unless_present = "lab")]
+    rtt: Option<String>,
+    /// Take the rate and RTT from a lab profile (gridperf lab profiles).
+    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["rate", "rtt"])]
+    lab: Option<String>,
+    /// The socket buffer the application sets (SO_RCVBUF / SO_SNDBUF, iperf's -w), if it does.
+    #[arg(long, value_name = "SIZE")]
+    buffer: Option<String>,
+    /// Write the changes as a sysctl.d file.
+    #[arg(long, value_name = "FILE")]
+    write_sysctl: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -929,6 +958,66 @@ impl HasEnv for gridperf_core::model::TransferReport {
     fn env(&self) -> &gridperf_core::model::Environment {
         &self.env
     }
+}
+
+fn cmd_tune(a: TuneArgs) -> Result<()> {
+    use gridperf_core::tune::{self, TunePath};
+    let (rate_bps, rtt_ns) = match &a.lab {
+        Some(p) => {
+            let prof = gridperf_core::labcfg::profile(p).map_err(lab_error)?;
+            let link = prof.settings().link_config().map_err(lab_error)?;
+            let rate = link.rate_bps.ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
+            (rate, 2 * link.delay_ns)
+        }
+        None => {
+            let r = a.rate.as_deref().unwrap_or_default();
+            let rate = rate(r, "--rate")?;
+            let t = a.rtt.as_deref().unwrap_or_default();
+            if t.trim_start().starts_with('-') {
+                return Err(Error::usage(format!("--rtt {t}: a round-trip time cannot be negative")));
+            }
+            let rtt = parse_duration_ns(t, "--rtt")?;
+            if rtt == 0 || rtt > 10_000_000_000 {
+                return Err(Error::usage(format!("--rtt {t}: give more than 0 and at most 10s, e.g. 35ms")));
+            }
+            (rate, rtt)
+        }
+    };
+    if rate_bps > 1_000_000_000_000 {
+        return Err(Error::usage("--rate: at most 1T (10^12 bits per second)"));
+    }
+    let mut host = tune::HostSettings::default();
+    let mut unreadable = Vec::new();
+    for (name, _) in tune::SETTINGS {
+        match gridperf::env::sysctl(name) {
+            Some(v) => {
+                if let Err(e) = tune::parse_setting(&mut host, name, &v) {
+                    unreadable.push(e);
+                }
+            }
+            None => unreadable.push(format!("{name}: unreadable")),
+        }
+    }
+    let advice = tune::advise(TunePath { rate_bps, rtt_ns }, &host, buffer(&a.buffer, "--buffer")?);
+    if let Some(f) = &a.write_sysctl {
+        let mut text = format!(
+            "# gridperf tune: a single TCP stream at {} over {} RTT (BDP {} bytes)\n",
+            fmt_bps(rate_bps as f64),
+            fmt_ns(rtt_ns as f64),
+            advice.bdp_bytes
+        );
+        for l in &advice.sysctl_lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        std::fs::write(f, text).map_err(|e| Error::usage(format!("--write-sysctl {}: {e}", f.display())))?;
+    }
+    if a.json {
+        return print(&json(
+            &serde_json::json!({ "schema": "gridperf.tune/1", "advice": advice, "unknown": unreadable }),
+        )?);
+    }
+    print(&report::tune_table(&advice, &unreadable))
 }
 
 fn cmd_fanout(a: FanoutArgs) -> Result<()> {
@@ -1732,6 +1821,7 @@ fn main() {
         Command::Transfer(a) => cmd_transfer(a),
         Command::Stream(a) => cmd_stream(a),
         Command::Survey(a) => cmd_survey(a),
+        Command::Tune(a) => cmd_tune(a),
         Command::Fanout(a) => cmd_fanout(a),
         Command::Runs(c) => cmd_runs(c),
         Command::Report(a) => cmd_report(a),

@@ -884,3 +884,53 @@ pub fn fanout_csv(points: &[crate::engines::fanout::FanoutPoint]) -> String {
     }
     out
 }
+
+/// `gridperf tune`'s table, the verdict and the lines to apply.
+pub fn tune_table(a: &gridperf_core::tune::Advice, unknown: &[String]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "a single TCP stream at {} over {} RTT needs a window of {} bytes (the bandwidth-delay product)\n",
+        fmt_bps(a.path.rate_bps as f64),
+        fmt_ns(a.path.rtt_ns as f64),
+        a.bdp_bytes
+    );
+    let _ = writeln!(out, "{:<32} {:<30} {:>14} {:<30}  why", "setting", "now", "caps a stream", "set to");
+    for r in &a.rows {
+        let _ = writeln!(
+            out,
+            "{:<32} {:<30} {:>14} {:<30}  {}{}",
+            r.setting,
+            r.current,
+            r.cap_bps.map(|c| fmt_bps(c.min(a.path.rate_bps as f64))).unwrap_or_else(|| "-".into()),
+            r.recommended.clone().unwrap_or_else(|| "-".into()),
+            r.why,
+            if r.per_namespace { "" } else { " (global, not per namespace)" }
+        );
+    }
+    match (&a.binding, a.cap_bps) {
+        (Some(b), Some(c)) => {
+            let _ = writeln!(
+                out,
+                "\nbinding: {b} caps a single stream at {} of the path's {} ({:.0}%)",
+                fmt_bps(c),
+                fmt_bps(a.path.rate_bps as f64),
+                c / a.path.rate_bps as f64 * 100.0
+            );
+        }
+        _ => {
+            let _ = writeln!(out, "\nnothing caps a single stream below the path's rate: the buffers are sufficient");
+        }
+    }
+    if !a.sysctl_lines.is_empty() {
+        let _ = writeln!(out, "\nto apply (as root; --write-sysctl FILE writes them for /etc/sysctl.d):");
+        for l in &a.sysctl_lines {
+            let (k, v) = l.split_once(" = ").unwrap_or((l, ""));
+            let _ = writeln!(out, "  sysctl -w {k}=\"{v}\"");
+        }
+    }
+    for u in unknown {
+        let _ = writeln!(out, "unknown: {u}");
+    }
+    out
+}

@@ -256,3 +256,37 @@ fn sigterm_during_a_test_stops_the_agent_and_the_client_is_told() {
     assert_eq!(st.code(), Some(3), "{err}");
     assert!(err.contains("shutting down"), "{err}");
 }
+
+#[test]
+fn tune_reads_this_host_and_says_what_caps_a_stream() {
+    let dir = std::env::temp_dir().join(format!("gridperf-tune-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let file = dir.join("90-gridperf.conf");
+    let o = run(&["tune", "--rate", "10G", "--rtt", "300ms", "--json", "--write-sysctl", file.to_str().expect("path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    // 10 Gbit/s x 300 ms = 375 MB: no default host holds that
+    assert_eq!(v["advice"]["bdp_bytes"], 375_000_000u64);
+    assert!(v["advice"]["binding"].is_string(), "{}", v["advice"]);
+    let lines: Vec<String> = v["advice"]["sysctl_lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter_map(|l| l.as_str().map(str::to_string))
+        .collect();
+    let written = std::fs::read_to_string(&file).expect("sysctl file");
+    assert!(!lines.is_empty() && lines.iter().all(|l| written.contains(l.as_str())), "{written}");
+    // bad input names the valid forms
+    for (args, want) in [
+        (&["tune", "--rate", "0", "--rtt", "35ms"][..], "zero"),
+        (&["tune", "--rate", "1G", "--rtt", "-5ms"][..], "negative"),
+        (&["tune", "--rate", "1G", "--rtt", "35"][..], "35"),
+        (&["tune", "--rate", "fast", "--rtt", "35ms"][..], "fast"),
+        (&["tune", "--lab", "nosuch"][..], "valid profiles"),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

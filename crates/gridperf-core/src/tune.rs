@@ -1,0 +1,461 @@
+//! `gridperf tune`: what caps a single TCP stream on a path of a given rate
+//! and RTT, from the host's settings, and what to set instead. No I/O: the
+//! caller reads the settings (per network namespace) and prints the advice.
+//!
+//! The arithmetic, as Linux does it:
+//! - the bandwidth-delay product, BDP = rate x RTT (DataTAG's W_opt);
+//! - a receive buffer of B bytes advertises a window of B - B/2^s for
+//!   tcp_adv_win_scale s > 0 (half of it at the default s = 1), or B/2^-s
+//!   for s <= 0: the rest is the kernel's bookkeeping;
+//! - a buffer set by the application (SO_RCVBUF, iperf's -w) is doubled by
+//!   the kernel and capped at twice net.core.rmem_max; an autotuned one
+//!   grows up to the third field of tcp_rmem (and only while
+//!   tcp_moderate_rcvbuf is on);
+//! - without window scaling the window is at most 65535 bytes;
+//! - a stream can carry at most window / RTT.
+
+use serde::{Deserialize, Serialize};
+
+/// The path a stream must fill.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TunePath {
+    pub rate_bps: u64,
+    pub rtt_ns: u64,
+}
+
+impl TunePath {
+    /// The bandwidth-delay product, bytes.
+    pub fn bdp_bytes(&self) -> u64 {
+        (u128::from(self.rate_bps) * u128::from(self.rtt_ns) / 8 / 1_000_000_000) as u64
+    }
+
+    /// The rate a window of `bytes` allows on this path, bits per second.
+    pub fn rate_of_window(&self, bytes: u64) -> f64 {
+        bytes as f64 * 8.0 / (self.rtt_ns as f64 / 1e9)
+    }
+}
+
+/// A host's settings as read; None: unreadable (reported as unknown, never guessed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostSettings {
+    pub rmem_max: Option<u64>,
+    pub wmem_max: Option<u64>,
+    pub tcp_rmem: Option<[u64; 3]>,
+    pub tcp_wmem: Option<[u64; 3]>,
+    pub adv_win_scale: Option<i64>,
+    pub window_scaling: Option<bool>,
+    pub timestamps: Option<bool>,
+    pub sack: Option<bool>,
+    pub moderate_rcvbuf: Option<bool>,
+    pub no_metrics_save: Option<bool>,
+    pub congestion: Option<String>,
+    pub available_congestion: Vec<String>,
+    pub default_qdisc: Option<String>,
+    /// The MTU of the route, if known.
+    pub mtu: Option<u32>,
+}
+
+/// Parses a sysctl's text into the settings (the name as in /proc/sys with dots).
+pub fn parse_setting(h: &mut HostSettings, name: &str, value: &str) -> Result<(), String> {
+    let v = value.trim();
+    let num = |v: &str| v.parse::<u64>().map_err(|_| format!("{name}: {v:?} is not a number"));
+    let flag = |v: &str| match v {
+        "0" => Ok(false),
+        "1" | "2" | "3" | "4" => Ok(true),
+        _ => Err(format!("{name}: {v:?} is not 0 or 1")),
+    };
+    let triple = |v: &str| -> Result<[u64; 3], String> {
+        let f: Vec<&str> = v.split_whitespace().collect();
+        if f.len() != 3 {
+            return Err(format!("{name}: {v:?} is not three numbers (min default max)"));
+        }
+        Ok([num(f[0])?, num(f[1])?, num(f[2])?])
+    };
+    match name {
+        "net.core.rmem_max" => h.rmem_max = Some(num(v)?),
+        "net.core.wmem_max" => h.wmem_max = Some(num(v)?),
+        "net.ipv4.tcp_rmem" => h.tcp_rmem = Some(triple(v)?),
+        "net.ipv4.tcp_wmem" => h.tcp_wmem = Some(triple(v)?),
+        "net.ipv4.tcp_adv_win_scale" => {
+            h.adv_win_scale = Some(v.parse::<i64>().map_err(|_| format!("{name}: {v:?} is not a number"))?)
+        }
+        "net.ipv4.tcp_window_scaling" => h.window_scaling = Some(flag(v)?),
+        "net.ipv4.tcp_timestamps" => h.timestamps = Some(flag(v)?),
+        "net.ipv4.tcp_sack" => h.sack = Some(flag(v)?),
+        "net.ipv4.tcp_moderate_rcvbuf" => h.moderate_rcvbuf = Some(flag(v)?),
+        "net.ipv4.tcp_no_metrics_save" => h.no_metrics_save = Some(flag(v)?),
+        "net.ipv4.tcp_congestion_control" => h.congestion = Some(v.to_string()),
+        "net.ipv4.tcp_available_congestion_control" => {
+            h.available_congestion = v.split_whitespace().map(str::to_string).collect()
+        }
+        "net.core.default_qdisc" => h.default_qdisc = Some(v.to_string()),
+        _ => return Err(format!("{name}: not a setting tune reads")),
+    }
+    Ok(())
+}
+
+/// The sysctls tune reads, and whether Linux keeps each per network
+/// namespace (true) or for the whole host (false).
+pub const SETTINGS: &[(&str, bool)] = &[
+    ("net.core.rmem_max", false),
+    ("net.core.wmem_max", false),
+    ("net.ipv4.tcp_rmem", true),
+    ("net.ipv4.tcp_wmem", true),
+    ("net.ipv4.tcp_adv_win_scale", true),
+    ("net.ipv4.tcp_window_scaling", true),
+    ("net.ipv4.tcp_timestamps", true),
+    ("net.ipv4.tcp_sack", true),
+    ("net.ipv4.tcp_moderate_rcvbuf", true),
+    ("net.ipv4.tcp_no_metrics_save", true),
+    ("net.ipv4.tcp_congestion_control", true),
+    ("net.ipv4.tcp_available_congestion_control", false),
+    ("net.core.default_qdisc", false),
+];
+
+/// One line of the advice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub setting: String,
+    pub current: String,
+    /// What this setting alone lets a single stream carry on the path, bits per second.
+    pub cap_bps: Option<f64>,
+    /// The value to set, when it must change.
+    pub recommended: Option<String>,
+    pub why: String,
+    /// Per network namespace (false: for the whole host).
+    pub per_namespace: bool,
+}
+
+/// The advice for a path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advice {
+    pub path: TunePath,
+    pub bdp_bytes: u64,
+    pub rows: Vec<Row>,
+    /// The setting with the lowest cap, and that cap: what a single stream gets now.
+    pub binding: Option<String>,
+    pub cap_bps: Option<f64>,
+    /// The lines for a sysctl.d file (empty: nothing to change).
+    pub sysctl_lines: Vec<String>,
+}
+
+/// The share of a buffer that becomes window, for tcp_adv_win_scale.
+pub fn window_share(adv_win_scale: i64) -> f64 {
+    if adv_win_scale > 0 {
+        1.0 - 1.0 / f64::from(1u32 << adv_win_scale.min(30) as u32)
+    } else {
+        1.0 / f64::from(1u32 << (-adv_win_scale).min(30) as u32)
+    }
+}
+
+/// The buffer (power of two, at least 4 MiB) whose window holds `bdp` bytes.
+fn buffer_for(bdp: u64, share: f64) -> u64 {
+    let need = (bdp as f64 / share).ceil() as u64;
+    need.max(4 << 20).next_power_of_two()
+}
+
+fn fmt_bytes(n: u64) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// What each setting caps a single stream at on `path`, which binds, and
+/// what to set. `app_buffer` is the SO_RCVBUF / SO_SNDBUF an application
+/// asks for (iperf's -w), if any.
+pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advice {
+    let bdp = path.bdp_bytes();
+    let scale = h.adv_win_scale.unwrap_or(1);
+    let share = window_share(scale);
+    let want = buffer_for(bdp, share);
+    let mut rows = Vec::new();
+    let mut lines = Vec::new();
+    let cap = |buf: u64| path.rate_of_window((buf as f64 * share) as u64);
+
+    // the receive side: autotuned up to tcp_rmem[2], or the application's buffer
+    match app_buffer {
+        Some(b) => {
+            let granted = h.rmem_max.map(|m| (2 * b).min(2 * m));
+            let needed = (bdp as f64 / share / 2.0).ceil() as u64;
+            rows.push(Row {
+                setting: "net.core.rmem_max".into(),
+                current: h.rmem_max.map(|m| m.to_string()).unwrap_or_else(|| "unknown".into()),
+                cap_bps: granted.map(cap),
+                recommended: h.rmem_max.filter(|&m| m < needed).map(|_| want.to_string()),
+                why: format!(
+                    "the application asks for {} (SO_RCVBUF): the kernel doubles it, capped at twice this",
+                    fmt_bytes(b)
+                ),
+                per_namespace: false,
+            });
+            rows.push(Row {
+                setting: "application buffer (-w)".into(),
+                current: b.to_string(),
+                cap_bps: Some(cap(2 * b)),
+                recommended: (2 * b < (bdp as f64 / share) as u64).then(|| needed.to_string()),
+                why: "a buffer set by the application is not autotuned".into(),
+                per_namespace: true,
+            });
+            if h.rmem_max.is_some_and(|m| m < needed) {
+                lines.push(format!("net.core.rmem_max = {want}"));
+                lines.push(format!("net.core.wmem_max = {want}"));
+            }
+        }
+        None => {
+            let autotune = h.moderate_rcvbuf.unwrap_or(true);
+            let (buf, what) = match (h.tcp_rmem, autotune) {
+                (Some(t), true) => (Some(t[2]), "the autotuned receive buffer's ceiling"),
+                (Some(t), false) => (Some(t[1]), "tcp_moderate_rcvbuf is off: the buffer stays at tcp_rmem's default"),
+                (None, _) => (None, "unreadable"),
+            };
+            let low = buf.is_some_and(|b| (b as f64 * share) < bdp as f64);
+            rows.push(Row {
+                setting: "net.ipv4.tcp_rmem".into(),
+                current: h.tcp_rmem.map(|t| format!("{} {} {}", t[0], t[1], t[2])).unwrap_or_else(|| "unknown".into()),
+                cap_bps: buf.map(cap),
+                recommended: h.tcp_rmem.filter(|_| low).map(|t| format!("{} {} {want}", t[0], t[1])),
+                why: format!("{what}; the window is {:.0}% of it (tcp_adv_win_scale {scale})", share * 100.0),
+                per_namespace: true,
+            });
+            if let (Some(t), true) = (h.tcp_rmem, low) {
+                lines.push(format!("net.ipv4.tcp_rmem = {} {} {want}", t[0], t[1]));
+            }
+            if !autotune {
+                rows.push(Row {
+                    setting: "net.ipv4.tcp_moderate_rcvbuf".into(),
+                    current: "0".into(),
+                    cap_bps: None,
+                    recommended: Some("1".into()),
+                    why: "receive-buffer autotuning is off".into(),
+                    per_namespace: true,
+                });
+                lines.push("net.ipv4.tcp_moderate_rcvbuf = 1".into());
+            }
+        }
+    }
+    // the send side holds every byte until it is acknowledged
+    let wbuf = match app_buffer {
+        Some(b) => h.wmem_max.map(|m| (2 * b).min(2 * m)),
+        None => h.tcp_wmem.map(|t| t[2]),
+    };
+    let wlow = wbuf.is_some_and(|b| (b as f64 * share) < bdp as f64);
+    if app_buffer.is_none() {
+        rows.push(Row {
+            setting: "net.ipv4.tcp_wmem".into(),
+            current: h.tcp_wmem.map(|t| format!("{} {} {}", t[0], t[1], t[2])).unwrap_or_else(|| "unknown".into()),
+            cap_bps: wbuf.map(cap),
+            recommended: h.tcp_wmem.filter(|_| wlow).map(|t| format!("{} {} {want}", t[0], t[1])),
+            why: "the send buffer's ceiling: it holds every byte until it is acknowledged".into(),
+            per_namespace: true,
+        });
+        if let (Some(t), true) = (h.tcp_wmem, wlow) {
+            lines.push(format!("net.ipv4.tcp_wmem = {} {} {want}", t[0], t[1]));
+        }
+    } else {
+        rows.push(Row {
+            setting: "net.core.wmem_max".into(),
+            current: h.wmem_max.map(|m| m.to_string()).unwrap_or_else(|| "unknown".into()),
+            cap_bps: wbuf.map(cap),
+            recommended: h.wmem_max.filter(|_| wlow).map(|_| want.to_string()),
+            why: "the application's SO_SNDBUF, doubled, is capped at twice this".into(),
+            per_namespace: false,
+        });
+    }
+    // window scaling: without it no window exceeds 64 KiB
+    rows.push(Row {
+        setting: "net.ipv4.tcp_window_scaling".into(),
+        current: flag_text(h.window_scaling),
+        cap_bps: (h.window_scaling == Some(false)).then(|| path.rate_of_window(65_535)),
+        recommended: (h.window_scaling == Some(false)).then(|| "1".into()),
+        why: "without it the window is at most 65535 bytes".into(),
+        per_namespace: true,
+    });
+    if h.window_scaling == Some(false) {
+        lines.push("net.ipv4.tcp_window_scaling = 1".into());
+    }
+    for (name, v, off_means) in [
+        ("net.ipv4.tcp_sack", h.sack, "a loss costs a whole window of retransmission instead of the lost segments"),
+        (
+            "net.ipv4.tcp_timestamps",
+            h.timestamps,
+            "no RTT per segment and no protection against wrapped sequence numbers at high rates",
+        ),
+    ] {
+        rows.push(Row {
+            setting: name.into(),
+            current: flag_text(v),
+            cap_bps: None,
+            recommended: (v == Some(false)).then(|| "1".into()),
+            why: if v == Some(false) { off_means.into() } else { "on, as it should be".into() },
+            per_namespace: true,
+        });
+        if v == Some(false) {
+            lines.push(format!("{name} = 1"));
+        }
+    }
+    let cc = h.congestion.clone().unwrap_or_else(|| "unknown".into());
+    let better = ["bbr", "cubic"].iter().find(|c| h.available_congestion.iter().any(|a| a == *c));
+    let reno = cc == "reno";
+    rows.push(Row {
+        setting: "net.ipv4.tcp_congestion_control".into(),
+        current: cc.clone(),
+        cap_bps: None,
+        recommended: better.filter(|_| reno).map(|c| c.to_string()),
+        why: if reno {
+            "reno halves its window at each loss and grows it by one segment per RTT: at a high BDP it takes minutes to recover".into()
+        } else {
+            format!("available: {}", h.available_congestion.join(", "))
+        },
+        per_namespace: true,
+    });
+    if let (true, Some(c)) = (reno, better) {
+        lines.push(format!("net.ipv4.tcp_congestion_control = {c}"));
+    }
+    rows.push(Row {
+        setting: "net.ipv4.tcp_no_metrics_save".into(),
+        current: flag_text(h.no_metrics_save),
+        cap_bps: None,
+        recommended: None,
+        why: "0 keeps the ssthresh of the last connection to a host: a lossy one slows the next from its start".into(),
+        per_namespace: true,
+    });
+    rows.push(Row {
+        setting: "net.core.default_qdisc".into(),
+        current: h.default_qdisc.clone().unwrap_or_else(|| "unknown".into()),
+        cap_bps: None,
+        recommended: None,
+        why: "fq paces every flow; without it TCP paces itself (since Linux 4.13)".into(),
+        per_namespace: false,
+    });
+    let binding =
+        rows.iter().filter_map(|r| r.cap_bps.map(|c| (c, r.setting.clone()))).min_by(|a, b| a.0.total_cmp(&b.0));
+    Advice {
+        path,
+        bdp_bytes: bdp,
+        binding: binding.as_ref().filter(|(c, _)| *c < path.rate_bps as f64).map(|(_, s)| s.clone()),
+        cap_bps: binding.map(|(c, _)| c.min(path.rate_bps as f64)),
+        rows,
+        sysctl_lines: lines,
+    }
+}
+
+fn flag_text(v: Option<bool>) -> String {
+    match v {
+        Some(true) => "1".into(),
+        Some(false) => "0".into(),
+        None => "unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn old_kernel() -> HostSettings {
+        // a 2.6-era default: 4 MB autotuning ceiling would be generous; BalticGrid's hosts had 256 KB
+        HostSettings {
+            rmem_max: Some(131_071),
+            wmem_max: Some(131_071),
+            tcp_rmem: Some([4096, 87_380, 262_144]),
+            tcp_wmem: Some([4096, 16_384, 262_144]),
+            adv_win_scale: Some(2),
+            window_scaling: Some(true),
+            timestamps: Some(true),
+            sack: Some(true),
+            moderate_rcvbuf: Some(true),
+            no_metrics_save: Some(false),
+            congestion: Some("cubic".into()),
+            available_congestion: vec!["reno".into(), "cubic".into()],
+            default_qdisc: Some("pfifo_fast".into()),
+            mtu: Some(1500),
+        }
+    }
+
+    #[test]
+    fn bdp_and_window_rate() {
+        // DataTAG's rule: 1 Gbit/s x 35 ms = 4.375 MB
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 };
+        assert_eq!(p.bdp_bytes(), 4_375_000);
+        // a 64 KiB window at 35 ms: 14.98 Mbit/s
+        assert!((p.rate_of_window(65_535) - 14_979_428.57).abs() < 1.0);
+    }
+
+    #[test]
+    fn the_window_share_of_a_buffer() {
+        assert_eq!(window_share(1), 0.5);
+        assert_eq!(window_share(2), 0.75);
+        assert_eq!(window_share(0), 1.0);
+        assert_eq!(window_share(-2), 0.25);
+    }
+
+    #[test]
+    fn an_old_kernel_caps_a_gigabit_at_35_ms_by_its_receive_buffer() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 };
+        let a = advise(p, &old_kernel(), None);
+        assert_eq!(a.binding.as_deref(), Some("net.ipv4.tcp_rmem"));
+        // 262144 x 0.75 = 196608 bytes per 35 ms = 44.9 Mbit/s: BalticGrid's 50-120
+        let cap = a.cap_bps.expect("cap");
+        assert!((cap - 44_938_971.4).abs() < 10.0, "{cap}");
+        // the buffer whose window holds the BDP: 4.375 MB / 0.75 = 5.83 MB -> 8 MiB
+        assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_rmem = 4096 87380 8388608".to_string()), "{:?}", a.sysctl_lines);
+        assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_wmem = 4096 16384 8388608".to_string()));
+    }
+
+    #[test]
+    fn an_application_buffer_is_doubled_and_capped_by_rmem_max() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 20_000_000 };
+        let a = advise(p, &old_kernel(), Some(4 << 20));
+        // asked 4 MiB, granted 2 x 131071 = 262142 bytes: rmem_max binds
+        let r = a.rows.iter().find(|r| r.setting == "net.core.rmem_max").expect("row");
+        let cap = r.cap_bps.expect("cap");
+        assert!((cap - (262_142.0f64 * 0.75).floor() * 8.0 / 0.02).abs() < 1.0, "{cap}");
+        assert_eq!(a.binding.as_deref(), Some("net.core.rmem_max"));
+        assert!(a.sysctl_lines.iter().any(|l| l.starts_with("net.core.rmem_max = ")));
+    }
+
+    #[test]
+    fn sufficient_buffers_say_so() {
+        let mut h = old_kernel();
+        h.tcp_rmem = Some([4096, 131_072, 67_108_864]);
+        h.tcp_wmem = Some([4096, 16_384, 67_108_864]);
+        let a = advise(TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 }, &h, None);
+        assert_eq!(a.binding, None, "{:?}", a.rows);
+        assert!(a.sysctl_lines.is_empty(), "{:?}", a.sysctl_lines);
+        assert_eq!(a.cap_bps, Some(1e9));
+    }
+
+    #[test]
+    fn window_scaling_off_caps_at_64_kib() {
+        let mut h = old_kernel();
+        h.window_scaling = Some(false);
+        let a = advise(TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 }, &h, None);
+        assert_eq!(a.binding.as_deref(), Some("net.ipv4.tcp_window_scaling"));
+        assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_window_scaling = 1".to_string()));
+    }
+
+    #[test]
+    fn unreadable_settings_are_unknown_not_guessed() {
+        let a = advise(TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 }, &HostSettings::default(), None);
+        let r = a.rows.iter().find(|r| r.setting == "net.ipv4.tcp_rmem").expect("row");
+        assert_eq!(r.current, "unknown");
+        assert_eq!(r.cap_bps, None);
+        assert!(a.sysctl_lines.is_empty());
+    }
+
+    #[test]
+    fn parsing_each_setting() {
+        let mut h = HostSettings::default();
+        parse_setting(&mut h, "net.ipv4.tcp_rmem", "4096\t131072  6291456").expect("rmem");
+        assert_eq!(h.tcp_rmem, Some([4096, 131_072, 6_291_456]));
+        parse_setting(&mut h, "net.ipv4.tcp_adv_win_scale", "-2").expect("scale");
+        assert_eq!(h.adv_win_scale, Some(-2));
+        parse_setting(&mut h, "net.ipv4.tcp_sack", "0").expect("sack");
+        assert_eq!(h.sack, Some(false));
+        parse_setting(&mut h, "net.ipv4.tcp_available_congestion_control", "reno cubic bbr").expect("cc");
+        assert_eq!(h.available_congestion.len(), 3);
+        assert!(parse_setting(&mut h, "net.ipv4.tcp_rmem", "4096 x").is_err());
+        assert!(parse_setting(&mut h, "net.core.rmem_max", "lots").is_err());
+    }
+}
