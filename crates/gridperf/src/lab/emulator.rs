@@ -80,6 +80,14 @@ pub struct Health {
     pub access: Vec<AccessCounters>,
     /// The latest any packet was written behind its schedule, in ns.
     pub max_lag_ns: u64,
+    /// Packets written more than LAG_LIMIT_NS late, and wake-ups more than
+    /// LAG_LIMIT_NS late: counters, so that a run's share is the difference
+    /// of two readings (a maximum is not: an earlier, longer stall would
+    /// hide a run's own).
+    #[serde(default)]
+    pub very_late_packets: u64,
+    #[serde(default)]
+    pub long_stalls: u64,
     /// Packets written more than LAG_THRESHOLD_NS late.
     pub late_packets: u64,
     /// How late packets were written behind their schedule: bucket k counts
@@ -204,6 +212,8 @@ impl Health {
             access: self.access.clone(),
             max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
             late_packets: self.late_packets.saturating_sub(before.late_packets),
+            very_late_packets: self.very_late_packets.saturating_sub(before.very_late_packets),
+            long_stalls: self.long_stalls.saturating_sub(before.long_stalls),
             stalls: self.stalls.saturating_sub(before.stalls),
             lag_hist: self
                 .lag_hist
@@ -226,14 +236,26 @@ impl Health {
         let mut why = Vec::new();
         let delivered: u64 = self.links.iter().map(|c| c.delivered).sum();
         let too_many_late = self.late_packets >= LATE_MIN && self.late_packets * LATE_PER_PACKETS > delivered.max(1);
-        if too_many_late || self.max_lag_ns > LAG_LIMIT_NS {
-            why.push(format!(
-                "{} of {} packets were delivered more than {} us behind schedule, worst {} us behind",
+        if too_many_late || self.very_late_packets > 0 || self.long_stalls > 0 {
+            let mut w = format!(
+                "{} of {} packets were delivered more than {} us behind schedule ({} more than {} ms)",
                 self.late_packets,
                 delivered,
                 LAG_THRESHOLD_NS / 1000,
-                self.max_lag_ns / 1000
-            ));
+                self.very_late_packets,
+                LAG_LIMIT_NS / 1_000_000
+            );
+            if self.max_lag_ns > 0 {
+                w += &format!(", worst {} us behind", self.max_lag_ns / 1000);
+            }
+            if self.long_stalls > 0 {
+                w += &format!(
+                    "; the emulator was held up {} time(s) for more than {} ms",
+                    self.long_stalls,
+                    LAG_LIMIT_NS / 1_000_000
+                );
+            }
+            why.push(w);
         }
         if self.undecided_drops > 0 {
             why.push(format!("{} packets were dropped that the model did not drop", self.undecided_drops));
@@ -395,6 +417,9 @@ pub fn run(
             health.stalls += 1;
             health.max_lag_ns = health.max_lag_ns.max(overslept);
         }
+        if overslept > LAG_LIMIT_NS {
+            health.long_stalls += 1;
+        }
         let slept_from = now;
         let mut moved = 0u64;
         backlog = false;
@@ -505,6 +530,9 @@ pub fn run(
             if lag > LAG_THRESHOLD_NS {
                 health.late_packets += 1;
             }
+            if lag > LAG_LIMIT_NS {
+                health.very_late_packets += 1;
+            }
             deliver(&mut tuns[q.dst], &q, &mut health);
         }
         pace.account(slept_from, now_after, nap + timeout, moved);
@@ -567,6 +595,18 @@ mod tests {
         assert!(pace.may_spin);
         window(&mut pace, t, MS, MS * 4 / 10, 1);
         assert!(!pace.may_spin, "busy 60% of the window: no spinning, or RT throttling stalls it");
+    }
+
+    #[test]
+    fn a_runs_own_stall_counts_even_after_a_longer_earlier_one() {
+        // before the run: a 200 ms stall; during it: a 150 ms one
+        let before = Health { max_lag_ns: 200 * MS, long_stalls: 1, stalls: 1, ..Health::default() };
+        let after = Health { max_lag_ns: 200 * MS, long_stalls: 2, stalls: 2, ..Health::default() };
+        let run = after.since(&before);
+        let why = run.invalid_because().expect("the run's stall makes it invalid");
+        assert!(why.contains("held up 1 time"), "{why}");
+        // and a run with no stall of its own stays valid
+        assert_eq!(before.since(&before).invalid_because(), None);
     }
 
     #[test]
