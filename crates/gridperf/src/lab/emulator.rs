@@ -81,7 +81,7 @@ pub struct Health {
     /// The latest any packet was written behind its schedule, in ns.
     pub max_lag_ns: u64,
     /// Packets written more than LAG_LIMIT_NS late, and wake-ups more than
-    /// LAG_LIMIT_NS late: counters, so that a run's share is the difference
+    /// LAG_LIMIT_NS late that found a host's packets waiting: counters, so that a run's share is the difference
     /// of two readings (a maximum is not: an earlier, longer stall would
     /// hide a run's own).
     #[serde(default)]
@@ -417,7 +417,9 @@ pub fn run(
             health.stalls += 1;
             health.max_lag_ns = health.max_lag_ns.max(overslept);
         }
-        if overslept > LAG_LIMIT_NS {
+
+        // a long stall matters when a host's packets waited unseen through it
+        if overslept > LAG_LIMIT_NS && ready.iter().any(|&r| r) {
             health.long_stalls += 1;
         }
         let slept_from = now;

@@ -24,6 +24,7 @@ fn json(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn every_variant_completes_where_the_buffers_hold_everything() {
+    let _heavy = crate::heavy();
     let v = json(&["--variant", "all", "--size", "1k", "--messages", "1,16", "--nodes", "3", "--repeat", "2"]);
     let points = v["points"].as_array().expect("points");
     assert_eq!(points.len(), 4 * 2);
@@ -40,6 +41,7 @@ fn every_variant_completes_where_the_buffers_hold_everything() {
 
 #[test]
 fn the_original_deadlocks_with_small_buffers_and_the_watchdog_says_where() {
+    let _heavy = crate::heavy();
     // 16 KiB buffers (the kernel gives 32 KiB) cannot hold 256 x 4 KiB each way
     let (o, took) = fanout(&[
         "--variant",
@@ -82,6 +84,7 @@ fn the_original_deadlocks_with_small_buffers_and_the_watchdog_says_where() {
 
 #[test]
 fn bad_counts_are_refused_with_what_is_valid() {
+    let _heavy = crate::heavy();
     for (args, want) in [
         (&["--messages", "0"][..], "1 to"),
         (&["--size", "0"][..], "1 byte"),
@@ -99,6 +102,7 @@ fn bad_counts_are_refused_with_what_is_valid() {
 
 #[test]
 fn consumers_on_an_agent_deadlock_and_drain_the_same() {
+    let _heavy = crate::heavy();
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let p = port.to_string();
     let mut agent = Command::new(BIN)
@@ -148,6 +152,7 @@ fn consumers_on_an_agent_deadlock_and_drain_the_same() {
 
 #[test]
 fn an_agent_that_is_not_there_fails_the_sweep_at_once() {
+    let _heavy = crate::heavy();
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let at = format!("127.0.0.1:{port}");
     let (o, took) = fanout(&["--agents", &at, "--no-store"]);

@@ -19,10 +19,8 @@ fn stderr(o: &Output) -> String {
 /// Lab tests run one at a time: a loaded lab (calibration) makes another
 /// lab's emulator fall behind on a 2-CPU machine, and it would rightly say
 /// its run was invalid.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    crate::heavy()
 }
 
 /// The network namespaces whose names start with `prefix`.

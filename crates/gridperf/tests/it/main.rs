@@ -29,6 +29,16 @@ use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// Tests that load both CPUs (bulk streams, sweeps, surveys, the lab) take
+/// this lock, so that none of them runs beside another: a lab's emulator
+/// beside a 40 Gbit/s loopback stream falls behind and rightly says its run
+/// is invalid.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Options for a short run: no pinning, tight deadlines.
 pub fn opts(protos: &[Proto], sizes: &[u64]) -> EchoOptions {
     EchoOptions {

@@ -38,6 +38,7 @@ fn point(proto: &str, size: u64, median: f64) -> PointRow {
 
 #[test]
 fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
+    let _heavy = crate::heavy();
     let d = tmpdir("roundtrip");
     let db = d.join("r.db");
     let store = Store::open(&db).expect("open");
@@ -75,6 +76,7 @@ fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
 
 #[test]
 fn a_newer_or_foreign_database_is_refused_and_left_untouched() {
+    let _heavy = crate::heavy();
     let d = tmpdir("baddb");
     // newer schema
     let db = d.join("newer.db");
@@ -103,6 +105,7 @@ fn a_newer_or_foreign_database_is_refused_and_left_untouched() {
 
 #[test]
 fn a_survey_killed_mid_run_loses_at_most_one_point_and_resumes() {
+    let _heavy = crate::heavy();
     let d = tmpdir("survey");
     let db = d.join("s.db");
     let dbs = db.to_str().expect("path").to_string();
@@ -179,6 +182,7 @@ fn a_survey_killed_mid_run_loses_at_most_one_point_and_resumes() {
 
 #[test]
 fn a_report_of_nothing_says_so() {
+    let _heavy = crate::heavy();
     let d = tmpdir("empty");
     let db = d.join("e.db");
     drop(Store::open(&db).expect("open"));
@@ -198,6 +202,7 @@ fn chromium() -> Option<String> {
 
 #[test]
 fn the_report_renders_in_headless_chromium_with_its_plots() {
+    let _heavy = crate::heavy();
     let Some(browser) = chromium() else {
         assert!(std::env::var("CI").is_err(), "CI must install chromium (.ci/run does)");
         eprintln!(
@@ -252,6 +257,7 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
 
 #[test]
 fn a_survey_without_root_says_what_it_needs_and_offers_the_loopback_survey() {
+    let _heavy = crate::heavy();
     // as an unprivileged user (setpriv drops root for the child)
     if !gridperf::env::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("\n*** SKIPPED a_survey_without_root...: needs root and setpriv to become another user ***\n");

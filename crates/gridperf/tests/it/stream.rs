@@ -31,6 +31,7 @@ fn u(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn tcp_byte_counts_agree_at_both_ends_each_way() {
+    let _heavy = crate::heavy();
     for dir in [&["-P", "2"][..], &["-P", "2", "--reverse"][..], &["--bidir"][..]] {
         let mut args = vec!["-t", "1", "--sample", "20ms", "-i", "250ms"];
         args.extend_from_slice(dir);
@@ -61,6 +62,7 @@ fn tcp_byte_counts_agree_at_both_ends_each_way() {
 
 #[test]
 fn bytes_mode_moves_exactly_n_per_stream() {
+    let _heavy = crate::heavy();
     let v = stream_json(&["-n", "3000000", "-P", "3", "-l", "64k"]);
     for s in v["runs"][0]["streams"].as_array().expect("streams") {
         assert_eq!(u(&s["sender"]["bytes"]), 3_000_000);
@@ -70,6 +72,7 @@ fn bytes_mode_moves_exactly_n_per_stream() {
 
 #[test]
 fn pacing_holds_the_rate_within_2_percent() {
+    let _heavy = crate::heavy();
     // SO_MAX_PACING_RATE counts the bytes TCP sends: on loopback (MSS 65483)
     // the headers are 0.1% of them
     for rate in [100_000_000.0f64, 400_000_000.0] {
@@ -85,6 +88,7 @@ fn pacing_holds_the_rate_within_2_percent() {
 
 #[test]
 fn zero_copy_sending_counts_its_completions() {
+    let _heavy = crate::heavy();
     let v = stream_json(&["-t", "1", "--zerocopy", "msg"]);
     let s = &v["runs"][0]["streams"][0];
     assert_eq!(u(&s["sender"]["bytes"]), u(&s["receiver"]["bytes"]));
@@ -101,6 +105,7 @@ fn zero_copy_sending_counts_its_completions() {
 
 #[test]
 fn udp_at_a_rate_is_counted_by_sequence_number() {
+    let _heavy = crate::heavy();
     let v = stream_json(&["-u", "-b", "200M", "-t", "2", "-P", "2"]);
     for s in v["runs"][0]["streams"].as_array().expect("streams") {
         let sent = u(&s["sender"]["datagrams"]);
@@ -122,6 +127,7 @@ fn udp_at_a_rate_is_counted_by_sequence_number() {
 
 #[test]
 fn a_broken_stream_is_reported_with_its_bytes_and_the_others_stand() {
+    let _heavy = crate::heavy();
     let v = stream_json(&["-P", "2", "-t", "2", "--fault-break-stream", "5000000"]);
     let streams = v["runs"][0]["streams"].as_array().expect("streams");
     let s0 = &streams[0];
@@ -135,6 +141,7 @@ fn a_broken_stream_is_reported_with_its_bytes_and_the_others_stand() {
 
 #[test]
 fn bad_input_is_refused_with_what_is_valid() {
+    let _heavy = crate::heavy();
     let cases: &[(&[&str], &str)] = &[
         (&["-P", "0"], "1 to 128"),
         (&["-P", "129"], "1 to 128"),
@@ -159,6 +166,7 @@ fn bad_input_is_refused_with_what_is_valid() {
 
 #[test]
 fn the_agent_refuses_what_the_client_did_not_check() {
+    let _heavy = crate::heavy();
     use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, TestRequest};
     let agent = crate::TestAgent::loopback();
     let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
@@ -211,6 +219,7 @@ fn the_agent_refuses_what_the_client_did_not_check() {
 
 #[test]
 fn a_window_beyond_the_kernel_limit_is_granted_what_it_allows_and_said_so() {
+    let _heavy = crate::heavy();
     let max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
         .ok()
         .and_then(|s| s.trim().parse().ok())
