@@ -804,13 +804,20 @@ fn enter_private_loopback(mtu: u32) -> Result<()> {
     Ok(())
 }
 
-/// A progress bar on stderr for runs of several points (hidden when stderr is not a terminal).
-fn progress_bar() -> (indicatif::ProgressBar, impl FnMut(Progress)) {
+/// A bar of points on stderr, with what is measured and the time left
+/// (hidden when stderr is not a terminal).
+fn points_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    bar
+}
+
+/// A progress bar on stderr for runs of several points (hidden when stderr is not a terminal).
+fn progress_bar() -> (indicatif::ProgressBar, impl FnMut(Progress)) {
+    let bar = points_bar();
     let b = bar.clone();
     (bar, move |p: Progress| {
         b.set_length(p.total as u64);
@@ -902,6 +909,15 @@ fn cmd_rtt(a: RttArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a stored run was measured on: the lab's profile, the agent, or "local".
+fn network_label(lab: &Option<gridperf::lab::run::LabRun>, host: &Option<String>) -> String {
+    match (lab, host) {
+        (Some(l), _) => l.profile.clone(),
+        (None, Some(h)) => h.clone(),
+        (None, None) => "local".into(),
+    }
+}
+
 /// The store for a standalone rtt or transfer run.
 fn recorder(
     a: &EchoArgs,
@@ -909,11 +925,7 @@ fn recorder(
     settings: serde_json::Value,
     lab: &Option<gridperf::lab::run::LabRun>,
 ) -> Result<gridperf::store::Recorder> {
-    let network = match (lab, &a.host) {
-        (Some(l), _) => l.profile.clone(),
-        (None, Some(h)) => h.clone(),
-        (None, None) => "local".into(),
-    };
+    let network = network_label(lab, &a.host);
     gridperf::store::Recorder::open(
         a.db.as_deref(),
         !a.no_store,
@@ -1090,11 +1102,7 @@ fn cmd_fanout(a: FanoutArgs) -> Result<()> {
             Some((run, before))
         }
     };
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = points_bar();
     let mut rec = gridperf::store::Recorder::open(
         a.db.as_deref(),
         !a.no_store,
@@ -1206,11 +1214,7 @@ fn cmd_survey(a: SurveyArgs) -> Result<()> {
         transfer_total: if a.quick { 64_000 } else { PAPER_TOTAL },
     };
     let store = gridperf::store::Store::open(&db_path(&a.db))?;
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = points_bar();
     let started = std::time::Instant::now();
     let outcome = survey::run(&store, &spec, a.resume, &mut |p| {
         bar.set_length(p.total as u64);
@@ -1369,11 +1373,7 @@ fn store_stream(
     r: &gridperf_core::model::StreamReport,
     lab: &Option<gridperf::lab::run::LabRun>,
 ) -> Result<()> {
-    let network = match (lab, &a.host) {
-        (Some(l), _) => l.profile.clone(),
-        (None, Some(h)) => h.clone(),
-        (None, None) => "local".into(),
-    };
+    let network = network_label(lab, &a.host);
     for run in &r.runs {
         let mut rec = gridperf::store::Recorder::open(
             a.db.as_deref(),

@@ -139,6 +139,25 @@ fn threshold_words(t: &Threshold) -> String {
     }
 }
 
+/// A curve per protocol: the median as the line, q1-q3 as the band, in ns / `div`.
+fn series(curves: &[Curve], div: f64) -> Vec<Series> {
+    curves
+        .iter()
+        .map(|c| Series {
+            label: c.proto.clone(),
+            points: c
+                .points
+                .iter()
+                .map(|p| SeriesPoint {
+                    x: p.size as f64,
+                    y: p.median_ns / div,
+                    band: Some((p.q1_ns / div, p.q3_ns / div)),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 fn rtt_chart(a: &NetworkAnalysis, title: &str, x_max: Option<f64>) -> Chart {
     // microseconds on a LAN, milliseconds on a WAN
     let top = a.curves.iter().flat_map(|c| c.points.iter().map(|p| p.median_ns)).fold(0.0f64, f64::max);
@@ -150,22 +169,7 @@ fn rtt_chart(a: &NetworkAnalysis, title: &str, x_max: Option<f64>) -> Chart {
         x_log: false,
         y_log: false,
         x_range: x_max.map(|m| (0.0, m)),
-        series: a
-            .curves
-            .iter()
-            .map(|c| Series {
-                label: c.proto.clone(),
-                points: c
-                    .points
-                    .iter()
-                    .map(|p| SeriesPoint {
-                        x: p.size as f64,
-                        y: p.median_ns / div,
-                        band: Some((p.q1_ns / div, p.q3_ns / div)),
-                    })
-                    .collect(),
-            })
-            .collect(),
+        series: series(&a.curves, div),
         marks: a
             .thresholds
             .iter()
@@ -407,21 +411,7 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                 title: format!("transfer time, {}", run.network),
                 x_label: "message size (bytes)".into(),
                 y_label: "time per run (ms): median, band q1-q3".into(),
-                series: curves(points)
-                    .iter()
-                    .map(|c| Series {
-                        label: c.proto.clone(),
-                        points: c
-                            .points
-                            .iter()
-                            .map(|p| SeriesPoint {
-                                x: p.size as f64,
-                                y: p.median_ns / 1e6,
-                                band: Some((p.q1_ns / 1e6, p.q3_ns / 1e6)),
-                            })
-                            .collect(),
-                    })
-                    .collect(),
+                series: series(&curves(points), 1e6),
                 ..Chart::default()
             };
             add(format!("{slug}-transfer.svg"), &chart, &mut h);
