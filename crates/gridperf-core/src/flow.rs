@@ -80,6 +80,10 @@ pub struct TcpSample {
     pub sndbuf_limited_us: u64,
     /// The peer's advertised receive window, in bytes (tcpi_snd_wnd).
     pub snd_wnd: u32,
+    /// The kernel marked the last delivery-rate sample application-limited
+    /// (tcpi_delivery_rate_app_limited): the sender had nothing more to send.
+    #[serde(default)]
+    pub app_limited: bool,
 }
 
 /// What the verdict knows besides the samples.
@@ -185,7 +189,27 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
         .count();
     let sampled_share = at_window as f64 / (samples.len() - 1) as f64;
     let rwnd_share = share_of_busy(d_rwnd).max(sampled_share);
-    let sndbuf_share = share_of_busy(d_sndbuf);
+    // the kernel's sndbuf-limited clock misses a sender whose send buffer
+    // holds all it may while its write queue runs dry (a 4 MiB buffer at
+    // 35 ms: 0 us on the clock, a median 72% of the buffer in flight, below cwnd).
+    // The samples show it: app-limited, below cwnd, with the data in flight
+    // filling at least half of the buffer's ceiling.
+    let send_ceiling = ctx.window_requested.map(|w| 2 * w).or(ctx.wmem_max);
+    let sampled_sndbuf = match send_ceiling.filter(|&c| c > 0) {
+        Some(ceiling) => {
+            let held = samples
+                .iter()
+                .skip(1)
+                .filter(|s| {
+                    let in_flight = u64::from(s.unacked) * u64::from(s.mss);
+                    s.app_limited && s.unacked < s.cwnd && in_flight * 2 >= ceiling
+                })
+                .count();
+            held as f64 / (samples.len() - 1) as f64
+        }
+        None => 0.0,
+    };
+    let sndbuf_share = share_of_busy(d_sndbuf).max(sampled_sndbuf);
     // busy_us of 0 while segments went out means the kernel does not report
     // the busy time (before 4.10): that is no evidence of an idle sender.
     let busy_share = if ctx.elapsed_ns > 0 && d_busy > 0 {
@@ -974,6 +998,43 @@ mod tests {
         // the same window at the throughput it allows is the window's limit
         let v = verdict(&[a, b], &VerdictContext { throughput_bps: 300e9, ..ctx });
         assert_eq!(v.limit, Limit::ReceiveWindow, "{}", v.text);
+    }
+
+    #[test]
+    fn verdict_send_buffer_from_the_samples_when_the_kernels_clock_misses_it() {
+        // 35 ms, a 4 MiB send buffer: ~2500 of 1448-byte segments in flight
+        // (86% of it), cwnd 3803, the kernel's sndbuf clock at 0 (constructed)
+        let mut v = vec![sample(0, 0, 0, 0, 0, 0)];
+        for t in 1..=10u64 {
+            let mut s = sample(t, t * 1_000_000, 0, 0, (t * 50_000) as u32, 0);
+            s.cwnd = 3803;
+            s.unacked = 2500;
+            s.snd_wnd = 17_767_424;
+            s.app_limited = true;
+            s.min_rtt_us = 35_000;
+            v.push(s);
+        }
+        let ctx = VerdictContext {
+            throughput_bps: 626e6,
+            path_rate_bps: Some(1_000_000_000),
+            wmem_max: Some(4_194_304),
+            ..ctx10s()
+        };
+        let out = verdict(&v, &ctx);
+        assert_eq!(out.limit, Limit::SendBuffer, "{}", out.text);
+        assert_eq!(out.share, Some(1.0));
+        assert!(out.text.contains("tcp_wmem"), "{}", out.text);
+        // the same samples without the app-limited mark: the congestion control's pace
+        for s in v.iter_mut() {
+            s.app_limited = false;
+        }
+        assert_eq!(verdict(&v, &ctx).limit, Limit::Congestion);
+        // app-limited with little in flight against the ceiling: not the buffer
+        for s in v.iter_mut() {
+            s.app_limited = true;
+            s.unacked = 100;
+        }
+        assert_ne!(verdict(&v, &ctx).limit, Limit::SendBuffer);
     }
 
     #[test]

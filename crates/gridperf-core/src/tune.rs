@@ -6,7 +6,10 @@
 //! - the bandwidth-delay product, BDP = rate x RTT (DataTAG's W_opt);
 //! - a receive buffer of B bytes advertises a window of B - B/2^s for
 //!   tcp_adv_win_scale s > 0 (half of it at the default s = 1), or B/2^-s
-//!   for s <= 0: the rest is the kernel's bookkeeping;
+//!   for s <= 0: the rest is the kernel's bookkeeping. Linux 6.6 and later
+//!   ignore tcp_adv_win_scale: each connection learns the share from its
+//!   segments' payload over their memory (`scaling_ratio`), starting at
+//!   half; tune assumes that half there, and says so;
 //! - a buffer set by the application (SO_RCVBUF, iperf's -w) is doubled by
 //!   the kernel and capped at twice net.core.rmem_max; an autotuned one
 //!   grows up to the third field of tcp_rmem (and only while
@@ -53,6 +56,55 @@ pub struct HostSettings {
     pub default_qdisc: Option<String>,
     /// The MTU of the route, if known.
     pub mtu: Option<u32>,
+    /// The kernel release (uname -r), if known: it decides how the window
+    /// share of a buffer is found.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+/// Whether a kernel release ("6.18.0-1-amd64") is at least `major.minor`.
+pub fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> Option<bool> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let ma: u32 = it.next()?.parse().ok()?;
+    let mi: u32 = it.next()?.parse().ok()?;
+    Some((ma, mi) >= (major, minor))
+}
+
+/// The share of a socket buffer that becomes window on this host, and how it
+/// was found.
+pub fn share_of(h: &HostSettings) -> (f64, String) {
+    let learned = h.kernel.as_deref().and_then(|k| kernel_at_least(k, (6, 6)));
+    match (learned, h.adv_win_scale) {
+        (Some(true), _) => (
+            0.5,
+            "the window is about half of it: Linux 6.6+ ignores tcp_adv_win_scale and learns the share per connection (payload over memory), starting at 50%".into(),
+        ),
+        (_, Some(s)) => (window_share(s), format!("the window is {:.0}% of it (tcp_adv_win_scale {s})", window_share(s) * 100.0)),
+        (_, None) => (0.5, "the window is taken as half of it (tcp_adv_win_scale unknown; 1 is the default)".into()),
+    }
+}
+
+/// Builds the settings from sysctls as read (dotted name -> text), e.g. from
+/// /proc/sys in one namespace or from an agent's record. Returns the
+/// settings and what could not be read or parsed (reported as unknown).
+pub fn host_from(
+    sysctls: &std::collections::BTreeMap<String, String>,
+    kernel: Option<&str>,
+    mtu: Option<u32>,
+) -> (HostSettings, Vec<String>) {
+    let mut h = HostSettings { kernel: kernel.map(str::to_string), mtu, ..HostSettings::default() };
+    let mut unknown = Vec::new();
+    for (name, _) in SETTINGS {
+        match sysctls.get(*name) {
+            Some(v) => {
+                if let Err(e) = parse_setting(&mut h, name, v) {
+                    unknown.push(e);
+                }
+            }
+            None => unknown.push(format!("{name}: unreadable")),
+        }
+    }
+    (h, unknown)
 }
 
 /// Parses a sysctl's text into the settings (the name as in /proc/sys with dots).
@@ -124,6 +176,23 @@ pub struct Row {
     pub why: String,
     /// Per network namespace (false: for the whole host).
     pub per_namespace: bool,
+    /// Which end of a stream it limits.
+    pub side: End,
+}
+
+/// Which end of a stream a setting limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    Sender,
+    Receiver,
+    Both,
+}
+
+impl End {
+    fn limits(self, end: End) -> bool {
+        self == End::Both || self == end
+    }
 }
 
 /// The advice for a path.
@@ -167,8 +236,7 @@ fn fmt_bytes(n: u64) -> String {
 /// asks for (iperf's -w), if any.
 pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advice {
     let bdp = path.bdp_bytes();
-    let scale = h.adv_win_scale.unwrap_or(1);
-    let share = window_share(scale);
+    let (share, share_why) = share_of(h);
     let want = buffer_for(bdp, share);
     let mut rows = Vec::new();
     let mut lines = Vec::new();
@@ -189,6 +257,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
                     fmt_bytes(b)
                 ),
                 per_namespace: false,
+                side: End::Receiver,
             });
             rows.push(Row {
                 setting: "application buffer (-w)".into(),
@@ -197,6 +266,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
                 recommended: (2 * b < (bdp as f64 / share) as u64).then(|| needed.to_string()),
                 why: "a buffer set by the application is not autotuned".into(),
                 per_namespace: true,
+                side: End::Both,
             });
             if h.rmem_max.is_some_and(|m| m < needed) {
                 lines.push(format!("net.core.rmem_max = {want}"));
@@ -216,22 +286,41 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
                 current: h.tcp_rmem.map(|t| format!("{} {} {}", t[0], t[1], t[2])).unwrap_or_else(|| "unknown".into()),
                 cap_bps: buf.map(cap),
                 recommended: h.tcp_rmem.filter(|_| low).map(|t| format!("{} {} {want}", t[0], t[1])),
-                why: format!("{what}; the window is {:.0}% of it (tcp_adv_win_scale {scale})", share * 100.0),
+                why: format!("{what}; {}", share_why.split(':').next().unwrap_or_default()),
                 per_namespace: true,
+                side: End::Receiver,
             });
             if let (Some(t), true) = (h.tcp_rmem, low) {
                 lines.push(format!("net.ipv4.tcp_rmem = {} {} {want}", t[0], t[1]));
             }
+            rows.push(Row {
+                setting: "net.ipv4.tcp_moderate_rcvbuf".into(),
+                current: flag_text(h.moderate_rcvbuf),
+                cap_bps: None,
+                recommended: (!autotune).then(|| "1".into()),
+                why: if autotune {
+                    "on: the receive buffer grows with the connection's need, up to tcp_rmem's maximum".into()
+                } else {
+                    "receive-buffer autotuning is off".into()
+                },
+                per_namespace: true,
+                side: End::Receiver,
+            });
             if !autotune {
-                rows.push(Row {
-                    setting: "net.ipv4.tcp_moderate_rcvbuf".into(),
-                    current: "0".into(),
-                    cap_bps: None,
-                    recommended: Some("1".into()),
-                    why: "receive-buffer autotuning is off".into(),
-                    per_namespace: true,
-                });
                 lines.push("net.ipv4.tcp_moderate_rcvbuf = 1".into());
+            }
+            for (name, v) in [("net.core.rmem_max", h.rmem_max), ("net.core.wmem_max", h.wmem_max)] {
+                rows.push(Row {
+                    setting: name.into(),
+                    current: v.map(|m| m.to_string()).unwrap_or_else(|| "unknown".into()),
+                    cap_bps: None,
+                    recommended: None,
+                    why:
+                        "caps only a buffer the application sets (SO_RCVBUF/SO_SNDBUF, iperf -w); autotuning ignores it"
+                            .into(),
+                    per_namespace: false,
+                    side: if name.contains("rmem") { End::Receiver } else { End::Sender },
+                });
             }
         }
     }
@@ -249,6 +338,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
             recommended: h.tcp_wmem.filter(|_| wlow).map(|t| format!("{} {} {want}", t[0], t[1])),
             why: "the send buffer's ceiling: it holds every byte until it is acknowledged".into(),
             per_namespace: true,
+            side: End::Sender,
         });
         if let (Some(t), true) = (h.tcp_wmem, wlow) {
             lines.push(format!("net.ipv4.tcp_wmem = {} {} {want}", t[0], t[1]));
@@ -261,6 +351,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
             recommended: h.wmem_max.filter(|_| wlow).map(|_| want.to_string()),
             why: "the application's SO_SNDBUF, doubled, is capped at twice this".into(),
             per_namespace: false,
+            side: End::Sender,
         });
     }
     // window scaling: without it no window exceeds 64 KiB
@@ -271,6 +362,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
         recommended: (h.window_scaling == Some(false)).then(|| "1".into()),
         why: "without it the window is at most 65535 bytes".into(),
         per_namespace: true,
+        side: End::Both,
     });
     if h.window_scaling == Some(false) {
         lines.push("net.ipv4.tcp_window_scaling = 1".into());
@@ -290,6 +382,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
             recommended: (v == Some(false)).then(|| "1".into()),
             why: if v == Some(false) { off_means.into() } else { "on, as it should be".into() },
             per_namespace: true,
+            side: End::Both,
         });
         if v == Some(false) {
             lines.push(format!("{name} = 1"));
@@ -309,6 +402,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
             format!("available: {}", h.available_congestion.join(", "))
         },
         per_namespace: true,
+        side: End::Sender,
     });
     if let (true, Some(c)) = (reno, better) {
         lines.push(format!("net.ipv4.tcp_congestion_control = {c}"));
@@ -320,7 +414,32 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
         recommended: None,
         why: "0 keeps the ssthresh of the last connection to a host: a lossy one slows the next from its start".into(),
         per_namespace: true,
+        side: End::Sender,
     });
+    rows.push(Row {
+        setting: "net.ipv4.tcp_adv_win_scale".into(),
+        current: h.adv_win_scale.map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
+        cap_bps: None,
+        recommended: None,
+        why: share_why.clone(),
+        per_namespace: true,
+        side: End::Receiver,
+    });
+    if let Some(m) = h.mtu {
+        rows.push(Row {
+            setting: "MTU of the route".into(),
+            current: m.to_string(),
+            cap_bps: None,
+            recommended: None,
+            why: format!(
+                "segments of up to {} bytes of payload: the BDP is {} of them",
+                m.saturating_sub(52),
+                bdp / u64::from(m.saturating_sub(52).max(1))
+            ),
+            per_namespace: true,
+            side: End::Both,
+        });
+    }
     rows.push(Row {
         setting: "net.core.default_qdisc".into(),
         current: h.default_qdisc.clone().unwrap_or_else(|| "unknown".into()),
@@ -328,17 +447,58 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
         recommended: None,
         why: "fq paces every flow; without it TCP paces itself (since Linux 4.13)".into(),
         per_namespace: false,
+        side: End::Sender,
     });
-    let binding =
-        rows.iter().filter_map(|r| r.cap_bps.map(|c| (c, r.setting.clone()))).min_by(|a, b| a.0.total_cmp(&b.0));
-    Advice {
-        path,
-        bdp_bytes: bdp,
-        binding: binding.as_ref().filter(|(c, _)| *c < path.rate_bps as f64).map(|(_, s)| s.clone()),
-        cap_bps: binding.map(|(c, _)| c.min(path.rate_bps as f64)),
-        rows,
-        sysctl_lines: lines,
-    }
+    let (binding, cap_bps) = binding_of(path, rows.iter().map(|r| (r.setting.clone(), r.cap_bps)));
+    Advice { path, bdp_bytes: bdp, binding, cap_bps, rows, sysctl_lines: lines }
+}
+
+/// The lowest cap among (name, cap), and what a stream gets: the binding
+/// name only when it caps below the path's rate.
+fn binding_of(path: TunePath, caps: impl Iterator<Item = (String, Option<f64>)>) -> (Option<String>, Option<f64>) {
+    let low = caps.filter_map(|(n, c)| c.map(|c| (c, n))).min_by(|a, b| a.0.total_cmp(&b.0));
+    let rate = path.rate_bps as f64;
+    (low.as_ref().filter(|(c, _)| *c < rate).map(|(_, n)| n.clone()), low.map(|(c, _)| c.min(rate)))
+}
+
+/// The advice for a stream from one host to another: each end's own advice,
+/// and what binds the stream (the sender's send side, the receiver's
+/// receive side, and what both ends must agree on).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairAdvice {
+    pub sender: Advice,
+    pub receiver: Advice,
+    /// "sender: SETTING" or "receiver: SETTING", when one caps below the path's rate.
+    pub binding: Option<String>,
+    pub cap_bps: Option<f64>,
+}
+
+pub fn advise_pair(
+    path: TunePath,
+    sender: &HostSettings,
+    receiver: &HostSettings,
+    app_buffer: Option<u64>,
+) -> PairAdvice {
+    let s = advise(path, sender, app_buffer);
+    let r = advise(path, receiver, app_buffer);
+    let caps = s
+        .rows
+        .iter()
+        .filter(|x| x.side.limits(End::Sender))
+        .map(|x| (format!("sender: {}", x.setting), x.cap_bps))
+        .chain(
+            r.rows
+                .iter()
+                .filter(|x| x.side.limits(End::Receiver))
+                .map(|x| (format!("receiver: {}", x.setting), x.cap_bps)),
+        );
+    let (binding, cap_bps) = binding_of(path, caps);
+    PairAdvice { sender: s, receiver: r, binding, cap_bps }
+}
+
+/// Whether Linux keeps a setting per network namespace (None: not one tune knows).
+pub fn per_namespace(name: &str) -> Option<bool> {
+    SETTINGS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
 }
 
 fn flag_text(v: Option<bool>) -> String {
@@ -370,6 +530,7 @@ mod tests {
             available_congestion: vec!["reno".into(), "cubic".into()],
             default_qdisc: Some("pfifo_fast".into()),
             mtu: Some(1500),
+            kernel: None,
         }
     }
 
@@ -457,5 +618,76 @@ mod tests {
         assert_eq!(h.available_congestion.len(), 3);
         assert!(parse_setting(&mut h, "net.ipv4.tcp_rmem", "4096 x").is_err());
         assert!(parse_setting(&mut h, "net.core.rmem_max", "lots").is_err());
+    }
+
+    #[test]
+    fn kernel_releases_compare() {
+        assert_eq!(kernel_at_least("6.18.0-1-amd64", (6, 6)), Some(true));
+        assert_eq!(kernel_at_least("6.6.0", (6, 6)), Some(true));
+        assert_eq!(kernel_at_least("6.5.13", (6, 6)), Some(false));
+        assert_eq!(kernel_at_least("2.6.9-89.ELsmp", (6, 6)), Some(false));
+        assert_eq!(kernel_at_least("10.0", (6, 6)), Some(true));
+        assert_eq!(kernel_at_least("unknown", (6, 6)), None);
+    }
+
+    #[test]
+    fn linux_6_6_ignores_adv_win_scale() {
+        let mut h = old_kernel();
+        h.kernel = Some("6.18.0".into());
+        assert_eq!(share_of(&h).0, 0.5);
+        h.kernel = Some("2.6.9-89.EL".into());
+        assert_eq!(share_of(&h).0, 0.75);
+        // at 0.5 the old 262144-byte ceiling carries 131072 bytes per 35 ms
+        h.kernel = Some("6.18.0".into());
+        let a = advise(TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 }, &h, None);
+        let cap = a.cap_bps.expect("cap");
+        assert!((cap - 131_072.0 * 8.0 / 0.035).abs() < 1.0, "{cap}");
+        // and the buffer for the BDP: 4.375 MB / 0.5 = 8.75 MB -> 16 MiB
+        assert!(
+            a.sysctl_lines.contains(&"net.ipv4.tcp_rmem = 4096 87380 16777216".to_string()),
+            "{:?}",
+            a.sysctl_lines
+        );
+    }
+
+    #[test]
+    fn a_pair_is_bound_by_the_senders_send_side_or_the_receivers_receive_side() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 20_000_000 };
+        let mut good = old_kernel();
+        good.tcp_rmem = Some([4096, 131_072, 67_108_864]);
+        good.tcp_wmem = Some([4096, 16_384, 67_108_864]);
+        let old = old_kernel();
+        // a tuned sender to an old receiver: the receiver's tcp_rmem binds
+        let a = advise_pair(p, &good, &old, None);
+        assert_eq!(a.binding.as_deref(), Some("receiver: net.ipv4.tcp_rmem"));
+        // an old sender to a tuned receiver: the sender's tcp_wmem binds, not its tcp_rmem
+        let mut old_send = good.clone();
+        old_send.tcp_wmem = Some([4096, 16_384, 131_072]);
+        let a = advise_pair(p, &old_send, &good, None);
+        assert_eq!(a.binding.as_deref(), Some("sender: net.ipv4.tcp_wmem"));
+        let cap = a.cap_bps.expect("cap");
+        assert!((cap - (131_072.0f64 * 0.75).floor() * 8.0 / 0.02).abs() < 1.0, "{cap}");
+        // window scaling off at either end binds
+        let mut noscale = good.clone();
+        noscale.window_scaling = Some(false);
+        let a = advise_pair(p, &good, &noscale, None);
+        assert_eq!(a.binding.as_deref(), Some("receiver: net.ipv4.tcp_window_scaling"));
+        // both tuned: nothing binds
+        assert_eq!(advise_pair(p, &good, &good, None).binding, None);
+    }
+
+    #[test]
+    fn settings_from_a_record_name_the_missing_ones() {
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("net.ipv4.tcp_rmem".to_string(), "4096 131072 6291456".to_string());
+        m.insert("net.ipv4.tcp_sack".to_string(), "yes".to_string());
+        let (h, unknown) = host_from(&m, Some("6.18.0"), Some(1500));
+        assert_eq!(h.tcp_rmem, Some([4096, 131_072, 6_291_456]));
+        assert_eq!(h.sack, None);
+        assert!(unknown.iter().any(|u| u.starts_with("net.ipv4.tcp_sack")), "{unknown:?}");
+        assert!(unknown.iter().any(|u| u == "net.core.rmem_max: unreadable"), "{unknown:?}");
+        assert_eq!(unknown.len(), SETTINGS.len() - 1);
+        assert_eq!(per_namespace("net.core.rmem_max"), Some(false));
+        assert_eq!(per_namespace("net.ipv4.tcp_rmem"), Some(true));
     }
 }

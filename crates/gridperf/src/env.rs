@@ -26,6 +26,9 @@ pub const SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_no_metrics_save",
     "net.ipv4.tcp_autocorking",
     "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.tcp_adv_win_scale",
+    "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_slow_start_after_idle",
 ];
 
 /// The congestion control algorithms this kernel offers (loaded modules);

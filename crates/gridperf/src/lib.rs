@@ -15,3 +15,4 @@ pub mod report_html;
 pub mod runner;
 pub mod store;
 pub mod survey;
+pub mod tune;

@@ -85,7 +85,10 @@ enum Command {
         gridperf tune --rate 1G --rtt 35ms               a gigabit at 35 ms: the BDP, each setting's cap, the fix\n  \
         gridperf tune --lab baltic                       the rate and RTT of a lab profile\n  \
         gridperf tune --rate 1G --rtt 270ms --buffer 32M an application that sets SO_RCVBUF (iperf -w 32M)\n  \
-        gridperf tune --rate 1G --rtt 35ms --write-sysctl /etc/sysctl.d/90-gridperf.conf\n\n\
+        gridperf tune --rate 1G --rtt 35ms --write-sysctl /etc/sysctl.d/90-gridperf.conf\n  \
+        gridperf tune 192.0.2.7 --rate 1G                 the RTT measured, the agent's settings read: both ends\n  \
+        gridperf tune 192.0.2.7 --measure-rate            the bottleneck found with a 2 s UDP stream too\n  \
+        gridperf tune --in-lab default --apply            a running lab: read its hosts, set what is missing\n\n\
         Rates in bits per second, decimal SI (1G = 10^9); the settings are read in this network namespace.")]
     Tune(TuneArgs),
     /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
@@ -162,19 +165,41 @@ struct FanoutArgs {
 
 #[derive(Args)]
 struct TuneArgs {
+    /// A `gridperf serve` agent at the far end: the RTT is measured with TCP probes, its settings read over the
+    /// control channel, and both ends tuned.
+    host: Option<String>,
+    /// The agent's control port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
     /// The path's bottleneck rate: 100M, 1G, 10G.
-    #[arg(long, allow_hyphen_values = true, value_name = "RATE", required_unless_present = "lab")]
+    #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
     rate: Option<String>,
-    /// The path's round-trip time: 35ms, 270ms.
-    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", required_unless_present = "lab")]
+    /// The path's round-trip time: 35ms, 270ms (with HOST: instead of measuring it).
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION")]
     rtt: Option<String>,
-    /// Take the rate and RTT from a lab profile (gridperf lab profiles).
-    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["rate", "rtt"])]
+    /// With HOST: find the bottleneck rate with a short UDP stream (it floods the path for --probe-time).
+    #[arg(long, requires = "host", conflicts_with = "rate")]
+    measure_rate: bool,
+    /// The UDP rate --measure-rate offers (more than the path's rate, or the figure is a lower bound).
+    #[arg(long, default_value = "2G", value_name = "RATE")]
+    probe_rate: String,
+    /// How long --measure-rate sends.
+    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    probe_time: String,
+    /// Take the rate and RTT from a lab profile (gridperf lab profiles); this host's settings.
+    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["rate", "rtt", "host"])]
     lab: Option<String>,
+    /// A running lab (lab up --name NAME): its link's rate and RTT, its hosts' settings read in their namespaces.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["lab", "host"])]
+    in_lab: Option<String>,
+    /// With --in-lab: set the per-namespace changes in every host of the lab (global ones are named and left
+    /// alone), then read them back. Needs root.
+    #[arg(long, requires = "in_lab")]
+    apply: bool,
     /// The socket buffer the application sets (SO_RCVBUF / SO_SNDBUF, iperf's -w), if it does.
     #[arg(long, value_name = "SIZE")]
     buffer: Option<String>,
-    /// Write the changes as a sysctl.d file.
+    /// Write this host's changes as a sysctl.d file.
     #[arg(long, value_name = "FILE")]
     write_sysctl: Option<std::path::PathBuf>,
     #[arg(long)]
@@ -482,6 +507,10 @@ struct LabUpArgs {
     /// Seed of the loss and jitter generators.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// A per-namespace sysctl for every host, e.g. an old kernel's buffers:
+    /// --sysctl net.ipv4.tcp_rmem="4096 87380 174760" (repeat). Global ones are refused.
+    #[arg(long = "sysctl", value_name = "NAME=VALUE")]
+    sysctls: Vec<String>,
     #[arg(long)]
     json: bool,
 }
@@ -973,18 +1002,11 @@ impl HasEnv for gridperf_core::model::TransferReport {
 }
 
 fn cmd_tune(a: TuneArgs) -> Result<()> {
-    use gridperf_core::tune::{self, TunePath};
-    let (rate_bps, rtt_ns) = match &a.lab {
-        Some(p) => {
-            let prof = gridperf_core::labcfg::profile(p).map_err(lab_error)?;
-            let link = prof.settings().link_config().map_err(lab_error)?;
-            let rate = link.rate_bps.ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
-            (rate, 2 * link.delay_ns)
-        }
-        None => {
-            let r = a.rate.as_deref().unwrap_or_default();
-            let rate = rate(r, "--rate")?;
-            let t = a.rtt.as_deref().unwrap_or_default();
+    use gridperf::tune::{self as gt, EndAdvice, Record, TuneView};
+    use gridperf_core::tune::TunePath;
+    let given_rate = a.rate.as_deref().map(|r| rate(r, "--rate")).transpose()?;
+    let given_rtt = match a.rtt.as_deref() {
+        Some(t) => {
             if t.trim_start().starts_with('-') {
                 return Err(Error::usage(format!("--rtt {t}: a round-trip time cannot be negative")));
             }
@@ -992,44 +1014,177 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
             if rtt == 0 || rtt > 10_000_000_000 {
                 return Err(Error::usage(format!("--rtt {t}: give more than 0 and at most 10s, e.g. 35ms")));
             }
-            (rate, rtt)
+            Some(rtt)
         }
+        None => None,
     };
-    if rate_bps > 1_000_000_000_000 {
+    if given_rate.is_some_and(|r| r > 1_000_000_000_000) {
         return Err(Error::usage("--rate: at most 1T (10^12 bits per second)"));
     }
-    let mut host = tune::HostSettings::default();
-    let mut unreadable = Vec::new();
-    for (name, _) in tune::SETTINGS {
-        match gridperf::env::sysctl(name) {
-            Some(v) => {
-                if let Err(e) = tune::parse_setting(&mut host, name, &v) {
-                    unreadable.push(e);
-                }
-            }
-            None => unreadable.push(format!("{name}: unreadable")),
-        }
+    let app = buffer(&a.buffer, "--buffer")?;
+    if a.apply && !gridperf::env::is_root() {
+        return Err(Error::usage(
+            "tune --apply needs root (CAP_NET_ADMIN over the lab's namespaces): run it with sudo; nothing was changed",
+        ));
     }
-    let advice = tune::advise(TunePath { rate_bps, rtt_ns }, &host, buffer(&a.buffer, "--buffer")?);
+    let kernel = gt::kernel_release();
+    // (rate, rtt, where they came from, measured, the ends' records, the lab's hosts)
+    let mut measured = None;
+    let mut lab_hosts = Vec::new();
+    let (rate_bps, rtt_ns, from, records) = if let Some(h) = &a.host {
+        if given_rate.is_none() && !a.measure_rate {
+            return Err(Error::usage(
+                "tune HOST needs the path's bottleneck rate: give --rate (e.g. 1G) or --measure-rate",
+            ));
+        }
+        let addr = resolve(h, a.port)?;
+        let deadlines = Deadlines {
+            connect: Duration::from_secs(5),
+            control: Duration::from_secs(10),
+            message: Duration::from_secs(2),
+            queue: Duration::ZERO,
+        };
+        let (mut m, agent, mtu) = gt::probe(addr, deadlines)?;
+        let rtt = given_rtt.unwrap_or(m.rtt_median_ns.round() as u64).max(1);
+        let rate_bps = match given_rate {
+            Some(r) => r,
+            None if a.measure_rate => {
+                let offer = rate(&a.probe_rate, "--probe-rate")?;
+                let secs = seconds_or(&a.probe_time, "--probe-time")?.as_secs();
+                if !(1..=30).contains(&secs) {
+                    return Err(Error::usage("--probe-time takes 1 to 30 seconds"));
+                }
+                if !a.json {
+                    eprintln!("gridperf tune: probing the rate with {} of UDP for {secs} s", fmt_bps(offer as f64));
+                }
+                let (r, note) = gt::probe_rate(addr, deadlines, offer, secs)?;
+                m.rate_bps = Some(r);
+                m.rate_note = Some(note);
+                r.round() as u64
+            }
+            None => return Err(Error::internal("no rate")),
+        };
+        let from = format!(
+            "RTT {}: median of {} TCP round trips of 1 byte to {addr} (min {})",
+            if given_rtt.is_some() { "given".to_string() } else { fmt_ns(m.rtt_median_ns) },
+            m.round_trips,
+            fmt_ns(m.rtt_min_ns)
+        );
+        measured = Some(m);
+        let here = gt::read_here();
+        let there_kernel = gt::release_of(&agent.kernel);
+        let records = vec![
+            Record { name: "this host".into(), sysctls: here, kernel: kernel.clone(), mtu },
+            Record { name: format!("agent {addr}"), sysctls: agent.sysctls.clone(), kernel: there_kernel, mtu },
+        ];
+        (rate_bps, rtt, from, records)
+    } else if let Some(name) = &a.in_lab {
+        let st = gridperf::lab::state(name).ok_or_else(|| {
+            Error::usage(format!(
+                "no lab named {name:?} is up: bring one up with `gridperf lab up --name {name} --profile baltic`"
+            ))
+        })?;
+        let link = &st.spec.ab;
+        let rate_bps = match given_rate.or(link.rate_bps) {
+            Some(r) => r,
+            None => return Err(Error::usage(format!("lab {name} sets no rate: give --rate"))),
+        };
+        let rtt = given_rtt.unwrap_or(st.spec.ab.delay_ns + st.spec.ba.delay_ns);
+        if rtt == 0 {
+            return Err(Error::usage(format!("lab {name} adds no delay: give --rtt")));
+        }
+        let mut records = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for h in &st.hosts {
+            // one host of each side stands for its side; --apply sets them all
+            if seen.insert(h.side as u8) {
+                let mtu = (st.spec.mtu > 0).then_some(st.spec.mtu);
+                records.push(Record {
+                    name: h.name.clone(),
+                    sysctls: gt::read_in(&h.netns)?,
+                    kernel: kernel.clone(),
+                    mtu,
+                });
+            }
+        }
+        lab_hosts = st.hosts.clone();
+        (rate_bps, rtt, format!("lab {name} ({})", st.spec.description), records)
+    } else if let Some(p) = &a.lab {
+        let prof = gridperf_core::labcfg::profile(p).map_err(lab_error)?;
+        let link = prof.settings().link_config().map_err(lab_error)?;
+        let rate = link.rate_bps.ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
+        let here = Record { name: "this host".into(), sysctls: gt::read_here(), kernel: kernel.clone(), mtu: None };
+        (rate, 2 * link.delay_ns, format!("lab profile {p}"), vec![here])
+    } else {
+        match (given_rate, given_rtt) {
+            (Some(r), Some(t)) => {
+                let here = Record { name: "this host".into(), sysctls: gt::read_here(), kernel: kernel.clone(), mtu: None };
+                (r, t, "given".to_string(), vec![here])
+            }
+            _ => {
+                return Err(Error::usage(
+                    "give the path: --rate RATE --rtt DURATION (e.g. --rate 1G --rtt 35ms), --lab PROFILE, --in-lab NAME, or HOST",
+                ))
+            }
+        }
+    };
+    let path = TunePath { rate_bps, rtt_ns };
+    let advise_all =
+        |records: &[Record]| -> Vec<EndAdvice> { records.iter().map(|r| EndAdvice::new(r, path, app)).collect() };
+    let ends = advise_all(&records);
+    let directions = gt::directions(&ends, path, app);
+    let mut view = TuneView {
+        schema: "gridperf.tune/1",
+        path,
+        bdp_bytes: path.bdp_bytes(),
+        path_from: from,
+        measured,
+        ends,
+        directions,
+        applied: Vec::new(),
+        after: None,
+    };
     if let Some(f) = &a.write_sysctl {
         let mut text = format!(
             "# gridperf tune: a single TCP stream at {} over {} RTT (BDP {} bytes)\n",
             fmt_bps(rate_bps as f64),
             fmt_ns(rtt_ns as f64),
-            advice.bdp_bytes
+            view.bdp_bytes
         );
-        for l in &advice.sysctl_lines {
+        let mut lines: Vec<&String> = Vec::new();
+        for l in view.ends.iter().filter(|e| !e.name.starts_with("agent ")).flat_map(|e| &e.advice.sysctl_lines) {
+            if !lines.contains(&l) {
+                lines.push(l);
+            }
+        }
+        for l in lines {
             text.push_str(l);
             text.push('\n');
         }
         std::fs::write(f, text).map_err(|e| Error::usage(format!("--write-sysctl {}: {e}", f.display())))?;
     }
-    if a.json {
-        return print(&json(
-            &serde_json::json!({ "schema": "gridperf.tune/1", "advice": advice, "unknown": unreadable }),
-        )?);
+    if a.apply {
+        let mut lines: Vec<String> = Vec::new();
+        for l in view.ends.iter().flat_map(|e| &e.advice.sysctl_lines) {
+            if !lines.contains(l) {
+                lines.push(l.clone());
+            }
+        }
+        view.applied = gt::apply(&lab_hosts, &lines)?;
+        let mut again = Vec::new();
+        for r in &records {
+            let h = lab_hosts
+                .iter()
+                .find(|h| h.name == r.name)
+                .ok_or_else(|| Error::internal(format!("host {} is gone", r.name)))?;
+            again.push(Record { sysctls: gt::read_in(&h.netns)?, ..r.clone() });
+        }
+        view.after = Some(gt::directions(&advise_all(&again), path, app));
     }
-    print(&report::tune_table(&advice, &unreadable))
+    if a.json {
+        return print(&json(&view)?);
+    }
+    print(&report::tune_text(&view))
 }
 
 fn cmd_fanout(a: FanoutArgs) -> Result<()> {
@@ -1725,6 +1880,19 @@ fn cmd_lab(c: LabCommand) -> Result<()> {
                 seed: a.seed,
                 profile: a.profile.clone(),
                 owner: None,
+                sysctls: a
+                    .sysctls
+                    .iter()
+                    .map(|l| {
+                        let (k, v) = gridperf::tune::split_line(l)?;
+                        if gridperf_core::tune::per_namespace(&k) == Some(false) {
+                            return Err(Error::usage(format!(
+                                "--sysctl {k}: global on Linux, not per network namespace; a lab host cannot have its own"
+                            )));
+                        }
+                        Ok((k, v))
+                    })
+                    .collect::<Result<_>>()?,
                 description: if description.is_empty() {
                     "no impairment".into()
                 } else {

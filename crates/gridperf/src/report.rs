@@ -300,6 +300,9 @@ pub fn lab_status(st: &crate::lab::LabState, health: Option<&crate::lab::emulato
     for h in &st.hosts {
         let _ = writeln!(out, "  {:<4} {:<12} namespace {}", h.name, h.addr, h.netns);
     }
+    for (k, v) in &s.sysctls {
+        let _ = writeln!(out, "  every host, as set at lab up: {k} = {v}");
+    }
     if let Some(h) = health {
         let _ = writeln!(out, "emulator, up {:.1} s:", h.uptime_s);
         for (dir, c) in ["a -> b", "b -> a"].iter().zip(&h.links) {
@@ -886,51 +889,88 @@ pub fn fanout_csv(points: &[crate::engines::fanout::FanoutPoint]) -> String {
 }
 
 /// `gridperf tune`'s table, the verdict and the lines to apply.
-pub fn tune_table(a: &gridperf_core::tune::Advice, unknown: &[String]) -> String {
+pub fn tune_text(v: &crate::tune::TuneView) -> String {
     let mut out = String::new();
+    let rate = v.path.rate_bps as f64;
     let _ = writeln!(
         out,
-        "a single TCP stream at {} over {} RTT needs a window of {} bytes (the bandwidth-delay product)\n",
-        fmt_bps(a.path.rate_bps as f64),
-        fmt_ns(a.path.rtt_ns as f64),
-        a.bdp_bytes
+        "a single TCP stream at {} over {} RTT needs a window of {} bytes (the bandwidth-delay product)",
+        fmt_bps(rate),
+        fmt_ns(v.path.rtt_ns as f64),
+        v.bdp_bytes
     );
-    let _ = writeln!(out, "{:<32} {:<30} {:>14} {:<30}  why", "setting", "now", "caps a stream", "set to");
-    for r in &a.rows {
+    let _ = writeln!(out, "path: {}", v.path_from);
+    if let Some(m) = &v.measured {
+        if let (Some(r), Some(n)) = (m.rate_bps, &m.rate_note) {
+            let _ = writeln!(out, "rate: {} measured, {n}", fmt_bps(r));
+        }
+    }
+    for e in &v.ends {
         let _ = writeln!(
             out,
-            "{:<32} {:<30} {:>14} {:<30}  {}{}",
-            r.setting,
-            r.current,
-            r.cap_bps.map(|c| fmt_bps(c.min(a.path.rate_bps as f64))).unwrap_or_else(|| "-".into()),
-            r.recommended.clone().unwrap_or_else(|| "-".into()),
-            r.why,
-            if r.per_namespace { "" } else { " (global, not per namespace)" }
+            "\n{}{}:",
+            e.name,
+            e.settings.kernel.as_deref().map(|k| format!(" (Linux {k})")).unwrap_or_default()
         );
-    }
-    match (&a.binding, a.cap_bps) {
-        (Some(b), Some(c)) => {
+        let _ = writeln!(out, "  {:<32} {:<28} {:>14} {:<28}  why", "setting", "now", "caps a stream", "set to");
+        for r in &e.advice.rows {
             let _ = writeln!(
                 out,
-                "\nbinding: {b} caps a single stream at {} of the path's {} ({:.0}%)",
-                fmt_bps(c),
-                fmt_bps(a.path.rate_bps as f64),
-                c / a.path.rate_bps as f64 * 100.0
+                "  {:<32} {:<28} {:>14} {:<28}  {}{}",
+                r.setting,
+                r.current,
+                r.cap_bps.map(|c| fmt_bps(c.min(rate))).unwrap_or_else(|| "-".into()),
+                r.recommended.clone().unwrap_or_else(|| "-".into()),
+                r.why,
+                if r.per_namespace { "" } else { " (global, not per namespace)" }
             );
         }
-        _ => {
-            let _ = writeln!(out, "\nnothing caps a single stream below the path's rate: the buffers are sufficient");
+        for u in &e.unknown {
+            let _ = writeln!(out, "  unknown: {u}");
+        }
+        if !e.advice.sysctl_lines.is_empty() {
+            let _ = match e.name.as_str() {
+                "this host" => {
+                    writeln!(out, "  to apply here (as root; --write-sysctl FILE writes them for /etc/sysctl.d):")
+                }
+                n if n.starts_with("agent ") => writeln!(out, "  to apply on the agent's host (as root there):"),
+                n => writeln!(out, "  to apply in lab host {n} (tune --in-lab NAME --apply does it):"),
+            };
+            for l in &e.advice.sysctl_lines {
+                let (k, val) = l.split_once(" = ").unwrap_or((l, ""));
+                let _ = writeln!(out, "    sysctl -w {k}=\"{val}\"");
+            }
         }
     }
-    if !a.sysctl_lines.is_empty() {
-        let _ = writeln!(out, "\nto apply (as root; --write-sysctl FILE writes them for /etc/sysctl.d):");
-        for l in &a.sysctl_lines {
-            let (k, v) = l.split_once(" = ").unwrap_or((l, ""));
-            let _ = writeln!(out, "  sysctl -w {k}=\"{v}\"");
+    let caps = |out: &mut String, ds: &[crate::tune::DirectionCap]| {
+        for d in ds {
+            let dir = if d.from == d.to { String::new() } else { format!("{} -> {}: ", d.from, d.to) };
+            let _ = match (&d.binding, d.cap_bps) {
+                (Some(b), Some(c)) => writeln!(
+                    out,
+                    "  {dir}{b} caps a single stream at {} of the path's {} ({:.0}%)",
+                    fmt_bps(c),
+                    fmt_bps(rate),
+                    c / rate * 100.0
+                ),
+                _ => writeln!(
+                    out,
+                    "  {dir}nothing caps a single stream below the path's rate: the buffers are sufficient"
+                ),
+            };
+        }
+    };
+    let _ = writeln!(out, "\nbinding:");
+    caps(&mut out, &v.directions);
+    if !v.applied.is_empty() {
+        let _ = writeln!(out, "\napplied:");
+        for x in &v.applied {
+            let _ = writeln!(out, "  {:<4} {} = {}: {}", x.host, x.setting, x.value, x.outcome);
         }
     }
-    for u in unknown {
-        let _ = writeln!(out, "unknown: {u}");
+    if let Some(after) = &v.after {
+        let _ = writeln!(out, "\nafter, as read back:");
+        caps(&mut out, after);
     }
     out
 }

@@ -92,24 +92,16 @@ fn echo_options(spec: &SurveySpec, sizes: Vec<u64>, one_way: Duration, rate: Opt
     // a message's time on the path, both ways, and the round trip, with room
     let biggest = sizes.iter().copied().max().unwrap_or(1);
     let wire = rate.map(|r| Duration::from_secs_f64(biggest as f64 * 8.0 / r as f64 * 2.0)).unwrap_or_default();
+    let deadlines = Deadlines {
+        connect: Duration::from_secs(5),
+        control: Duration::from_secs(10),
+        message: (one_way * 4 + wire * 2).max(Duration::from_secs(1)),
+        queue: Duration::ZERO,
+    };
     EchoOptions {
-        protos: spec.protos.clone(),
-        sizes,
-        nodelay: true,
-        writes: 1,
-        busy_poll: false,
-        client_cpu: None,
-        server_cpu: None,
-        sndbuf: None,
-        rcvbuf: None,
-        deadlines: Deadlines {
-            connect: Duration::from_secs(5),
-            control: Duration::from_secs(10),
-            message: (one_way * 4 + wire * 2).max(Duration::from_secs(1)),
-            queue: Duration::ZERO,
-        },
         warmup_time: Duration::from_millis(250),
         notes: vec![note],
+        ..EchoOptions::plain(spec.protos.clone(), sizes, deadlines)
     }
 }
 

@@ -48,6 +48,26 @@ pub struct EchoOptions {
 }
 
 impl EchoOptions {
+    /// Nagle off, one write per message, no pinning, busy-polling or
+    /// buffer settings, no warm-up time: the defaults a program (survey,
+    /// tune, tests) starts from, changing what it needs.
+    pub fn plain(protos: Vec<Proto>, sizes: Vec<u64>, deadlines: Deadlines) -> EchoOptions {
+        EchoOptions {
+            protos,
+            sizes,
+            nodelay: true,
+            writes: 1,
+            busy_poll: false,
+            client_cpu: None,
+            server_cpu: None,
+            sndbuf: None,
+            rcvbuf: None,
+            deadlines,
+            warmup_time: std::time::Duration::ZERO,
+            notes: Vec::new(),
+        }
+    }
+
     /// The record of these settings; each engine fills in its own counts.
     pub fn settings(&self) -> Settings {
         Settings {

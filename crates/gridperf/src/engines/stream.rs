@@ -145,6 +145,7 @@ fn sample(info: &gridperf_sys::TcpInfo, t_ns: u64) -> TcpSample {
         rwnd_limited_us: info.rwnd_limited_us,
         sndbuf_limited_us: info.sndbuf_limited_us,
         snd_wnd: info.snd_wnd,
+        app_limited: info.app_limited_and_fastopen & 1 == 1,
     }
 }
 

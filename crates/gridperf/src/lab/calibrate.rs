@@ -336,6 +336,7 @@ fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<su
         loopback: false,
         access: Vec::new(),
         owner: None,
+        sysctls: Vec::new(),
     })
 }
 

@@ -53,6 +53,10 @@ pub struct LabSpec {
     /// it ends every other process in the lab's namespaces.
     #[serde(default)]
     pub owner: Option<u32>,
+    /// Per-namespace sysctls set in every host once the lab is up
+    /// (`lab up --sysctl`), e.g. an old kernel's buffer limits.
+    #[serde(default)]
+    pub sysctls: Vec<(String, String)>,
 }
 
 impl LabSpec {
@@ -246,6 +250,14 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
             return Err(Error::usage("interrupted: the lab was taken down again"));
         }
         if let Some(s) = state(&spec.name) {
+            for (k, v) in &spec.sysctls {
+                for h in &s.hosts {
+                    if let Err(e) = crate::tune::set_in(&h.netns, k, v) {
+                        let _ = down(&spec.name);
+                        return Err(Error::usage(format!("lab up --sysctl: {e}; the lab was taken down again")));
+                    }
+                }
+            }
             return Ok(s);
         }
         if let Ok(Some(st)) = child.try_wait() {

@@ -61,6 +61,7 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         loopback,
         access: Vec::new(),
         owner: Some(std::process::id()),
+        sysctls: Vec::new(),
     })
 }
 

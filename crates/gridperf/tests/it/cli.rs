@@ -265,10 +265,21 @@ fn tune_reads_this_host_and_says_what_caps_a_stream() {
     let o = run(&["tune", "--rate", "10G", "--rtt", "300ms", "--json", "--write-sysctl", file.to_str().expect("path")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["schema"], "gridperf.tune/1");
     // 10 Gbit/s x 300 ms = 375 MB: no default host holds that
-    assert_eq!(v["advice"]["bdp_bytes"], 375_000_000u64);
-    assert!(v["advice"]["binding"].is_string(), "{}", v["advice"]);
-    let lines: Vec<String> = v["advice"]["sysctl_lines"]
+    assert_eq!(v["bdp_bytes"], 375_000_000u64);
+    let me = &v["ends"][0];
+    assert_eq!(me["name"], "this host");
+    assert!(me["advice"]["binding"].is_string(), "{}", me["advice"]);
+    assert_eq!(v["directions"][0]["binding"], me["advice"]["binding"]);
+    // the settings are this host's, as /proc/sys has them
+    let rmem: Vec<u64> = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+        .expect("tcp_rmem")
+        .split_whitespace()
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    assert_eq!(me["settings"]["tcp_rmem"], serde_json::json!(rmem));
+    let lines: Vec<String> = me["advice"]["sysctl_lines"]
         .as_array()
         .expect("lines")
         .iter()
@@ -283,10 +294,58 @@ fn tune_reads_this_host_and_says_what_caps_a_stream() {
         (&["tune", "--rate", "1G", "--rtt", "35"][..], "35"),
         (&["tune", "--rate", "fast", "--rtt", "35ms"][..], "fast"),
         (&["tune", "--lab", "nosuch"][..], "valid profiles"),
+        (&["tune"][..], "--rate RATE --rtt DURATION"),
+        (&["tune", "--rate", "1G"][..], "--rtt"),
+        (&["tune", "--rate", "1G", "--rtt", "35ms", "--apply"][..], "--in-lab"),
+        (&["tune", "--in-lab", "nosuchlab"][..], "no lab named"),
+        (&["tune", "127.0.0.1:9"][..], "--measure-rate"),
     ] {
         let o = run(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tune_against_an_agent_measures_the_rtt_and_reads_both_ends() {
+    let agent = crate::TestAgent::start(gridperf::agent::AgentConfig {
+        bind: vec!["127.0.0.1:0".parse().expect("addr")],
+        max_tests: 2,
+        ..Default::default()
+    });
+    let target = agent.addr.to_string();
+    let o = run(&["tune", &target, "--rate", "1G", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let m = &v["measured"];
+    assert_eq!(m["round_trips"], 50);
+    let (min, median) = (m["rtt_min_ns"].as_f64().expect("min"), m["rtt_median_ns"].as_f64().expect("median"));
+    assert!(min > 0.0 && min <= median && median < 50e6, "{m}");
+    // the path's RTT is the measured median, and the BDP follows from it
+    assert_eq!(v["path"]["rtt_ns"].as_u64(), Some(median.round() as u64));
+    assert_eq!(v["bdp_bytes"].as_u64(), Some((1e9 * median.round() / 8e9) as u64));
+    // both ends: this host and the agent, whose settings came over the control channel
+    let ends = v["ends"].as_array().expect("ends");
+    assert_eq!(ends.len(), 2);
+    assert_eq!(ends[1]["name"], format!("agent {target}"));
+    let wmem: Vec<u64> = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .expect("tcp_wmem")
+        .split_whitespace()
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    assert_eq!(ends[1]["settings"]["tcp_wmem"], serde_json::json!(wmem));
+    assert!(ends[1]["settings"]["adv_win_scale"].is_i64(), "{}", ends[1]["settings"]);
+    let dirs = v["directions"].as_array().expect("directions");
+    assert_eq!(dirs.len(), 2);
+    assert!(dirs.iter().any(|d| d["from"] == "this host" && d["to"] == format!("agent {target}")), "{dirs:?}");
+
+    // --measure-rate: a UDP probe at 200 Mbit/s that loopback carries whole is a lower bound, and says so
+    let o = run(&["tune", &target, "--measure-rate", "--probe-rate", "200M", "--probe-time", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let r = v["measured"]["rate_bps"].as_f64().expect("rate");
+    assert!((170e6..=205e6).contains(&r), "{}", v["measured"]);
+    assert!(v["measured"]["rate_note"].as_str().unwrap_or_default().starts_with("at least"), "{}", v["measured"]);
+    assert_eq!(v["path"]["rate_bps"].as_u64(), Some(r.round() as u64));
 }

@@ -595,3 +595,98 @@ fn fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback() {
     assert!(p[3]["bandwidth_bps"].as_f64().is_some_and(|b| b > 1e6 && b < 2.1e9), "{}", p[3]);
     assert_eq!(labs(), before, "the sweep's lab was left behind");
 }
+
+/// One stream a -> b in a lab: the sender's rate, bits per second.
+fn stream_a_to_b(lab: &mut Lab, secs: &str) -> f64 {
+    lab.serve_on_b();
+    let o = lab.exec_a(&["stream", "10.77.2.1", "-t", secs, "--omit", "1", "-C", "cubic", "--json", "--no-store"]);
+    if let Some(mut a) = lab.agent.take() {
+        let _ = a.wait();
+    }
+    assert!(o.status.success(), "stream: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
+    v["runs"][0]["up_bps"].as_f64().expect("up_bps")
+}
+
+#[test]
+fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
+    if !privileged("tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab") {
+        return;
+    }
+    // Linux 2.6.9's defaults (BalticGrid's Scientific Linux 4), per namespace
+    let mut lab = Lab::up(
+        "tune",
+        &[
+            "--profile",
+            "baltic",
+            "--set",
+            "rtt=20ms",
+            "--sysctl",
+            "net.ipv4.tcp_rmem=4096 87380 174760",
+            "--sysctl",
+            "net/ipv4/tcp_wmem = \"4096 16384 131072\"",
+        ],
+    );
+    let lab_name = lab.name.clone();
+    let read = |host: &str, name: &str| {
+        let p = format!("/proc/sys/{}", name.replace('.', "/"));
+        gridperf_sys::in_netns(&format!("gp-{lab_name}-{host}"), move || std::fs::read_to_string(p))
+            .expect("read in the namespace")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(read("a", "net.ipv4.tcp_wmem"), "4096 16384 131072");
+    assert_eq!(read("b", "net.ipv4.tcp_rmem"), "4096 87380 174760");
+    let status = String::from_utf8_lossy(&run(&["lab", "status", "--name", &lab.name]).stdout).into_owned();
+    assert!(status.contains("net.ipv4.tcp_rmem = 4096 87380 174760"), "{status}");
+
+    // what tune reads in the namespaces, and says binds
+    let o = run(&["tune", "--in-lab", &lab.name, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["bdp_bytes"], 2_500_000u64, "1 Gbit/s x 20 ms");
+    assert_eq!(v["ends"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["ends"][1]["settings"]["tcp_rmem"], serde_json::json!([4096, 87380, 174760]));
+    let ab = v["directions"].as_array().expect("directions").iter().find(|d| d["from"] == "a").expect("a -> b").clone();
+    let binding = ab["binding"].as_str().unwrap_or_default().to_string();
+    assert!(binding == "sender: net.ipv4.tcp_wmem" || binding == "receiver: net.ipv4.tcp_rmem", "{ab}");
+    let cap = ab["cap_bps"].as_f64().expect("cap");
+    assert!(cap < 60e6, "{ab}");
+
+    // --apply without root changes nothing and says what it needs
+    if Command::new("setpriv").arg("--version").output().is_ok() {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "tune", "--in-lab", &lab.name, "--apply"])
+            .output()
+            .expect("setpriv");
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("needs root") && stderr(&o).contains("nothing was changed"), "{}", stderr(&o));
+        assert_eq!(read("b", "net.ipv4.tcp_rmem"), "4096 87380 174760");
+    }
+
+    let before = stream_a_to_b(&mut lab, "3");
+    // the window the old buffers allow, at 50-75% of them, is 65-130 kB per 20 ms: 26-53 Mbit/s
+    assert!(before < 80e6, "before: {before}");
+
+    let o = run(&["tune", "--in-lab", &lab.name, "--apply", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let applied = v["applied"].as_array().expect("applied");
+    assert!(applied.len() >= 4 && applied.iter().all(|x| x["outcome"] == "set"), "{applied:?}");
+    assert!(v["after"].as_array().expect("after").iter().all(|d| d["binding"].is_null()), "{}", v["after"]);
+    for host in ["a", "b"] {
+        for name in ["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"] {
+            let max: u64 = read(host, name).split(' ').nth(2).and_then(|m| m.parse().ok()).expect("max");
+            assert!(max >= 2 * 2_500_000, "{host} {name}: {max}");
+        }
+    }
+    let after = stream_a_to_b(&mut lab, "4");
+    assert!(after > 5.0 * before && after > 500e6, "before {before}, after {after}");
+
+    // a global setting is refused for a lab host, before anything is made
+    let o = run(&["lab", "up", "--name", "tglobal", "--profile", "baltic", "--sysctl", "net.core.rmem_max=1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("global"), "{}", stderr(&o));
+    assert!(namespaces_named("gp-tglobal-").is_empty());
+}

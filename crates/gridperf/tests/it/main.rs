@@ -41,25 +41,16 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
 
 /// Options for a short run: no pinning, tight deadlines.
 pub fn opts(protos: &[Proto], sizes: &[u64]) -> EchoOptions {
-    EchoOptions {
-        protos: protos.to_vec(),
-        sizes: sizes.to_vec(),
-        nodelay: true,
-        writes: 1,
-        busy_poll: false,
-        client_cpu: None,
-        server_cpu: None,
-        sndbuf: None,
-        rcvbuf: None,
-        deadlines: Deadlines {
+    EchoOptions::plain(
+        protos.to_vec(),
+        sizes.to_vec(),
+        Deadlines {
             connect: Duration::from_secs(2),
             control: Duration::from_secs(5),
             message: Duration::from_secs(1),
             queue: Duration::ZERO,
         },
-        warmup_time: Duration::ZERO,
-        notes: Vec::new(),
-    }
+    )
 }
 
 /// An agent on 127.0.0.1 (random port) in a thread of this process.
