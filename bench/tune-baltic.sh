@@ -69,16 +69,16 @@ for rtt in ${RTTS//,/ }; do
     echo "== $rtt, old buffers"
     "$G" lab up --name "$NAME" --profile baltic --set "rtt=$rtt" \
         --sysctl net.ipv4.tcp_rmem="4096 87380 174760" --sysctl net.ipv4.tcp_wmem="4096 16384 131072" >/dev/null
-    "$G" tune --in-lab "$NAME" --json >"$OUT/tune-$rtt-before.json"
+    "$G" tune --in-lab "$NAME" --measure-share -C "$CC" --json >"$OUT/tune-$rtt-before.json"
     stream "$rtt-before"
-    "$G" tune --in-lab "$NAME" --apply --json >"$OUT/tune-$rtt-apply.json"
+    "$G" tune --in-lab "$NAME" --measure-share -C "$CC" --apply --json >"$OUT/tune-$rtt-apply.json"
     stream "$rtt-after"
     "$G" lab down --name "$NAME" >/dev/null
 done
 for rtt in ${RTTS//,/ }; do
     echo "== $rtt, this kernel's defaults"
     "$G" lab up --name "$NAME" --profile baltic --set "rtt=$rtt" >/dev/null
-    "$G" tune --in-lab "$NAME" --json >"$OUT/tune-$rtt-default.json"
+    "$G" tune --in-lab "$NAME" --measure-share -C "$CC" --json >"$OUT/tune-$rtt-default.json"
     stream "$rtt-default"
     "$G" lab down --name "$NAME" >/dev/null
 done

@@ -29,15 +29,22 @@ def tuned(out, tag):
     return d["binding"], d["cap_bps"], t
 
 
+def shares(t):
+    """The a -> b probe's measured receive and send shares, as percentages."""
+    p = next((x for x in t.get("share_probes", []) if x["direction"] == "up"), {})
+    pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"
+    return f"{pct(p.get('receive_share'))} / {pct(p.get('send_share'))}"
+
+
 def main():
     out = Path(sys.argv[1])
     rtts = sys.argv[2].split(",")
     print(f"# gridperf tune in the lab: baltic (1 Gbit/s, 1 BDP queue), one TCP stream a -> b\n")
     print("## Old kernel buffers (Linux 2.6.9: tcp_rmem max 174760, tcp_wmem max 131072)\n")
-    print("| RTT | tune: binding before | tune: cap (Mbit/s) | before (Mbit/s) | verdict before | --apply set (max) | after (Mbit/s) | factor | tune after |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| RTT | shares (rcv / snd) | tune: binding before | tune: cap (Mbit/s) | before (Mbit/s) | verdict before | --apply set (max) | after (Mbit/s) | factor | tune after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for rtt in rtts:
-        b, cap, _ = tuned(out, f"{rtt}-before")
+        b, cap, tb = tuned(out, f"{rtt}-before")
         before, _, lim_b, _ = stream(out, f"{rtt}-before")
         t = load(out / f"tune-{rtt}-apply.json")
         after_dir = next(x for x in t.get("after") or [] if x["from"] == "a")
@@ -45,16 +52,16 @@ def main():
         factor = after / before if before else float("nan")
         sets = sorted({f"{x['setting'].split('.')[-1]} {x['value'].split()[-1]}" for x in t["applied"] if x["outcome"] == "set"})
         print(
-            f"| {rtt} | {b} | {mbit(cap)} | {mbit(before)} | {lim_b} | {', '.join(sets)} | {mbit(after)} | {factor:.1f}x | "
+            f"| {rtt} | {shares(tb)} | {b} | {mbit(cap)} | {mbit(before)} | {lim_b} | {', '.join(sets)} | {mbit(after)} | {factor:.1f}x | "
             f"{after_dir['binding'] or 'sufficient'} |"
         )
     print("\n## This kernel's own defaults\n")
-    print("| RTT | tune: binding | tune: cap (Mbit/s) | measured (Mbit/s) | retransmits | verdict |")
-    print("|---|---|---|---|---|---|")
+    print("| RTT | shares (rcv / snd) | tune: binding | tune: cap (Mbit/s) | measured (Mbit/s) | retransmits | verdict |")
+    print("|---|---|---|---|---|---|---|")
     for rtt in rtts:
         b, cap, t = tuned(out, f"{rtt}-default")
         got, rx, lim, _ = stream(out, f"{rtt}-default")
-        print(f"| {rtt} | {b or 'sufficient'} | {mbit(cap)} | {mbit(got)} | {rx} | {lim} |")
+        print(f"| {rtt} | {shares(t)} | {b or 'sufficient'} | {mbit(cap)} | {mbit(got)} | {rx} | {lim} |")
     left = {x["setting"] for r in rtts for x in load(out / f"tune-{r}-apply.json")["applied"] if x["outcome"] != "set"}
     print("\nEvery line was set in hosts a and b." if not left else f"\nNot set: {', '.join(sorted(left))}")
 

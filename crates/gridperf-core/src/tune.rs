@@ -60,6 +60,17 @@ pub struct HostSettings {
     /// share of a buffer is found.
     #[serde(default)]
     pub kernel: Option<String>,
+    /// Measured on the path (`tune --measure-share`): the share of this
+    /// host's receive buffer that it advertised as window, and the share of
+    /// its send buffer that was data in flight.
+    #[serde(default)]
+    pub measured_share: Option<f64>,
+    #[serde(default)]
+    pub measured_send_share: Option<f64>,
+    /// A probe with this host's send buffer (tcp_wmem's maximum) reached the
+    /// path's rate without the buffer holding it back.
+    #[serde(default)]
+    pub send_buffer_suffices: bool,
 }
 
 /// Whether a kernel release ("6.18.0-1-amd64") is at least `major.minor`.
@@ -73,6 +84,9 @@ pub fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> Option<bool
 /// The share of a socket buffer that becomes window on this host, and how it
 /// was found.
 pub fn share_of(h: &HostSettings) -> (f64, String) {
+    if let Some(m) = h.measured_share {
+        return (m, format!("the window is {:.0}% of it (measured on this path)", m * 100.0));
+    }
     let learned = h.kernel.as_deref().and_then(|k| kernel_at_least(k, (6, 6)));
     match (learned, h.adv_win_scale) {
         (Some(true), _) => (
@@ -81,6 +95,18 @@ pub fn share_of(h: &HostSettings) -> (f64, String) {
         ),
         (_, Some(s)) => (window_share(s), format!("the window is {:.0}% of it (tcp_adv_win_scale {s})", window_share(s) * 100.0)),
         (_, None) => (0.5, "the window is taken as half of it (tcp_adv_win_scale unknown; 1 is the default)".into()),
+    }
+}
+
+/// The share of a send buffer that is data in flight when the buffer is
+/// full: measured, or else taken as the receive buffer's window share.
+pub fn send_share_of(h: &HostSettings) -> (f64, String) {
+    match h.measured_send_share {
+        Some(m) => (m, format!("{:.0}% of it was data in flight (measured on this path)", m * 100.0)),
+        None => {
+            let (s, _) = share_of(h);
+            (s, format!("taken as {:.0}% of it in flight, as the receive side's window share", s * 100.0))
+        }
     }
 }
 
@@ -217,9 +243,11 @@ pub fn window_share(adv_win_scale: i64) -> f64 {
     }
 }
 
-/// The buffer (power of two, at least 4 MiB) whose window holds `bdp` bytes.
+/// The buffer (power of two, at least 4 MiB) whose window holds `bdp`
+/// bytes with a quarter to spare: the share varies from connection to
+/// connection, and a stream's RTT grows while a queue builds.
 fn buffer_for(bdp: u64, share: f64) -> u64 {
-    let need = (bdp as f64 / share).ceil() as u64;
+    let need = (bdp as f64 * 1.25 / share).ceil() as u64;
     need.max(4 << 20).next_power_of_two()
 }
 
@@ -325,31 +353,41 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
         }
     }
     // the send side holds every byte until it is acknowledged
+    let (sshare, swhy) = send_share_of(h);
+    let swant = buffer_for(bdp, sshare);
+    let scap = |buf: u64| path.rate_of_window((buf as f64 * sshare) as u64);
     let wbuf = match app_buffer {
         Some(b) => h.wmem_max.map(|m| (2 * b).min(2 * m)),
         None => h.tcp_wmem.map(|t| t[2]),
     };
-    let wlow = wbuf.is_some_and(|b| (b as f64 * share) < bdp as f64);
+    // a probe's finding holds for the autotuned buffer it was run with, not for -w
+    let suffices = h.send_buffer_suffices && app_buffer.is_none();
+    let wlow = !suffices && wbuf.is_some_and(|b| (b as f64 * sshare) < bdp as f64);
     if app_buffer.is_none() {
         rows.push(Row {
             setting: "net.ipv4.tcp_wmem".into(),
             current: h.tcp_wmem.map(|t| format!("{} {} {}", t[0], t[1], t[2])).unwrap_or_else(|| "unknown".into()),
-            cap_bps: wbuf.map(cap),
-            recommended: h.tcp_wmem.filter(|_| wlow).map(|t| format!("{} {} {want}", t[0], t[1])),
-            why: "the send buffer's ceiling: it holds every byte until it is acknowledged".into(),
+            cap_bps: wbuf.map(scap).filter(|_| !suffices),
+            recommended: h.tcp_wmem.filter(|_| wlow).map(|t| format!("{} {} {swant}", t[0], t[1])),
+            why: if suffices {
+                "the send buffer's ceiling: a probe with it reached the path's rate without it holding the sender back"
+                    .into()
+            } else {
+                format!("the send buffer's ceiling: it holds every byte until it is acknowledged; {swhy}")
+            },
             per_namespace: true,
             side: End::Sender,
         });
         if let (Some(t), true) = (h.tcp_wmem, wlow) {
-            lines.push(format!("net.ipv4.tcp_wmem = {} {} {want}", t[0], t[1]));
+            lines.push(format!("net.ipv4.tcp_wmem = {} {} {swant}", t[0], t[1]));
         }
     } else {
         rows.push(Row {
             setting: "net.core.wmem_max".into(),
             current: h.wmem_max.map(|m| m.to_string()).unwrap_or_else(|| "unknown".into()),
-            cap_bps: wbuf.map(cap),
-            recommended: h.wmem_max.filter(|_| wlow).map(|_| want.to_string()),
-            why: "the application's SO_SNDBUF, doubled, is capped at twice this".into(),
+            cap_bps: wbuf.map(scap),
+            recommended: h.wmem_max.filter(|_| wlow).map(|_| swant.to_string()),
+            why: format!("the application's SO_SNDBUF, doubled, is capped at twice this; {swhy}"),
             per_namespace: false,
             side: End::Sender,
         });
@@ -531,6 +569,9 @@ mod tests {
             default_qdisc: Some("pfifo_fast".into()),
             mtu: Some(1500),
             kernel: None,
+            measured_share: None,
+            measured_send_share: None,
+            send_buffer_suffices: false,
         }
     }
 
@@ -559,7 +600,7 @@ mod tests {
         // 262144 x 0.75 = 196608 bytes per 35 ms = 44.9 Mbit/s: BalticGrid's 50-120
         let cap = a.cap_bps.expect("cap");
         assert!((cap - 44_938_971.4).abs() < 10.0, "{cap}");
-        // the buffer whose window holds the BDP: 4.375 MB / 0.75 = 5.83 MB -> 8 MiB
+        // the buffer whose window holds the BDP, a quarter to spare: 4.375 MB x 1.25 / 0.75 = 7.3 MB -> 8 MiB
         assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_rmem = 4096 87380 8388608".to_string()), "{:?}", a.sysctl_lines);
         assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_wmem = 4096 16384 8388608".to_string()));
     }
@@ -642,7 +683,7 @@ mod tests {
         let a = advise(TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 }, &h, None);
         let cap = a.cap_bps.expect("cap");
         assert!((cap - 131_072.0 * 8.0 / 0.035).abs() < 1.0, "{cap}");
-        // and the buffer for the BDP: 4.375 MB / 0.5 = 8.75 MB -> 16 MiB
+        // and the buffer for the BDP: 4.375 MB x 1.25 / 0.5 = 10.9 MB -> 16 MiB
         assert!(
             a.sysctl_lines.contains(&"net.ipv4.tcp_rmem = 4096 87380 16777216".to_string()),
             "{:?}",
@@ -689,5 +730,52 @@ mod tests {
         assert_eq!(unknown.len(), SETTINGS.len() - 1);
         assert_eq!(per_namespace("net.core.rmem_max"), Some(false));
         assert_eq!(per_namespace("net.ipv4.tcp_rmem"), Some(true));
+    }
+
+    #[test]
+    fn measured_shares_replace_the_model() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 20_000_000 };
+        let mut h = old_kernel();
+        h.kernel = Some("6.18.0".into());
+        h.tcp_rmem = Some([4096, 87_380, 174_760]);
+        h.tcp_wmem = Some([4096, 16_384, 131_072]);
+        // the model: 50% of both, the send buffer binds at 131072 x 0.5 per 20 ms
+        let a = advise(p, &h, None);
+        assert_eq!(a.binding.as_deref(), Some("net.ipv4.tcp_wmem"));
+        assert!((a.cap_bps.expect("cap") - 65_536.0 * 8.0 / 0.02).abs() < 1.0);
+        // measured: 60% of the receive buffer is window, 81% of the send buffer in flight
+        h.measured_share = Some(0.60);
+        h.measured_send_share = Some(0.81);
+        let a = advise(p, &h, None);
+        let rcap = (174_760.0f64 * 0.60).floor() * 8.0 / 0.02;
+        let scap = (131_072.0f64 * 0.81).floor() * 8.0 / 0.02;
+        assert!(rcap < scap);
+        assert_eq!(a.binding.as_deref(), Some("net.ipv4.tcp_rmem"));
+        assert!((a.cap_bps.expect("cap") - rcap).abs() < 1.0, "{:?}", a.cap_bps);
+        let w = a.rows.iter().find(|r| r.setting == "net.ipv4.tcp_wmem").expect("wmem");
+        assert!((w.cap_bps.expect("cap") - scap).abs() < 1.0);
+        assert!(w.why.contains("81% of it was data in flight (measured"), "{}", w.why);
+        // the buffers to set follow the measured shares, a quarter to spare:
+        // 2.5 MB x 1.25 / 0.6 -> 5.2 MB -> 8 MiB; / 0.81 -> 3.86 MB -> 4 MiB
+        assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_rmem = 4096 87380 8388608".to_string()), "{:?}", a.sysctl_lines);
+        assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_wmem = 4096 16384 4194304".to_string()), "{:?}", a.sysctl_lines);
+    }
+
+    #[test]
+    fn a_send_buffer_a_probe_found_sufficient_caps_nothing() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 20_000_000 };
+        let mut h = old_kernel();
+        h.kernel = Some("6.18.0".into());
+        h.tcp_rmem = Some([4096, 131_072, 33_554_432]);
+        h.tcp_wmem = Some([4096, 16_384, 4_194_304]);
+        // modelled at 50%: 2 MiB of window per 20 ms caps at 839 Mbit/s
+        assert_eq!(advise(p, &h, None).binding.as_deref(), Some("net.ipv4.tcp_wmem"));
+        h.send_buffer_suffices = true;
+        let a = advise(p, &h, None);
+        assert_eq!(a.binding, None, "{:?}", a.rows);
+        assert!(a.sysctl_lines.is_empty(), "{:?}", a.sysctl_lines);
+        // not for a buffer the application sets
+        let a = advise(p, &h, Some(256 << 10));
+        assert!(a.rows.iter().any(|r| r.setting == "net.core.wmem_max" && r.cap_bps.is_some()));
     }
 }

@@ -192,6 +192,14 @@ pub struct StreamSpec {
     /// senders send for omit + duration.
     #[serde(default)]
     pub omit_ms: u64,
+    /// SO_SNDBUF on the sending sockets only, and SO_RCVBUF on the
+    /// receiving sockets only (instead of `window` on both); one direction.
+    /// `gridperf tune` sets one end's buffer to see how much of it becomes
+    /// window, or data in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_buffer: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_buffer: Option<u64>,
 }
 
 /// One point of a test: the agent echoes messages of `size` bytes.

@@ -80,15 +80,16 @@ enum Command {
         A point where no byte moves for --watchdog is reported as DEADLOCK, with who was blocked in which call\n\
         and the bytes queued in every socket; the connections are torn down and the sweep goes on.")]
     Fanout(FanoutArgs),
-    /// What caps a single TCP stream on a path (rate x RTT) with this host's settings, and what to set.
+    /// What caps a single TCP stream on a path (rate x RTT), from this host's settings or both ends', and what to set.
     #[command(after_help = "Examples:\n  \
         gridperf tune --rate 1G --rtt 35ms               a gigabit at 35 ms: the BDP, each setting's cap, the fix\n  \
         gridperf tune --lab baltic                       the rate and RTT of a lab profile\n  \
         gridperf tune --rate 1G --rtt 270ms --buffer 32M an application that sets SO_RCVBUF (iperf -w 32M)\n  \
         gridperf tune --rate 1G --rtt 35ms --write-sysctl /etc/sysctl.d/90-gridperf.conf\n  \
-        gridperf tune 192.0.2.7 --rate 1G                 the RTT measured, the agent's settings read: both ends\n  \
-        gridperf tune 192.0.2.7 --measure-rate            the bottleneck found with a 2 s UDP stream too\n  \
-        gridperf tune --in-lab default --apply            a running lab: read its hosts, set what is missing\n\n\
+        gridperf tune 192.0.2.7 --rate 1G                the RTT measured, the agent's settings read: both ends\n  \
+        gridperf tune 192.0.2.7 --measure-rate           the bottleneck found with a 2 s UDP stream too\n  \
+        gridperf tune 192.0.2.7 --rate 1G --measure-share  how much of each buffer becomes window, probed\n  \
+        gridperf tune --in-lab default --apply           a running lab: read its hosts, set what is missing\n\n\
         Rates in bits per second, decimal SI (1G = 10^9); the settings are read in this network namespace.")]
     Tune(TuneArgs),
     /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
@@ -180,6 +181,13 @@ struct TuneArgs {
     /// With HOST: find the bottleneck rate with a short UDP stream (it floods the path for --probe-time).
     #[arg(long, requires = "host", conflicts_with = "rate")]
     measure_rate: bool,
+    /// With HOST or --in-lab: measure how much of each end's buffers becomes window or data in flight (four TCP
+    /// streams of 2 s, with the buffers at their autotuning ceilings), instead of assuming the kernel's starting half.
+    #[arg(long)]
+    measure_share: bool,
+    /// The congestion control the --measure-share probes use (default: the host's), as a stream would: cubic, bbr.
+    #[arg(short = 'C', long, value_name = "NAME", requires = "measure_share")]
+    congestion: Option<String>,
     /// The UDP rate --measure-rate offers (more than the path's rate, or the figure is a lower bound).
     #[arg(long, default_value = "2G", value_name = "RATE")]
     probe_rate: String,
@@ -1074,8 +1082,8 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
         let here = gt::read_here();
         let there_kernel = gt::release_of(&agent.kernel);
         let records = vec![
-            Record { name: "this host".into(), sysctls: here, kernel: kernel.clone(), mtu },
-            Record { name: format!("agent {addr}"), sysctls: agent.sysctls.clone(), kernel: there_kernel, mtu },
+            Record::new("this host", here, kernel.clone(), mtu),
+            Record::new(&format!("agent {addr}"), agent.sysctls.clone(), there_kernel, mtu),
         ];
         (rate_bps, rtt, from, records)
     } else if let Some(name) = &a.in_lab {
@@ -1099,12 +1107,7 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
             // one host of each side stands for its side; --apply sets them all
             if seen.insert(h.side as u8) {
                 let mtu = (st.spec.mtu > 0).then_some(st.spec.mtu);
-                records.push(Record {
-                    name: h.name.clone(),
-                    sysctls: gt::read_in(&h.netns)?,
-                    kernel: kernel.clone(),
-                    mtu,
-                });
+                records.push(Record::new(&h.name, gt::read_in(&h.netns)?, kernel.clone(), mtu));
             }
         }
         lab_hosts = st.hosts.clone();
@@ -1113,12 +1116,12 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
         let prof = gridperf_core::labcfg::profile(p).map_err(lab_error)?;
         let link = prof.settings().link_config().map_err(lab_error)?;
         let rate = link.rate_bps.ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
-        let here = Record { name: "this host".into(), sysctls: gt::read_here(), kernel: kernel.clone(), mtu: None };
+        let here = Record::new("this host", gt::read_here(), kernel.clone(), None);
         (rate, 2 * link.delay_ns, format!("lab profile {p}"), vec![here])
     } else {
         match (given_rate, given_rtt) {
             (Some(r), Some(t)) => {
-                let here = Record { name: "this host".into(), sysctls: gt::read_here(), kernel: kernel.clone(), mtu: None };
+                let here = Record::new("this host", gt::read_here(), kernel.clone(), None);
                 (r, t, "given".to_string(), vec![here])
             }
             _ => {
@@ -1129,6 +1132,39 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
         }
     };
     let path = TunePath { rate_bps, rtt_ns };
+    let mut records = records;
+    let mut share_probes = Vec::new();
+    if a.measure_share {
+        let say = |m: &str| {
+            if !a.json {
+                eprintln!("gridperf tune: {m}");
+            }
+        };
+        let deadlines = Deadlines {
+            connect: Duration::from_secs(5),
+            control: Duration::from_secs(10),
+            message: Duration::from_secs(2),
+            queue: Duration::ZERO,
+        };
+        let settings = |r: &Record| gridperf_core::tune::host_from(&r.sysctls, r.kernel.as_deref(), r.mtu).0;
+        let (here, there) = match &records[..] {
+            [x, y] => (settings(x), settings(y)),
+            _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
+        };
+        share_probes = match (&a.host, &a.in_lab) {
+            (Some(h), _) => {
+                let target = gridperf::engines::Target::Remote(resolve(h, a.port)?);
+                gt::probe_both_ways(&target, deadlines, (&here, &there), rate_bps, a.congestion.as_deref(), &say)?
+            }
+            (None, Some(name)) => {
+                gt::probe_in_lab(name, &lab_hosts, deadlines, (here, there), rate_bps, a.congestion.clone(), a.json)?
+            }
+            _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
+        };
+        if let [client, agent] = &mut records[..] {
+            gt::with_shares(client, agent, &share_probes);
+        }
+    }
     let advise_all =
         |records: &[Record]| -> Vec<EndAdvice> { records.iter().map(|r| EndAdvice::new(r, path, app)).collect() };
     let ends = advise_all(&records);
@@ -1141,6 +1177,7 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
         measured,
         ends,
         directions,
+        share_probes,
         applied: Vec::new(),
         after: None,
     };
@@ -1164,13 +1201,17 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
         std::fs::write(f, text).map_err(|e| Error::usage(format!("--write-sysctl {}: {e}", f.display())))?;
     }
     if a.apply {
-        let mut lines: Vec<String> = Vec::new();
-        for l in view.ends.iter().flat_map(|e| &e.advice.sysctl_lines) {
-            if !lines.contains(l) {
-                lines.push(l.clone());
+        // each end's lines go to the hosts of its side of the bottleneck
+        // (its probes measured that side); a global line is named once
+        for e in &view.ends {
+            let side = lab_hosts.iter().find(|h| h.name == e.name).map(|h| h.side);
+            let hosts: Vec<_> = lab_hosts.iter().filter(|h| Some(h.side) == side).cloned().collect();
+            for x in gt::apply(&hosts, &e.advice.sysctl_lines)? {
+                if x.host != "all" || !view.applied.iter().any(|y| y.host == "all" && y.setting == x.setting) {
+                    view.applied.push(x);
+                }
             }
         }
-        view.applied = gt::apply(&lab_hosts, &lines)?;
         let mut again = Vec::new();
         for r in &records {
             let h = lab_hosts
@@ -1621,6 +1662,8 @@ fn cmd_stream(a: StreamArgs) -> Result<()> {
         interval_ms: seconds_or(&a.interval, "--interval")?.as_millis() as u64,
         linger_ms: seconds_or(&a.linger, "--linger")?.as_millis() as u64,
         omit_ms: omit.as_millis() as u64,
+        send_buffer: None,
+        recv_buffer: None,
     };
     if spec.pacing_bps.is_some() && udp {
         return Err(Error::usage("--pacing is for TCP; a UDP stream is paced by -b"));

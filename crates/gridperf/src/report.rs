@@ -905,6 +905,26 @@ pub fn tune_text(v: &crate::tune::TuneView) -> String {
             let _ = writeln!(out, "rate: {} measured, {n}", fmt_bps(r));
         }
     }
+    for p in &v.share_probes {
+        let dir = if p.direction == "up" { "to the far end" } else { "from the far end" };
+        if let (Some(s), Some(w), Some(b)) = (p.receive_share, p.window_max, p.rcvbuf) {
+            let _ = writeln!(
+                out,
+                "measured {dir}: the receiver advertised {w} bytes of window from its {b}-byte buffer ({:.0}%)",
+                s * 100.0
+            );
+        }
+        if let (Some(s), Some(f), Some(b)) = (p.send_share, p.in_flight_median, p.sndbuf) {
+            let _ = writeln!(
+                out,
+                "measured {dir}: the sender kept a median {f} bytes in flight from its {b}-byte buffer ({:.0}%)",
+                s * 100.0
+            );
+        }
+        for n in &p.notes {
+            let _ = writeln!(out, "measured {dir}: {n}");
+        }
+    }
     for e in &v.ends {
         let _ = writeln!(
             out,

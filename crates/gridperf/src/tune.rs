@@ -152,11 +152,24 @@ pub struct Record {
     /// The kernel release.
     pub kernel: Option<String>,
     pub mtu: Option<u32>,
+    /// Measured by the share probes (`--measure-share`), if run.
+    pub share: Option<f64>,
+    pub send_share: Option<f64>,
+    pub send_suffices: bool,
+}
+
+impl Record {
+    pub fn new(name: &str, sysctls: BTreeMap<String, String>, kernel: Option<String>, mtu: Option<u32>) -> Record {
+        Record { name: name.to_string(), sysctls, kernel, mtu, share: None, send_share: None, send_suffices: false }
+    }
 }
 
 impl EndAdvice {
     pub fn new(r: &Record, path: tune::TunePath, app: Option<u64>) -> EndAdvice {
-        let (settings, unknown) = tune::host_from(&r.sysctls, r.kernel.as_deref(), r.mtu);
+        let (mut settings, unknown) = tune::host_from(&r.sysctls, r.kernel.as_deref(), r.mtu);
+        settings.measured_share = r.share;
+        settings.measured_send_share = r.send_share;
+        settings.send_buffer_suffices = r.send_suffices;
         let advice = tune::advise(path, &settings, app);
         EndAdvice { name: r.name.clone(), settings, advice, unknown }
     }
@@ -223,6 +236,9 @@ pub struct TuneView {
     pub measured: Option<Measured>,
     pub ends: Vec<EndAdvice>,
     pub directions: Vec<DirectionCap>,
+    /// With --measure-share: what the probes found, each way.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub share_probes: Vec<ShareProbe>,
     /// With --apply: what was set where, and the directions as read back after.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub applied: Vec<Applied>,
@@ -279,42 +295,16 @@ pub fn probe_rate(
     offer: u64,
     secs: u64,
 ) -> Result<(f64, String)> {
-    use crate::engines::stream::{self, StreamOptions};
-    use gridperf_core::wire::{Direction, StreamSpec};
     let size = 1472u64;
-    let spec = StreamSpec {
+    let spec = gridperf_core::wire::StreamSpec {
         proto: "udp".into(),
-        streams: 1,
-        direction: Direction::Up,
         duration_ms: secs * 1000,
-        bytes: None,
         write_size: size,
-        window: None,
-        congestion: None,
-        pacing_bps: None,
-        gap_us: None,
-        zerocopy: None,
         udp_rate_bps: Some(offer),
         sample_ms: 100,
-        interval_ms: 1000,
-        linger_ms: 500,
-        omit_ms: 0,
+        ..probe_spec(gridperf_core::wire::Direction::Up, None, None, None)
     };
-    stream::validate(&spec).map_err(Error::usage)?;
-    let opts = StreamOptions {
-        spec,
-        omit: std::time::Duration::ZERO,
-        repeat: 1,
-        deadlines,
-        path_rate_bps: None,
-        notes: Vec::new(),
-    };
-    let r = stream::run(&crate::engines::Target::Remote(addr), &opts, &mut |_, _, _| {})?;
-    let st = r
-        .runs
-        .first()
-        .and_then(|run| run.streams.first())
-        .ok_or_else(|| Error::network("the rate probe returned no stream"))?;
+    let st = run_probe(&crate::engines::Target::Remote(addr), deadlines, spec)?;
     // payload to IP: each datagram carries 28 bytes of IPv4 and UDP headers
     let wire = st.throughput_bps * (size + 28) as f64 / size as f64;
     let sent = st.sender.bytes as f64;
@@ -330,6 +320,240 @@ pub fn probe_rate(
         format!("what arrived of a UDP stream that overran the path ({:.1}% lost, {secs} s)", lost * 100.0)
     };
     Ok((wire, note))
+}
+
+/// What the share probes found for one direction of a path.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ShareProbe {
+    /// "up" (this end, or lab host a, sends) or "down" (the far end sends).
+    pub direction: String,
+    /// The receive buffer the receiver was granted, and the largest window
+    /// it advertised: their ratio is its window share.
+    pub rcvbuf: Option<u64>,
+    pub window_max: Option<u64>,
+    pub receive_share: Option<f64>,
+    /// The send buffer the sender was granted, and the median data in
+    /// flight while it held the sender back: their ratio is its send share.
+    pub sndbuf: Option<u64>,
+    pub in_flight_median: Option<u64>,
+    pub send_share: Option<f64>,
+    /// The send probe reached the path's rate without the buffer holding it
+    /// back: that buffer suffices on this path.
+    pub send_buffer_suffices: bool,
+    /// What the send probe carried, bits per second.
+    pub send_probe_bps: Option<f64>,
+    /// Why a share is missing, if one is.
+    pub notes: Vec<String>,
+}
+
+/// The buffer sizes the probes ask for, from the ceilings that matter: the
+/// receiver's tcp_rmem maximum and the sender's tcp_wmem maximum, halved
+/// (the kernel doubles what is asked), within 16 KiB to 512 MiB.
+pub fn probe_sizes(sender: &HostSettings, receiver: &HostSettings) -> (u64, u64) {
+    let half = |v: Option<[u64; 3]>| v.map(|t| t[2] / 2).unwrap_or(64 << 10).clamp(16 << 10, 512 << 20);
+    (half(receiver.tcp_rmem), half(sender.tcp_wmem))
+}
+
+fn probe_spec(
+    dir: gridperf_core::wire::Direction,
+    send: Option<u64>,
+    recv: Option<u64>,
+    congestion: Option<String>,
+) -> gridperf_core::wire::StreamSpec {
+    gridperf_core::wire::StreamSpec {
+        proto: "tcp".into(),
+        streams: 1,
+        direction: dir,
+        duration_ms: 2000,
+        bytes: None,
+        write_size: 128 << 10,
+        window: None,
+        congestion,
+        pacing_bps: None,
+        gap_us: None,
+        zerocopy: None,
+        udp_rate_bps: None,
+        sample_ms: 20,
+        interval_ms: 1000,
+        linger_ms: 500,
+        omit_ms: 0,
+        send_buffer: send,
+        recv_buffer: recv,
+    }
+}
+
+fn run_probe(
+    target: &crate::engines::Target,
+    deadlines: crate::runner::Deadlines,
+    spec: gridperf_core::wire::StreamSpec,
+) -> Result<gridperf_core::model::StreamResult> {
+    use crate::engines::stream::{self, StreamOptions};
+    stream::validate(&spec).map_err(Error::usage)?;
+    let opts = StreamOptions {
+        spec,
+        omit: std::time::Duration::ZERO,
+        repeat: 1,
+        deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+    };
+    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
+    r.runs
+        .into_iter()
+        .next()
+        .and_then(|run| run.streams.into_iter().next())
+        .ok_or_else(|| Error::network("the probe returned no stream"))
+}
+
+fn median(mut v: Vec<u64>) -> Option<u64> {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+/// Measures, for one direction, how much of the receiver's buffer becomes
+/// window and how much of the sender's buffer is data in flight, at the
+/// sizes that matter (`probe_sizes`): two TCP streams of 2 s, the first with
+/// the receiver's SO_RCVBUF set, the second with the sender's SO_SNDBUF set
+/// and the receiver's 16 times larger, so that the send buffer binds if
+/// anything on the sender does. The first half second of each is left out.
+pub fn probe_shares(
+    target: &crate::engines::Target,
+    deadlines: crate::runner::Deadlines,
+    dir: gridperf_core::wire::Direction,
+    (recv_buf, send_buf): (u64, u64),
+    path_rate_bps: u64,
+    congestion: Option<&str>,
+) -> Result<ShareProbe> {
+    let mut p = ShareProbe {
+        direction: if dir == gridperf_core::wire::Direction::Up { "up" } else { "down" }.into(),
+        ..ShareProbe::default()
+    };
+    let settled = |t: &gridperf_core::flow::TcpSample| t.t_ns >= 500_000_000;
+
+    let r = run_probe(target, deadlines, probe_spec(dir, None, Some(recv_buf), congestion.map(str::to_string)))?;
+    p.rcvbuf = r.receiver.socket.rcvbuf_granted;
+    p.window_max = r.timeline.iter().filter(|t| settled(t)).map(|t| u64::from(t.snd_wnd)).max();
+    match (p.rcvbuf, p.window_max) {
+        (Some(b), Some(w)) if b > 0 && w > 0 => p.receive_share = Some(w as f64 / b as f64),
+        _ => p.notes.push("receive share: the probe saw no advertised window or no granted buffer".into()),
+    }
+
+    let big = (send_buf * 16).min(1 << 30);
+    let r = run_probe(target, deadlines, probe_spec(dir, Some(send_buf), Some(big), congestion.map(str::to_string)))?;
+    p.sndbuf = r.sender.socket.sndbuf_granted;
+    p.send_probe_bps = Some(r.throughput_bps);
+    let settled: Vec<_> = r.timeline.iter().filter(|t| settled(t)).collect();
+    let in_flight = |t: &gridperf_core::flow::TcpSample| u64::from(t.unacked) * u64::from(t.mss);
+    let at_window = settled.iter().filter(|t| t.snd_wnd > 0 && in_flight(t) * 100 >= u64::from(t.snd_wnd) * 85).count();
+    // held back by the send buffer, as stream's verdict reads it: the
+    // kernel's sndbuf-limited clock ran at least a fifth of the busy time,
+    // or (when the write queue ran dry instead) it marked at least a fifth
+    // of the samples app-limited below cwnd
+    let n = settled.len().max(1) as f64;
+    let marked = settled.iter().filter(|t| t.app_limited && t.unacked < t.cwnd).count() as f64 / n;
+    let clock = match (settled.first(), settled.last()) {
+        (Some(f), Some(l)) if l.busy_us > f.busy_us => {
+            l.sndbuf_limited_us.saturating_sub(f.sndbuf_limited_us) as f64 / (l.busy_us - f.busy_us) as f64
+        }
+        _ => 0.0,
+    };
+    let held = clock.max(marked);
+    p.in_flight_median = median(settled.iter().map(|t| in_flight(t)).collect());
+    let at_rate = r.throughput_bps >= 0.9 * path_rate_bps as f64;
+    match (p.sndbuf, p.in_flight_median) {
+        (_, _) if settled.len() < 5 => p.notes.push("send share: too few samples".into()),
+        (_, _) if held < 0.2 && at_rate => {
+            p.send_buffer_suffices = true;
+            p.notes.push(format!(
+                "send share: a {}-byte send buffer did not hold the sender back; the probe carried {} of the path's {}",
+                p.sndbuf.unwrap_or(0),
+                gridperf_core::units::fmt_bps(r.throughput_bps),
+                gridperf_core::units::fmt_bps(path_rate_bps as f64)
+            ))
+        }
+        (_, _) if at_window * 5 > settled.len() => p.notes.push(format!(
+            "send share: the receiver's window bound the probe in {at_window} of {} samples (net.core.rmem_max too low for a receive buffer of {big} bytes?)",
+            settled.len()
+        )),
+        (_, _) if held < 0.2 => p.notes.push(format!(
+            "send share: the send buffer held the sender back only {:.0}% of the time, below the path's rate (cwnd or loss bound it)",
+            held * 100.0
+        )),
+        (Some(b), Some(f)) if b > 0 => p.send_share = Some(f as f64 / b as f64),
+        _ => p.notes.push("send share: no granted send buffer".into()),
+    }
+    Ok(p)
+}
+
+/// Folds the probes into the ends' records: in each direction the receiver
+/// gets its receive share and the sender its send share. `client` is the
+/// end that ran the probes ("up": it sent), `agent` the far end.
+pub fn with_shares(client: &mut Record, agent: &mut Record, probes: &[ShareProbe]) {
+    for p in probes {
+        let (sender, receiver) =
+            if p.direction == "up" { (&mut *client, &mut *agent) } else { (&mut *agent, &mut *client) };
+        sender.send_share = p.send_share.or(sender.send_share);
+        sender.send_suffices |= p.send_buffer_suffices;
+        receiver.share = p.receive_share.or(receiver.share);
+    }
+}
+
+/// Runs the share probes both ways, from the calling thread, to `target`:
+/// `ends` are (this end's, the far end's) settings, for the buffer sizes.
+pub fn probe_both_ways(
+    target: &crate::engines::Target,
+    deadlines: crate::runner::Deadlines,
+    ends: (&HostSettings, &HostSettings),
+    path_rate_bps: u64,
+    congestion: Option<&str>,
+    say: &dyn Fn(&str),
+) -> Result<Vec<ShareProbe>> {
+    use gridperf_core::wire::Direction;
+    let mut out = Vec::new();
+    for dir in [Direction::Up, Direction::Down] {
+        let (sender, receiver) = if dir == Direction::Up { ends } else { (ends.1, ends.0) };
+        let sizes = probe_sizes(sender, receiver);
+        say(&format!(
+            "measuring the buffers' shares {}: a TCP stream of 2 s with a {}-byte receive buffer, one with a {}-byte send buffer",
+            if dir == Direction::Up { "to the far end" } else { "from the far end" },
+            sizes.0,
+            sizes.1
+        ));
+        out.push(probe_shares(target, deadlines, dir, sizes, path_rate_bps, congestion)?);
+    }
+    Ok(out)
+}
+
+/// Runs the share probes across a running lab: an agent of its own on the
+/// first B host (on a port of its own, ended afterwards by its PID), the
+/// probes from a thread in the first A host.
+pub fn probe_in_lab(
+    name: &str,
+    hosts: &[crate::lab::Host],
+    deadlines: crate::runner::Deadlines,
+    ends: (HostSettings, HostSettings),
+    path_rate_bps: u64,
+    congestion: Option<String>,
+    quiet: bool,
+) -> Result<Vec<ShareProbe>> {
+    use crate::lab::emulator::Side;
+    let a = hosts.iter().find(|h| h.side == Side::A).ok_or_else(|| Error::internal("the lab has no A host"))?;
+    let b = hosts.iter().find(|h| h.side == Side::B).ok_or_else(|| Error::internal("the lab has no B host"))?;
+    let port = 20_000 + (std::process::id() % 10_000) as u16;
+    let mut agent = crate::lab::run::start_agent(name, b, port)?;
+    let target = crate::engines::Target::Remote(std::net::SocketAddr::from((b.addr, port)));
+    let result = gridperf_sys::in_netns(&a.netns, move || {
+        let say = move |m: &str| {
+            if !quiet {
+                eprintln!("gridperf tune: {m}");
+            }
+        };
+        probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path_rate_bps, congestion.as_deref(), &say)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    let _ = gridperf_sys::signal(agent.id(), libc::SIGTERM);
+    let _ = agent.wait();
+    result.map_err(|e| Error::network(format!("the share probes across lab {name}: {e}")))
 }
 
 #[cfg(test)]

@@ -76,6 +76,14 @@ pub fn validate(spec: &StreamSpec) -> std::result::Result<Proto, String> {
     if spec.window.is_some_and(|w| w == 0 || w > 1 << 30) {
         return Err("a window (-w) of 1 byte to 1 GiB".into());
     }
+    for (what, b) in [("send buffer", spec.send_buffer), ("receive buffer", spec.recv_buffer)] {
+        if b.is_some_and(|w| w == 0 || w > 1 << 30) {
+            return Err(format!("a {what} of 1 byte to 1 GiB"));
+        }
+        if b.is_some() && (spec.window.is_some() || spec.direction == Direction::Both) {
+            return Err(format!("a {what} of its own is for one direction, without a window (-w) for both"));
+        }
+    }
     if spec.sample_ms < MIN_SAMPLE_MS || spec.interval_ms < MIN_SAMPLE_MS {
         return Err(format!("sampling and report intervals of at least {MIN_SAMPLE_MS} ms"));
     }
@@ -112,11 +120,26 @@ pub struct Slot {
     pub sock: Sock,
 }
 
+/// The SO_SNDBUF and SO_RCVBUF a socket asks for: -w on both, or the send
+/// buffer on a sending socket and the receive buffer on a receiving one
+/// (`sending` None: a listener for both roles).
+pub fn buffers(spec: &StreamSpec, sending: Option<bool>) -> (Option<u64>, Option<u64>) {
+    match spec.window {
+        Some(w) => (Some(w), Some(w)),
+        None => {
+            (spec.send_buffer.filter(|_| sending != Some(false)), spec.recv_buffer.filter(|_| sending != Some(true)))
+        }
+    }
+}
+
 /// Sets what must be set before a TCP connection is made (buffers, for the
 /// window scale) and what applies to it after (congestion control, pacing).
-pub fn prepare_tcp(sock: &impl AsRawFd, spec: &StreamSpec) -> std::io::Result<()> {
-    if let Some(w) = spec.window {
+pub fn prepare_tcp(sock: &impl AsRawFd, spec: &StreamSpec, sending: Option<bool>) -> std::io::Result<()> {
+    let (snd, rcv) = buffers(spec, sending);
+    if let Some(w) = snd {
         gridperf_sys::set_sndbuf(sock, w as usize)?;
+    }
+    if let Some(w) = rcv {
         gridperf_sys::set_rcvbuf(sock, w as usize)?;
     }
     if let Some(cc) = &spec.congestion {
@@ -469,8 +492,8 @@ pub fn launch(
         let (index, sending) = (s.index, s.sending);
         let h = std::thread::Builder::new().name(format!("gridperf-stream-{index}")).spawn(move || {
             // what the kernel gave the socket, read as the stream ends (autotuning grows the buffers)
-            let info =
-                |fd: i32, proto| env::socket_info(&super::echo::RawFdRef(fd), proto, ipv6, spec.window, spec.window);
+            let (snd, rcv) = buffers(&spec, Some(sending));
+            let info = |fd: i32, proto| env::socket_info(&super::echo::RawFdRef(fd), proto, ipv6, snd, rcv);
             let mut end = match (s.sock, sending) {
                 (Sock::Tcp(sock), true) => send_tcp(sock, &spec, &t, &counter, memfd.as_deref(), &info),
                 (Sock::Tcp(sock), false) => recv_tcp(sock, &t, &counter, &info, break_after.filter(|_| index == 0)),
@@ -687,9 +710,9 @@ fn buffer_notes(spec: &StreamSpec, run: Option<&StreamRun>) -> Vec<String> {
     out
 }
 
-fn connect_tcp(addr: SocketAddr, spec: &StreamSpec, within: Duration) -> std::io::Result<TcpStream> {
+fn connect_tcp(addr: SocketAddr, spec: &StreamSpec, sending: bool, within: Duration) -> std::io::Result<TcpStream> {
     let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
-    prepare_tcp(&sock, spec)?;
+    prepare_tcp(&sock, spec, Some(sending))?;
     sock.connect_timeout(&addr.into(), within)?;
     let s: TcpStream = sock.into();
     s.set_nodelay(false)?;
@@ -758,7 +781,7 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
             _ => {
                 let port = tcp_port.ok_or_else(|| Error::network("the agent opened no TCP data port"))?;
                 let a = SocketAddr::new(addr.ip(), port);
-                let mut s = connect_tcp(a, spec, opts.deadlines.connect)
+                let mut s = connect_tcp(a, spec, up, opts.deadlines.connect)
                     .map_err(|e| Error::network(format!("data connection {index} to {a}: {e}")))?;
                 let mut hello = token.to_be_bytes().to_vec();
                 hello.push(HELLO_STREAM);
@@ -1103,8 +1126,17 @@ pub fn agent_udp(local: IpAddr, spec: &StreamSpec) -> std::io::Result<Vec<UdpSoc
 pub fn agent_listener(local: IpAddr, spec: &StreamSpec) -> std::io::Result<std::net::TcpListener> {
     let addr = SocketAddr::new(local, 0);
     let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
-    if let Some(w) = spec.window {
+    // the agent sends on a download and receives on an upload
+    let sending = match spec.direction {
+        Direction::Up => Some(false),
+        Direction::Down => Some(true),
+        Direction::Both => None,
+    };
+    let (snd, rcv) = buffers(spec, sending);
+    if let Some(w) = snd {
         gridperf_sys::set_sndbuf(&sock, w as usize)?;
+    }
+    if let Some(w) = rcv {
         gridperf_sys::set_rcvbuf(&sock, w as usize)?;
     }
     sock.bind(&addr.into())?;

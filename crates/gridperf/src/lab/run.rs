@@ -87,37 +87,7 @@ impl LabRun {
             return Err(Error::internal("the lab has no hosts a and b"));
         };
         run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
-        let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
-        let lab = name.clone();
-        let child = gridperf_sys::in_netns(&b.netns, move || {
-            Command::new(exe)
-                .args(["serve", "--max-tests", "1"])
-                .env("GRIDPERF_LAB", lab)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-        })
-        .map_err(|e| Error::internal(format!("starting the agent on host b: {e}")))?;
-        run.child = Some(child);
-        // the agent listens within moments; the lab is dropped (and taken
-        // down) if it does not. Asked on host b's own loopback: across the
-        // lab a connection takes a round trip, 270 ms on some profiles
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let local = SocketAddr::from((Ipv4Addr::LOCALHOST, gridperf_core::wire::DEFAULT_PORT));
-        loop {
-            let listening = gridperf_sys::in_netns(&b.netns, move || {
-                Ok(std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200)).is_ok())
-            })
-            .unwrap_or(false);
-            if listening {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(Error::internal("the agent on the lab's host b did not start listening within 5 s"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        run.child = Some(start_agent(&name, &b, gridperf_core::wire::DEFAULT_PORT)?);
         run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
@@ -127,6 +97,50 @@ impl LabRun {
         // engines::start reads the lab's health before and after the run
         std::env::set_var("GRIDPERF_LAB", &name);
         Ok(run)
+    }
+}
+
+/// Starts `gridperf serve` on a lab host, on `port`, and waits until it
+/// listens (asked on the host's own loopback: across the lab a connection
+/// takes a round trip, 270 ms on some profiles). The caller ends it.
+pub fn start_agent(lab: &str, host: &super::Host, port: u16) -> Result<std::process::Child> {
+    let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
+    let lab = lab.to_string();
+    let mut child = gridperf_sys::in_netns(&host.netns, move || {
+        Command::new(exe)
+            .args(["serve", "--max-tests", "1", "--port", &port.to_string()])
+            .env("GRIDPERF_LAB", lab)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+    })
+    .map_err(|e| Error::internal(format!("starting the agent on host {}: {e}", host.name)))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let local = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    loop {
+        let listening = gridperf_sys::in_netns(&host.netns, move || {
+            Ok(std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200)).is_ok())
+        })
+        .unwrap_or(false);
+        if listening {
+            return Ok(child);
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(Error::internal(format!(
+                "the agent on the lab's host {} exited ({st}) before it listened on port {port} (is the port taken?)",
+                host.name
+            )));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::internal(format!(
+                "the agent on the lab's host {} did not start listening within 5 s",
+                host.name
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

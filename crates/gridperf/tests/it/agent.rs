@@ -24,7 +24,7 @@ fn hello(s: &mut TcpStream, version: u32) -> AgentMsg {
     wire::read_msg(s).expect("answer")
 }
 
-fn request(protos: &[&str], max_size: u64) -> TestRequest {
+pub fn request(protos: &[&str], max_size: u64) -> TestRequest {
     TestRequest {
         kind: "rtt".into(),
         protos: protos.iter().map(|p| p.to_string()).collect(),

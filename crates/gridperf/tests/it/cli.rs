@@ -348,4 +348,29 @@ fn tune_against_an_agent_measures_the_rtt_and_reads_both_ends() {
     assert!((170e6..=205e6).contains(&r), "{}", v["measured"]);
     assert!(v["measured"]["rate_note"].as_str().unwrap_or_default().starts_with("at least"), "{}", v["measured"]);
     assert_eq!(v["path"]["rate_bps"].as_u64(), Some(r.round() as u64));
+
+    // --measure-share: each way, the receiver's window against its granted buffer, and the ends take them
+    let rmem: Vec<u64> = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+        .expect("tcp_rmem")
+        .split_whitespace()
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    let o = run(&["tune", &target, "--rate", "1G", "--measure-share", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let probes = v["share_probes"].as_array().expect("share_probes");
+    assert_eq!(probes.iter().map(|p| p["direction"].as_str().unwrap_or_default()).collect::<Vec<_>>(), ["up", "down"]);
+    for p in probes {
+        let (w, b) = (p["window_max"].as_u64().expect("window"), p["rcvbuf"].as_u64().expect("rcvbuf"));
+        // half of tcp_rmem's maximum asked, doubled by the kernel up to twice net.core.rmem_max
+        let rmem_max: u64 =
+            std::fs::read_to_string("/proc/sys/net/core/rmem_max").expect("rmem_max").trim().parse().expect("number");
+        let tcp_rmem_max: u64 = rmem[2];
+        assert_eq!(b, (tcp_rmem_max / 2).clamp(16 << 10, 512 << 20).min(rmem_max) * 2, "{p}");
+        let share = p["receive_share"].as_f64().expect("share");
+        assert!(w <= b && (share - w as f64 / b as f64).abs() < 1e-9 && share > 0.2, "{p}");
+        assert!(p["send_share"].is_f64() || !p["notes"].as_array().expect("notes").is_empty(), "{p}");
+    }
+    assert_eq!(v["ends"][1]["settings"]["measured_share"], probes[0]["receive_share"]);
+    assert_eq!(v["ends"][0]["settings"]["measured_share"], probes[1]["receive_share"]);
 }

@@ -641,8 +641,8 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     let status = String::from_utf8_lossy(&run(&["lab", "status", "--name", &lab.name]).stdout).into_owned();
     assert!(status.contains("net.ipv4.tcp_rmem = 4096 87380 174760"), "{status}");
 
-    // what tune reads in the namespaces, and says binds
-    let o = run(&["tune", "--in-lab", &lab.name, "--json"]);
+    // what tune reads in the namespaces, measures across the lab, and says binds
+    let o = run(&["tune", "--in-lab", &lab.name, "--measure-share", "-C", "cubic", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["bdp_bytes"], 2_500_000u64, "1 Gbit/s x 20 ms");
@@ -653,6 +653,24 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     assert!(binding == "sender: net.ipv4.tcp_wmem" || binding == "receiver: net.ipv4.tcp_rmem", "{ab}");
     let cap = ab["cap_bps"].as_f64().expect("cap");
     assert!(cap < 60e6, "{ab}");
+    // the probes ask for half the old ceilings (the kernel doubles them): the
+    // window share of 1500-byte segments through TUN is between the kernel's
+    // 50% start and 90%; the old send buffer binds, and holds more than half
+    for p in v["share_probes"].as_array().expect("share_probes") {
+        assert_eq!(p["rcvbuf"], 174_760u64, "{p}");
+        assert_eq!(p["sndbuf"], 131_072u64, "{p}");
+        let r = p["receive_share"].as_f64().expect("receive share");
+        assert!((0.45..0.9).contains(&r), "{p}");
+        let s = p["send_share"].as_f64().expect("send share: the old send buffer binds");
+        assert!((0.5..1.3).contains(&s), "{p}");
+    }
+    // and the cap follows from them: the lower of the two ends' caps
+    let (r, s) = (
+        v["share_probes"][0]["receive_share"].as_f64().unwrap_or(0.0),
+        v["share_probes"][0]["send_share"].as_f64().unwrap_or(0.0),
+    );
+    let want = (174_760.0 * r).floor().min((131_072.0 * s).floor()) * 8.0 / 0.02;
+    assert!((cap - want).abs() < 8.0 / 0.02 + 1.0, "cap {cap}, from the shares {want}");
 
     // --apply without root changes nothing and says what it needs
     if Command::new("setpriv").arg("--version").output().is_ok() {
@@ -675,11 +693,19 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     let applied = v["applied"].as_array().expect("applied");
     assert!(applied.len() >= 4 && applied.iter().all(|x| x["outcome"] == "set"), "{applied:?}");
     assert!(v["after"].as_array().expect("after").iter().all(|d| d["binding"].is_null()), "{}", v["after"]);
+    // what was set is what the hosts now have, and it is more than the old ceilings
+    for x in applied {
+        let (host, name, value) = (
+            x["host"].as_str().expect("host"),
+            x["setting"].as_str().expect("setting"),
+            x["value"].as_str().expect("value"),
+        );
+        assert_eq!(read(host, name), value, "{x}");
+        let max: u64 = value.split(' ').nth(2).and_then(|m| m.parse().ok()).expect("max");
+        assert!(max >= 4 << 20, "{x}");
+    }
     for host in ["a", "b"] {
-        for name in ["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"] {
-            let max: u64 = read(host, name).split(' ').nth(2).and_then(|m| m.parse().ok()).expect("max");
-            assert!(max >= 2 * 2_500_000, "{host} {name}: {max}");
-        }
+        assert!(applied.iter().any(|x| x["host"] == host && x["setting"] == "net.ipv4.tcp_rmem"), "{applied:?}");
     }
     let after = stream_a_to_b(&mut lab, "4");
     assert!(after > 5.0 * before && after > 500e6, "before {before}, after {after}");

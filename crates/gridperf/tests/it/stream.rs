@@ -169,17 +169,9 @@ fn the_agent_refuses_what_the_client_did_not_check() {
     let _heavy = crate::heavy();
     use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, TestRequest};
     let agent = crate::TestAgent::loopback();
-    let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
-    wire::write_msg(
-        &mut s,
-        &ClientMsg::Hello { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: "t".into() },
-    )
-    .expect("hello");
-    let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
-    let spec = StreamSpec {
+    let base = StreamSpec {
         proto: "tcp".into(),
-        streams: 100_000,
+        streams: 1,
         direction: Direction::Up,
         duration_ms: 1000,
         bytes: None,
@@ -194,26 +186,34 @@ fn the_agent_refuses_what_the_client_did_not_check() {
         interval_ms: 1000,
         linger_ms: 1000,
         omit_ms: 0,
+        send_buffer: None,
+        recv_buffer: None,
     };
-    let req = TestRequest {
-        kind: "stream".into(),
-        protos: vec!["tcp".into()],
-        max_size: 131_072,
-        nodelay: false,
-        busy_poll: false,
-        cpu: None,
-        sndbuf: None,
-        rcvbuf: None,
-        udp_port: None,
-        timeout_ms: 1000,
-        queue_ms: 0,
-        stream: Some(spec),
-        fanout: None,
-    };
-    wire::write_msg(&mut s, &ClientMsg::Request(req)).expect("request");
-    match wire::read_msg::<_, AgentMsg>(&mut s).expect("answer") {
-        AgentMsg::Error { message, .. } => assert!(message.contains("1 to 128"), "{message}"),
-        other => panic!("{other:?}"),
+    for (spec, want) in [
+        (StreamSpec { streams: 100_000, ..base.clone() }, "1 to 128"),
+        (StreamSpec { send_buffer: Some(1 << 20), window: Some(1 << 20), ..base.clone() }, "one direction"),
+        (StreamSpec { recv_buffer: Some(1 << 20), direction: Direction::Both, ..base.clone() }, "one direction"),
+        (StreamSpec { recv_buffer: Some(0), ..base.clone() }, "1 byte to 1 GiB"),
+    ] {
+        let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+        wire::write_msg(
+            &mut s,
+            &ClientMsg::Hello { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: "t".into() },
+        )
+        .expect("hello");
+        let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
+        let req = TestRequest {
+            kind: "stream".into(),
+            nodelay: false,
+            stream: Some(spec),
+            ..crate::agent::request(&["tcp"], 131_072)
+        };
+        wire::write_msg(&mut s, &ClientMsg::Request(req)).expect("request");
+        match wire::read_msg::<_, AgentMsg>(&mut s).expect("answer") {
+            AgentMsg::Error { message, .. } => assert!(message.contains(want), "{want}: {message}"),
+            other => panic!("{want}: {other:?}"),
+        }
     }
 }
 
