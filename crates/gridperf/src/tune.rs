@@ -310,11 +310,18 @@ pub fn probe_rate(
     let sent = st.sender.bytes as f64;
     let got = st.receiver.bytes as f64;
     let lost = if sent > 0.0 { 1.0 - got / sent } else { 0.0 };
-    let note = if lost < 0.02 {
+    let sent_wire = if got > 0.0 { wire * sent / got } else { 0.0 };
+    let note = if lost < 0.02 && sent_wire < 0.95 * offer as f64 {
         format!(
-            "at least this: the path carried {:.1}% of the {} offered (UDP, {secs} s); offer more with --probe-rate",
+            "at least this: the path delivered {:.1}% of what the UDP probe sent in {secs} s, and the probe could send only {} of the {} asked (this host's limit, not the path's)",
             (1.0 - lost) * 100.0,
+            gridperf_core::units::fmt_bps(sent_wire),
             gridperf_core::units::fmt_bps(offer as f64)
+        )
+    } else if lost < 0.02 {
+        format!(
+            "at least this: the path delivered {:.1}% of what the UDP probe sent in {secs} s; offer more with --probe-rate",
+            (1.0 - lost) * 100.0
         )
     } else {
         format!("what arrived of a UDP stream that overran the path ({:.1}% lost, {secs} s)", lost * 100.0)
@@ -450,7 +457,13 @@ pub fn probe_shares(
     // or (when the write queue ran dry instead) it marked at least a fifth
     // of the samples app-limited below cwnd
     let n = settled.len().max(1) as f64;
-    let marked = settled.iter().filter(|t| t.app_limited && t.unacked < t.cwnd).count() as f64 / n;
+    // (app-limited with little in flight is a slow application, not the buffer)
+    let granted = r.sender.socket.sndbuf_granted.unwrap_or(u64::MAX);
+    let marked = settled
+        .iter()
+        .filter(|t| t.app_limited && t.unacked < t.cwnd && in_flight(t).saturating_mul(2) >= granted)
+        .count() as f64
+        / n;
     let clock = match (settled.first(), settled.last()) {
         (Some(f), Some(l)) if l.busy_us > f.busy_us => {
             l.sndbuf_limited_us.saturating_sub(f.sndbuf_limited_us) as f64 / (l.busy_us - f.busy_us) as f64
