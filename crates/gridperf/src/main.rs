@@ -82,14 +82,14 @@ enum Command {
     Fanout(FanoutArgs),
     /// What caps a single TCP stream on a path (rate x RTT), from this host's settings or both ends', and what to set.
     #[command(after_help = "Examples:\n  \
-        gridperf tune --rate 1G --rtt 35ms               a gigabit at 35 ms: the BDP, each setting's cap, the fix\n  \
-        gridperf tune --lab baltic                       the rate and RTT of a lab profile\n  \
-        gridperf tune --rate 1G --rtt 270ms --buffer 32M an application that sets SO_RCVBUF (iperf -w 32M)\n  \
+        gridperf tune --rate 1G --rtt 35ms                 the BDP, what each setting caps, the fix\n  \
+        gridperf tune --lab baltic                         a lab profile's rate and RTT\n  \
+        gridperf tune --rate 1G --rtt 270ms --buffer 32M   an application's own buffer (iperf -w)\n  \
         gridperf tune --rate 1G --rtt 35ms --write-sysctl /etc/sysctl.d/90-gridperf.conf\n  \
-        gridperf tune 192.0.2.7 --rate 1G                the RTT measured, the agent's settings read: both ends\n  \
-        gridperf tune 192.0.2.7 --measure-rate           the bottleneck found with a 2 s UDP stream too\n  \
-        gridperf tune 192.0.2.7 --rate 1G --measure-share  how much of each buffer becomes window, probed\n  \
-        gridperf tune --in-lab default --apply           a running lab: read its hosts, set what is missing\n\n\
+        gridperf tune 192.0.2.7 --rate 1G                  RTT measured, both ends' settings\n  \
+        gridperf tune 192.0.2.7 --measure-rate             the bottleneck probed with UDP too\n  \
+        gridperf tune 192.0.2.7 --rate 1G --measure-share  how much of each buffer is window\n  \
+        gridperf tune --in-lab default --apply             a running lab: set what is missing\n\n\
         Rates in bits per second, decimal SI (1G = 10^9); the settings are read in this network namespace.")]
     Tune(TuneArgs),
     /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
@@ -210,6 +210,7 @@ struct TuneArgs {
     /// Write this host's changes as a sysctl.d file.
     #[arg(long, value_name = "FILE")]
     write_sysctl: Option<std::path::PathBuf>,
+    /// Print gridperf.tune/1 JSON (docs/json.md) instead of the table.
     #[arg(long)]
     json: bool,
 }
@@ -436,6 +437,7 @@ enum LabCommand {
         gridperf lab up --profile man                       the first document's 3 km MAN\n  \
         gridperf lab up --rate 1G --rtt 20ms --queue 1bdp   a gigabit path at 20 ms\n  \
         gridperf lab up --profile wan --set loss=1% --set burst=3\n  \
+        gridperf lab up --profile baltic --sysctl net.ipv4.tcp_rmem=\"4096 87380 174760\"\n  \
         gridperf lab exec a -- gridperf rtt 10.77.2.1       measure across it from host a to host b\n\n\
         Hosts: a (10.77.1.1) and b (10.77.2.1), or a1.., b1.. with --hosts NxM; each is a network namespace\n\
         named gp-NAME-HOST, so `ip netns exec gp-default-a CMD` works too. Needs root.")]
