@@ -194,7 +194,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     // 35 ms: 0 us on the clock, a median 72% of the buffer in flight, below cwnd).
     // The samples show it: app-limited, below cwnd, with the data in flight
     // filling at least half of the buffer's ceiling.
-    let send_ceiling = ctx.window_requested.map(|w| 2 * w).or(ctx.wmem_max);
+    let send_ceiling = ctx.window_requested.map(|w| 2 * ctx.core_wmem_max.map_or(w, |m| w.min(m))).or(ctx.wmem_max);
     let sampled_sndbuf = match send_ceiling.filter(|&c| c > 0) {
         Some(ceiling) => {
             let held = samples

@@ -85,7 +85,7 @@ pub fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> Option<bool
 /// was found.
 pub fn share_of(h: &HostSettings) -> (f64, String) {
     if let Some(m) = h.measured_share {
-        return (m, format!("the window is {:.0}% of it (measured on this path)", m * 100.0));
+        return (clamp_share(m), format!("the window is {:.0}% of it (measured on this path)", m * 100.0));
     }
     let learned = h.kernel.as_deref().and_then(|k| kernel_at_least(k, (6, 6)));
     match (learned, h.adv_win_scale) {
@@ -98,11 +98,21 @@ pub fn share_of(h: &HostSettings) -> (f64, String) {
     }
 }
 
+/// A measured share as the arithmetic uses it: at most the whole buffer
+/// (a write may overshoot a send buffer by one skb) and at least 5%.
+fn clamp_share(m: f64) -> f64 {
+    if m.is_finite() {
+        m.clamp(0.05, 1.0)
+    } else {
+        0.5
+    }
+}
+
 /// The share of a send buffer that is data in flight when the buffer is
 /// full: measured, or else taken as the receive buffer's window share.
 pub fn send_share_of(h: &HostSettings) -> (f64, String) {
     match h.measured_send_share {
-        Some(m) => (m, format!("{:.0}% of it was data in flight (measured on this path)", m * 100.0)),
+        Some(m) => (clamp_share(m), format!("{:.0}% of it was data in flight (measured on this path)", m * 100.0)),
         None => {
             let (s, _) = share_of(h);
             (s, format!("taken as {:.0}% of it in flight, as the receive side's window share", s * 100.0))
@@ -155,7 +165,11 @@ pub fn parse_setting(h: &mut HostSettings, name: &str, value: &str) -> Result<()
         "net.ipv4.tcp_rmem" => h.tcp_rmem = Some(triple(v)?),
         "net.ipv4.tcp_wmem" => h.tcp_wmem = Some(triple(v)?),
         "net.ipv4.tcp_adv_win_scale" => {
-            h.adv_win_scale = Some(v.parse::<i64>().map_err(|_| format!("{name}: {v:?} is not a number"))?)
+            let s = v.parse::<i64>().map_err(|_| format!("{name}: {v:?} is not a number"))?;
+            if !(-31..=31).contains(&s) {
+                return Err(format!("{name}: {s} is outside the kernel's -31..31"));
+            }
+            h.adv_win_scale = Some(s)
         }
         "net.ipv4.tcp_window_scaling" => h.window_scaling = Some(flag(v)?),
         "net.ipv4.tcp_timestamps" => h.timestamps = Some(flag(v)?),
@@ -273,7 +287,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
     // the receive side: autotuned up to tcp_rmem[2], or the application's buffer
     match app_buffer {
         Some(b) => {
-            let granted = h.rmem_max.map(|m| (2 * b).min(2 * m));
+            let granted = h.rmem_max.map(|m| b.saturating_mul(2).min(m.saturating_mul(2)));
             let needed = (bdp as f64 / share / 2.0).ceil() as u64;
             rows.push(Row {
                 setting: "net.core.rmem_max".into(),
@@ -290,8 +304,8 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
             rows.push(Row {
                 setting: "application buffer (-w)".into(),
                 current: b.to_string(),
-                cap_bps: Some(cap(2 * b)),
-                recommended: (2 * b < (bdp as f64 / share) as u64).then(|| needed.to_string()),
+                cap_bps: Some(cap(b.saturating_mul(2))),
+                recommended: (b.saturating_mul(2) < (bdp as f64 / share) as u64).then(|| needed.to_string()),
                 why: "a buffer set by the application is not autotuned".into(),
                 per_namespace: true,
                 side: End::Both,
@@ -357,7 +371,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
     let swant = buffer_for(bdp, sshare);
     let scap = |buf: u64| path.rate_of_window((buf as f64 * sshare) as u64);
     let wbuf = match app_buffer {
-        Some(b) => h.wmem_max.map(|m| (2 * b).min(2 * m)),
+        Some(b) => h.wmem_max.map(|m| b.saturating_mul(2).min(m.saturating_mul(2))),
         None => h.tcp_wmem.map(|t| t[2]),
     };
     // a probe's finding holds for the autotuned buffer it was run with, not for -w
@@ -777,5 +791,28 @@ mod tests {
         // not for a buffer the application sets
         let a = advise(p, &h, Some(256 << 10));
         assert!(a.rows.iter().any(|r| r.setting == "net.core.wmem_max" && r.cap_bps.is_some()));
+    }
+
+    #[test]
+    fn measured_shares_are_clamped_and_odd_records_do_not_overflow() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 20_000_000 };
+        let mut h = old_kernel();
+        // a write overshoots a small send buffer: 125% in flight counts as the whole buffer
+        h.measured_send_share = Some(1.25);
+        let w = advise(p, &h, None).rows.into_iter().find(|r| r.setting == "net.ipv4.tcp_wmem").expect("wmem");
+        assert!((w.cap_bps.expect("cap") - 262_144.0 * 8.0 / 0.02).abs() < 1.0, "{w:?}");
+        // a share of 0 or NaN sizes no infinite buffer
+        for bad in [0.0, f64::NAN] {
+            h.measured_send_share = Some(bad);
+            let a = advise(p, &h, None);
+            assert!(a.sysctl_lines.iter().all(|l| !l.ends_with(" 0")), "{:?}", a.sysctl_lines);
+        }
+        // tcp_adv_win_scale outside the kernel's range, and a huge rmem_max from a record
+        assert!(parse_setting(&mut h, "net.ipv4.tcp_adv_win_scale", "-9223372036854775808").is_err());
+        assert!(parse_setting(&mut h, "net.ipv4.tcp_adv_win_scale", "32").is_err());
+        h.rmem_max = Some(u64::MAX);
+        h.wmem_max = Some(u64::MAX);
+        let a = advise(p, &h, Some(u64::MAX / 2 + 1));
+        assert!(a.cap_bps.is_some());
     }
 }

@@ -165,12 +165,13 @@ struct FanoutArgs {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("far_end").args(["host", "in_lab"])))]
 struct TuneArgs {
     /// A `gridperf serve` agent at the far end: the RTT is measured with TCP probes, its settings read over the
     /// control channel, and both ends tuned.
     host: Option<String>,
     /// The agent's control port.
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    #[arg(short, long, default_value_t = DEFAULT_PORT, requires = "host")]
     port: u16,
     /// The path's bottleneck rate: 100M, 1G, 10G.
     #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
@@ -182,17 +183,18 @@ struct TuneArgs {
     #[arg(long, requires = "host", conflicts_with = "rate")]
     measure_rate: bool,
     /// With HOST or --in-lab: measure how much of each end's buffers becomes window or data in flight (four TCP
-    /// streams of 2 s, with the buffers at their autotuning ceilings), instead of assuming the kernel's starting half.
-    #[arg(long)]
+    /// streams of 2 s, the buffers at their autotuning ceilings as far as net.core.*mem_max allow), instead of
+    /// assuming the kernel's starting half.
+    #[arg(long, requires = "far_end")]
     measure_share: bool,
     /// The congestion control the --measure-share probes use (default: the host's), as a stream would: cubic, bbr.
     #[arg(short = 'C', long, value_name = "NAME", requires = "measure_share")]
     congestion: Option<String>,
     /// The UDP rate --measure-rate offers (more than the path's rate, or the figure is a lower bound).
-    #[arg(long, default_value = "2G", value_name = "RATE")]
+    #[arg(long, default_value = "2G", value_name = "RATE", requires = "measure_rate")]
     probe_rate: String,
     /// How long --measure-rate sends.
-    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    #[arg(long, default_value = "2", value_name = "SECONDS", requires = "measure_rate")]
     probe_time: String,
     /// Take the rate and RTT from a lab profile (gridperf lab profiles); this host's settings.
     #[arg(long, value_name = "PROFILE", conflicts_with_all = ["rate", "rtt", "host"])]
@@ -207,10 +209,10 @@ struct TuneArgs {
     /// The socket buffer the application sets (SO_RCVBUF / SO_SNDBUF, iperf's -w), if it does.
     #[arg(long, value_name = "SIZE")]
     buffer: Option<String>,
-    /// Write this host's changes as a sysctl.d file.
-    #[arg(long, value_name = "FILE")]
+    /// Write this host's changes as a sysctl.d file (for a lab, --apply sets them in its hosts).
+    #[arg(long, value_name = "FILE", conflicts_with = "in_lab")]
     write_sysctl: Option<std::path::PathBuf>,
-    /// Print gridperf.tune/1 JSON (docs/json.md) instead of the table.
+    /// Print gridperf.tune/2 JSON (docs/json.md) instead of the table.
     #[arg(long)]
     json: bool,
 }
@@ -1068,6 +1070,11 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
                     eprintln!("gridperf tune: probing the rate with {} of UDP for {secs} s", fmt_bps(offer as f64));
                 }
                 let (r, note) = gt::probe_rate(addr, deadlines, offer, secs)?;
+                if r < 1.0 {
+                    return Err(Error::network(format!(
+                        "the rate probe to {addr} delivered nothing in {secs} s: no rate to tune for (a firewall on UDP?); give --rate"
+                    )));
+                }
                 m.rate_bps = Some(r);
                 m.rate_note = Some(note);
                 r.round() as u64
@@ -1172,7 +1179,7 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
     let ends = advise_all(&records);
     let directions = gt::directions(&ends, path, app);
     let mut view = TuneView {
-        schema: "gridperf.tune/1",
+        schema: "gridperf.tune/2",
         path,
         bdp_bytes: path.bdp_bytes(),
         path_from: from,
@@ -1205,9 +1212,12 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
     if a.apply {
         // each end's lines go to the hosts of its side of the bottleneck
         // (its probes measured that side); a global line is named once
+        // (the loopback lab's two hosts share one namespace: the first end's lines stand)
+        let mut done = std::collections::BTreeSet::new();
         for e in &view.ends {
             let side = lab_hosts.iter().find(|h| h.name == e.name).map(|h| h.side);
-            let hosts: Vec<_> = lab_hosts.iter().filter(|h| Some(h.side) == side).cloned().collect();
+            let hosts: Vec<_> =
+                lab_hosts.iter().filter(|h| Some(h.side) == side && done.insert(h.netns.clone())).cloned().collect();
             for x in gt::apply(&hosts, &e.advice.sysctl_lines)? {
                 if x.host != "all" || !view.applied.iter().any(|y| y.host == "all" && y.setting == x.setting) {
                     view.applied.push(x);

@@ -225,7 +225,7 @@ pub struct Measured {
     pub rate_note: Option<String>,
 }
 
-/// What `gridperf tune` prints (schema gridperf.tune/1).
+/// What `gridperf tune` prints (schema gridperf.tune/2).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TuneView {
     pub schema: &'static str,
@@ -355,10 +355,15 @@ pub struct ShareProbe {
 
 /// The buffer sizes the probes ask for, from the ceilings that matter: the
 /// receiver's tcp_rmem maximum and the sender's tcp_wmem maximum, halved
-/// (the kernel doubles what is asked), within 16 KiB to 512 MiB.
+/// (the kernel doubles what is asked), within 16 KiB to 512 MiB. A socket
+/// cannot ask for more than net.core.rmem_max / wmem_max: above that the
+/// probe runs at the largest buffer it can have, and says so.
 pub fn probe_sizes(sender: &HostSettings, receiver: &HostSettings) -> (u64, u64) {
-    let half = |v: Option<[u64; 3]>| v.map(|t| t[2] / 2).unwrap_or(64 << 10).clamp(16 << 10, 512 << 20);
-    (half(receiver.tcp_rmem), half(sender.tcp_wmem))
+    let half = |v: Option<[u64; 3]>, core: Option<u64>| {
+        let want = v.map(|t| t[2] / 2).unwrap_or(64 << 10);
+        core.map_or(want, |c| want.min(c)).clamp(16 << 10, 512 << 20)
+    };
+    (half(receiver.tcp_rmem, receiver.rmem_max), half(sender.tcp_wmem, sender.wmem_max))
 }
 
 fn probe_spec(
@@ -438,6 +443,12 @@ pub fn probe_shares(
     let settled = |t: &gridperf_core::flow::TcpSample| t.t_ns >= 500_000_000;
 
     let r = run_probe(target, deadlines, probe_spec(dir, None, Some(recv_buf), congestion.map(str::to_string)))?;
+    // an agent older than the buffer fields ignores them: its buffer was autotuned
+    if r.receiver.socket.rcvbuf_requested != Some(recv_buf) {
+        return Err(Error::refused(format!(
+            "the receiving end did not set the receive buffer the probe asked for ({recv_buf} bytes): is the agent older than this gridperf? Leave out --measure-share, or update it"
+        )));
+    }
     p.rcvbuf = r.receiver.socket.rcvbuf_granted;
     p.window_max = r.timeline.iter().filter(|t| settled(t)).map(|t| u64::from(t.snd_wnd)).max();
     match (p.rcvbuf, p.window_max) {
@@ -447,6 +458,11 @@ pub fn probe_shares(
 
     let big = (send_buf * 16).min(1 << 30);
     let r = run_probe(target, deadlines, probe_spec(dir, Some(send_buf), Some(big), congestion.map(str::to_string)))?;
+    if r.sender.socket.sndbuf_requested != Some(send_buf) {
+        return Err(Error::refused(format!(
+            "the sending end did not set the send buffer the probe asked for ({send_buf} bytes): is the agent older than this gridperf? Leave out --measure-share, or update it"
+        )));
+    }
     p.sndbuf = r.sender.socket.sndbuf_granted;
     p.send_probe_bps = Some(r.throughput_bps);
     let settled: Vec<_> = r.timeline.iter().filter(|t| settled(t)).collect();
@@ -492,7 +508,7 @@ pub fn probe_shares(
             "send share: the send buffer held the sender back only {:.0}% of the time, below the path's rate (cwnd or loss bound it)",
             held * 100.0
         )),
-        (Some(b), Some(f)) if b > 0 => p.send_share = Some(f as f64 / b as f64),
+        (Some(b), Some(f)) if b > 0 && f > 0 => p.send_share = Some(f as f64 / b as f64),
         _ => p.notes.push("send share: no granted send buffer".into()),
     }
     Ok(p)
@@ -564,8 +580,16 @@ pub fn probe_in_lab(
         probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path_rate_bps, congestion.as_deref(), &say)
             .map_err(|e| std::io::Error::other(e.to_string()))
     });
+    // the agent stops within a second of SIGTERM; one that does not is killed
     let _ = gridperf_sys::signal(agent.id(), libc::SIGTERM);
-    let _ = agent.wait();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while agent.try_wait().ok().flatten().is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if agent.try_wait().ok().flatten().is_none() {
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
     result.map_err(|e| Error::network(format!("the share probes across lab {name}: {e}")))
 }
 

@@ -83,6 +83,9 @@ pub fn validate(spec: &StreamSpec) -> std::result::Result<Proto, String> {
         if b.is_some() && (spec.window.is_some() || spec.direction == Direction::Both) {
             return Err(format!("a {what} of its own is for one direction, without a window (-w) for both"));
         }
+        if b.is_some() && proto != Proto::Tcp {
+            return Err(format!("a {what} of its own is for TCP streams"));
+        }
     }
     if spec.sample_ms < MIN_SAMPLE_MS || spec.interval_ms < MIN_SAMPLE_MS {
         return Err(format!("sampling and report intervals of at least {MIN_SAMPLE_MS} ms"));

@@ -265,7 +265,7 @@ fn tune_reads_this_host_and_says_what_caps_a_stream() {
     let o = run(&["tune", "--rate", "10G", "--rtt", "300ms", "--json", "--write-sysctl", file.to_str().expect("path")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert_eq!(v["schema"], "gridperf.tune/1");
+    assert_eq!(v["schema"], "gridperf.tune/2");
     // 10 Gbit/s x 300 ms = 375 MB: no default host holds that
     assert_eq!(v["bdp_bytes"], 375_000_000u64);
     let me = &v["ends"][0];
@@ -299,6 +299,9 @@ fn tune_reads_this_host_and_says_what_caps_a_stream() {
         (&["tune", "--rate", "1G", "--rtt", "35ms", "--apply"][..], "--in-lab"),
         (&["tune", "--in-lab", "nosuchlab"][..], "no lab named"),
         (&["tune", "127.0.0.1:9"][..], "--measure-rate"),
+        (&["tune", "--rate", "1G", "--rtt", "20ms", "--measure-share"][..], "--in-lab"),
+        (&["tune", "--in-lab", "x", "--write-sysctl", "f.conf"][..], "cannot be used"),
+        (&["tune", "--rate", "1G", "--rtt", "20ms", "--probe-rate", "3G"][..], "--measure-rate"),
     ] {
         let o = run(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
