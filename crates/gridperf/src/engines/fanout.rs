@@ -205,12 +205,18 @@ fn set_buffers(s: &TcpStream, buffer: Option<u64>, nodelay: bool) -> std::io::Re
     s.set_nodelay(nodelay)
 }
 
-/// Writes all of `buf`, counting progress.
-fn send_all(s: &mut TcpStream, buf: &[u8], sh: &Shared) -> std::io::Result<()> {
+/// Moves `len` bytes with `op` (given the offset so far), counting progress
+/// for the watchdog; `eof` is the error for a call that moved nothing.
+fn counted(
+    len: usize,
+    sh: &Shared,
+    eof: ErrorKind,
+    mut op: impl FnMut(usize) -> std::io::Result<usize>,
+) -> std::io::Result<()> {
     let mut off = 0;
-    while off < buf.len() {
-        match s.write(&buf[off..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+    while off < len {
+        match op(off) {
+            Ok(0) => return Err(eof.into()),
             Ok(n) => {
                 off += n;
                 sh.progress.fetch_add(n as u64, Ordering::Relaxed);
@@ -222,20 +228,14 @@ fn send_all(s: &mut TcpStream, buf: &[u8], sh: &Shared) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Writes all of `buf`, counting progress.
+fn send_all(s: &mut TcpStream, buf: &[u8], sh: &Shared) -> std::io::Result<()> {
+    counted(buf.len(), sh, ErrorKind::WriteZero, |off| s.write(&buf[off..]))
+}
+
 fn recv_exact(s: &mut TcpStream, buf: &mut [u8], sh: &Shared) -> std::io::Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match s.read(&mut buf[off..]) {
-            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                off += n;
-                sh.progress.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    let len = buf.len();
+    counted(len, sh, ErrorKind::UnexpectedEof, |off| s.read(&mut buf[off..]))
 }
 
 /// A consumer: echo every request, blocking, as the document's clients do.

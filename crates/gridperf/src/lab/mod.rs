@@ -198,6 +198,18 @@ fn clean(name: &str, hosts_guess: &[Host]) {
     let _ = std::fs::remove_dir_all(dir(name));
 }
 
+/// Ends a process gridperf started: SIGTERM, up to `grace` to exit, then
+/// SIGKILL; reaped either way.
+pub fn stop_child(child: &mut std::process::Child, grace: Duration) {
+    let _ = gridperf_sys::signal(child.id(), libc::SIGTERM);
+    let until = Instant::now() + grace;
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Brings a lab up: starts the emulator and waits until it is ready.
 pub fn up(spec: LabSpec) -> Result<LabState> {
     check_name(&spec.name)?;
@@ -239,13 +251,7 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = gridperf_sys::signal(child.id(), libc::SIGTERM);
-            let stop_by = Instant::now() + Duration::from_secs(3);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < stop_by {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_child(&mut child, Duration::from_secs(3));
             clean(&spec.name, &hosts_of(&spec));
             return Err(Error::usage("interrupted: the lab was taken down again"));
         }

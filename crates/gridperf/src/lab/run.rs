@@ -66,22 +66,30 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
 }
 
 impl LabRun {
-    /// Brings up `spec`, starts `gridperf serve --once` on host b, waits
-    /// until it listens, and moves the calling thread into host a.
-    pub fn start(spec: LabSpec) -> Result<LabRun> {
+    /// Brings the lab up, as a run that takes it down when dropped (no agent
+    /// yet, the calling thread where it is).
+    fn bring_up(spec: LabSpec) -> Result<(LabRun, super::LabState)> {
         let description = spec.description.clone();
         let profile = spec.profile.clone().unwrap_or_default();
         let name = spec.name.clone();
         let st = super::up(spec)?;
-        let mut run = LabRun {
-            name: name.clone(),
-            agent: SocketAddr::from((Ipv4Addr::LOCALHOST, gridperf_core::wire::DEFAULT_PORT)),
+        let run = LabRun {
+            name,
+            agent: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             description,
             profile,
             child: None,
             home: None,
             signals: None,
         };
+        Ok((run, st))
+    }
+
+    /// Brings up `spec`, starts `gridperf serve --once` on host b, waits
+    /// until it listens, and moves the calling thread into host a.
+    pub fn start(spec: LabSpec) -> Result<LabRun> {
+        let name = spec.name.clone();
+        let (mut run, st) = LabRun::bring_up(spec)?;
         let host = |side: Side| st.hosts.iter().find(|h| h.side == side).cloned();
         let (Some(a), Some(b)) = (host(Side::A), host(Side::B)) else {
             return Err(Error::internal("the lab has no hosts a and b"));
@@ -170,19 +178,8 @@ impl LabRun {
     /// Brings up `spec` for a run that puts its own sockets in the lab's
     /// hosts (fanout): no agent, and the calling thread stays where it is.
     pub fn hosts_only(spec: LabSpec) -> Result<(LabRun, Vec<super::Host>)> {
-        let description = spec.description.clone();
-        let profile = spec.profile.clone().unwrap_or_default();
         let name = spec.name.clone();
-        let st = super::up(spec)?;
-        let mut run = LabRun {
-            name: name.clone(),
-            agent: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            description,
-            profile,
-            child: None,
-            home: None,
-            signals: None,
-        };
+        let (mut run, st) = LabRun::bring_up(spec)?;
         run.signals = Some(watch(&name, None)?);
         Ok((run, st.hosts.clone()))
     }
@@ -207,13 +204,7 @@ impl Drop for LabRun {
         }
         std::env::remove_var("GRIDPERF_LAB");
         if let Some(mut c) = self.child.take() {
-            let _ = gridperf_sys::signal(c.id(), libc::SIGTERM);
-            let until = Instant::now() + Duration::from_secs(2);
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            super::stop_child(&mut c, Duration::from_secs(2));
         }
         let _ = super::down(&self.name);
     }
