@@ -31,6 +31,8 @@ import statistics
 import sys
 import time
 
+from benchlib import load_meta, read
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TOOLS = ["gridperf", "sockperf", "nptcp", "qperf"]
 PEERS = ["sockperf", "nptcp", "qperf"]
@@ -55,9 +57,6 @@ class ParseError(Exception):
     pass
 
 
-def read(path):
-    with open(path, "r", errors="replace") as f:
-        return f.read()
 
 
 # --------------------------------------------------------------- parsers
@@ -183,15 +182,6 @@ def parse_gridperf(path, proto, wire):
 
 
 # ------------------------------------------------------------------ main
-def load_meta(workdir):
-    meta = {}
-    path = os.path.join(workdir, "meta.tsv")
-    if os.path.exists(path):
-        for line in read(path).splitlines():
-            if "\t" in line:
-                k, v = line.split("\t", 1)
-                meta[k] = v
-    return meta
 
 
 def load_runs(workdir):

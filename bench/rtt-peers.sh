@@ -76,9 +76,9 @@ Re-render tables from an existing work directory without re-running:
 EOF
 }
 
-die()  { echo "rtt-peers: error: $*" >&2; exit 1; }
-warn() { echo "rtt-peers: warning: $*" >&2; }
-log()  { echo "rtt-peers: $*" >&2; }
+BENCH=rtt-peers
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -140,16 +140,7 @@ if [ "$NCPU" -lt 2 ]; then
     done
 fi
 
-if [ -n "${USE[gridperf]:-}" ]; then
-    if [ ! -x "$GRIDPERF" ]; then
-        [ "$NO_BUILD" = 1 ] && die "gridperf binary $GRIDPERF not found (--no-build given)"
-        log "building gridperf: cargo build --release -p gridperf"
-        (cd "$REPO" && timeout 1800 cargo build --release -p gridperf) ||
-            die "building gridperf failed; run peers only with --tools sockperf,nptcp,qperf"
-        [ -x "$GRIDPERF" ] || die "build succeeded but $GRIDPERF is missing; pass --gridperf PATH"
-    fi
-fi
-
+[ -z "${USE[gridperf]:-}" ] || build_gridperf sockperf,nptcp,qperf
 SP_TCP_PORT=$PORT_BASE
 SP_UDP_PORT=$((PORT_BASE + 1))
 QP_PORT=$((PORT_BASE + 2))
@@ -160,23 +151,9 @@ for p in $SP_TCP_PORT $SP_UDP_PORT $QP_PORT $NP_PORT; do
     fi
 done
 
-if [ -z "$WORKDIR" ]; then
-    WORKDIR=$(mktemp -d /tmp/rtt-peers.XXXXXX)
-else
-    mkdir -p "$WORKDIR"
-    [ -e "$WORKDIR/manifest.tsv" ] && die "$WORKDIR already holds a run (manifest.tsv); use a new --workdir"
-fi
-WORKDIR=$(cd "$WORKDIR" && pwd)
-[ -n "$OUT" ] || OUT=$WORKDIR/results.json
-case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
-case $GRIDPERF in /*) ;; *) GRIDPERF=$PWD/$GRIDPERF ;; esac
+setup_workdir
 # Run from the work directory, so that nothing a tool writes lands elsewhere.
 cd "$WORKDIR"
-MANIFEST=$WORKDIR/manifest.tsv
-META=$WORKDIR/meta.tsv
-: >"$MANIFEST"
-: >"$META"
-log "work directory: $WORKDIR"
 
 # ------------------------------------------------------------ process control
 SERVER_PIDS=()
@@ -210,19 +187,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# wait_port PROTO PORT PID: until something listens on 127.0.0.1:PORT (or the
-# server died, or 10 s passed).
-wait_port() {
-    local proto=$1 port=$2 pid=$3 flag i
-    [ "$proto" = tcp ] && flag=-Hltn || flag=-Hlun
-    for i in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        [ -n "$(ss $flag "( sport = :$port )" 2>/dev/null)" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 # start_server NAME CPU BUDGET_S PROTO PORT -- CMD...: sets SERVER_PID.
 start_server() {
     local name=$1 cpu=$2 budget=$3 proto=$4 port=$5
@@ -232,7 +196,7 @@ start_server() {
     timeout -k 2 "$budget" taskset -c "$cpu" "$@" >>"$logf" 2>&1 &
     SERVER_PID=$!
     SERVER_PIDS+=("$SERVER_PID")
-    if ! wait_port "$proto" "$port" "$SERVER_PID"; then
+    if ! wait_listen "$proto" "$port" "$SERVER_PID"; then
         warn "server $name did not come up on port $port; see $logf"
         stop_server "$SERVER_PID"
         return 1
@@ -282,42 +246,6 @@ run_client() {
     elif [ "$rc" != 0 ]; then warn "$tool $proto $wire B exited $rc; see $logf"; fi
     record "$mode" "$tool" "$proto" "$size" "$wire" "$rc" "$logf" "$extra" "$([ "$cpu" = - ] || echo "taskset -c $cpu ")$*"
     return 0
-}
-
-meta() { printf '%s\t%s\n' "$1" "$2" >>"$META"; }
-
-# quiet: wait (at most QUIET_WAIT s) until every CPU is below QUIET_PCT% busy
-# over a 0.5 s window; sets BUSY_BEFORE to the last window's per-CPU figures.
-# CPUs listed in QUIET_SKIP (e.g. "1", where a spinning server of ours runs)
-# are reported but not waited for.
-QUIET_SKIP=""
-quiet() {
-    BUSY_BEFORE=$(python3 -c '
-import sys, time
-wait, pct = float(sys.argv[1]), float(sys.argv[2])
-skip = {"cpu" + c for c in sys.argv[3].split(",") if c}
-def snap():
-    d = {}
-    with open("/proc/stat") as f:
-        for line in f:
-            x = line.split()
-            if x[0].startswith("cpu") and x[0] != "cpu":
-                v = list(map(int, x[1:]))
-                d[x[0]] = (sum(v), v[3] + v[4])
-    return d
-t0 = time.time()
-while True:
-    a = snap(); time.sleep(0.5); b = snap()
-    busy = {k: 100.0 * (1 - (b[k][1] - a[k][1]) / max(1, b[k][0] - a[k][0])) for k in a}
-    worst = max([v for k, v in busy.items() if k not in skip] or [0.0])
-    if worst < pct or time.time() - t0 >= wait:
-        break
-s = " ".join("%s=%.0f%%%s" % (k, busy[k], "(ours)" if k in skip else "") for k in sorted(busy))
-if worst >= pct:
-    s += " (still busy after %gs)" % wait
-print(s)
-' "$QUIET_WAIT" "$QUIET_PCT" "$QUIET_SKIP")
-    case $BUSY_BEFORE in *"still busy"*) warn "CPUs busy before this run: $BUSY_BEFORE" ;; esac
 }
 
 # ------------------------------------------------------------------- meta

@@ -66,9 +66,9 @@ Re-render the tables of a finished run without re-running:
 EOF
 }
 
-die()  { echo "stream-peers: error: $*" >&2; exit 1; }
-warn() { echo "stream-peers: warning: $*" >&2; }
-log()  { echo "stream-peers: $*" >&2; }
+BENCH=stream-peers
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -116,37 +116,14 @@ for t in iperf3 iperf2 nuttcp; do
     fi
 done
 
-if [ -n "${USE[gridperf]:-}" ]; then
-    if [ ! -x "$GRIDPERF" ]; then
-        [ "$NO_BUILD" = 1 ] && die "gridperf binary $GRIDPERF not found (--no-build given)"
-        log "building gridperf: cargo build --release -p gridperf"
-        (cd "$REPO" && timeout 1800 cargo build --release -p gridperf) ||
-            die "building gridperf failed; run peers only with --tools iperf3,iperf2,nuttcp"
-        [ -x "$GRIDPERF" ] || die "build succeeded but $GRIDPERF is missing; pass --gridperf PATH"
-    fi
-fi
-
-if [ -z "$WORKDIR" ]; then
-    WORKDIR=$(mktemp -d /tmp/stream-peers.XXXXXX)
-else
-    mkdir -p "$WORKDIR"
-    [ -e "$WORKDIR/manifest.tsv" ] && die "$WORKDIR already holds a run (manifest.tsv); use a new --workdir"
-fi
-WORKDIR=$(cd "$WORKDIR" && pwd)
-[ -n "$OUT" ] || OUT=$WORKDIR/results.json
-case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
-case $GRIDPERF in /*) ;; *) GRIDPERF=$PWD/$GRIDPERF ;; esac
+[ -z "${USE[gridperf]:-}" ] || build_gridperf iperf3,iperf2,nuttcp
+setup_workdir
 GRIDPERF_SRC=$GRIDPERF
 if [ -n "${USE[gridperf]:-}" ]; then
     cp "$GRIDPERF_SRC" "$WORKDIR/gridperf"
     GRIDPERF=$WORKDIR/gridperf
 fi
 cd "$WORKDIR"   # nothing a tool writes lands elsewhere
-MANIFEST=$WORKDIR/manifest.tsv
-META=$WORKDIR/meta.tsv
-: >"$MANIFEST"
-: >"$META"
-log "work directory: $WORKDIR"
 
 # ------------------------------------------------------------ process control
 # A server is started as  ( exec /usr/bin/time -o F timeout BUDGET server ... ) &
@@ -213,50 +190,6 @@ free_port() {
         if [ "$ok" = 1 ]; then PORT=$p; return 0; fi
     done
     return 1
-}
-
-# wait_listen PROTO PORT TIME_PID: until a socket is bound to PORT (or 10 s).
-wait_listen() {
-    local proto=$1 port=$2 tp=$3 flag i
-    [ "$proto" = tcp ] && flag=-Hltn || flag=-Hlun
-    for i in $(seq 100); do
-        kill -0 "$tp" 2>/dev/null || return 1
-        [ -n "$(ss $flag "( sport = :$port )" 2>/dev/null)" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
-meta() { printf '%s\t%s\n' "$1" "$2" >>"$META"; }
-
-# quiet: wait (at most QUIET_WAIT s) until every CPU is below QUIET_PCT% busy
-# over a 0.5 s window; BUSY_BEFORE gets the last window's per-CPU figures.
-quiet() {
-    BUSY_BEFORE=$(python3 -c '
-import sys, time
-wait, pct = float(sys.argv[1]), float(sys.argv[2])
-def snap():
-    d = {}
-    with open("/proc/stat") as f:
-        for line in f:
-            x = line.split()
-            if x[0].startswith("cpu") and x[0] != "cpu":
-                v = list(map(int, x[1:]))
-                d[x[0]] = (sum(v), v[3] + v[4])
-    return d
-t0 = time.time()
-while True:
-    a = snap(); time.sleep(0.5); b = snap()
-    busy = {k: 100.0 * (1 - (b[k][1] - a[k][1]) / max(1, b[k][0] - a[k][0])) for k in a}
-    worst = max(busy.values() or [0.0])
-    if worst < pct or time.time() - t0 >= wait:
-        break
-s = " ".join("%s=%.0f%%" % (k, busy[k]) for k in sorted(busy))
-if worst >= pct:
-    s += " (still busy after %gs)" % wait
-print(s)
-' "$QUIET_WAIT" "$QUIET_PCT")
-    case $BUSY_BEFORE in *"still busy"*) warn "CPUs busy before this run: $BUSY_BEFORE" ;; esac
 }
 
 # Steal time: CPU time the hypervisor gave to someone else during the client run.

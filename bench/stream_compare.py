@@ -37,6 +37,8 @@ import statistics
 import sys
 import time
 
+from benchlib import load_meta, read
+
 TOOLS = ["gridperf", "gridperf-msg", "iperf3", "iperf2", "nuttcp"]
 GRIDPERFS = ["gridperf", "gridperf-msg"]
 PEERS = ["iperf3", "iperf2", "nuttcp"]
@@ -68,9 +70,6 @@ def label(tool, case):
     return LABEL.get((tool, case), tool)
 
 
-def read(path):
-    with open(path, "r", errors="replace") as f:
-        return f.read()
 
 
 # --------------------------------------------------------------- parsers
@@ -229,15 +228,6 @@ def parse_nuttcp(clog, case, udp_len):
 
 
 # ------------------------------------------------------------------ main
-def load_meta(workdir):
-    meta = {}
-    path = os.path.join(workdir, "meta.tsv")
-    if os.path.exists(path):
-        for line in read(path).splitlines():
-            if "\t" in line:
-                k, v = line.split("\t", 1)
-                meta[k] = v
-    return meta
 
 
 FIELDS = ["round", "case", "tool", "rc", "client_log", "client_err", "client_time", "server_log",

@@ -1,0 +1,87 @@
+# bench/lib.sh: what the peer benches share. Sourced by rtt-peers.sh and
+# stream-peers.sh after they set BENCH (their name), REPO, GRIDPERF,
+# NO_BUILD, WORKDIR, OUT, QUIET_WAIT and QUIET_PCT.
+
+die()  { echo "$BENCH: error: $*" >&2; exit 1; }
+warn() { echo "$BENCH: warning: $*" >&2; }
+log()  { echo "$BENCH: $*" >&2; }
+
+# build_gridperf PEERS: builds the release binary unless it is there (or
+# --no-build); PEERS names the tools to run without gridperf if it fails.
+build_gridperf() {
+    [ -x "$GRIDPERF" ] && return 0
+    [ "$NO_BUILD" = 1 ] && die "gridperf binary $GRIDPERF not found (--no-build given)"
+    log "building gridperf: cargo build --release -p gridperf"
+    (cd "$REPO" && timeout 1800 cargo build --release -p gridperf) ||
+        die "building gridperf failed; run peers only with --tools $1"
+    [ -x "$GRIDPERF" ] || die "build succeeded but $GRIDPERF is missing; pass --gridperf PATH"
+}
+
+# setup_workdir: a fresh work directory (or the one given, if it holds no
+# run), absolute OUT and GRIDPERF, and empty MANIFEST and META files in it.
+setup_workdir() {
+    if [ -z "$WORKDIR" ]; then
+        WORKDIR=$(mktemp -d "/tmp/$BENCH.XXXXXX")
+    else
+        mkdir -p "$WORKDIR"
+        [ -e "$WORKDIR/manifest.tsv" ] && die "$WORKDIR already holds a run (manifest.tsv); use a new --workdir"
+    fi
+    WORKDIR=$(cd "$WORKDIR" && pwd)
+    [ -n "$OUT" ] || OUT=$WORKDIR/results.json
+    case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
+    case $GRIDPERF in /*) ;; *) GRIDPERF=$PWD/$GRIDPERF ;; esac
+    MANIFEST=$WORKDIR/manifest.tsv
+    META=$WORKDIR/meta.tsv
+    : >"$MANIFEST"
+    : >"$META"
+    log "work directory: $WORKDIR"
+}
+
+meta() { printf '%s\t%s\n' "$1" "$2" >>"$META"; }
+
+# wait_listen PROTO PORT PID: until a socket is bound to PORT, the process
+# PID died, or 10 s passed.
+wait_listen() {
+    local proto=$1 port=$2 pid=$3 flag i
+    [ "$proto" = tcp ] && flag=-Hltn || flag=-Hlun
+    for i in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        [ -n "$(ss $flag "( sport = :$port )" 2>/dev/null)" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# quiet: wait (at most QUIET_WAIT s) until every CPU is below QUIET_PCT% busy
+# over a 0.5 s window; sets BUSY_BEFORE to the last window's per-CPU figures.
+# CPUs listed in QUIET_SKIP (e.g. "1", where a spinning server of ours runs)
+# are reported but not waited for.
+QUIET_SKIP=""
+quiet() {
+    BUSY_BEFORE=$(python3 -c '
+import sys, time
+wait, pct = float(sys.argv[1]), float(sys.argv[2])
+skip = {"cpu" + c for c in sys.argv[3].split(",") if c}
+def snap():
+    d = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            x = line.split()
+            if x[0].startswith("cpu") and x[0] != "cpu":
+                v = list(map(int, x[1:]))
+                d[x[0]] = (sum(v), v[3] + v[4])
+    return d
+t0 = time.time()
+while True:
+    a = snap(); time.sleep(0.5); b = snap()
+    busy = {k: 100.0 * (1 - (b[k][1] - a[k][1]) / max(1, b[k][0] - a[k][0])) for k in a}
+    worst = max([v for k, v in busy.items() if k not in skip] or [0.0])
+    if worst < pct or time.time() - t0 >= wait:
+        break
+s = " ".join("%s=%.0f%%%s" % (k, busy[k], "(ours)" if k in skip else "") for k in sorted(busy))
+if worst >= pct:
+    s += " (still busy after %gs)" % wait
+print(s)
+' "$QUIET_WAIT" "$QUIET_PCT" "$QUIET_SKIP")
+    case $BUSY_BEFORE in *"still busy"*) warn "CPUs busy before this run: $BUSY_BEFORE" ;; esac
+}
