@@ -1155,9 +1155,8 @@ fn cmd_tune(a: TuneArgs) -> Result<()> {
             message: Duration::from_secs(2),
             queue: Duration::ZERO,
         };
-        let settings = |r: &Record| gridperf_core::tune::host_from(&r.sysctls, r.kernel.as_deref(), r.mtu).0;
         let (here, there) = match &records[..] {
-            [x, y] => (settings(x), settings(y)),
+            [x, y] => (x.settings().0, y.settings().0),
             _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
         };
         share_probes = match (&a.host, &a.in_lab) {

@@ -39,11 +39,6 @@ pub fn read_in(netns: &str) -> Result<BTreeMap<String, String>> {
     Ok(all)
 }
 
-/// The settings of this host (or of a lab host) as tune models them.
-pub fn host_settings(sysctls: &BTreeMap<String, String>) -> (HostSettings, Vec<String>) {
-    tune::host_from(sysctls, kernel_release().as_deref(), None)
-}
-
 /// Splits "name = value" (a sysctl.d line) or "name=value".
 pub fn split_line(line: &str) -> Result<(String, String)> {
     let (k, v) = line.split_once('=').ok_or_else(|| {
@@ -162,14 +157,21 @@ impl Record {
     pub fn new(name: &str, sysctls: BTreeMap<String, String>, kernel: Option<String>, mtu: Option<u32>) -> Record {
         Record { name: name.to_string(), sysctls, kernel, mtu, share: None, send_share: None, send_suffices: false }
     }
+
+    /// The settings as tune models them, with what the probes measured, and
+    /// the ones that could not be read.
+    pub fn settings(&self) -> (HostSettings, Vec<String>) {
+        let (mut h, unknown) = tune::host_from(&self.sysctls, self.kernel.as_deref(), self.mtu);
+        h.measured_share = self.share;
+        h.measured_send_share = self.send_share;
+        h.send_buffer_suffices = self.send_suffices;
+        (h, unknown)
+    }
 }
 
 impl EndAdvice {
     pub fn new(r: &Record, path: tune::TunePath, app: Option<u64>) -> EndAdvice {
-        let (mut settings, unknown) = tune::host_from(&r.sysctls, r.kernel.as_deref(), r.mtu);
-        settings.measured_share = r.share;
-        settings.measured_send_share = r.send_share;
-        settings.send_buffer_suffices = r.send_suffices;
+        let (settings, unknown) = r.settings();
         let advice = tune::advise(path, &settings, app);
         EndAdvice { name: r.name.clone(), settings, advice, unknown }
     }
