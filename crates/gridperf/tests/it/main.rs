@@ -9,7 +9,8 @@
 //! - `store`: the results store, survey (killed and resumed), runs and report;
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (need root);
-//! - `lab`: the lab across real namespaces and TUN devices (root for most).
+//! - `lab`: the lab across real namespaces and TUN devices (root for most);
+//! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots.
 
 mod agent;
 mod cli;
@@ -17,6 +18,7 @@ mod echo;
 mod fanout;
 mod lab;
 mod netns;
+mod render;
 mod store;
 mod stream;
 

@@ -1,0 +1,713 @@
+//! What people read: every table, CSV and JSON the binary prints, rendered
+//! from constructed results with exact numbers and pinned by snapshots
+//! (`snapshots/`). A change of form shows here as a diff; review it, then
+//! accept it with `INSTA_UPDATE=always cargo test --test it render`.
+
+use gridperf_core::model::{
+    EndInfo, Environment, RttPoint, RttReport, Settings, SocketInfo, StepFigures, StreamEnd, StreamReport,
+    StreamResult, StreamRun, TransferPoint, TransferReport,
+};
+use gridperf_core::plan::Proto;
+use gridperf_core::stats::{Summary, Warning};
+use std::collections::BTreeMap;
+
+fn socket(proto: Proto) -> SocketInfo {
+    let stream = proto.is_stream();
+    SocketInfo {
+        proto: Some(proto),
+        sndbuf_requested: None,
+        sndbuf_granted: Some(2_626_560),
+        rcvbuf_requested: None,
+        rcvbuf_granted: Some(131_072),
+        nodelay: stream.then_some(true),
+        mss: stream.then_some(65_483),
+        path_mtu: Some(65_535),
+        congestion: stream.then(|| "bbr".to_string()),
+        busy_poll_us: None,
+    }
+}
+
+fn end(host: &str, protos: &[Proto]) -> EndInfo {
+    let sysctls: BTreeMap<String, String> = [
+        ("net.core.rmem_max", "212992"),
+        ("net.core.wmem_max", "212992"),
+        ("net.ipv4.tcp_rmem", "4096 131072 33554432"),
+        ("net.ipv4.tcp_wmem", "4096 16384 4194304"),
+        ("net.ipv4.tcp_congestion_control", "bbr"),
+        ("net.ipv4.tcp_sack", "1"),
+        ("net.ipv4.tcp_timestamps", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    EndInfo {
+        host: host.into(),
+        kernel: "Linux 6.18.0 x86_64".into(),
+        software: "gridperf 0.1.0".into(),
+        pinned_cpus: Some(vec![0]),
+        allowed_cpus: vec![0, 1],
+        busy_poll: false,
+        sockets: protos.iter().map(|&p| socket(p)).collect(),
+        sysctls,
+    }
+}
+
+fn env(protos: &[Proto]) -> Environment {
+    Environment {
+        tool_version: "gridperf 0.1.0".into(),
+        command_line: vec!["gridperf".into(), "rtt".into(), "--cpu".into(), "0".into()],
+        started_unix: 1_795_000_000.0,
+        finished_unix: 1_795_000_012.5,
+        target: "local".into(),
+        client: end("client-host", protos),
+        server: Some(end("agent-host", protos)),
+        notes: vec!["both ends in a private network namespace; lo MTU 1500".into()],
+        lab: None,
+    }
+}
+
+fn settings(protos: &[Proto], sizes: &[u64]) -> Settings {
+    Settings {
+        protos: protos.to_vec(),
+        sizes: sizes.to_vec(),
+        iterations: Some(1000),
+        duration_ns: None,
+        warmup: 100,
+        warmup_time_ns: 250_000_000,
+        nodelay: true,
+        writes_per_message: 1,
+        busy_poll: false,
+        client_cpu: Some(0),
+        server_cpu: Some(0),
+        sndbuf: None,
+        rcvbuf: None,
+        timeout_ns: 1_000_000_000,
+        total_bytes: None,
+        repeat: None,
+    }
+}
+
+/// 1000 samples around `base` ns, a fixed shape.
+fn samples(base: u64) -> Vec<u64> {
+    (0..1000u64).map(|i| base + (i * 7919) % 500 + if i % 97 == 0 { 20 * base } else { 0 }).collect()
+}
+
+fn rtt_report() -> RttReport {
+    let protos = [Proto::Tcp, Proto::Udp, Proto::Sendfile];
+    let point = |proto, size, base: u64, lost: u64| RttPoint {
+        proto,
+        size_bytes: size,
+        summary: Summary::from_samples(&samples(base)),
+        warmup: 100,
+        sent: 1000 + lost,
+        lost,
+        late: lost / 2,
+        samples_ns: None,
+        server: Some(StepFigures { echoed: 1100, bytes_in: 1100 * size, cpu_ns: 9_000_000, ..Default::default() }),
+    };
+    RttReport {
+        schema: "gridperf.rtt/1".into(),
+        measure: "rtt".into(),
+        settings: settings(&protos, &[64, 1460]),
+        env: env(&protos),
+        points: vec![
+            point(Proto::Tcp, 64, 15_800, 0),
+            point(Proto::Udp, 64, 12_300, 3),
+            point(Proto::Sendfile, 64, 18_100, 0),
+            point(Proto::Tcp, 1460, 16_400, 0),
+            RttPoint { summary: None, sent: 7, lost: 7, ..point(Proto::Udp, 1460, 1, 7) },
+            point(Proto::Sendfile, 1460, 18_900, 0),
+        ],
+        warnings: vec![Warning::Lost { point: "udp 64 B".into(), lost: 3, sent: 1003 }],
+    }
+}
+
+fn transfer_report() -> TransferReport {
+    let protos = [Proto::Tcp, Proto::Udp];
+    let point = |proto, size: u64, base: u64| {
+        let times: Vec<u64> = (0..10).map(|i| base + i * 1_234).collect();
+        let time = Summary::from_samples(&times);
+        let messages = 1_024_000u64.div_ceil(size);
+        TransferPoint {
+            proto,
+            size_bytes: size,
+            messages,
+            bytes_per_run: messages * size,
+            rate_bps: time.as_ref().map(|t| (messages * size) as f64 * 8.0 / (t.median_ns / 1e9)),
+            time,
+            run_times_ns: times,
+            lost: 0,
+            server: None,
+        }
+    };
+    TransferReport {
+        schema: "gridperf.transfer/1".into(),
+        settings: Settings { total_bytes: Some(1_024_000), repeat: Some(10), warmup: 1, ..settings(&protos, &[1024]) },
+        env: env(&protos),
+        points: vec![
+            point(Proto::Tcp, 1024, 17_000_000),
+            point(Proto::Udp, 1024, 13_000_000),
+            TransferPoint {
+                time: None,
+                rate_bps: None,
+                run_times_ns: vec![],
+                lost: 1000,
+                ..point(Proto::Udp, 1460, 1)
+            },
+        ],
+        warnings: vec![],
+    }
+}
+
+fn timeline(cwnd0: u32) -> Vec<gridperf_core::flow::TcpSample> {
+    (0..12u64)
+        .map(|k| gridperf_core::flow::TcpSample {
+            t_ns: k * 100_000_000,
+            cwnd: cwnd0 + 10 * k as u32,
+            ssthresh: 2_147_483_647,
+            srtt_us: 40 + k as u32,
+            rttvar_us: 10,
+            min_rtt_us: 30,
+            unacked: cwnd0 / 2 + 5 * k as u32,
+            mss: 65_483,
+            total_retrans: k as u32 / 4,
+            data_segs_out: 20_000 * k as u32,
+            bytes_acked: 1_300_000_000 * k,
+            bytes_received: 0,
+            delivery_rate: 3_000_000_000,
+            pacing_rate: 3_600_000_000,
+            busy_us: 100_000 * k,
+            rwnd_limited_us: 20_000 * k,
+            sndbuf_limited_us: 0,
+            snd_wnd: 6_000_000,
+            app_limited: false,
+        })
+        .collect()
+}
+
+fn stream_end(index: u32, sending: bool, bytes: u64, proto: Proto) -> StreamEnd {
+    StreamEnd {
+        index,
+        sending,
+        bytes,
+        omitted_bytes: 0,
+        intervals: vec![bytes / 2, bytes / 2],
+        first_ns: Some(1_000_000),
+        last_ns: Some(2_001_000_000),
+        cpu_ns: 700_000_000,
+        broken: None,
+        socket: socket(proto),
+        udp: None,
+        datagrams: None,
+        send_errors: 0,
+        zerocopy: None,
+        tcp_last: None,
+    }
+}
+
+fn stream_spec(proto: &str, streams: u32) -> gridperf_core::wire::StreamSpec {
+    gridperf_core::wire::StreamSpec {
+        proto: proto.into(),
+        streams,
+        direction: gridperf_core::wire::Direction::Up,
+        duration_ms: 2000,
+        bytes: None,
+        write_size: if proto == "udp" { 1472 } else { 131_072 },
+        window: Some(4 << 20),
+        congestion: Some("cubic".into()),
+        pacing_bps: None,
+        gap_us: None,
+        zerocopy: None,
+        udp_rate_bps: (proto == "udp").then_some(1_000_000_000),
+        sample_ms: 100,
+        interval_ms: 1000,
+        linger_ms: 5000,
+        omit_ms: 0,
+        send_buffer: None,
+        recv_buffer: None,
+    }
+}
+
+fn tcp_stream(index: u32, bytes: u64, cwnd0: u32) -> StreamResult {
+    let timeline = timeline(cwnd0);
+    let verdict = gridperf_core::flow::verdict(
+        &timeline,
+        &gridperf_core::flow::VerdictContext {
+            throughput_bps: bytes as f64 * 8.0 / 2.0,
+            elapsed_ns: 2_000_000_000,
+            path_rate_bps: Some(10_000_000_000),
+            rmem_max: Some(33_554_432),
+            wmem_max: Some(4_194_304),
+            window_requested: Some(4 << 20),
+            core_rmem_max: Some(212_992),
+            core_wmem_max: Some(212_992),
+        },
+    );
+    let receiver = stream_end(index, false, bytes, Proto::Tcp);
+    StreamResult {
+        index,
+        direction: "up".into(),
+        interval_bps: receiver.intervals.iter().map(|&b| b as f64 * 8.0).collect(),
+        sender: StreamEnd { tcp_last: timeline.last().copied(), ..stream_end(index, true, bytes, Proto::Tcp) },
+        receiver,
+        throughput_bps: bytes as f64 * 8.0 / 2.0,
+        retransmits: Some(2),
+        verdict: Some(verdict),
+        timeline,
+        broken: (index == 1).then(|| "receiver: receiving: Connection reset by peer (os error 104)".to_string()),
+    }
+}
+
+fn stream_run(streams: Vec<StreamResult>) -> StreamRun {
+    let rates: Vec<f64> = streams.iter().map(|s| s.throughput_bps).collect();
+    StreamRun {
+        up_bps: Some(rates.iter().sum()),
+        down_bps: None,
+        slowest_over_fastest: gridperf_core::flow::slowest_over_fastest(&rates),
+        jain: gridperf_core::flow::jain(&rates),
+        client_cpu_ns: 1_400_000_000,
+        agent_cpu_ns: 700_000_000,
+        cpu_ns_per_byte: Some(0.352),
+        streams,
+        env: env(&[Proto::Tcp]),
+    }
+}
+
+fn stream_report(runs: Vec<StreamRun>) -> StreamReport {
+    let totals: Vec<f64> = runs.iter().map(|r| r.up_bps.unwrap_or(0.0)).collect();
+    StreamReport {
+        schema: "gridperf.stream/1".into(),
+        spec: stream_spec("tcp", runs[0].streams.len() as u32),
+        omit_ns: 0,
+        median_bps: totals.first().copied(),
+        best_bps: totals.iter().copied().reduce(f64::max),
+        spread: (totals.len() > 1).then_some(0.125),
+        totals_bps: totals,
+        runs,
+        warnings: vec![],
+        notes: vec!["-w 4194304: the receiver (agent) was granted 425984 bytes, not the 8388608 Linux gives for it: capped by net.core.rmem_max = 212992 (the kernel doubles the request up to twice that cap); raise net.core.rmem_max to allow more".into()],
+    }
+}
+
+fn udp_report() -> StreamReport {
+    let mut receiver = stream_end(0, false, 249_000_000, Proto::Udp);
+    receiver.udp = Some(gridperf_core::flow::SeqStats {
+        received: 169_100,
+        bytes: 249_000_000,
+        reordered: 3,
+        duplicates: 1,
+        max_seq: Some(169_836),
+        jitter_ns: 12_345.6,
+        distinct: 169_099,
+    });
+    let sender = StreamEnd { datagrams: Some(169_837), send_errors: 2, ..stream_end(0, true, 250_000_000, Proto::Udp) };
+    let st = StreamResult {
+        index: 0,
+        direction: "up".into(),
+        interval_bps: vec![996e6, 996e6],
+        sender,
+        receiver,
+        throughput_bps: 996_000_000.0,
+        retransmits: None,
+        verdict: None,
+        timeline: vec![],
+        broken: None,
+    };
+    StreamReport { spec: stream_spec("udp", 1), ..stream_report(vec![stream_run(vec![st])]) }
+}
+
+mod report_fns {
+    pub use gridperf::report::*;
+}
+
+#[test]
+fn rtt_table_csv_json() {
+    let r = rtt_report();
+    insta::assert_snapshot!("rtt_table", report_fns::rtt_table(&r));
+    insta::assert_snapshot!("rtt_csv", report_fns::rtt_csv(&r, false));
+    let mut with = r.clone();
+    with.points[0].samples_ns = Some(vec![15_800, 15_900, 16_000]);
+    with.points.truncate(1);
+    insta::assert_snapshot!("rtt_csv_samples", report_fns::rtt_csv(&with, true));
+    insta::assert_snapshot!("rtt_json", serde_json::to_string_pretty(&r).expect("json"));
+}
+
+#[test]
+fn transfer_table_csv() {
+    let r = transfer_report();
+    insta::assert_snapshot!("transfer_table", report_fns::transfer_table(&r));
+    insta::assert_snapshot!("transfer_csv", report_fns::transfer_csv(&r));
+}
+
+#[test]
+fn stream_tables() {
+    let tcp = stream_report(vec![stream_run(vec![tcp_stream(0, 4_000_000_000, 20), tcp_stream(1, 1_000_000, 10)])]);
+    insta::assert_snapshot!("stream_table_tcp", report_fns::stream_table(&tcp, false));
+    insta::assert_snapshot!("stream_timeline_csv", report_fns::stream_timeline(&tcp, true));
+    let repeated = stream_report(vec![
+        stream_run(vec![tcp_stream(0, 4_000_000_000, 20)]),
+        stream_run(vec![tcp_stream(0, 3_500_000_000, 20)]),
+    ]);
+    insta::assert_snapshot!("stream_table_repeat_median", report_fns::stream_table(&repeated, false));
+    insta::assert_snapshot!("stream_table_repeat_best", report_fns::stream_table(&repeated, true));
+    insta::assert_snapshot!("stream_table_udp", report_fns::stream_table(&udp_report(), false));
+}
+
+mod fanout_fixture {
+    pub use gridperf::engines::fanout::{Blocked, Deadlock, FanoutOptions, FanoutPoint, Queued, Variant};
+}
+
+fn fanout_points() -> Vec<fanout_fixture::FanoutPoint> {
+    use fanout_fixture::*;
+    let ok = |variant, messages: u64, base: u64| {
+        let times: Vec<u64> = (0..5).map(|i| base + i * 1000).collect();
+        let total: u64 = times.iter().sum();
+        FanoutPoint {
+            variant,
+            nodes: 2,
+            messages,
+            size: 4096,
+            repetitions: 5,
+            time: Summary::from_samples(&times),
+            bandwidth_bps: Some(2.0 * 5.0 * messages as f64 * 2.0 * 4096.0 * 8.0 / (total as f64 / 1e9)),
+            times_ns: times,
+            deadlock: None,
+            error: None,
+        }
+    };
+    let deadlocked = FanoutPoint {
+        repetitions: 0,
+        times_ns: vec![],
+        time: None,
+        bandwidth_bps: None,
+        deadlock: Some(Deadlock {
+            after_ns: 12_345_678,
+            repetition: 0,
+            sent: vec![40, 39],
+            acked: vec![0, 0],
+            blocked: vec![
+                Blocked { who: "server".into(), call: "send to node 1".into() },
+                Blocked { who: "node 0".into(), call: "send to the server".into() },
+                Blocked { who: "node 1".into(), call: "send to the server".into() },
+            ],
+            queues: vec![
+                Queued { socket: "server->node 0".into(), outq: 131_072, inq: 65_536 },
+                Queued { socket: "node 0->server".into(), outq: 98_304, inq: 0 },
+            ],
+        }),
+        ..ok(Variant::Original, 256, 1)
+    };
+    let broken = FanoutPoint {
+        bandwidth_bps: None,
+        error: Some("server: Connection reset by peer (os error 104), then more".into()),
+        ..ok(Variant::Drain, 256, 1)
+    };
+    vec![ok(Variant::Original, 16, 2_000_000), deadlocked, ok(Variant::Drain, 16, 1_900_000), broken]
+}
+
+#[test]
+fn fanout_table_csv_json() {
+    use fanout_fixture::*;
+    let points = fanout_points();
+    let opts = FanoutOptions {
+        variants: vec![Variant::Original, Variant::Drain],
+        messages: vec![16, 256],
+        sizes: vec![4096],
+        nodes: vec![2],
+        repeat: 5,
+        watchdog: std::time::Duration::from_secs(2),
+        buffer: Some(65_536),
+        place: None,
+        agents: vec![],
+        deadlines: None,
+    };
+    insta::assert_snapshot!("fanout_table", report_fns::fanout_table(&points, &opts));
+    insta::assert_snapshot!("fanout_csv", report_fns::fanout_csv(&points));
+    insta::assert_snapshot!(
+        "fanout_json",
+        serde_json::to_string_pretty(
+            &serde_json::json!({ "schema": "gridperf.fanout/1", "buffer": opts.buffer, "repeat": opts.repeat, "points": points })
+        )
+        .expect("json")
+    );
+}
+
+mod tune_fixture {
+    pub use gridperf::tune::{directions, Applied, EndAdvice, Measured, Record, ShareProbe, TuneView};
+}
+
+fn sysctls(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn old_kernel() -> BTreeMap<String, String> {
+    sysctls(&[
+        ("net.core.rmem_max", "131071"),
+        ("net.core.wmem_max", "131071"),
+        ("net.ipv4.tcp_rmem", "4096 87380 174760"),
+        ("net.ipv4.tcp_wmem", "4096 16384 131072"),
+        ("net.ipv4.tcp_adv_win_scale", "2"),
+        ("net.ipv4.tcp_window_scaling", "1"),
+        ("net.ipv4.tcp_timestamps", "1"),
+        ("net.ipv4.tcp_sack", "1"),
+        ("net.ipv4.tcp_moderate_rcvbuf", "1"),
+        ("net.ipv4.tcp_no_metrics_save", "0"),
+        ("net.ipv4.tcp_congestion_control", "cubic"),
+        ("net.ipv4.tcp_available_congestion_control", "reno cubic"),
+        ("net.core.default_qdisc", "pfifo_fast"),
+    ])
+}
+
+fn tune_view() -> tune_fixture::TuneView {
+    use tune_fixture::*;
+    let path = gridperf_core::tune::TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 };
+    let mut here = Record::new("this host", old_kernel(), Some("2.6.9".into()), Some(1500));
+    here.share = Some(0.65);
+    let mut modern = old_kernel();
+    modern.insert("net.ipv4.tcp_rmem".into(), "4096 131072 33554432".into());
+    modern.insert("net.ipv4.tcp_wmem".into(), "4096 16384 4194304".into());
+    modern.remove("net.ipv4.tcp_moderate_rcvbuf");
+    let there = Record::new("agent 192.0.2.7:5301", modern, Some("6.18.0".into()), Some(1500));
+    let ends: Vec<EndAdvice> = [&here, &there].iter().map(|r| EndAdvice::new(r, path, None)).collect();
+    let dirs = directions(&ends, path, None);
+    TuneView {
+        schema: "gridperf.tune/2",
+        path,
+        bdp_bytes: path.bdp_bytes(),
+        path_from: "RTT 35.00ms: median of 50 TCP round trips of 1 byte to 192.0.2.7:5301 (min 34.90ms)".into(),
+        measured: Some(Measured {
+            round_trips: 50,
+            rtt_min_ns: 34_900_000.0,
+            rtt_median_ns: 35_000_000.0,
+            rate_bps: Some(950_000_000.0),
+            rate_note: Some("what arrived of a UDP stream that overran the path (52.5% lost, 2 s)".into()),
+        }),
+        directions: dirs.clone(),
+        share_probes: vec![ShareProbe {
+            direction: "up".into(),
+            rcvbuf: Some(349_520),
+            window_max: Some(227_188),
+            receive_share: Some(0.65),
+            sndbuf: Some(262_144),
+            in_flight_median: Some(209_715),
+            send_share: Some(0.8),
+            send_buffer_suffices: false,
+            send_probe_bps: Some(48_000_000.0),
+            notes: vec!["send share: too few samples".into()],
+        }],
+        applied: vec![
+            Applied {
+                host: "a".into(),
+                setting: "net.ipv4.tcp_rmem".into(),
+                value: "4096 131072 16777216".into(),
+                outcome: "set".into(),
+            },
+            Applied {
+                host: "all".into(),
+                setting: "net.core.rmem_max".into(),
+                value: "16777216".into(),
+                outcome: "left alone: global, not per namespace (set it on the host itself)".into(),
+            },
+        ],
+        after: Some(dirs),
+        ends,
+    }
+}
+
+#[test]
+fn tune_text_and_json() {
+    let v = tune_view();
+    insta::assert_snapshot!("tune_text", report_fns::tune_text(&v));
+    insta::assert_snapshot!("tune_json", serde_json::to_string_pretty(&v).expect("json"));
+}
+
+mod lab_fixture {
+    pub use gridperf::lab::calibrate::Point;
+    pub use gridperf::lab::emulator::{AccessCounters, Health};
+    pub use gridperf::lab::{hosts, LabSpec, LabState};
+}
+
+fn lab_state() -> lab_fixture::LabState {
+    use lab_fixture::*;
+    let mut s = gridperf_core::labcfg::profile("man").expect("man").settings();
+    gridperf_core::labcfg::apply_set(&mut s, "jitter=1ms").expect("jitter");
+    let ab = s.link_config().expect("link");
+    gridperf_core::labcfg::apply_set(&mut s, "loss=1%").expect("loss");
+    let ba = s.link_config().expect("link");
+    let mut access = gridperf_core::labcfg::LabSettings::default();
+    gridperf_core::labcfg::apply_set(&mut access, "rate=100M").expect("access");
+    let spec = LabSpec {
+        name: "default".into(),
+        hosts: (2, 1),
+        mtu: 1500,
+        ab,
+        ba,
+        seed: 1,
+        profile: Some("man".into()),
+        description: "profile man (000), jitter=1ms, b->a loss=1%".into(),
+        loopback: false,
+        access: vec![(Some("a2".into()), access.link_config().expect("access link"))],
+        owner: None,
+        sysctls: vec![("net.ipv4.tcp_rmem".into(), "4096 87380 174760".into())],
+    };
+    LabState { hosts: hosts("default", (2, 1)), spec, pid: 4242 }
+}
+
+fn health(late: u64) -> lab_fixture::Health {
+    use lab_fixture::*;
+    let mut h = Health { uptime_s: 12.5, late_packets: late, max_lag_ns: 2_500_000, ..Health::default() };
+    h.links[0] = gridperf_core::emu::Counters {
+        arrived: 10_000,
+        arrived_bytes: 15_000_000,
+        delivered: 9_990,
+        delivered_bytes: 14_985_000,
+        lost: 0,
+        queue_full: 10,
+        max_queue_packets: 17,
+        max_queue_bytes: 25_500,
+    };
+    h.links[1] = gridperf_core::emu::Counters { arrived: 5_000, delivered: 4_950, lost: 50, ..h.links[0] };
+    h.lag_hist = vec![9_000, 900, 50, 30, 10, 5, 4, 1];
+    h.access = vec![AccessCounters { host: "a2".into(), ..Default::default() }];
+    h
+}
+
+#[test]
+fn lab_status_profiles_calibration() {
+    use lab_fixture::*;
+    let st = lab_state();
+    insta::assert_snapshot!("lab_status_up", report_fns::lab_status(&st, None));
+    insta::assert_snapshot!("lab_status_valid", report_fns::lab_status(&st, Some(&health(5))));
+    insta::assert_snapshot!("lab_status_invalid", report_fns::lab_status(&st, Some(&health(500))));
+    let lo = LabState {
+        spec: LabSpec { loopback: true, mtu: 0, hosts: (1, 1), access: vec![], ..st.spec.clone() },
+        hosts: vec![],
+        pid: 7,
+    };
+    insta::assert_snapshot!("lab_status_loopback", report_fns::lab_status(&lo, None));
+    insta::assert_snapshot!("lab_profiles", report_fns::lab_profiles(&gridperf_core::labcfg::profiles()));
+    let p = Point {
+        rate_bps: 100_000_000,
+        delay_ns: 25_000_000,
+        queue_bytes: 625_000,
+        offered_rate_bps: 110_000_000.0,
+        measured_rate_bps: 99_980_000.0,
+        rate_error: -0.0002,
+        tcp_rate_bps: 99_980_000.0,
+        tcp_rate_error: -0.0002,
+        tcp_retransmits: 912,
+        baseline_rtt_ns: 174_000.0,
+        delay_error_median_ns: 37_000.0,
+        delay_error_p99_ns: 570_000.0,
+        loaded_rtt_median_ns: 100_400_000.0,
+        loaded_rtt_p99_ns: 100_600_000.0,
+        loaded_rtt_max_ns: 100_900_000.0,
+        queue_bound_ns: 100_500_000.0,
+        emulator_cpu_percent: 68.0,
+        invalid: None,
+        lag_p99_us: Some(128),
+    };
+    let short = Point {
+        offered_rate_bps: 90_000_000.0,
+        invalid: Some("572 packets overflowed a TUN queue".into()),
+        ..p.clone()
+    };
+    insta::assert_snapshot!("lab_calibration", report_fns::calibration(&[p, short]));
+}
+
+mod store_fixture {
+    pub use gridperf::store::{PointRow, RunRow};
+    pub use gridperf::survey::{rtt_point_row, transfer_point_row};
+}
+
+fn run_row(id: i64, kind: &str, network: &str, env: Option<Environment>) -> store_fixture::RunRow {
+    store_fixture::RunRow {
+        id,
+        survey_id: Some(3),
+        kind: kind.into(),
+        network: network.into(),
+        target: network.into(),
+        command_line: format!("gridperf {kind} --cpu 0"),
+        version: "gridperf 0.1.0".into(),
+        started: 1_795_000_000.0,
+        finished: Some(1_795_000_060.0),
+        settings: serde_json::json!({ "spec": { "interval_ms": 1000 } }),
+        env,
+        lab_profile: Some(network.into()),
+        mtu: Some(1500),
+        invalid: None,
+        status: "done".into(),
+        points: 0,
+    }
+}
+
+fn stored_runs() -> Vec<(store_fixture::RunRow, Vec<store_fixture::PointRow>)> {
+    use store_fixture::*;
+    let rtt = rtt_report();
+    let tr = transfer_report();
+    let rtt_rows: Vec<PointRow> = rtt.points.iter().map(rtt_point_row).collect();
+    let tr_rows: Vec<PointRow> = tr.points.iter().map(transfer_point_row).collect();
+    let stream = stream_report(vec![stream_run(vec![tcp_stream(0, 4_000_000_000, 20)])]);
+    let stream_rows: Vec<PointRow> = stream.runs[0]
+        .streams
+        .iter()
+        .map(|s| PointRow {
+            proto: "tcp".into(),
+            size: 131_072,
+            setting: format!("stream {} {}", s.index, s.direction),
+            median_ns: None,
+            q1_ns: None,
+            q3_ns: None,
+            figures: serde_json::to_value(s).expect("figures"),
+            samples: None,
+        })
+        .collect();
+    let fanout_rows: Vec<PointRow> = fanout_points()
+        .iter()
+        .map(|p| PointRow {
+            proto: p.variant.name().into(),
+            size: p.size,
+            setting: format!("nodes={} messages={}", p.nodes, p.messages),
+            median_ns: p.time.as_ref().map(|t| t.median_ns),
+            q1_ns: p.time.as_ref().map(|t| t.q1_ns),
+            q3_ns: p.time.as_ref().map(|t| t.q3_ns),
+            figures: serde_json::to_value(p).expect("figures"),
+            samples: None,
+        })
+        .collect();
+    let mut invalid = run_row(4, "transfer", "man", Some(tr.env.clone()));
+    invalid.invalid = Some("12 of 900 packets were delivered more than 1000 us behind schedule".into());
+    invalid.status = "failed".into();
+    vec![
+        (run_row(3, "rtt", "man", Some(rtt.env.clone())), rtt_rows),
+        (invalid, tr_rows),
+        (run_row(5, "stream", "loopback", Some(stream.runs[0].env.clone())), stream_rows),
+        (run_row(6, "fanout", "loopback", None), fanout_rows),
+    ]
+}
+
+#[test]
+fn runs_show_compare_export() {
+    let runs = stored_runs();
+    let (rtt, rtt_points) = &runs[0];
+    insta::assert_snapshot!("runs_show_rtt", report_fns::run_show(rtt, rtt_points));
+    let mut later = rtt_points.clone();
+    for p in &mut later {
+        p.median_ns = p.median_ns.map(|m| m * 1.1);
+    }
+    later.pop();
+    insta::assert_snapshot!("runs_compare", report_fns::run_compare(rtt, rtt_points, &runs[1].0, &later));
+    insta::assert_snapshot!("runs_export_csv", report_fns::points_csv(rtt_points));
+}
+
+#[test]
+fn survey_tables_and_html_report() {
+    let runs = stored_runs();
+    let analysis = gridperf::report_html::analyse(&runs);
+    insta::assert_snapshot!("survey_best_table", gridperf::report_html::best_table_text(&analysis));
+    insta::assert_snapshot!("survey_thresholds", gridperf::report_html::thresholds_text(&analysis));
+    let (html, svgs) = gridperf::report_html::render(&runs);
+    let names: Vec<&str> = svgs.iter().map(|(n, _)| n.as_str()).collect();
+    insta::assert_snapshot!("report_svg_names", names.join("\n"));
+    insta::assert_snapshot!("report_html", html);
+}
