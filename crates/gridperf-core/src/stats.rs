@@ -39,6 +39,21 @@ pub fn quantile_sorted(sorted: &[u64], p: f64) -> Option<f64> {
     Some(sorted[lo] as f64 + frac * (sorted[hi] as f64 - sorted[lo] as f64))
 }
 
+/// The median of values: the middle one, or the mean of the two middle ones
+/// (type 7, as every quantile here). `None` for none. The one median of the
+/// code base: NaNs sort last (`f64::total_cmp`), so a caller that may have
+/// them filters them first.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 impl Summary {
     /// Summarises samples (in nanoseconds). `None` when there are none.
     pub fn from_samples(samples: &[u64]) -> Option<Summary> {
@@ -163,6 +178,17 @@ mod tests {
         assert_eq!(s.median_ns, 5.0);
         assert_eq!(s.q1_ns, 3.0);
         assert_eq!(s.q3_ns, 7.0);
+    }
+
+    #[test]
+    fn the_median_of_odd_and_even_counts() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[9.0, 1.0, 5.0]), Some(5.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        // the same figure as the summary's median of the same samples
+        let s = Summary::from_samples(&[10, 2, 3, 4, 5, 6, 7, 8, 9, 1]).expect("some");
+        assert_eq!(median(&[10.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 1.0]), Some(s.median_ns));
     }
 
     #[test]

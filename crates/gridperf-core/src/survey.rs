@@ -57,17 +57,7 @@ impl Curve {
 
 /// The median of values (NaN-free); 0 for none.
 fn median(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    crate::stats::median(values).unwrap_or(0.0)
 }
 
 // ---------------------------------------------------------------------------

@@ -17,7 +17,9 @@
 //! - without window scaling the window is at most 65535 bytes;
 //! - a stream can carry at most window / RTT.
 
+use crate::model::{DirectionCap, EndAdvice, ShareProbe};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The path a stream must fill.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -558,6 +560,102 @@ fn flag_text(v: Option<bool>) -> String {
         Some(true) => "1".into(),
         Some(false) => "0".into(),
         None => "unknown".into(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Ends and directions: the records read at each end, the advice for each,
+// and what caps a stream each way
+// ---------------------------------------------------------------------------
+
+/// One end's settings as read, before the advice.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub name: String,
+    pub sysctls: BTreeMap<String, String>,
+    /// The kernel release.
+    pub kernel: Option<String>,
+    pub mtu: Option<u32>,
+    /// Measured by the share probes (`--measure-share`), if run.
+    pub share: Option<f64>,
+    pub send_share: Option<f64>,
+    pub send_suffices: bool,
+}
+
+impl Record {
+    pub fn new(name: &str, sysctls: BTreeMap<String, String>, kernel: Option<String>, mtu: Option<u32>) -> Record {
+        Record { name: name.to_string(), sysctls, kernel, mtu, share: None, send_share: None, send_suffices: false }
+    }
+
+    /// The settings as tune models them, with what the probes measured, and
+    /// the ones that could not be read.
+    pub fn settings(&self) -> (HostSettings, Vec<String>) {
+        let (mut h, unknown) = host_from(&self.sysctls, self.kernel.as_deref(), self.mtu);
+        h.measured_share = self.share;
+        h.measured_send_share = self.send_share;
+        h.send_buffer_suffices = self.send_suffices;
+        (h, unknown)
+    }
+}
+
+impl EndAdvice {
+    pub fn new(r: &Record, path: TunePath, app: Option<u64>) -> EndAdvice {
+        let (settings, unknown) = r.settings();
+        let advice = advise(path, &settings, app);
+        EndAdvice { name: r.name.clone(), settings, advice, unknown }
+    }
+}
+
+/// Both directions between every pair of ends (a single end: its own binding).
+pub fn directions(ends: &[EndAdvice], path: TunePath, app: Option<u64>) -> Vec<DirectionCap> {
+    if let [one] = ends {
+        return vec![DirectionCap {
+            from: one.name.clone(),
+            to: one.name.clone(),
+            binding: one.advice.binding.clone(),
+            cap_bps: one.advice.cap_bps,
+        }];
+    }
+    let mut out = Vec::new();
+    for s in ends {
+        for r in ends {
+            if s.name != r.name {
+                let p = advise_pair(path, &s.settings, &r.settings, app);
+                out.push(DirectionCap {
+                    from: s.name.clone(),
+                    to: r.name.clone(),
+                    binding: p.binding,
+                    cap_bps: p.cap_bps,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The buffer sizes the probes ask for, from the ceilings that matter: the
+/// receiver's tcp_rmem maximum and the sender's tcp_wmem maximum, halved
+/// (the kernel doubles what is asked), within 16 KiB to 512 MiB. A socket
+/// cannot ask for more than net.core.rmem_max / wmem_max: above that the
+/// probe runs at the largest buffer it can have, and says so.
+pub fn probe_sizes(sender: &HostSettings, receiver: &HostSettings) -> (u64, u64) {
+    let half = |v: Option<[u64; 3]>, core: Option<u64>| {
+        let want = v.map(|t| t[2] / 2).unwrap_or(64 << 10);
+        core.map_or(want, |c| want.min(c)).clamp(16 << 10, 512 << 20)
+    };
+    (half(receiver.tcp_rmem, receiver.rmem_max), half(sender.tcp_wmem, sender.wmem_max))
+}
+
+/// Folds the probes into the ends' records: in each direction the receiver
+/// gets its receive share and the sender its send share. `client` is the
+/// end that ran the probes ("up": it sent), `agent` the far end.
+pub fn with_shares(client: &mut Record, agent: &mut Record, probes: &[ShareProbe]) {
+    for p in probes {
+        let (sender, receiver) =
+            if p.direction == "up" { (&mut *client, &mut *agent) } else { (&mut *agent, &mut *client) };
+        sender.send_share = p.send_share.or(sender.send_share);
+        sender.send_suffices |= p.send_buffer_suffices;
+        receiver.share = p.receive_share.or(receiver.share);
     }
 }
 

@@ -27,6 +27,11 @@ impl Read for Until<'_> {
     }
 }
 
+/// Reads one control frame's body, all of it before `until`.
+pub fn read_frame_by(s: &TcpStream, until: Instant) -> Result<Vec<u8>, WireError> {
+    wire::read_frame(&mut Until { s, until })
+}
+
 /// Reads one control message, all of it before `until`.
 pub fn read_msg_by<T: DeserializeOwned>(s: &TcpStream, until: Instant) -> Result<T, WireError> {
     wire::read_msg(&mut Until { s, until })

@@ -1,18 +1,24 @@
 //! gridperf: measure, emulate and move data across LAN, MAN and WAN networks.
 //!
-//! The binary is the CLI (`main.rs`) plus glue; everything it runs lives here,
-//! in data-flow order: `runner` (reach the agent) -> `engines` (measure) ->
-//! stats (in gridperf-core) -> `report` (print). `agent` is `gridperf serve`.
+//! The binary's layers, in data-flow order (ARCHITECTURE.md draws them):
+//! `cli` (arguments into checked options) -> `commands` (one workflow per
+//! command) -> `runner` (the network made ready, the agent reached) ->
+//! `engines` (the client side of each measurement) over `datapath` (what
+//! both ends run) -> `store` (every point as it is measured) -> `render`
+//! (text, CSV, JSON, HTML). `agent` is `gridperf serve`; `lab` the network
+//! lab; `host` reads and sets this host's settings. The measurements'
+//! result types, the control protocol and the statistics are in
+//! gridperf-core, the system calls in gridperf-sys.
 
 pub mod agent;
+pub mod cli;
+pub mod commands;
 pub mod ctl;
+pub mod datapath;
 pub mod engines;
-pub mod env;
 pub mod error;
+pub mod host;
 pub mod lab;
-pub mod report;
-pub mod report_html;
+pub mod render;
 pub mod runner;
 pub mod store;
-pub mod survey;
-pub mod tune;

@@ -1,140 +1,322 @@
-//! The data path shared by `rtt` and `transfer`: one message out, the same
-//! number of bytes back, for TCP, UDP and sendfile, on both ends.
-//!
-//! The client times each exchange with the monotonic clock. The agent echoes
-//! each message once it has all of it (a stream message is read in full
-//! before the reply is written, as the first document's receiver did).
-//!
-//! Blocking mode sleeps in recv(2); busy-poll mode spins on non-blocking
-//! recv(2) so that neither end pays for a wake-up.
+//! The client's side of the echo tests (`rtt`, `transfer`): the options
+//! they share, opening the test (the agent reached through the runner,
+//! the data sockets connected), and the [`Pinger`] that sends a message
+//! and waits for its echo. The agent's side is `agent::echo`; the reads and
+//! writes both use are in `datapath`.
 
-use gridperf_core::model::StepFigures;
+use crate::datapath::{is_wait, pattern, read_full, sendfile_full, write_full, write_hello, DataSock, RawFdRef};
+use crate::error::{Error, Result};
+use crate::host;
+use crate::runner::{Deadlines, Opened, Target};
+use gridperf_core::model::{Environment, Settings, SocketInfo};
 use gridperf_core::plan::Proto;
-use gridperf_core::wire::ClientMsg;
-use std::io::{self, Read, Write};
-use std::net::{TcpStream, UdpSocket};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use gridperf_core::stats::Warning;
+use gridperf_core::wire::{DataHello, DataKind, EchoSpec, Test};
+use std::io;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-/// How long the agent sleeps in one blocking receive before it looks at the
-/// control channel (a step without an exchange count ends within this).
-pub const AGENT_POLL_SLICE: Duration = Duration::from_millis(5);
-
-/// One data socket of a test, on either end.
-pub enum DataSock {
-    Tcp(TcpStream),
-    /// A TCP connection that transmits with sendfile(2) from a memory-backed
-    /// file holding the payload pattern.
-    Sendfile(TcpStream, OwnedFd),
-    Udp(UdpSocket),
+/// Settings shared by the echo tests (rtt and transfer).
+#[derive(Debug, Clone)]
+pub struct EchoOptions {
+    pub protos: Vec<Proto>,
+    pub sizes: Vec<u64>,
+    pub nodelay: bool,
+    pub writes: u32,
+    pub busy_poll: bool,
+    pub client_cpu: Option<usize>,
+    pub server_cpu: Option<usize>,
+    pub sndbuf: Option<u64>,
+    pub rcvbuf: Option<u64>,
+    pub deadlines: Deadlines,
+    /// Before the first point of each protocol, exchange for this long uncounted.
+    pub warmup_time: std::time::Duration,
+    /// Conditions to note in the record (set by the CLI, e.g. a private namespace).
+    pub notes: Vec<String>,
 }
 
-impl DataSock {
-    pub fn proto(&self) -> Proto {
-        match self {
-            DataSock::Tcp(_) => Proto::Tcp,
-            DataSock::Sendfile(..) => Proto::Sendfile,
-            DataSock::Udp(_) => Proto::Udp,
+impl EchoOptions {
+    /// Nagle off, one write per message, no pinning, busy-polling or
+    /// buffer settings, no warm-up time: the defaults a program (survey,
+    /// tune, tests) starts from, changing what it needs.
+    pub fn plain(protos: Vec<Proto>, sizes: Vec<u64>, deadlines: Deadlines) -> EchoOptions {
+        EchoOptions {
+            protos,
+            sizes,
+            nodelay: true,
+            writes: 1,
+            busy_poll: false,
+            client_cpu: None,
+            server_cpu: None,
+            sndbuf: None,
+            rcvbuf: None,
+            deadlines,
+            warmup_time: std::time::Duration::ZERO,
+            notes: Vec::new(),
         }
     }
 
-    pub fn raw_fd(&self) -> i32 {
-        match self {
-            DataSock::Tcp(s) | DataSock::Sendfile(s, _) => s.as_raw_fd(),
-            DataSock::Udp(s) => s.as_raw_fd(),
+    /// The record of these settings; each engine fills in its own counts.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            protos: self.protos.clone(),
+            sizes: self.sizes.clone(),
+            iterations: None,
+            duration_ns: None,
+            warmup: 0,
+            warmup_time_ns: self.warmup_time.as_nanos() as u64,
+            nodelay: self.nodelay,
+            writes_per_message: self.writes,
+            busy_poll: self.busy_poll,
+            client_cpu: self.client_cpu,
+            server_cpu: self.server_cpu,
+            sndbuf: self.sndbuf,
+            rcvbuf: self.rcvbuf,
+            timeout_ns: self.deadlines.message.as_nanos() as u64,
+            total_bytes: None,
+            repeat: None,
         }
     }
+}
 
-    /// Blocking with a receive timeout, or non-blocking for busy-polling.
-    pub fn set_mode(&self, busy: bool, recv_timeout: Duration) -> io::Result<()> {
-        match self {
-            DataSock::Tcp(s) | DataSock::Sendfile(s, _) => {
-                s.set_nonblocking(busy)?;
-                s.set_read_timeout(Some(recv_timeout))?;
-                s.set_write_timeout(Some(recv_timeout.max(Duration::from_secs(1))))
-            }
-            DataSock::Udp(s) => {
-                s.set_nonblocking(busy)?;
-                s.set_read_timeout(Some(recv_timeout))?;
-                s.set_write_timeout(Some(recv_timeout.max(Duration::from_secs(1))))
-            }
-        }
+/// Progress, for the CLI to turn into a bar.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub done: usize,
+    pub total: usize,
+    pub proto: Proto,
+    pub size: u64,
+}
+
+/// An echo test in progress: the agent reached, one pinger per protocol,
+/// and the record begun.
+pub struct EchoTest {
+    pub opened: Opened,
+    pub pingers: Vec<Pinger>,
+    agent: gridperf_core::model::EndInfo,
+    opts: EchoOptions,
+}
+
+/// Pins this thread, reaches (or starts) the agent, asks for the test and
+/// connects its data sockets.
+pub fn start(measure: gridperf_core::model::Measure, target: &Target, opts: &EchoOptions) -> Result<EchoTest> {
+    if let Some(cpu) = opts.client_cpu {
+        gridperf_sys::set_thread_affinity(&[cpu]).map_err(|e| {
+            Error::usage(format!("cannot pin the client to CPU {cpu}: {e} (see nproc for the valid CPUs)"))
+        })?;
     }
-}
-
-/// A borrowed raw descriptor, for reading socket options.
-pub struct RawFdRef(pub i32);
-
-impl AsRawFd for RawFdRef {
-    fn as_raw_fd(&self) -> i32 {
-        self.0
-    }
-}
-
-/// The payload pattern (byte i is i % 251, as in the sendfile file).
-pub fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(gridperf_sys::pattern_byte).collect()
-}
-
-fn is_wait(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
-}
-
-fn timed_out(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, what.to_string())
-}
-
-/// Calls `op(offset)` until `len` bytes have moved or `deadline` passes.
-/// `op` returns how many bytes it moved; 0 means the connection is done
-/// (`zero` says why), a would-block or timeout is retried until the deadline.
-fn move_all(
-    len: usize,
-    deadline: Instant,
-    zero: (io::ErrorKind, &str),
-    late: &str,
-    mut op: impl FnMut(usize) -> io::Result<usize>,
-) -> io::Result<()> {
-    let mut done = 0;
-    while done < len {
-        match op(done) {
-            Ok(0) => return Err(io::Error::new(zero.0, zero.1.to_string())),
-            Ok(n) => {
-                done += n;
-                // a peer that trickles bytes must not stretch the deadline
-                if done < len && Instant::now() >= deadline {
-                    return Err(timed_out(late));
+    let mut opened = target.open(opts.deadlines)?;
+    let max_size = opts.sizes.iter().copied().max().unwrap_or(1);
+    let local_ip = opened.session.local_ip()?;
+    let udp = if opts.protos.contains(&Proto::Udp) {
+        Some(UdpSocket::bind((local_ip, 0)).map_err(|e| Error::network(format!("UDP socket: {e}")))?)
+    } else {
+        None
+    };
+    let spec = EchoSpec {
+        protos: opts.protos.clone(),
+        max_size,
+        nodelay: opts.nodelay,
+        busy_poll: opts.busy_poll,
+        cpu: opts.server_cpu,
+        sndbuf: opts.sndbuf,
+        rcvbuf: opts.rcvbuf,
+        udp_port: match &udp {
+            Some(s) => Some(s.local_addr().map_err(|e| Error::network(e.to_string()))?.port()),
+            None => None,
+        },
+        timeout_ms: opts.deadlines.message.as_millis() as u64,
+    };
+    let test = match measure {
+        gridperf_core::model::Measure::Transfer => Test::Transfer(spec),
+        _ => Test::Rtt(spec),
+    };
+    let ready = opened.session.request(test)?;
+    let agent_ip = opened.addr.ip();
+    let mut pingers = Vec::new();
+    for &p in &opts.protos {
+        let sock = match p {
+            Proto::Tcp | Proto::Sendfile => {
+                let port = ready.tcp_port.ok_or_else(|| Error::network("the agent opened no TCP data port"))?;
+                let addr = SocketAddr::new(agent_ip, port);
+                let mut s = TcpStream::connect_timeout(&addr, opts.deadlines.connect)
+                    .map_err(|e| Error::network(format!("data connection to {addr}: {e}")))?;
+                let kind = if p == Proto::Tcp { DataKind::Tcp } else { DataKind::Sendfile };
+                write_hello(&mut s, &DataHello::new(ready.token, kind, 0))
+                    .map_err(|e| Error::network(format!("data connection: {e}")))?;
+                s.set_nodelay(opts.nodelay).map_err(|e| Error::network(e.to_string()))?;
+                set_buffers(&s, opts.sndbuf, opts.rcvbuf)?;
+                if p == Proto::Sendfile {
+                    let file = gridperf_sys::memfd_pattern(max_size as usize)
+                        .map_err(|e| Error::internal(format!("memfd for sendfile: {e}")))?;
+                    DataSock::Sendfile(s, file)
+                } else {
+                    DataSock::Tcp(s)
                 }
             }
-            Err(e) if is_wait(&e) => {
-                if Instant::now() >= deadline {
-                    return Err(timed_out(late));
-                }
+            Proto::Udp => {
+                let s = udp.as_ref().ok_or_else(|| Error::internal("no UDP socket"))?;
+                let s = s.try_clone().map_err(|e| Error::internal(e.to_string()))?;
+                let port = ready
+                    .udp_ports
+                    .first()
+                    .copied()
+                    .ok_or_else(|| Error::network("the agent opened no UDP data port"))?;
+                s.connect((agent_ip, port)).map_err(|e| Error::network(format!("UDP connect: {e}")))?;
+                set_buffers(&s, opts.sndbuf, opts.rcvbuf)?;
+                DataSock::Udp(s)
             }
-            Err(e) => return Err(e),
-        }
+        };
+        sock.set_mode(opts.busy_poll, opts.deadlines.message).map_err(|e| Error::network(e.to_string()))?;
+        pingers.push(Pinger::new(sock, max_size as usize, opts.deadlines.message, opts.writes, opts.busy_poll));
+    }
+    Ok(EchoTest { opened, pingers, agent: ready.agent, opts: opts.clone() })
+}
+
+fn set_buffers(sock: &impl std::os::fd::AsRawFd, sndbuf: Option<u64>, rcvbuf: Option<u64>) -> Result<()> {
+    if let Some(b) = sndbuf {
+        gridperf_sys::set_sndbuf(sock, b as usize).map_err(|e| Error::internal(format!("SO_SNDBUF: {e}")))?;
+    }
+    if let Some(b) = rcvbuf {
+        gridperf_sys::set_rcvbuf(sock, b as usize).map_err(|e| Error::internal(format!("SO_RCVBUF: {e}")))?;
     }
     Ok(())
 }
 
-/// Reads exactly `buf.len()` bytes before `deadline`.
-fn read_full(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    let eof = (io::ErrorKind::UnexpectedEof, "the peer closed the data connection");
-    move_all(buf.len(), deadline, eof, "no reply within the per-message timeout", |at| s.read(&mut buf[at..]))
-}
+impl EchoTest {
+    /// The pinger for a protocol.
+    pub fn index(&self, proto: Proto) -> Result<usize> {
+        self.pingers
+            .iter()
+            .position(|p| p.sock.proto() == proto)
+            .ok_or_else(|| Error::internal(format!("no data socket for {proto}")))
+    }
 
-/// Writes all of `buf` before `deadline`.
-fn write_full(s: &mut TcpStream, buf: &[u8], deadline: Instant) -> io::Result<()> {
-    let zero = (io::ErrorKind::WriteZero, "the data connection accepts no more bytes");
-    move_all(buf.len(), deadline, zero, "could not send within the per-message timeout", |at| s.write(&buf[at..]))
-}
+    /// Reports the last progress, adds the run-wide warnings, and ends the test.
+    pub fn close(
+        self,
+        points: usize,
+        progress: &mut dyn FnMut(Progress),
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Environment> {
+        let opts = self.opts.clone();
+        progress(Progress {
+            done: points,
+            total: points,
+            proto: opts.protos[0],
+            size: opts.sizes.last().copied().unwrap_or(0),
+        });
+        if opts.client_cpu.is_none() && opts.server_cpu.is_none() {
+            warnings.push(Warning::Unpinned);
+        }
+        let env = self.finish()?;
+        if let Some(why) = env.lab.as_ref().and_then(|l| l.invalid.clone()) {
+            warnings.push(Warning::LabInvalid { why });
+        }
+        Ok(env)
+    }
 
-/// Sends `len` bytes of the pattern file with sendfile(2) before `deadline`.
-fn sendfile_full(s: &TcpStream, file: &OwnedFd, len: usize, deadline: Instant) -> io::Result<()> {
-    let zero = (io::ErrorKind::WriteZero, "sendfile sent nothing");
-    move_all(len, deadline, zero, "could not send within the per-message timeout", |at| {
-        gridperf_sys::sendfile(s, file, at as u64, len - at)
-    })
+    /// Ends the test and completes the record with the agent's report. Both
+    /// ends read their sockets' state now, after the traffic (autotuned
+    /// buffers and the MSS in use are known only then).
+    pub fn finish(mut self) -> Result<Environment> {
+        let ipv6 = self.opened.addr.is_ipv6();
+        let (snd, rcv) = (self.opts.sndbuf, self.opts.rcvbuf);
+        let sockets: Vec<SocketInfo> = self
+            .pingers
+            .iter()
+            .map(|p| host::socket_info(&RawFdRef(p.sock.raw_fd()), p.sock.proto(), ipv6, snd, rcv))
+            .collect();
+        let agent = self.opened.session.finish()?;
+        let mut client = host::end_info(self.opts.client_cpu.map(|c| vec![c]), self.opts.busy_poll);
+        client.sockets = sockets;
+        let _ = &self.agent;
+        Ok(self.opened.environment(client, Some(agent), self.opts.notes.clone()))
+    }
+
+    /// One warm-up exchange: not counted, but the echo is checked against what was sent.
+    pub fn warm_exchange(&mut self, idx: usize, proto: Proto, size: u64, n: u64) -> Result<()> {
+        match self.pingers[idx].exchange(size as usize) {
+            Ok(Outcome::Rtt(_)) => {
+                if !self.pingers[idx].verify_last(size as usize) {
+                    self.opened.session.abort("corrupted echo");
+                    return Err(Error::measurement(format!(
+                        "{proto} {size} B: the echo of warm-up exchange {n} differs from what was sent"
+                    )));
+                }
+                Ok(())
+            }
+            Ok(Outcome::Lost) => Ok(()),
+            Err(e) => Err(self.fail(proto, size, n + 1, e)),
+        }
+    }
+
+    /// Exchanges for `time` in a step of its own, before the first point of
+    /// a protocol: a cold process and connection are slower for tens of
+    /// milliseconds (measured here: 1 B TCP ping-pong takes about 20 us for
+    /// the first ~3000 exchanges, then 15.9 us). Returns the exchanges done.
+    pub fn preheat(&mut self, idx: usize, proto: Proto, size: u64, time: std::time::Duration) -> Result<u64> {
+        if time.is_zero() {
+            return Ok(0);
+        }
+        self.opened.session.step(proto, size, None)?;
+        let until = std::time::Instant::now() + time;
+        let mut n = 0;
+        while std::time::Instant::now() < until {
+            self.warm_exchange(idx, proto, size, n)?;
+            n += 1;
+        }
+        self.end_step(idx, false)?;
+        Ok(n)
+    }
+
+    /// Ends a step (see [`crate::runner::Session::end_step`]); the pinger's
+    /// socket gets its nudge.
+    pub fn end_step(&mut self, idx: usize, counted_by_agent: bool) -> Result<gridperf_core::model::StepFigures> {
+        let pinger = &self.pingers[idx];
+        self.opened.session.end_step(counted_by_agent, &|| pinger.nudge())
+    }
+
+    /// Turns an I/O failure of an exchange into an error that says where it happened.
+    /// `n` counts exchanges from 1.
+    pub fn fail(&mut self, proto: Proto, size: u64, n: u64, e: std::io::Error) -> Error {
+        // the agent may have said why it stopped; its word can trail the data
+        // connection's reset by a moment
+        let gone = if self.opened.session.agent_gone_within(std::time::Duration::from_millis(200)) {
+            match self.opened.session.last_words() {
+                Some(why) => format!(" (the agent stopped: {why})"),
+                None => " (the agent has closed the control connection)".to_string(),
+            }
+        } else {
+            String::new()
+        };
+        self.opened.session.abort(&format!("client error: {e}"));
+        match e.kind() {
+            std::io::ErrorKind::TimedOut => Error::network(format!(
+                "{proto} {size} B, exchange {n}: {e} ({:?}){gone}; raise --timeout if the path is that slow",
+                self.opts.deadlines.message
+            )),
+            _ => Error::network(format!("{proto} {size} B, exchange {n}: {e}{gone}")),
+        }
+    }
+
+    /// Counts a lost UDP message; after enough losses in a row (at least 10,
+    /// and at least 3 s of timeouts) the path or the agent is taken to be
+    /// gone, rather than waiting out every remaining message.
+    pub fn lost_in_a_row(&mut self, proto: Proto, size: u64, in_a_row: u64) -> Result<()> {
+        let limit = (3_000 / self.opts.deadlines.message.as_millis().max(1) as u64).max(10);
+        if self.opened.session.agent_gone() {
+            let why = self.opened.session.last_words().unwrap_or_else(|| "it closed the control connection".into());
+            return Err(Error::network(format!("{proto} {size} B: the agent stopped mid-run: {why}")));
+        }
+        if in_a_row >= limit {
+            return Err(Error::network(format!(
+                "{proto} {size} B: no reply to {in_a_row} datagrams in a row (timeout {:?} each): the path or the agent is down",
+                self.opts.deadlines.message
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What one exchange came to.
@@ -298,207 +480,4 @@ fn drain(s: &UdpSocket, buf: &mut [u8], busy: bool) -> io::Result<u64> {
         s.set_nonblocking(false)?;
     }
     result
-}
-
-/// Why the agent's side of a step stopped early.
-#[derive(Debug)]
-pub enum StepError {
-    /// The data connection failed or the client vanished.
-    Io(io::Error),
-    /// Nothing arrived for longer than the deadline.
-    Idle(Duration),
-    /// A control message that does not belong in a step.
-    Control(String),
-    /// The agent is shutting down.
-    Stopped,
-}
-
-impl std::fmt::Display for StepError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StepError::Io(e) => write!(f, "data connection: {e}"),
-            StepError::Idle(d) => write!(f, "no data from the client for {:.1} s", d.as_secs_f64()),
-            StepError::Control(m) => write!(f, "{m}"),
-            StepError::Stopped => write!(f, "the agent is shutting down"),
-        }
-    }
-}
-
-/// Test-only faults the agent can be told to inject.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Faults {
-    /// Receive but do not echo every n-th UDP datagram (counted per step).
-    pub drop_udp_every: Option<u64>,
-    /// Echo every n-th UDP datagram only after `delay` (a late reply).
-    pub delay_udp_every: Option<u64>,
-    pub delay: Duration,
-    /// Stream tests: the agent's receiver of stream 0 resets its connection
-    /// after this many bytes (a connection that breaks mid-run).
-    pub break_stream_after: Option<u64>,
-}
-
-/// The agent's side of one step: echo messages of `size` bytes until
-/// `exchanges` are done or the client sends StepEnd.
-pub struct EchoStep<'a> {
-    pub ctl: &'a mut TcpStream,
-    pub size: usize,
-    pub exchanges: Option<u64>,
-    pub busy: bool,
-    /// Give up when a message takes longer than this to arrive in full.
-    pub idle_limit: Duration,
-    /// For reading a control message once it has begun to arrive.
-    pub control_timeout: Duration,
-    /// The agent's stop flag, looked at for every message and every wait.
-    pub stop: &'a AtomicBool,
-    pub faults: Faults,
-    /// When a busy-polling step last looked at the control channel.
-    pub last_look: Instant,
-}
-
-impl EchoStep<'_> {
-    /// Whether a control message is waiting, and if so whether it ends the step.
-    fn control_says_end(&mut self) -> Result<bool, StepError> {
-        let ready = gridperf_sys::poll_readable(&[self.ctl.as_raw_fd()], 0).map_err(StepError::Io)?;
-        if !ready[0] {
-            return Ok(false);
-        }
-        match crate::ctl::read_msg_within::<ClientMsg>(self.ctl, self.control_timeout) {
-            Ok(ClientMsg::StepEnd) => Ok(true),
-            Ok(ClientMsg::Abort { reason }) => Err(StepError::Control(format!("client aborted: {reason}"))),
-            Ok(other) => Err(StepError::Control(format!("unexpected control message during a step: {other:?}"))),
-            Err(e) => Err(StepError::Control(format!("control channel: {e}"))),
-        }
-    }
-
-    /// What to do when no data is waiting: keep waiting (Ok(false)), the
-    /// step ended (Ok(true)), or give up.
-    fn on_wait(&mut self, spins: &mut u32, since: Instant, may_end: bool) -> Result<bool, StepError> {
-        *spins = spins.wrapping_add(1);
-        if self.busy {
-            // spinning: look at the clock every 256 spins and at the control
-            // channel once a millisecond, so that the poll(2) it takes is not
-            // in the way of the next message
-            if *spins % 256 != 0 {
-                return Ok(false);
-            }
-            let now = Instant::now();
-            if now.duration_since(self.last_look) < Duration::from_millis(1) {
-                return Ok(false);
-            }
-            self.last_look = now;
-        }
-        if self.stop.load(Ordering::Relaxed) {
-            return Err(StepError::Stopped);
-        }
-        if may_end && self.control_says_end()? {
-            return Ok(true);
-        }
-        let idle = since.elapsed();
-        if idle > self.idle_limit {
-            return Err(StepError::Idle(idle));
-        }
-        Ok(false)
-    }
-
-    pub fn run(mut self, data: &mut DataSock, buf: &mut [u8]) -> Result<StepFigures, StepError> {
-        let mut fig = StepFigures::default();
-        let (u0, s0) = gridperf_sys::thread_cpu_time_ns();
-        let mut spins: u32 = 0;
-        let size = self.size;
-        loop {
-            if self.exchanges.is_some_and(|n| fig.echoed >= n) {
-                break;
-            }
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(StepError::Stopped);
-            }
-            // receive one message; it must arrive in full within idle_limit
-            let since = Instant::now();
-            let received = match data {
-                DataSock::Tcp(s) | DataSock::Sendfile(s, _) => {
-                    let mut got = 0;
-                    let mut ended = false;
-                    while got < size {
-                        match s.read(&mut buf[got..size]) {
-                            Ok(0) => {
-                                return Err(StepError::Io(io::Error::new(
-                                    io::ErrorKind::UnexpectedEof,
-                                    "the client closed the data connection",
-                                )))
-                            }
-                            Ok(n) => {
-                                got += n;
-                                if got < size && since.elapsed() > self.idle_limit {
-                                    return Err(StepError::Idle(since.elapsed()));
-                                }
-                            }
-                            Err(e) if is_wait(&e) => {
-                                if self.on_wait(&mut spins, since, got == 0)? {
-                                    ended = true;
-                                    break;
-                                }
-                            }
-                            Err(e) => return Err(StepError::Io(e)),
-                        }
-                    }
-                    (!ended).then_some(size)
-                }
-                DataSock::Udp(s) => loop {
-                    match s.recv(buf) {
-                        // the client's hint that the step ended; StepEnd decides
-                        Ok(0) => {
-                            if self.control_says_end()? {
-                                break None;
-                            }
-                        }
-                        Ok(n) => break Some(n),
-                        // ICMP from the client's port (a reply it no longer waits for)
-                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                        Err(e) if is_wait(&e) => {
-                            if self.on_wait(&mut spins, since, true)? {
-                                break None;
-                            }
-                        }
-                        Err(e) => return Err(StepError::Io(e)),
-                    }
-                },
-            };
-            let Some(n) = received else { break };
-            fig.bytes_in += n as u64;
-            // reply: TCP sends back the bytes it received, sendfile sends the
-            // pattern from its file, UDP the datagram (sequence number included)
-            let deadline = Instant::now() + self.idle_limit;
-            match data {
-                DataSock::Tcp(s) => write_full(s, &buf[..n], deadline).map_err(StepError::Io)?,
-                DataSock::Sendfile(s, file) => sendfile_full(s, file, n, deadline).map_err(StepError::Io)?,
-                DataSock::Udp(s) => {
-                    let count = fig.echoed + fig.dropped_on_purpose + fig.send_failed + 1;
-                    if self.faults.drop_udp_every.is_some_and(|k| k > 0 && count % k == 0) {
-                        fig.dropped_on_purpose += 1;
-                        continue;
-                    }
-                    if self.faults.delay_udp_every.is_some_and(|k| k > 0 && count % k == 0) {
-                        std::thread::sleep(self.faults.delay);
-                    }
-                    match s.send(&buf[..n]) {
-                        Ok(_) => {}
-                        // the client went away or its queue is full: its loss to count
-                        Err(e)
-                            if e.kind() == io::ErrorKind::ConnectionRefused
-                                || is_wait(&e)
-                                || e.raw_os_error() == Some(libc::ENOBUFS) =>
-                        {
-                            fig.send_failed += 1;
-                            continue;
-                        }
-                        Err(e) => return Err(StepError::Io(e)),
-                    }
-                }
-            }
-            fig.echoed += 1;
-        }
-        let (u1, s1) = gridperf_sys::thread_cpu_time_ns();
-        fig.cpu_ns = (u1 - u0) + (s1 - s0);
-        Ok(fig)
-    }
 }

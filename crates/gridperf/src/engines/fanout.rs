@@ -13,58 +13,26 @@
 //! every socket (SIOCOUTQ / SIOCINQ), tears the connections down (which
 //! wakes every blocked call) and reports the point as deadlocked.
 //!
-//! Here the consumers are threads of this process on loopback, each with
-//! its own connection.
+//! The consumers are threads of this process (on loopback, or in a lab's
+//! hosts), each with its own connection, or `gridperf serve` agents. The
+//! results' types are in `gridperf_core::model::fanout`.
 
+use crate::datapath::write_hello;
 use crate::error::{Error, Result};
+use crate::runner::{Deadlines, Session};
+use gridperf_core::model::{bandwidth_bps, Blocked, Deadlock, FanoutPoint, Queued, Variant};
 use gridperf_core::stats::Summary;
-use serde::{Deserialize, Serialize};
+use gridperf_core::wire::{DataHello, DataKind, FanoutSpec, Test};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// The document's variants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Variant {
-    /// Blocking sends of all requests, then the receives (the document's Figure 1).
-    Original,
-    /// When a send would block, drain what is readable from every consumer, then retry.
-    Drain,
-    /// `drain` with TCP_NODELAY.
-    Nodelay,
-    /// A second thread drains continuously; the sender waits on a bounded
-    /// queue of outstanding requests that the drainer empties.
-    DrainThread,
-}
-
-impl Variant {
-    pub const ALL: [Variant; 4] = [Variant::Original, Variant::Drain, Variant::Nodelay, Variant::DrainThread];
-    pub const VALID: &'static str = "original, drain, nodelay, drain-thread, all";
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Original => "original",
-            Variant::Drain => "drain",
-            Variant::Nodelay => "nodelay",
-            Variant::DrainThread => "drain-thread",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Vec<Variant>> {
-        match s {
-            "all" => Some(Variant::ALL.to_vec()),
-            _ => Variant::ALL.iter().find(|v| v.name() == s).map(|v| vec![*v]),
-        }
-    }
-}
-
-/// Limits a sweep is held to.
-pub const MAX_MESSAGES: u64 = 1 << 20;
-pub const MAX_SIZE: u64 = 16 << 20;
-pub const MAX_NODES: u32 = 64;
+/// Limits a sweep is held to (the agent holds its consumers to the same).
+pub use gridperf_core::wire::{
+    FANOUT_MAX_MESSAGES as MAX_MESSAGES, FANOUT_MAX_NODES as MAX_NODES, FANOUT_MAX_SIZE as MAX_SIZE,
+};
 /// Outstanding requests per consumer the drain-thread variant allows.
 pub const DRAIN_THREAD_QUEUE: u64 = 64;
 
@@ -86,7 +54,7 @@ pub struct FanoutOptions {
     /// Consumers on gridperf agents (`gridperf serve`), in turn; empty:
     /// consumer threads of this process.
     pub agents: Vec<std::net::SocketAddr>,
-    pub deadlines: Option<crate::runner::Deadlines>,
+    pub deadlines: Option<Deadlines>,
 }
 
 /// Where the ends are in a lab: network namespaces by name.
@@ -95,62 +63,6 @@ pub struct Place {
     pub server_netns: String,
     pub server_addr: std::net::Ipv4Addr,
     pub consumer_netns: Vec<String>,
-}
-
-/// What one side was doing when the watchdog fired.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Blocked {
-    /// "server" or "node 3".
-    pub who: String,
-    /// The call it was in: "send to node 1", "recv from node 0", "poll", "done".
-    pub call: String,
-}
-
-/// The bytes queued in one socket when the watchdog fired.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Queued {
-    /// "server->node 1" (the server's socket to node 1) or "node 1->server".
-    pub socket: String,
-    /// Not yet acknowledged by the peer (SIOCOUTQ) and not yet read (SIOCINQ).
-    pub outq: u64,
-    pub inq: u64,
-}
-
-/// The evidence of a deadlock.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Deadlock {
-    /// When in the repetition progress stopped, and the repetition.
-    pub after_ns: u64,
-    pub repetition: u32,
-    /// Requests sent and acknowledgments received by the server, per node.
-    pub sent: Vec<u64>,
-    pub acked: Vec<u64>,
-    pub blocked: Vec<Blocked>,
-    pub queues: Vec<Queued>,
-}
-
-/// One point of the sweep.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FanoutPoint {
-    pub variant: Variant,
-    pub nodes: u32,
-    pub messages: u64,
-    pub size: u64,
-    /// Repetitions completed, and the time of each.
-    pub repetitions: u32,
-    pub times_ns: Vec<u64>,
-    pub time: Option<Summary>,
-    /// 2 x MAX x messages x nodes x size x 8 / total time, bits per second
-    /// (None when a repetition did not complete).
-    pub bandwidth_bps: Option<f64>,
-    pub deadlock: Option<Deadlock>,
-    /// An error other than a deadlock (a connection that broke).
-    pub error: Option<String>,
-}
-
-/// The document's formula: bits per second moved both ways.
-pub fn bandwidth_bps(max: u32, messages: u64, nodes: u32, size: u64, total: Duration) -> f64 {
-    2.0 * f64::from(max) * messages as f64 * f64::from(nodes) * size as f64 * 8.0 / total.as_secs_f64()
 }
 
 // what a side is doing, for the watchdog's evidence (0: not started)
@@ -529,10 +441,7 @@ fn connect_remote(
             s.connect_timeout(&addr.into(), Duration::from_secs(5))?;
             let mut c: TcpStream = s.into();
             c.set_nodelay(nodelay)?;
-            let mut hello = token.to_be_bytes().to_vec();
-            hello.push(4);
-            hello.extend_from_slice(&(k as u32).to_be_bytes());
-            c.write_all(&hello)?;
+            write_hello(&mut c, &DataHello::new(token, DataKind::Fanout, k as u32))?;
             Ok(c)
         })
         .collect()
@@ -669,13 +578,8 @@ fn repetition(
 type Consumer = (std::net::SocketAddr, u64);
 
 /// Opens a fanout test on each agent: their consumers' ports and tokens.
-fn open_agents(
-    o: &FanoutOptions,
-    messages: u64,
-    size: u64,
-    nodelay: bool,
-) -> Result<(Vec<crate::runner::Session>, Vec<Consumer>)> {
-    let deadlines = o.deadlines.unwrap_or(crate::runner::Deadlines {
+fn open_agents(o: &FanoutOptions, messages: u64, size: u64, nodelay: bool) -> Result<(Vec<Session>, Vec<Consumer>)> {
+    let deadlines = o.deadlines.unwrap_or(Deadlines {
         connect: Duration::from_secs(5),
         control: Duration::from_secs(10),
         message: Duration::from_secs(1),
@@ -684,31 +588,16 @@ fn open_agents(
     let mut sessions = Vec::new();
     let mut targets = Vec::new();
     for &a in &o.agents {
-        let mut s = crate::runner::Session::connect(a, deadlines)?;
-        let req = gridperf_core::wire::TestRequest {
-            kind: "fanout".into(),
-            protos: vec!["tcp".into()],
-            max_size: size,
+        let mut s = Session::connect(a, deadlines)?;
+        let ready = s.request(Test::Fanout(FanoutSpec {
+            size,
+            messages,
+            buffer: o.buffer,
             nodelay,
-            busy_poll: false,
-            cpu: None,
-            sndbuf: o.buffer,
-            rcvbuf: o.buffer,
-            udp_port: None,
-            timeout_ms: 1000,
-            queue_ms: 0,
-            stream: None,
-            fanout: Some(gridperf_core::wire::FanoutSpec {
-                size,
-                messages,
-                buffer: o.buffer,
-                nodelay,
-                idle_ms: (o.watchdog * 2 + Duration::from_secs(5)).as_millis() as u64,
-            }),
-        };
-        let (port, _, token, _) = s.request_stream(req)?;
-        let port = port.ok_or_else(|| Error::network(format!("the agent at {a} opened no data port")))?;
-        targets.push((std::net::SocketAddr::new(a.ip(), port), token));
+            idle_ms: (o.watchdog * 2 + Duration::from_secs(5)).as_millis() as u64,
+        }))?;
+        let port = ready.tcp_port.ok_or_else(|| Error::network(format!("the agent at {a} opened no data port")))?;
+        targets.push((std::net::SocketAddr::new(a.ip(), port), ready.token));
         sessions.push(s);
     }
     Ok((sessions, targets))
@@ -817,25 +706,4 @@ pub fn run(o: &FanoutOptions, progress: &mut dyn FnMut(usize, usize, &FanoutPoin
         }
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_documents_formula() {
-        // 2 x MAX 5 x 100 messages x 4 nodes x 1000 B x 8 / 2 s = 16 Mbit/s
-        let b = bandwidth_bps(5, 100, 4, 1000, Duration::from_secs(2));
-        assert!((b - 16_000_000.0).abs() < 1e-6, "{b}");
-    }
-
-    #[test]
-    fn variant_names_round_trip() {
-        for v in Variant::ALL {
-            assert_eq!(Variant::parse(v.name()), Some(vec![v]));
-        }
-        assert_eq!(Variant::parse("all").map(|v| v.len()), Some(4));
-        assert_eq!(Variant::parse("fast"), None);
-    }
 }

@@ -2,9 +2,9 @@
 //! exchange timed with the monotonic clock; per protocol and size the full
 //! distribution of round-trip times (never half).
 
-use super::{start, EchoOptions, Progress, Target};
-use crate::engines::echo::Outcome;
+use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
+use crate::runner::Target;
 use gridperf_core::model::{RttPoint, RttReport, Settings, RTT_SCHEMA};
 use gridperf_core::plan::interleave;
 use gridperf_core::stats::{self, Summary, Warning};
@@ -50,7 +50,7 @@ pub fn run_with(
     skip: &dyn Fn(gridperf_core::plan::Proto, u64) -> bool,
     on_point: &mut dyn FnMut(&RttPoint) -> Result<()>,
 ) -> Result<RttReport> {
-    let mut r = start("rtt", target, &opts.echo)?;
+    let mut r = start(gridperf_core::model::Measure::Rtt, target, &opts.echo)?;
     let points: Vec<_> =
         interleave(&opts.echo.protos, &opts.echo.sizes).into_iter().filter(|p| !skip(p.proto, p.size)).collect();
     let mut out = Vec::with_capacity(points.len());
@@ -67,12 +67,12 @@ pub fn run_with(
         if !out.iter().any(|p: &RttPoint| p.proto == pt.proto) {
             warmed += r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
-        r.session.step(pt.proto, pt.size, by_agent.then_some(opts.warmup.saturating_add(opts.iterations)))?;
+        r.opened.session.step(pt.proto, pt.size, by_agent.then_some(opts.warmup.saturating_add(opts.iterations)))?;
         for _ in 0..opts.warmup {
             r.warm_exchange(idx, pt.proto, pt.size, warmed)?;
             warmed += 1;
         }
-        let late_before = r.test.pingers[idx].late;
+        let late_before = r.pingers[idx].late;
         let cap = if opts.duration.is_some() { MAX_SAMPLES } else { (opts.iterations as usize).min(MAX_SAMPLES) };
         let mut samples: Vec<u64> = Vec::with_capacity(cap.min(1 << 20));
         let (mut sent, mut lost, mut in_a_row) = (0u64, 0u64, 0u64);
@@ -86,7 +86,7 @@ pub fn run_with(
                 break;
             }
             sent += 1;
-            match r.test.pingers[idx].exchange(size) {
+            match r.pingers[idx].exchange(size) {
                 Ok(Outcome::Rtt(ns)) => {
                     samples.push(ns);
                     in_a_row = 0;
@@ -99,7 +99,7 @@ pub fn run_with(
                 Err(e) => return Err(r.fail(pt.proto, pt.size, warmed + sent, e)),
             }
         }
-        let figures = r.session.end_step(&r.test.pingers[idx], by_agent)?;
+        let figures = r.end_step(idx, by_agent)?;
         let summary = Summary::from_samples(&samples);
         let label = format!("{} {} B", pt.proto, pt.size);
         if let Some(s) = &summary {
@@ -115,7 +115,7 @@ pub fn run_with(
             warmup: warmed,
             sent,
             lost,
-            late: r.test.pingers[idx].late - late_before,
+            late: r.pingers[idx].late - late_before,
             samples_ns: opts.keep_samples.then_some(samples),
             server: Some(figures),
         });
@@ -123,7 +123,7 @@ pub fn run_with(
             on_point(p)?;
         }
     }
-    let env = r.close(&opts.echo, points.len(), progress, &mut warnings)?;
+    let env = r.close(points.len(), progress, &mut warnings)?;
     Ok(RttReport {
         schema: RTT_SCHEMA.into(),
         measure: "rtt".into(),

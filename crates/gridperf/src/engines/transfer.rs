@@ -3,9 +3,9 @@
 //! received back; the whole loop is timed, per size and protocol, over
 //! several runs.
 
-use super::{start, EchoOptions, Progress, Target};
-use crate::engines::echo::Outcome;
+use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
+use crate::runner::Target;
 use gridperf_core::model::{Settings, TransferPoint, TransferReport, TRANSFER_SCHEMA};
 use gridperf_core::plan::interleave;
 use gridperf_core::stats::{self, Summary, Warning};
@@ -48,7 +48,7 @@ pub fn run_with(
     skip: &dyn Fn(gridperf_core::plan::Proto, u64) -> bool,
     on_point: &mut dyn FnMut(&TransferPoint) -> Result<()>,
 ) -> Result<TransferReport> {
-    let mut r = start("transfer", target, &opts.echo)?;
+    let mut r = start(gridperf_core::model::Measure::Transfer, target, &opts.echo)?;
     let points: Vec<_> =
         interleave(&opts.echo.protos, &opts.echo.sizes).into_iter().filter(|p| !skip(p.proto, p.size)).collect();
     let mut out = Vec::with_capacity(points.len());
@@ -63,14 +63,14 @@ pub fn run_with(
             r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
         let by_agent = pt.proto.is_stream();
-        r.session.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
+        r.opened.session.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
         let mut times = Vec::with_capacity(opts.repeat as usize);
         let (mut lost, mut in_a_row) = (0u64, 0u64);
         for run in 0..runs {
             let t0 = Instant::now();
             let mut run_lost = 0;
             for m in 0..messages {
-                match r.test.pingers[idx].exchange(size) {
+                match r.pingers[idx].exchange(size) {
                     Ok(Outcome::Rtt(_)) => in_a_row = 0,
                     Ok(Outcome::Lost) => {
                         run_lost += 1;
@@ -86,7 +86,7 @@ pub fn run_with(
                 lost += run_lost;
             }
         }
-        let figures = r.session.end_step(&r.test.pingers[idx], by_agent)?;
+        let figures = r.end_step(idx, by_agent)?;
         let time = Summary::from_samples(&times);
         let bytes_per_run = messages * pt.size;
         let rate_bps = time.as_ref().map(|t| bytes_per_run as f64 * 8.0 / (t.median_ns / 1e9));
@@ -113,7 +113,7 @@ pub fn run_with(
             on_point(p)?;
         }
     }
-    let env = r.close(&opts.echo, points.len(), progress, &mut warnings)?;
+    let env = r.close(points.len(), progress, &mut warnings)?;
     Ok(TransferReport { schema: TRANSFER_SCHEMA.into(), settings: settings(opts), env, points: out, warnings })
 }
 

@@ -26,6 +26,11 @@ use std::time::{Duration, Instant};
 /// Where labs keep their state.
 pub const RUN_DIR: &str = "/run/gridperf";
 
+/// The environment variable `gridperf lab exec` sets for the command it
+/// runs: the lab that command's measurements cross. The command line reads
+/// it once and passes the lab along explicitly.
+pub const LAB_ENV: &str = "GRIDPERF_LAB";
+
 /// What a lab is made of, as `lab up` resolved it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabSpec {
@@ -128,7 +133,7 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 fn need_root(what: &str) -> Result<()> {
-    if !crate::env::is_root() {
+    if !crate::host::is_root() {
         return Err(Error::usage(format!(
             "{what} needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN, for network namespaces and TUN devices): run it with sudo"
         )));
@@ -198,6 +203,42 @@ fn clean(name: &str, hosts_guess: &[Host]) {
     let _ = std::fs::remove_dir_all(dir(name));
 }
 
+/// Watches a lab's emulator over a run: its health before, and on
+/// [`LabWatch::record`] what it says of itself over the run.
+pub struct LabWatch {
+    name: String,
+    before: Option<Health>,
+}
+
+impl LabWatch {
+    pub fn start(name: &str) -> LabWatch {
+        LabWatch { name: name.to_string(), before: health(name) }
+    }
+
+    /// The lab the run crossed and the emulator's verdict over it. The
+    /// emulator writes its health every 250 ms: this waits for one more
+    /// write before reading it again.
+    pub fn record(self) -> gridperf_core::model::LabRecord {
+        std::thread::sleep(Duration::from_millis(300));
+        let after = health(&self.name);
+        let state = state(&self.name);
+        let (emulator, invalid) = match (&self.before, &after) {
+            (Some(b), Some(a)) => {
+                let d = a.since(b);
+                (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because())
+            }
+            _ => (serde_json::Value::Null, Some(format!("the emulator of lab {:?} could not be read", self.name))),
+        };
+        gridperf_core::model::LabRecord {
+            name: self.name,
+            profile: state.as_ref().and_then(|s| s.spec.profile.clone()),
+            description: state.map(|s| s.spec.description).unwrap_or_default(),
+            emulator,
+            invalid,
+        }
+    }
+}
+
 /// Ends a process gridperf started: SIGTERM, up to `grace` to exit, then
 /// SIGKILL; reaped either way.
 pub fn stop_child(child: &mut std::process::Child, grace: Duration) {
@@ -258,7 +299,7 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
         if let Some(s) = state(&spec.name) {
             for (k, v) in &spec.sysctls {
                 for h in &s.hosts {
-                    if let Err(e) = crate::tune::set_in(&h.netns, k, v) {
+                    if let Err(e) = crate::host::set_in(&h.netns, k, v) {
                         let _ = down(&spec.name);
                         return Err(Error::usage(format!("lab up --sysctl: {e}; the lab was taken down again")));
                     }
@@ -323,7 +364,7 @@ pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::Exit
     let (prog, args) = (prog.clone(), args.to_vec());
     let lab = name.to_string();
     // a child forked by a thread inside the namespace lives in that namespace
-    gridperf_sys::in_netns(&h.netns, move || Command::new(&prog).args(&args).env("GRIDPERF_LAB", lab).status())
+    gridperf_sys::in_netns(&h.netns, move || Command::new(&prog).args(&args).env(LAB_ENV, lab).status())
         .map_err(|e| Error::internal(format!("running {:?} on {host}: {e}", cmd[0])))
 }
 

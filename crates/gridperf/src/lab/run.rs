@@ -95,15 +95,13 @@ impl LabRun {
             return Err(Error::internal("the lab has no hosts a and b"));
         };
         run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
-        run.child = Some(start_agent(&name, &b, gridperf_core::wire::DEFAULT_PORT)?);
+        run.child = Some(start_agent(&b, gridperf_core::wire::DEFAULT_PORT)?);
         run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
                 .map_err(|e| Error::internal(format!("remembering this thread's namespace: {e}")))?,
         );
         gridperf_sys::netns_enter(&a.netns).map_err(|e| Error::internal(format!("entering {}: {e}", a.netns)))?;
-        // engines::start reads the lab's health before and after the run
-        std::env::set_var("GRIDPERF_LAB", &name);
         Ok(run)
     }
 }
@@ -111,13 +109,11 @@ impl LabRun {
 /// Starts `gridperf serve` on a lab host, on `port`, and waits until it
 /// listens (asked on the host's own loopback: across the lab a connection
 /// takes a round trip, 270 ms on some profiles). The caller ends it.
-pub fn start_agent(lab: &str, host: &super::Host, port: u16) -> Result<std::process::Child> {
+pub fn start_agent(host: &super::Host, port: u16) -> Result<std::process::Child> {
     let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
-    let lab = lab.to_string();
     let mut child = gridperf_sys::in_netns(&host.netns, move || {
         Command::new(exe)
             .args(["serve", "--max-tests", "1", "--port", &port.to_string()])
-            .env("GRIDPERF_LAB", lab)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -202,7 +198,6 @@ impl Drop for LabRun {
         if let Some(home) = self.home.take() {
             let _ = gridperf_sys::setns_net(&home);
         }
-        std::env::remove_var("GRIDPERF_LAB");
         if let Some(mut c) = self.child.take() {
             super::stop_child(&mut c, Duration::from_secs(2));
         }

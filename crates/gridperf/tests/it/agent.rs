@@ -2,12 +2,16 @@
 //! clear answer within a deadline, and the agent goes on serving.
 
 use crate::{opts, TestAgent};
+use gridperf::engines::echo::{self, EchoTest};
 use gridperf::engines::rtt::{self, RttOptions};
-use gridperf::engines::Target;
 use gridperf::error::Kind;
-use gridperf::runner::{Deadlines, Session};
+use gridperf::runner::Session;
+use gridperf::runner::Target;
+use gridperf_core::model::Measure;
 use gridperf_core::plan::Proto;
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, TestRequest, PROTOCOL_VERSION};
+use gridperf_core::wire::{
+    self, AgentMsg, ClientMsg, DataHello, DataKind, EchoSpec, ErrorCode, Test, TestRequest, PROTOCOL_VERSION,
+};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -24,22 +28,37 @@ fn hello(s: &mut TcpStream, version: u32) -> AgentMsg {
     wire::read_msg(s).expect("answer")
 }
 
-pub fn request(protos: &[&str], max_size: u64) -> TestRequest {
+/// An rtt request for these protocols (a UDP port given when UDP is among them).
+pub fn request(protos: &[Proto], max_size: u64) -> TestRequest {
     TestRequest {
-        kind: "rtt".into(),
-        protos: protos.iter().map(|p| p.to_string()).collect(),
-        max_size,
-        nodelay: true,
-        busy_poll: false,
-        cpu: None,
-        sndbuf: None,
-        rcvbuf: None,
-        udp_port: None,
-        timeout_ms: 1000,
         queue_ms: 0,
-        stream: None,
-        fanout: None,
+        test: Test::Rtt(EchoSpec {
+            protos: protos.to_vec(),
+            max_size,
+            nodelay: true,
+            busy_poll: false,
+            cpu: None,
+            sndbuf: None,
+            rcvbuf: None,
+            udp_port: protos.contains(&Proto::Udp).then_some(9),
+            timeout_ms: 1000,
+        }),
     }
+}
+
+/// Sends a frame of raw JSON (what a client of another version might send).
+fn send_raw(s: &mut TcpStream, body: &serde_json::Value) {
+    let body = body.to_string();
+    s.write_all(&(body.len() as u32).to_be_bytes()).expect("write");
+    s.write_all(body.as_bytes()).expect("write");
+}
+
+/// A test that holds one of the agent's slots (its data connections open)
+/// until it is finished.
+fn hold(agent: &TestAgent, queue: Duration) -> gridperf::error::Result<EchoTest> {
+    let mut o = opts(&[Proto::Tcp], &[64]);
+    o.deadlines.queue = queue;
+    echo::start(Measure::Rtt, &Target::remote(agent.addr), &o)
 }
 
 /// A short rtt run: proves the agent still serves.
@@ -51,7 +70,7 @@ fn still_serves(agent: &TestAgent) {
         warmup: 1,
         keep_samples: false,
     };
-    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("the agent still serves");
+    let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("the agent still serves");
     assert!(r.points.iter().all(|p| p.summary.as_ref().is_some_and(|s| s.count == 10)));
 }
 
@@ -115,16 +134,19 @@ fn unknown_protocol_test_kind_and_message_type() {
     let agent = TestAgent::loopback();
     let mut s = raw(&agent);
     assert!(matches!(hello(&mut s, PROTOCOL_VERSION), AgentMsg::Welcome { .. }));
-    wire::write_msg(&mut s, &ClientMsg::Request(request(&["quic"], 64))).expect("send");
+    let mut r = serde_json::to_value(ClientMsg::Request(request(&[Proto::Tcp], 64))).expect("json");
+    r["test"]["protos"] = serde_json::json!(["quic"]);
+    send_raw(&mut s, &r);
     let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
-    assert!(m.contains("quic") && m.contains("tcp, udp, sendfile"), "{m}");
+    assert!(m.contains("quic") && m.contains("`tcp`, `udp`, `sendfile`"), "{m}");
 
     let mut s = raw(&agent);
     hello(&mut s, PROTOCOL_VERSION);
-    let mut r = request(&["tcp"], 64);
-    r.kind = "teleport".into();
-    wire::write_msg(&mut s, &ClientMsg::Request(r)).expect("send");
-    expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
+    let mut r = serde_json::to_value(ClientMsg::Request(request(&[Proto::Tcp], 64))).expect("json");
+    r["test"]["kind"] = serde_json::json!("teleport");
+    send_raw(&mut s, &r);
+    let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
+    assert!(m.contains("teleport") && m.contains("`stream`"), "{m}");
 
     // a message type from a newer client
     let mut s = raw(&agent);
@@ -142,12 +164,12 @@ fn a_10gb_message_is_refused() {
     let agent = TestAgent::loopback();
     let mut s = raw(&agent);
     hello(&mut s, PROTOCOL_VERSION);
-    wire::write_msg(&mut s, &ClientMsg::Request(request(&["tcp"], 10 << 30))).expect("send");
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&[Proto::Tcp], 10 << 30))).expect("send");
     let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::TooLarge);
     assert!(m.contains("10737418240") && m.contains("67108864"), "{m}");
     let mut s = raw(&agent);
     hello(&mut s, PROTOCOL_VERSION);
-    wire::write_msg(&mut s, &ClientMsg::Request(request(&["udp"], 65_508))).expect("send");
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&[Proto::Udp], 65_508))).expect("send");
     expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::TooLarge);
     still_serves(&agent);
 }
@@ -168,7 +190,7 @@ fn a_silent_client_is_dropped_and_a_vanishing_one_forgotten() {
     // takes a slot and vanishes after Ready
     let mut s = raw(&agent);
     hello(&mut s, PROTOCOL_VERSION);
-    wire::write_msg(&mut s, &ClientMsg::Request(request(&["tcp"], 64))).expect("send");
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&[Proto::Tcp], 64))).expect("send");
     assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("ready"), AgentMsg::Ready { .. }));
     drop(s);
     // the slot comes back once the agent notices (within its control timeout)
@@ -179,44 +201,37 @@ fn a_silent_client_is_dropped_and_a_vanishing_one_forgotten() {
 #[test]
 fn a_second_client_is_told_busy_at_once_or_waits_in_the_queue() {
     let agent = TestAgent::loopback();
-    let d = opts(&[Proto::Tcp], &[64]).deadlines;
     // the first client holds the only slot
-    let mut first = Session::connect(agent.addr, d).expect("first");
-    let test = first.start(request(&["tcp"], 64), 1).expect("first test");
+    let first = hold(&agent, Duration::ZERO).expect("first test");
     // the second gets "busy" at once
     let t0 = Instant::now();
-    let mut second = Session::connect(agent.addr, d).expect("second connects");
-    let e = second.start(request(&["tcp"], 64), 1).err().expect("busy");
+    let e = hold(&agent, Duration::ZERO).err().expect("busy");
     assert_eq!(e.kind, Kind::Refused);
     assert!(e.message.contains("busy") && e.message.contains("--max-tests"), "{}", e.message);
     assert!(t0.elapsed() < Duration::from_secs(1));
     // a third asks to wait 5 s; the first finishes after 300 ms
-    let addr = agent.addr;
-    let waiter = std::thread::spawn(move || {
-        let d = Deadlines { queue: Duration::from_secs(5), ..d };
-        let mut third = Session::connect(addr, d).expect("third");
-        let t = third.start(request(&["tcp"], 64), 1).map(|_| ());
-        (t, Instant::now())
+    let waiter = std::thread::scope(|scope| {
+        let w = scope.spawn(|| {
+            let t = hold(&agent, Duration::from_secs(5)).map(|t| t.finish().map(|_| ()));
+            (t, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let released = Instant::now();
+        first.finish().expect("finish");
+        let (result, started) = w.join().expect("waiter");
+        (result, started, released)
     });
-    std::thread::sleep(Duration::from_millis(300));
-    let released = Instant::now();
-    first.finish().expect("finish");
-    drop(test);
-    let (result, started) = waiter.join().expect("waiter");
-    result.expect("the queued client got its slot");
+    let (result, started, released) = waiter;
+    result.expect("the queued client got its slot").expect("and finished");
     assert!(started >= released);
 }
 
 #[test]
 fn max_tests_lets_tests_run_side_by_side() {
     let agent = TestAgent::with(|c| c.max_tests = 2);
-    let d = opts(&[Proto::Tcp], &[64]).deadlines;
-    let mut a = Session::connect(agent.addr, d).expect("a");
-    let _ta = a.start(request(&["tcp"], 64), 1).expect("a runs");
-    let mut b = Session::connect(agent.addr, d).expect("b");
-    let _tb = b.start(request(&["tcp"], 64), 1).expect("b runs beside a");
-    let mut c = Session::connect(agent.addr, d).expect("c");
-    assert_eq!(c.start(request(&["tcp"], 64), 1).err().expect("c is refused").kind, Kind::Refused);
+    let _a = hold(&agent, Duration::ZERO).expect("a runs");
+    let _b = hold(&agent, Duration::ZERO).expect("b runs beside a");
+    assert_eq!(hold(&agent, Duration::ZERO).err().expect("c is refused").kind, Kind::Refused);
 }
 
 #[test]
@@ -243,22 +258,20 @@ fn a_stranger_on_the_data_port_is_ignored() {
     let agent = TestAgent::loopback();
     let mut s = raw(&agent);
     hello(&mut s, PROTOCOL_VERSION);
-    wire::write_msg(&mut s, &ClientMsg::Request(request(&["tcp"], 64))).expect("send");
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&[Proto::Tcp], 64))).expect("send");
     let (port, token) = match wire::read_msg::<_, AgentMsg>(&mut s).expect("ready") {
         AgentMsg::Ready { tcp_port, token, .. } => (tcp_port.expect("port"), token),
         other => panic!("{other:?}"),
     };
     // a connection with the wrong token is dropped
     let mut stranger = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stranger.write_all(&[0u8; 9]).expect("write");
+    stranger.write_all(&DataHello::new(token ^ 2, DataKind::Tcp, 0).encode()).expect("write");
     stranger.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
     let mut b = [0u8; 1];
     assert!(matches!(stranger.read(&mut b), Ok(0) | Err(_)));
     // the real one is taken
     let mut data = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let mut hello = token.to_be_bytes().to_vec();
-    hello.push(1);
-    data.write_all(&hello).expect("write");
+    data.write_all(&DataHello::new(token, DataKind::Tcp, 0).encode()).expect("write");
     wire::write_msg(&mut s, &ClientMsg::Step(wire::StepRequest { proto: "tcp".into(), size: 4, exchanges: Some(1) }))
         .expect("step");
     assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("ready"), AgentMsg::StepReady));

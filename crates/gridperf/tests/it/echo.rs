@@ -3,7 +3,7 @@
 use crate::{faults, opts, TestAgent};
 use gridperf::engines::rtt::{self, RttOptions};
 use gridperf::engines::transfer::{self, TransferOptions};
-use gridperf::engines::Target;
+use gridperf::runner::Target;
 use gridperf_core::plan::Proto;
 use gridperf_core::stats::Summary;
 use std::time::Duration;
@@ -17,7 +17,7 @@ fn rtt_each_protocol_statistics_match_samples() {
     let agent = TestAgent::loopback();
     let o = rtt_opts(&Proto::ALL, &[1, 1460, 65_000], 200);
     let mut ticks = 0;
-    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| ticks += 1).expect("rtt run");
+    let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| ticks += 1).expect("rtt run");
     assert_eq!(r.schema, "gridperf.rtt/1");
     assert_eq!(r.measure, "rtt");
     assert_eq!(r.points.len(), 9);
@@ -65,7 +65,7 @@ fn rtt_time_budget_per_point() {
     let agent = TestAgent::loopback();
     let o = RttOptions { duration: Some(Duration::from_millis(100)), ..rtt_opts(&[Proto::Tcp, Proto::Udp], &[64], 1) };
     let t0 = std::time::Instant::now();
-    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("rtt run");
+    let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("rtt run");
     assert!(t0.elapsed() < Duration::from_secs(5));
     for p in &r.points {
         let n = p.summary.as_ref().expect("summary").count;
@@ -83,7 +83,7 @@ fn udp_losses_are_counted_and_the_run_goes_on() {
     let agent = TestAgent::with(|c| c.faults = faults(Some(10), None, Duration::ZERO));
     let mut o = rtt_opts(&[Proto::Udp], &[1, 100], 200);
     o.echo.deadlines.message = Duration::from_millis(30);
-    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("rtt run");
+    let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("rtt run");
     for p in &r.points {
         assert_eq!(p.sent, 200);
         assert_eq!(p.lost, 20, "size {}", p.size_bytes);
@@ -101,7 +101,7 @@ fn a_late_udp_reply_is_not_taken_for_the_current_one() {
     let agent = TestAgent::with(|c| c.faults = faults(None, Some(10), Duration::from_millis(60)));
     let mut o = rtt_opts(&[Proto::Udp], &[1, 64], 100);
     o.echo.deadlines.message = Duration::from_millis(25);
-    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("rtt run");
+    let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("rtt run");
     let (mut lost, mut late) = (0, 0);
     for p in &r.points {
         // a delayed echo also holds up the messages queued behind it, so a
@@ -123,7 +123,7 @@ fn a_late_udp_reply_is_not_taken_for_the_current_one() {
 fn transfer_moves_the_table1_counts() {
     let agent = TestAgent::loopback();
     let o = TransferOptions { echo: opts(&Proto::ALL, &[1000, 3000]), total: 10_000, repeat: 3, warmup_runs: 1 };
-    let r = transfer::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("transfer");
+    let r = transfer::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("transfer");
     assert_eq!(r.schema, "gridperf.transfer/1");
     for p in &r.points {
         let expect_msgs = if p.size_bytes == 1000 { 10 } else { 4 };
@@ -149,7 +149,7 @@ fn ipv6_loopback() {
         ..Default::default()
     });
     let o = rtt_opts(&Proto::ALL, &[64], 20);
-    let r = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect("rtt over IPv6");
+    let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("rtt over IPv6");
     assert!(r.points.iter().all(|p| p.summary.is_some()));
     assert!(r.env.target.starts_with("[::1]"));
 }
@@ -160,7 +160,7 @@ fn pinned_ends_are_recorded() {
     let mut o = rtt_opts(&[Proto::Tcp], &[64], 20);
     o.echo.client_cpu = Some(0);
     o.echo.server_cpu = Some(0);
-    let r = std::thread::spawn(move || rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}))
+    let r = std::thread::spawn(move || rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}))
         .join()
         .expect("thread")
         .expect("rtt");
@@ -177,7 +177,7 @@ fn udp_into_the_void_ends_with_a_network_error_not_a_long_wait() {
     o.warmup = 0;
     o.echo.deadlines.message = Duration::from_millis(20);
     let t0 = std::time::Instant::now();
-    let e = rtt::run(&Target::Remote(agent.addr), &o, &mut |_| {}).expect_err("fails");
+    let e = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect_err("fails");
     assert_eq!(e.kind, gridperf::error::Kind::Network);
     assert!(e.message.contains("150 datagrams in a row"), "{}", e.message);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());

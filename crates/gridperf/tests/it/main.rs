@@ -22,8 +22,7 @@ mod render;
 mod store;
 mod stream;
 
-use gridperf::agent::{Agent, AgentConfig, StopHandle};
-use gridperf::engines::echo::Faults;
+use gridperf::agent::{Agent, AgentConfig, Faults, StopHandle};
 use gridperf::engines::EchoOptions;
 use gridperf::runner::Deadlines;
 use gridperf_core::plan::Proto;

@@ -192,6 +192,7 @@ fn stream_end(index: u32, sending: bool, bytes: u64, proto: Proto) -> StreamEnd 
         bytes,
         omitted_bytes: 0,
         intervals: vec![bytes / 2, bytes / 2],
+        last_interval_ns: None,
         first_ns: Some(1_000_000),
         last_ns: Some(2_001_000_000),
         cpu_ns: 700_000_000,
@@ -316,45 +317,44 @@ fn udp_report() -> StreamReport {
     StreamReport { spec: stream_spec("udp", 1), ..stream_report(vec![stream_run(vec![st])]) }
 }
 
-mod report_fns {
-    pub use gridperf::report::*;
-}
+use gridperf::render;
 
 #[test]
 fn rtt_table_csv_json() {
     let r = rtt_report();
-    insta::assert_snapshot!("rtt_table", report_fns::rtt_table(&r));
-    insta::assert_snapshot!("rtt_csv", report_fns::rtt_csv(&r, false));
+    insta::assert_snapshot!("rtt_table", render::rtt::table(&r));
+    insta::assert_snapshot!("rtt_csv", render::rtt::csv(&r, false));
     let mut with = r.clone();
     with.points[0].samples_ns = Some(vec![15_800, 15_900, 16_000]);
     with.points.truncate(1);
-    insta::assert_snapshot!("rtt_csv_samples", report_fns::rtt_csv(&with, true));
+    insta::assert_snapshot!("rtt_csv_samples", render::rtt::csv(&with, true));
     insta::assert_snapshot!("rtt_json", serde_json::to_string_pretty(&r).expect("json"));
 }
 
 #[test]
 fn transfer_table_csv() {
     let r = transfer_report();
-    insta::assert_snapshot!("transfer_table", report_fns::transfer_table(&r));
-    insta::assert_snapshot!("transfer_csv", report_fns::transfer_csv(&r));
+    insta::assert_snapshot!("transfer_table", render::transfer::table(&r));
+    insta::assert_snapshot!("transfer_csv", render::transfer::csv(&r));
 }
 
 #[test]
 fn stream_tables() {
     let tcp = stream_report(vec![stream_run(vec![tcp_stream(0, 4_000_000_000, 20), tcp_stream(1, 1_000_000, 10)])]);
-    insta::assert_snapshot!("stream_table_tcp", report_fns::stream_table(&tcp, false));
-    insta::assert_snapshot!("stream_timeline_csv", report_fns::stream_timeline(&tcp, true));
+    insta::assert_snapshot!("stream_table_tcp", render::stream::table(&tcp, false));
+    insta::assert_snapshot!("stream_timeline_csv", render::stream::timeline(&tcp, true));
     let repeated = stream_report(vec![
         stream_run(vec![tcp_stream(0, 4_000_000_000, 20)]),
         stream_run(vec![tcp_stream(0, 3_500_000_000, 20)]),
     ]);
-    insta::assert_snapshot!("stream_table_repeat_median", report_fns::stream_table(&repeated, false));
-    insta::assert_snapshot!("stream_table_repeat_best", report_fns::stream_table(&repeated, true));
-    insta::assert_snapshot!("stream_table_udp", report_fns::stream_table(&udp_report(), false));
+    insta::assert_snapshot!("stream_table_repeat_median", render::stream::table(&repeated, false));
+    insta::assert_snapshot!("stream_table_repeat_best", render::stream::table(&repeated, true));
+    insta::assert_snapshot!("stream_table_udp", render::stream::table(&udp_report(), false));
 }
 
 mod fanout_fixture {
-    pub use gridperf::engines::fanout::{Blocked, Deadlock, FanoutOptions, FanoutPoint, Queued, Variant};
+    pub use gridperf::engines::fanout::FanoutOptions;
+    pub use gridperf_core::model::{Blocked, Deadlock, FanoutPoint, Queued, Variant};
 }
 
 fn fanout_points() -> Vec<fanout_fixture::FanoutPoint> {
@@ -421,8 +421,8 @@ fn fanout_table_csv_json() {
         agents: vec![],
         deadlines: None,
     };
-    insta::assert_snapshot!("fanout_table", report_fns::fanout_table(&points, &opts));
-    insta::assert_snapshot!("fanout_csv", report_fns::fanout_csv(&points));
+    insta::assert_snapshot!("fanout_table", render::fanout::table(&points, &gridperf::commands::fanout::sweep(&opts)));
+    insta::assert_snapshot!("fanout_csv", render::fanout::csv(&points));
     insta::assert_snapshot!(
         "fanout_json",
         serde_json::to_string_pretty(
@@ -433,7 +433,8 @@ fn fanout_table_csv_json() {
 }
 
 mod tune_fixture {
-    pub use gridperf::tune::{directions, Applied, EndAdvice, Measured, Record, ShareProbe, TuneView};
+    pub use gridperf_core::model::{Applied, EndAdvice, Measured, ShareProbe, TuneView};
+    pub use gridperf_core::tune::{directions, Record};
 }
 
 fn sysctls(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -471,7 +472,7 @@ fn tune_view() -> tune_fixture::TuneView {
     let ends: Vec<EndAdvice> = [&here, &there].iter().map(|r| EndAdvice::new(r, path, None)).collect();
     let dirs = directions(&ends, path, None);
     TuneView {
-        schema: "gridperf.tune/2",
+        schema: "gridperf.tune/2".into(),
         path,
         bdp_bytes: path.bdp_bytes(),
         path_from: "RTT 35.00ms: median of 50 TCP round trips of 1 byte to 192.0.2.7:5301 (min 34.90ms)".into(),
@@ -517,7 +518,7 @@ fn tune_view() -> tune_fixture::TuneView {
 #[test]
 fn tune_text_and_json() {
     let v = tune_view();
-    insta::assert_snapshot!("tune_text", report_fns::tune_text(&v));
+    insta::assert_snapshot!("tune_text", render::tune::text(&v));
     insta::assert_snapshot!("tune_json", serde_json::to_string_pretty(&v).expect("json"));
 }
 
@@ -576,16 +577,16 @@ fn health(late: u64) -> lab_fixture::Health {
 fn lab_status_profiles_calibration() {
     use lab_fixture::*;
     let st = lab_state();
-    insta::assert_snapshot!("lab_status_up", report_fns::lab_status(&st, None));
-    insta::assert_snapshot!("lab_status_valid", report_fns::lab_status(&st, Some(&health(5))));
-    insta::assert_snapshot!("lab_status_invalid", report_fns::lab_status(&st, Some(&health(500))));
+    insta::assert_snapshot!("lab_status_up", render::lab::status(&st, None));
+    insta::assert_snapshot!("lab_status_valid", render::lab::status(&st, Some(&health(5))));
+    insta::assert_snapshot!("lab_status_invalid", render::lab::status(&st, Some(&health(500))));
     let lo = LabState {
         spec: LabSpec { loopback: true, mtu: 0, hosts: (1, 1), access: vec![], ..st.spec.clone() },
         hosts: vec![],
         pid: 7,
     };
-    insta::assert_snapshot!("lab_status_loopback", report_fns::lab_status(&lo, None));
-    insta::assert_snapshot!("lab_profiles", report_fns::lab_profiles(&gridperf_core::labcfg::profiles()));
+    insta::assert_snapshot!("lab_status_loopback", render::lab::status(&lo, None));
+    insta::assert_snapshot!("lab_profiles", render::lab::profiles(&gridperf_core::labcfg::profiles()));
     let p = Point {
         rate_bps: 100_000_000,
         delay_ns: 25_000_000,
@@ -612,12 +613,11 @@ fn lab_status_profiles_calibration() {
         invalid: Some("572 packets overflowed a TUN queue".into()),
         ..p.clone()
     };
-    insta::assert_snapshot!("lab_calibration", report_fns::calibration(&[p, short]));
+    insta::assert_snapshot!("lab_calibration", render::lab::calibration(&[p, short]));
 }
 
 mod store_fixture {
-    pub use gridperf::store::{PointRow, RunRow};
-    pub use gridperf::survey::{rtt_point_row, transfer_point_row};
+    pub use gridperf::store::{PointRow, RunRow, Stored, StreamPoint};
 }
 
 fn run_row(id: i64, kind: &str, network: &str, env: Option<Environment>) -> store_fixture::RunRow {
@@ -645,36 +645,12 @@ fn stored_runs() -> Vec<(store_fixture::RunRow, Vec<store_fixture::PointRow>)> {
     use store_fixture::*;
     let rtt = rtt_report();
     let tr = transfer_report();
-    let rtt_rows: Vec<PointRow> = rtt.points.iter().map(rtt_point_row).collect();
-    let tr_rows: Vec<PointRow> = tr.points.iter().map(transfer_point_row).collect();
+    let rtt_rows: Vec<PointRow> = rtt.points.iter().map(Stored::row).collect();
+    let tr_rows: Vec<PointRow> = tr.points.iter().map(Stored::row).collect();
     let stream = stream_report(vec![stream_run(vec![tcp_stream(0, 4_000_000_000, 20)])]);
-    let stream_rows: Vec<PointRow> = stream.runs[0]
-        .streams
-        .iter()
-        .map(|s| PointRow {
-            proto: "tcp".into(),
-            size: 131_072,
-            setting: format!("stream {} {}", s.index, s.direction),
-            median_ns: None,
-            q1_ns: None,
-            q3_ns: None,
-            figures: serde_json::to_value(s).expect("figures"),
-            samples: None,
-        })
-        .collect();
-    let fanout_rows: Vec<PointRow> = fanout_points()
-        .iter()
-        .map(|p| PointRow {
-            proto: p.variant.name().into(),
-            size: p.size,
-            setting: format!("nodes={} messages={}", p.nodes, p.messages),
-            median_ns: p.time.as_ref().map(|t| t.median_ns),
-            q1_ns: p.time.as_ref().map(|t| t.q1_ns),
-            q3_ns: p.time.as_ref().map(|t| t.q3_ns),
-            figures: serde_json::to_value(p).expect("figures"),
-            samples: None,
-        })
-        .collect();
+    let stream_rows: Vec<PointRow> =
+        stream.runs[0].streams.iter().map(|s| StreamPoint { spec: &stream.spec, result: s }.row()).collect();
+    let fanout_rows: Vec<PointRow> = fanout_points().iter().map(Stored::row).collect();
     let mut invalid = run_row(4, "transfer", "man", Some(tr.env.clone()));
     invalid.invalid = Some("12 of 900 packets were delivered more than 1000 us behind schedule".into());
     invalid.status = "failed".into();
@@ -690,23 +666,54 @@ fn stored_runs() -> Vec<(store_fixture::RunRow, Vec<store_fixture::PointRow>)> {
 fn runs_show_compare_export() {
     let runs = stored_runs();
     let (rtt, rtt_points) = &runs[0];
-    insta::assert_snapshot!("runs_show_rtt", report_fns::run_show(rtt, rtt_points));
+    insta::assert_snapshot!("runs_show_rtt", render::runs::show(rtt, rtt_points));
     let mut later = rtt_points.clone();
     for p in &mut later {
         p.median_ns = p.median_ns.map(|m| m * 1.1);
     }
     later.pop();
-    insta::assert_snapshot!("runs_compare", report_fns::run_compare(rtt, rtt_points, &runs[1].0, &later));
-    insta::assert_snapshot!("runs_export_csv", report_fns::points_csv(rtt_points));
+    insta::assert_snapshot!("runs_compare", render::runs::compare(rtt, rtt_points, &runs[1].0, &later));
+    insta::assert_snapshot!("runs_export_csv", render::runs::csv(rtt, rtt_points));
+}
+
+/// Regression (issue 12): `runs show` and `runs export` of a stored stream
+/// or fanout run printed empty cells (`tcp 128 KiB - - -`; two identical
+/// `drain 1 KiB` rows without the message count or bandwidth), and `runs
+/// show` left out the environment.
+#[test]
+fn runs_show_and_export_of_stream_and_fanout_runs_have_their_figures() {
+    let runs = stored_runs();
+    let (stream, stream_points) = &runs[2];
+    let show = render::runs::show(stream, stream_points);
+    assert!(show.contains("16.00 Gbit/s") && show.contains("the path's rate"), "{show}");
+    assert!(show.contains("client-host (Linux 6.18.0 x86_64)") && show.contains("net.ipv4.tcp_rmem"), "{show}");
+    assert!(!show.contains("     -           -           -"), "{show}");
+    insta::assert_snapshot!("runs_show_stream", show);
+    let csv = render::runs::csv(stream, stream_points);
+    assert!(csv.starts_with("stream,direction,sent_bytes,received_bytes,throughput_bps"), "{csv}");
+    assert!(csv.lines().nth(1).is_some_and(|l| l.starts_with("0,up,4000000000,4000000000,16000000000,")), "{csv}");
+    insta::assert_snapshot!("runs_export_stream_csv", csv);
+
+    let (fanout, fanout_points) = &runs[3];
+    let show = render::runs::show(fanout, fanout_points);
+    let drain: Vec<&str> = show.lines().filter(|l| l.starts_with("drain")).collect();
+    assert_eq!(drain.len(), 2, "{show}");
+    assert_ne!(drain[0], drain[1], "two points must not read the same: {show}");
+    assert!(drain[0].contains(" 16 ") && drain[0].contains("Gbit/s"), "{show}");
+    assert!(show.contains("DEADLOCK"), "{show}");
+    insta::assert_snapshot!("runs_show_fanout", show);
+    let csv = render::runs::csv(fanout, fanout_points);
+    assert!(csv.starts_with("variant,nodes,size,messages,repetitions,bandwidth_bps"), "{csv}");
+    insta::assert_snapshot!("runs_export_fanout_csv", csv);
 }
 
 #[test]
 fn survey_tables_and_html_report() {
     let runs = stored_runs();
-    let analysis = gridperf::report_html::analyse(&runs);
-    insta::assert_snapshot!("survey_best_table", gridperf::report_html::best_table_text(&analysis));
-    insta::assert_snapshot!("survey_thresholds", gridperf::report_html::thresholds_text(&analysis));
-    let (html, svgs) = gridperf::report_html::render(&runs);
+    let analysis = render::survey::analyse(&runs);
+    insta::assert_snapshot!("survey_best_table", render::survey::best_table_text(&analysis));
+    insta::assert_snapshot!("survey_thresholds", render::survey::thresholds_text(&analysis));
+    let (html, svgs) = render::html::render(&runs);
     let names: Vec<&str> = svgs.iter().map(|(n, _)| n.as_str()).collect();
     insta::assert_snapshot!("report_svg_names", names.join("\n"));
     insta::assert_snapshot!("report_html", html);

@@ -45,7 +45,7 @@ fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
     let id = store
         .begin_run(&NewRun {
             survey_id: None,
-            kind: "rtt",
+            kind: gridperf_core::model::Measure::Rtt,
             network: "man",
             target: "man",
             settings: serde_json::json!({ "sizes": [1, 64] }),
@@ -67,7 +67,13 @@ fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
     assert_eq!(pts.len(), 2);
     assert_eq!(pts[0], point("tcp", 1, 2_000_000.0));
     assert_eq!(store.runs(&RunFilter { network: Some("wan".into()), ..Default::default() }).expect("runs").len(), 0);
-    assert_eq!(store.runs(&RunFilter { kind: Some("rtt".into()), ..Default::default() }).expect("runs").len(), 1);
+    assert_eq!(
+        store
+            .runs(&RunFilter { kind: Some(gridperf_core::model::Measure::Rtt), ..Default::default() })
+            .expect("runs")
+            .len(),
+        1
+    );
     // an unknown run lists the ones there are
     let e = store.run(999).expect_err("unknown");
     assert!(e.to_string().contains(&format!("its runs are {id}")), "{e}");
@@ -259,7 +265,7 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
 fn a_survey_without_root_says_what_it_needs_and_offers_the_loopback_survey() {
     let _heavy = crate::heavy();
     // as an unprivileged user (setpriv drops root for the child)
-    if !gridperf::env::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
+    if !gridperf::host::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("\n*** SKIPPED a_survey_without_root...: needs root and setpriv to become another user ***\n");
         return;
     }

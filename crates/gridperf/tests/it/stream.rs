@@ -167,7 +167,7 @@ fn bad_input_is_refused_with_what_is_valid() {
 #[test]
 fn the_agent_refuses_what_the_client_did_not_check() {
     let _heavy = crate::heavy();
-    use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, TestRequest};
+    use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, Test, TestRequest};
     let agent = crate::TestAgent::loopback();
     let base = StreamSpec {
         proto: "tcp".into(),
@@ -203,12 +203,7 @@ fn the_agent_refuses_what_the_client_did_not_check() {
         )
         .expect("hello");
         let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
-        let req = TestRequest {
-            kind: "stream".into(),
-            nodelay: false,
-            stream: Some(spec),
-            ..crate::agent::request(&["tcp"], 131_072)
-        };
+        let req = TestRequest { queue_ms: 0, test: Test::Stream(spec) };
         wire::write_msg(&mut s, &ClientMsg::Request(req)).expect("request");
         match wire::read_msg::<_, AgentMsg>(&mut s).expect("answer") {
             AgentMsg::Error { message, .. } => assert!(message.contains(want), "{want}: {message}"),

@@ -8,6 +8,12 @@
 //! without a version bump; a new message type or a changed meaning bumps
 //! [`PROTOCOL_VERSION`].
 
+mod hello;
+mod request;
+
+pub use hello::*;
+pub use request::*;
+
 use crate::model::{EndInfo, StepFigures};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -15,7 +21,7 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 /// The control-channel protocol version. Both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The word every Hello carries, so a stray client is told apart from an old gridperf.
 pub const MAGIC: &str = "gridperf";
@@ -76,8 +82,8 @@ pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), WireE
     w.flush().map_err(map_io)
 }
 
-/// Reads one message. The reader's own timeout (SO_RCVTIMEO) is the deadline.
-pub fn read_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, WireError> {
+/// Reads one frame's body. The reader's own timeout (SO_RCVTIMEO) is the deadline.
+pub fn read_frame<R: Read>(r: &mut R) -> Result<Vec<u8>, WireError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -94,112 +100,12 @@ pub fn read_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, WireError>
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).map_err(map_io)?;
-    decode(&body)
+    Ok(body)
 }
 
-/// A test the client asks the agent to run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TestRequest {
-    /// "rtt" or "transfer": both are echo tests, named for the record.
-    pub kind: String,
-    /// Protocol names ("tcp", "udp", "sendfile"); strings so that a name this
-    /// agent does not know gets a clear error rather than a parse failure.
-    pub protos: Vec<String>,
-    /// The largest message of the run, so the agent can refuse or allocate once.
-    pub max_size: u64,
-    /// TCP_NODELAY on the agent's data sockets.
-    pub nodelay: bool,
-    /// Spin on non-blocking receives instead of sleeping.
-    pub busy_poll: bool,
-    /// Pin the agent's measuring thread to this CPU.
-    pub cpu: Option<usize>,
-    pub sndbuf: Option<u64>,
-    pub rcvbuf: Option<u64>,
-    /// The client's UDP port (on the control connection's address), if UDP is used.
-    pub udp_port: Option<u16>,
-    /// The client's per-message timeout; the agent waits longer than this before giving up.
-    pub timeout_ms: u64,
-    /// How long the client is willing to wait in the agent's queue (0 = answer busy at once).
-    pub queue_ms: u64,
-    /// For kind "stream": the bulk-flow test.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<StreamSpec>,
-    /// For kind "fanout": the agent is a consumer of a fanout point.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fanout: Option<FanoutSpec>,
-}
-
-/// The consumer's part of a fanout point: on every data connection the
-/// client opens (token, byte 4, 4-byte index), echo `messages` requests of
-/// `size` bytes, blocking, as the document's clients do.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FanoutSpec {
-    pub size: u64,
-    pub messages: u64,
-    /// SO_SNDBUF and SO_RCVBUF on the agent's sockets.
-    pub buffer: Option<u64>,
-    pub nodelay: bool,
-    /// A consumer gives up on a connection silent this long (the client's
-    /// watchdog tore it down).
-    pub idle_ms: u64,
-}
-
-/// Which way a stream test's data flows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    /// Client to agent.
-    Up,
-    /// Agent to client (--reverse).
-    Down,
-    /// Both at once, `streams` each way (--bidir).
-    Both,
-}
-
-/// A bulk-flow test (`gridperf stream`). Rates are bits per second, sizes bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamSpec {
-    /// "tcp" or "udp".
-    pub proto: String,
-    /// Streams per direction.
-    pub streams: u32,
-    pub direction: Direction,
-    /// How long the senders send (and, with `bytes`, the most they may take).
-    pub duration_ms: u64,
-    /// Bytes each sender sends, if the test is bounded by bytes (-n).
-    pub bytes: Option<u64>,
-    /// Bytes per write (TCP) or per datagram (UDP).
-    pub write_size: u64,
-    /// SO_SNDBUF and SO_RCVBUF on both ends' data sockets (-w).
-    pub window: Option<u64>,
-    /// TCP congestion control on both ends' data sockets.
-    pub congestion: Option<String>,
-    /// SO_MAX_PACING_RATE per sending socket.
-    pub pacing_bps: Option<u64>,
-    /// A sleep between writes, in microseconds (application-level pacing).
-    pub gap_us: Option<u64>,
-    /// "sendfile" or "msg" (MSG_ZEROCOPY) on the senders.
-    pub zerocopy: Option<String>,
-    /// UDP: each stream's target rate.
-    pub udp_rate_bps: Option<u64>,
-    /// How often each end samples TCP_INFO, and reports intervals.
-    pub sample_ms: u64,
-    pub interval_ms: u64,
-    /// How long a receiver keeps reading after the senders' time is up
-    /// (data in flight on a long path; UDP has no end marker).
-    pub linger_ms: u64,
-    /// The first part of the test, left out of the figures (--omit); the
-    /// senders send for omit + duration.
-    #[serde(default)]
-    pub omit_ms: u64,
-    /// SO_SNDBUF on the sending sockets only, and SO_RCVBUF on the
-    /// receiving sockets only (instead of `window` on both); one direction.
-    /// `gridperf tune` sets one end's buffer to see how much of it becomes
-    /// window, or data in flight.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub send_buffer: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recv_buffer: Option<u64>,
+/// Reads one message. The reader's own timeout (SO_RCVTIMEO) is the deadline.
+pub fn read_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, WireError> {
+    decode(&read_frame(r)?)
 }
 
 /// One point of a test: the agent echoes messages of `size` bytes.
@@ -265,16 +171,17 @@ pub enum AgentMsg {
     Queued {
         ahead: u32,
     },
-    /// The data sockets are open: connect to these ports on the agent's address,
-    /// and send `token` as the first 8 bytes of every TCP data connection.
+    /// The data sockets are open: connect to these ports on the agent's
+    /// address, and begin every data connection with a [`DataHello`]
+    /// carrying `token`.
     Ready {
+        /// The TCP data listener, if the test has TCP connections.
         tcp_port: Option<u16>,
-        udp_port: Option<u16>,
-        token: u64,
-        agent: EndInfo,
-        /// A stream test's UDP ports, one per stream, in stream order.
+        /// The UDP sockets: an echo test's one, or a UDP stream test's one per stream, in stream order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         udp_ports: Vec<u16>,
+        token: u64,
+        agent: EndInfo,
     },
     StepReady,
     StepDone {

@@ -8,8 +8,12 @@
 //! SQLite's `user_version`; a database from a newer gridperf is refused,
 //! never migrated down or overwritten.
 
+mod recorder;
+
+pub use recorder::{Recorder, StoreChoice, Stored, StreamPoint};
+
 use crate::error::{Error, Result};
-use gridperf_core::model::Environment;
+use gridperf_core::model::{Environment, Measure};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -63,6 +67,16 @@ const MIGRATIONS: &[&str] = &[
     );",
 ];
 
+/// The name runs on a network are stored under, for a name a user may
+/// type: every loopback spelling is "loopback" (as `runner::Network::name`
+/// stores it).
+pub fn network_alias(name: &str) -> &str {
+    match name {
+        "local" | "localhost" | "lo" | "127.0.0.1" | "::1" | "[::1]" => crate::runner::LOOPBACK,
+        other => other,
+    }
+}
+
 /// Where results go when no --db is given.
 pub fn default_path() -> PathBuf {
     let base = std::env::var_os("XDG_DATA_HOME")
@@ -78,7 +92,7 @@ pub fn default_path() -> PathBuf {
 pub struct RunRow {
     pub id: i64,
     pub survey_id: Option<i64>,
-    /// rtt, transfer, stream.
+    /// What was measured: a [`Measure`]'s name (a newer gridperf may store others).
     pub kind: String,
     /// The network: a lab profile's name, or the agent's address.
     pub network: String,
@@ -96,6 +110,19 @@ pub struct RunRow {
     /// running, done, failed or interrupted.
     pub status: String,
     pub points: i64,
+}
+
+impl RunRow {
+    /// What the run measured, if this gridperf knows the kind.
+    pub fn measure(&self) -> Option<Measure> {
+        Measure::parse(&self.kind)
+    }
+
+    /// Whether the run stands: it finished, and neither failed nor crossed
+    /// a lab whose emulator fell behind.
+    pub fn valid(&self) -> bool {
+        self.invalid.is_none() && self.status != "failed"
+    }
 }
 
 /// A point as stored: a protocol at a size (and a setting), its summary
@@ -116,7 +143,7 @@ pub struct PointRow {
 #[derive(Debug, Clone)]
 pub struct NewRun<'a> {
     pub survey_id: Option<i64>,
-    pub kind: &'a str,
+    pub kind: Measure,
     pub network: &'a str,
     pub target: &'a str,
     pub settings: serde_json::Value,
@@ -238,11 +265,11 @@ impl Store {
     }
 
     /// The run of a survey for a network and kind, if it was begun.
-    pub fn survey_run(&self, survey: i64, network: &str, kind: &str) -> Result<Option<i64>> {
+    pub fn survey_run(&self, survey: i64, network: &str, kind: Measure) -> Result<Option<i64>> {
         self.conn
             .query_row(
                 "SELECT id FROM runs WHERE survey_id = ?1 AND network = ?2 AND kind = ?3 ORDER BY id DESC LIMIT 1",
-                params![survey, network, kind],
+                params![survey, network, kind.name()],
                 |r| r.get(0),
             )
             .optional()
@@ -257,11 +284,11 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')",
                 params![
                     r.survey_id,
-                    r.kind,
+                    r.kind.name(),
                     r.network,
                     r.target,
                     std::env::args().collect::<Vec<_>>().join(" "),
-                    crate::env::software(),
+                    crate::host::software(),
                     now(),
                     r.settings.to_string(),
                     r.lab_profile,
@@ -309,9 +336,16 @@ impl Store {
             .map_err(self.e())
     }
 
-    /// Ends a run: its environment record, its validity, its status.
-    pub fn finish_run(&self, run: i64, env: Option<&Environment>, status: &str) -> Result<()> {
-        let invalid = env.and_then(|e| e.lab.as_ref()).and_then(|l| l.invalid.clone());
+    /// Ends a run: its environment record, its validity, its status. A run
+    /// that failed is not valid: `failure` says why, and is kept as the
+    /// reason (a run across a lab whose emulator fell behind says that).
+    pub fn finish_run(&self, run: i64, env: Option<&Environment>, status: &str, failure: Option<&str>) -> Result<()> {
+        let lab_invalid = env.and_then(|e| e.lab.as_ref()).and_then(|l| l.invalid.clone());
+        let invalid = match (failure, lab_invalid) {
+            (Some(f), Some(l)) => Some(format!("{status}: {f}; {l}")),
+            (Some(f), None) => Some(format!("{status}: {f}")),
+            (None, l) => l,
+        };
         let lab = env.and_then(|e| e.lab.as_ref()).map(|l| serde_json::to_string(l).unwrap_or_default());
         let env = env.map(|e| serde_json::to_string(e).unwrap_or_default());
         self.conn
@@ -360,7 +394,10 @@ impl Store {
         );
         let mut st = self.conn.prepare(&sql).map_err(self.e())?;
         let rows = st
-            .query_map(params![f.kind, f.network, f.since, f.survey], Self::run_from)
+            .query_map(
+                params![f.kind.map(Measure::name), f.network.as_deref().map(network_alias), f.since, f.survey],
+                Self::run_from,
+            )
             .map_err(self.e())?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.e())?;
@@ -434,58 +471,8 @@ impl Store {
 /// What `runs list` filters on.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
-    pub kind: Option<String>,
+    pub kind: Option<Measure>,
     pub network: Option<String>,
     pub since: Option<f64>,
     pub survey: Option<i64>,
-}
-
-/// A standalone benchmark's link to the store: it writes each point as it
-/// is measured. With an explicit --db every failure is an error; with the
-/// default database, a store that cannot be opened or written is reported
-/// once on stderr and the measurement goes on without it.
-pub struct Recorder {
-    store: Option<Store>,
-    run: Option<i64>,
-    strict: bool,
-}
-
-impl Recorder {
-    pub fn open(db: Option<&Path>, enabled: bool, new_run: &NewRun) -> Result<Recorder> {
-        if !enabled {
-            return Ok(Recorder { store: None, run: None, strict: false });
-        }
-        let strict = db.is_some();
-        let path = db.map(Path::to_path_buf).unwrap_or_else(default_path);
-        let opened = Store::open(&path).and_then(|s| s.begin_run(new_run).map(|id| (s, id)));
-        match opened {
-            Ok((s, id)) => Ok(Recorder { store: Some(s), run: Some(id), strict }),
-            Err(e) if strict => Err(e),
-            Err(e) => {
-                eprintln!("gridperf: warning: not storing this run: {e} (--no-store to say so, --db PATH to choose)");
-                Ok(Recorder { store: None, run: None, strict })
-            }
-        }
-    }
-
-    /// Writes a point (see [`Store::add_point`]).
-    pub fn point(&mut self, p: &PointRow) -> Result<()> {
-        let (Some(s), Some(run)) = (&self.store, self.run) else { return Ok(()) };
-        match s.add_point(run, p) {
-            Ok(()) => Ok(()),
-            Err(e) if self.strict => Err(e),
-            Err(e) => {
-                eprintln!("gridperf: warning: the store failed, not storing the rest of this run: {e}");
-                self.store = None;
-                Ok(())
-            }
-        }
-    }
-
-    /// Ends the run; returns where it went, for the user.
-    pub fn finish(&mut self, env: Option<&Environment>, status: &str) -> Option<String> {
-        let (Some(s), Some(run)) = (&self.store, self.run) else { return None };
-        s.finish_run(run, env, status).ok()?;
-        Some(format!("stored as run {run} in {}", s.path.display()))
-    }
 }

@@ -5,139 +5,12 @@
 //! table with its tie rule, the thresholds, and each run's environment, with
 //! invalid runs marked.
 
+use super::survey::{analyse, curves, range_text, threshold_words, NetworkAnalysis};
 use crate::store::{PointRow, RunRow};
-use gridperf_core::survey::{best_protocol, thresholds, BestRange, Curve, CurvePoint, Threshold, ThresholdKind};
+use gridperf_core::model::{FanoutPoint, Measure, StreamResult};
+use gridperf_core::survey::Curve;
 use gridperf_core::svg::{self, escape, Chart, Series, SeriesPoint};
-use gridperf_core::units::{fmt_bytes, fmt_ns};
 use std::fmt::Write;
-
-/// One network's RTT curves, best-protocol ranges and thresholds.
-pub struct NetworkAnalysis {
-    pub network: String,
-    pub mtu: Option<u32>,
-    pub curves: Vec<Curve>,
-    pub best: Vec<BestRange>,
-    pub thresholds: Vec<Threshold>,
-    pub invalid: Option<String>,
-}
-
-/// The RTT curves of a run's points (medians and quartiles per protocol).
-pub fn curves(points: &[PointRow]) -> Vec<Curve> {
-    let mut protos: Vec<&str> = points.iter().map(|p| p.proto.as_str()).collect();
-    protos.dedup();
-    let mut order = vec!["tcp", "udp", "sendfile"];
-    order.retain(|p| protos.contains(p));
-    for p in protos {
-        if !order.contains(&p) {
-            order.push(p);
-        }
-    }
-    order
-        .iter()
-        .map(|proto| {
-            let mut pts: Vec<CurvePoint> = points
-                .iter()
-                .filter(|p| p.proto == *proto)
-                .filter_map(|p| {
-                    Some(CurvePoint { size: p.size, median_ns: p.median_ns?, q1_ns: p.q1_ns?, q3_ns: p.q3_ns? })
-                })
-                .collect();
-            pts.sort_by_key(|p| p.size);
-            Curve { proto: proto.to_string(), points: pts }
-        })
-        .filter(|c| !c.points.is_empty())
-        .collect()
-}
-
-/// Analyses every rtt run.
-pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
-    runs.iter()
-        .filter(|(r, _)| r.kind == "rtt")
-        .map(|(r, pts)| {
-            let curves = curves(pts);
-            let best = best_protocol(&curves);
-            let mut th: Vec<Threshold> = curves.iter().flat_map(|c| thresholds(c, r.mtu)).collect();
-            th.sort_by_key(|t| t.size);
-            NetworkAnalysis {
-                network: r.network.clone(),
-                mtu: r.mtu,
-                curves,
-                best,
-                thresholds: th,
-                invalid: r.invalid.clone(),
-            }
-        })
-        .collect()
-}
-
-fn range_text(b: &BestRange) -> String {
-    if b.from == b.to {
-        fmt_bytes(b.from)
-    } else {
-        format!("{} - {}", fmt_bytes(b.from), fmt_bytes(b.to))
-    }
-}
-
-/// The best-protocol table as text, for the terminal.
-pub fn best_table_text(all: &[NetworkAnalysis]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{:<14} {:<22} {:<22} margin", "network", "message size", "best RTT");
-    for a in all {
-        for b in &a.best {
-            let _ = writeln!(
-                out,
-                "{:<14} {:<22} {:<22} {}",
-                a.network,
-                range_text(b),
-                if b.tie { format!("tie: {}", b.best.join(" = ")) } else { b.best.join("") },
-                if b.tie { "within the noise".to_string() } else { format!("{:.1}%", b.margin * 100.0) }
-            );
-        }
-        if let Some(why) = &a.invalid {
-            let _ = writeln!(out, "{:<14} INVALID run: {why}", a.network);
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\na tie: the medians differ by at most {}% or by at most half the mean interquartile range",
-        (gridperf_core::survey::TIE_RELATIVE * 100.0) as u32
-    );
-    out
-}
-
-/// The thresholds as text.
-pub fn thresholds_text(all: &[NetworkAnalysis]) -> String {
-    let mut out = String::new();
-    for a in all {
-        for t in &a.thresholds {
-            let _ = writeln!(out, "{:<14} {}", a.network, threshold_words(t));
-        }
-    }
-    out
-}
-
-fn threshold_words(t: &Threshold) -> String {
-    let mtu = t.mtu_multiple.map(|m| format!(" ({m:.1} x MTU)")).unwrap_or_default();
-    match t.kind {
-        ThresholdKind::Jump => {
-            format!("{} jumps at {}{mtu}: {} -> {}", t.proto, fmt_bytes(t.size), fmt_ns(t.before), fmt_ns(t.after))
-        }
-        ThresholdKind::SlopeUp => format!(
-            "{} slows down from {}{mtu}: {:.2} -> {:.2} ns per byte",
-            t.proto,
-            fmt_bytes(t.size),
-            t.before,
-            t.after
-        ),
-        ThresholdKind::SlopeDown => format!(
-            "{} speeds up from {}{mtu}: {:.2} -> {:.2} ns per byte",
-            t.proto,
-            fmt_bytes(t.size),
-            t.before,
-            t.after
-        ),
-    }
-}
 
 /// A curve per protocol: the median as the line, q1-q3 as the band, in ns / `div`.
 fn series(curves: &[Curve], div: f64) -> Vec<Series> {
@@ -193,7 +66,7 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
          .charts svg{{margin:0.5em 0;display:block}}code{{background:#f4f4f4}}</style></head><body>\n\
          <h1>gridperf report</h1>\n<p>{} run(s), generated by {}.</p>\n",
         runs.len(),
-        escape(&crate::env::software())
+        escape(&crate::host::software())
     );
     // the summary table first: what the document's Fig. 6f says
     h.push_str("<h2>Best protocol by message size</h2>\n<table id=\"best\"><tr><th>network</th><th>message size</th><th>best RTT</th><th>margin</th></tr>\n");
@@ -258,7 +131,7 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
             h.push('\n');
             svgs.push((name, s));
         };
-        if run.kind == "rtt" {
+        if run.measure() == Some(Measure::Rtt) {
             if let Some(a) = analysis.iter().find(|a| a.network == run.network) {
                 add(format!("{slug}-rtt.svg"), &rtt_chart(a, &format!("RTT, {}", run.network), None), &mut h);
                 add(
@@ -287,18 +160,17 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     );
                 }
             }
-        } else if run.kind == "fanout" {
-            let pts: Vec<crate::engines::fanout::FanoutPoint> =
+        } else if run.measure() == Some(Measure::Fanout) {
+            let pts: Vec<FanoutPoint> =
                 points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
-            let mut panels: Vec<(crate::engines::fanout::Variant, u32)> = Vec::new();
+            let mut panels: Vec<(gridperf_core::model::Variant, u32)> = Vec::new();
             for p in &pts {
                 if !panels.contains(&(p.variant, p.nodes)) {
                     panels.push((p.variant, p.nodes));
                 }
             }
             for (variant, nodes) in panels {
-                let here: Vec<&crate::engines::fanout::FanoutPoint> =
-                    pts.iter().filter(|p| p.variant == variant && p.nodes == nodes).collect();
+                let here: Vec<&FanoutPoint> = pts.iter().filter(|p| p.variant == variant && p.nodes == nodes).collect();
                 let mut sizes: Vec<u64> = here.iter().map(|p| p.size).collect();
                 sizes.sort_unstable();
                 sizes.dedup();
@@ -350,8 +222,8 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                 };
                 add(format!("{slug}-fanout-{}-{nodes}.svg", variant.name()), &chart, &mut h);
             }
-        } else if run.kind == "stream" {
-            let streams: Vec<gridperf_core::model::StreamResult> =
+        } else if run.measure() == Some(Measure::Stream) {
+            let streams: Vec<StreamResult> =
                 points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
             let interval_s =
                 run.settings.get("spec").and_then(|s| s.get("interval_ms")).and_then(|v| v.as_f64()).unwrap_or(1000.0)
@@ -365,10 +237,10 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     .map(|st| Series {
                         label: format!("stream {} {}", st.index, st.direction),
                         points: st
-                            .interval_bps
-                            .iter()
-                            .enumerate()
-                            .map(|(k, b)| SeriesPoint { x: (k + 1) as f64 * interval_s, y: b / 1e6, band: None })
+                            .interval_ends_s(interval_s)
+                            .into_iter()
+                            .zip(&st.interval_bps)
+                            .map(|(x, b)| SeriesPoint { x, y: b / 1e6, band: None })
                             .collect(),
                     })
                     .collect(),
@@ -406,7 +278,7 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                 );
             }
             h.push_str("</table>\n");
-        } else if run.kind == "transfer" {
+        } else if run.measure() == Some(Measure::Transfer) {
             let chart = Chart {
                 title: format!("transfer time, {}", run.network),
                 x_label: "message size (bytes)".into(),

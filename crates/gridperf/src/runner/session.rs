@@ -1,29 +1,15 @@
-//! The client's side of the control channel: find the agent (or start one on
-//! loopback), say hello, ask for a test, open its data sockets, and drive it
-//! step by step.
+//! The client's side of the control conversation: say hello, ask for a
+//! test, wait in the agent's queue if asked to, and drive the test's steps.
+//! Every answer has a deadline; an error frame from the agent becomes an
+//! error of the kind it is (refused, or a network error).
 
-use crate::engines::echo::{DataSock, Pinger};
-use crate::env;
 use crate::error::{Error, Result};
-use gridperf_core::model::{EndInfo, SocketInfo, StepFigures};
+use crate::host;
+use gridperf_core::model::{EndInfo, StepFigures};
 use gridperf_core::plan::Proto;
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, TestRequest};
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, Test, TestRequest};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
-
-/// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 literal.
-pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
-    let candidates: Vec<SocketAddr> = if let Ok(a) = host.parse::<SocketAddr>() {
-        vec![a]
-    } else if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
-        vec![SocketAddr::new(ip, default_port)]
-    } else {
-        let with_port = if host.contains(':') { host.to_string() } else { format!("{host}:{default_port}") };
-        with_port.to_socket_addrs().map_err(|e| Error::network(format!("cannot resolve {host:?}: {e}")))?.collect()
-    };
-    candidates.into_iter().next().ok_or_else(|| Error::network(format!("{host:?} resolves to no address")))
-}
 
 fn refused(code: ErrorCode, message: String) -> Error {
     match code {
@@ -54,9 +40,13 @@ pub struct Session {
     deadlines: Deadlines,
 }
 
-/// A started test: its data sockets, one pinger per protocol.
-pub struct Test {
-    pub pingers: Vec<Pinger>,
+/// What the agent said when it was ready: where its data sockets are, the
+/// token every data connection opens with, and its record of itself.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub tcp_port: Option<u16>,
+    pub udp_ports: Vec<u16>,
+    pub token: u64,
     pub agent: EndInfo,
 }
 
@@ -77,7 +67,7 @@ impl Session {
         s.send(&ClientMsg::Hello {
             magic: wire::MAGIC.into(),
             version: wire::PROTOCOL_VERSION,
-            software: env::software(),
+            software: host::software(),
         })?;
         match s.recv()? {
             AgentMsg::Welcome { magic, version, software } => {
@@ -87,7 +77,7 @@ impl Session {
                 if version != wire::PROTOCOL_VERSION {
                     return Err(Error::refused(format!(
                         "protocol version mismatch: the agent at {addr} ({software}) speaks version {version}, this client ({}) speaks version {}; run the same gridperf release on both ends",
-                        env::software(),
+                        host::software(),
                         wire::PROTOCOL_VERSION
                     )));
                 }
@@ -122,82 +112,18 @@ impl Session {
         }
     }
 
-    /// Asks for a test and opens its data sockets.
-    pub fn start(&mut self, mut req: TestRequest, writes: u32) -> Result<Test> {
-        let protos: Vec<Proto> = req.protos.iter().filter_map(|p| Proto::from_name(p)).collect();
-        let local_ip = self.ctl.local_addr().map_err(|e| Error::network(e.to_string()))?.ip();
-        let udp = if protos.contains(&Proto::Udp) {
-            let s = UdpSocket::bind((local_ip, 0)).map_err(|e| Error::network(format!("UDP socket: {e}")))?;
-            req.udp_port = Some(s.local_addr().map_err(|e| Error::network(e.to_string()))?.port());
-            Some(s)
-        } else {
-            None
-        };
-        req.queue_ms = self.deadlines.queue.as_millis() as u64;
-        let busy = req.busy_poll;
-        let nodelay = req.nodelay;
-        let (sndbuf, rcvbuf) = (req.sndbuf, req.rcvbuf);
-        let max_size = req.max_size as usize;
-        self.send(&ClientMsg::Request(req))?;
-        // a queued request waits for its slot, within the queue deadline
-        let mut answer = self.recv()?;
-        if let AgentMsg::Queued { ahead } = answer {
-            eprintln!("gridperf: the agent is busy; waiting in its queue ({ahead} ahead)");
-            answer = self.recv_within(self.deadlines.queue + self.deadlines.control)?;
-        }
-        let (tcp_port, udp_port, token, agent) = match answer {
-            AgentMsg::Ready { tcp_port, udp_port, token, agent, .. } => (tcp_port, udp_port, token, agent),
-            AgentMsg::Error { code, message } => return Err(refused(code, message)),
-            other => return Err(Error::network(format!("expected ready from the agent, got {other:?}"))),
-        };
-        let mut pingers = Vec::new();
-        for &p in &protos {
-            let sock = match p {
-                Proto::Tcp | Proto::Sendfile => {
-                    let port = tcp_port.ok_or_else(|| Error::network("the agent opened no TCP data port"))?;
-                    let addr = SocketAddr::new(self.addr.ip(), port);
-                    let mut s = TcpStream::connect_timeout(&addr, self.deadlines.connect)
-                        .map_err(|e| Error::network(format!("data connection to {addr}: {e}")))?;
-                    let mut hello = token.to_be_bytes().to_vec();
-                    hello.push(if p == Proto::Tcp { 1 } else { 2 });
-                    s.write_all(&hello).map_err(|e| Error::network(format!("data connection: {e}")))?;
-                    s.set_nodelay(nodelay).map_err(|e| Error::network(e.to_string()))?;
-                    set_buffers(&s, sndbuf, rcvbuf)?;
-                    if p == Proto::Sendfile {
-                        let file = gridperf_sys::memfd_pattern(max_size)
-                            .map_err(|e| Error::internal(format!("memfd for sendfile: {e}")))?;
-                        DataSock::Sendfile(s, file)
-                    } else {
-                        DataSock::Tcp(s)
-                    }
-                }
-                Proto::Udp => {
-                    let s = udp.as_ref().ok_or_else(|| Error::internal("no UDP socket"))?;
-                    let s = s.try_clone().map_err(|e| Error::internal(e.to_string()))?;
-                    let port = udp_port.ok_or_else(|| Error::network("the agent opened no UDP data port"))?;
-                    s.connect((self.addr.ip(), port)).map_err(|e| Error::network(format!("UDP connect: {e}")))?;
-                    set_buffers(&s, sndbuf, rcvbuf)?;
-                    DataSock::Udp(s)
-                }
-            };
-            sock.set_mode(busy, self.deadlines.message).map_err(|e| Error::network(e.to_string()))?;
-            pingers.push(Pinger::new(sock, max_size, self.deadlines.message, writes, busy));
-        }
-        Ok(Test { pingers, agent })
-    }
-
-    /// Asks for a stream test (kind "stream"); returns the agent's TCP data
-    /// port, its UDP ports (one per stream), the token and its record.
-    pub fn request_stream(&mut self, mut req: TestRequest) -> Result<(Option<u16>, Vec<u16>, u64, EndInfo)> {
-        req.queue_ms = self.deadlines.queue.as_millis() as u64;
-        self.send(&ClientMsg::Request(req))?;
+    /// Asks for a test; waits in the agent's queue (within the queue
+    /// deadline) if it is busy and the client asked to wait.
+    pub fn request(&mut self, test: Test) -> Result<Ready> {
+        let queue_ms = self.deadlines.queue.as_millis() as u64;
+        self.send(&ClientMsg::Request(TestRequest { queue_ms, test }))?;
         let mut answer = self.recv()?;
         if let AgentMsg::Queued { ahead } = answer {
             eprintln!("gridperf: the agent is busy; waiting in its queue ({ahead} ahead)");
             answer = self.recv_within(self.deadlines.queue + self.deadlines.control)?;
         }
         match answer {
-            AgentMsg::Ready { tcp_port, token, agent, udp_ports, .. } => Ok((tcp_port, udp_ports, token, agent)),
+            AgentMsg::Ready { tcp_port, udp_ports, token, agent } => Ok(Ready { tcp_port, udp_ports, token, agent }),
             AgentMsg::Error { code, message } => Err(refused(code, message)),
             other => Err(Error::network(format!("expected ready from the agent, got {other:?}"))),
         }
@@ -228,12 +154,13 @@ impl Session {
         self.expect("step-ready", |m| matches!(m, AgentMsg::StepReady).then_some(()))
     }
 
-    /// Ends a step (sending StepEnd unless the agent counts the exchanges
-    /// itself) and returns the agent's figures for it.
-    pub fn end_step(&mut self, pinger: &Pinger, counted_by_agent: bool) -> Result<StepFigures> {
+    /// Ends a step (sending StepEnd, then `nudge` for a data socket that
+    /// must be woken, unless the agent counts the exchanges itself) and
+    /// returns the agent's figures for it.
+    pub fn end_step(&mut self, counted_by_agent: bool, nudge: &dyn Fn()) -> Result<StepFigures> {
         if !counted_by_agent {
             self.send(&ClientMsg::StepEnd)?;
-            pinger.nudge();
+            nudge();
         }
         self.expect("step-done", |m| match m {
             AgentMsg::StepDone { figures } => Some(figures),
@@ -274,30 +201,4 @@ impl Session {
             _ => None,
         }
     }
-}
-
-fn set_buffers(sock: &impl std::os::fd::AsRawFd, sndbuf: Option<u64>, rcvbuf: Option<u64>) -> Result<()> {
-    if let Some(b) = sndbuf {
-        gridperf_sys::set_sndbuf(sock, b as usize).map_err(|e| Error::internal(format!("SO_SNDBUF: {e}")))?;
-    }
-    if let Some(b) = rcvbuf {
-        gridperf_sys::set_rcvbuf(sock, b as usize).map_err(|e| Error::internal(format!("SO_RCVBUF: {e}")))?;
-    }
-    Ok(())
-}
-
-/// What the client's data sockets were given.
-pub fn client_sockets(test: &Test, ipv6: bool, sndbuf: Option<u64>, rcvbuf: Option<u64>) -> Vec<SocketInfo> {
-    test.pingers
-        .iter()
-        .map(|p| {
-            let fd = crate::engines::echo::RawFdRef(p.sock.raw_fd());
-            env::socket_info(&fd, p.sock.proto(), ipv6, sndbuf, rcvbuf)
-        })
-        .collect()
-}
-
-/// Seconds since the Unix epoch, for the record.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }

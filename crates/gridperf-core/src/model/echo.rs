@@ -1,0 +1,112 @@
+//! The echo tests' results: round-trip time (`rtt`) and transfer time (`transfer`).
+
+use super::Environment;
+use crate::plan::Proto;
+use crate::stats::{Summary, Warning};
+use serde::{Deserialize, Serialize};
+
+/// What the agent did during one point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepFigures {
+    /// Messages the agent received and echoed.
+    pub echoed: u64,
+    /// Bytes the agent received.
+    pub bytes_in: u64,
+    /// Datagrams the agent received but did not echo (test fault injection only).
+    pub dropped_on_purpose: u64,
+    /// Echoes the agent could not send (UDP: the client's port closed, no buffer space).
+    #[serde(default)]
+    pub send_failed: u64,
+    /// Agent CPU time (user + system) during the point, in nanoseconds.
+    pub cpu_ns: u64,
+}
+
+/// The settings a round-trip or transfer run used.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub protos: Vec<Proto>,
+    pub sizes: Vec<u64>,
+    pub iterations: Option<u64>,
+    /// Time budget per point, if the run was time-bounded.
+    pub duration_ns: Option<u64>,
+    pub warmup: u64,
+    /// Uncounted exchanging before the first point of each protocol, in nanoseconds.
+    pub warmup_time_ns: u64,
+    /// TCP_NODELAY requested (true = Nagle off).
+    pub nodelay: bool,
+    /// Number of write calls each message is split into (1 = one send per message).
+    pub writes_per_message: u32,
+    pub busy_poll: bool,
+    pub client_cpu: Option<usize>,
+    pub server_cpu: Option<usize>,
+    pub sndbuf: Option<u64>,
+    pub rcvbuf: Option<u64>,
+    pub timeout_ns: u64,
+    /// For transfer: bytes to move per run, and the runs per point.
+    pub total_bytes: Option<u64>,
+    pub repeat: Option<u32>,
+}
+
+/// One round-trip point: a protocol at a size. Times are round trips, not half.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RttPoint {
+    pub proto: Proto,
+    pub size_bytes: u64,
+    /// None when no exchange came back.
+    pub summary: Option<Summary>,
+    /// Exchanges done before counting began.
+    pub warmup: u64,
+    /// Messages sent while counting (counted + lost).
+    pub sent: u64,
+    /// Messages that did not come back within the timeout (UDP).
+    pub lost: u64,
+    /// Replies that arrived after their timeout and were discarded (UDP).
+    pub late: u64,
+    /// The raw round-trip times in nanoseconds, when asked for (--samples).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples_ns: Option<Vec<u64>>,
+    pub server: Option<StepFigures>,
+}
+
+/// What `gridperf rtt --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RttReport {
+    pub schema: String,
+    /// Always "rtt": times are full round trips.
+    pub measure: String,
+    pub settings: Settings,
+    pub env: Environment,
+    pub points: Vec<RttPoint>,
+    pub warnings: Vec<Warning>,
+}
+
+/// One transfer point: `total_bytes` moved in messages of `size_bytes`, each
+/// echoed, repeated `runs` times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferPoint {
+    pub proto: Proto,
+    pub size_bytes: u64,
+    /// Messages per run: ceil(total / size), each of `size_bytes` (the Table 1 loop).
+    pub messages: u64,
+    /// Payload bytes sent one way per run (messages x size).
+    pub bytes_per_run: u64,
+    /// Distribution of the total time of each run, in nanoseconds.
+    pub time: Option<Summary>,
+    /// Median rate, payload bytes one way per second, in bits per second.
+    pub rate_bps: Option<f64>,
+    /// Total time of each run in nanoseconds.
+    pub run_times_ns: Vec<u64>,
+    /// Messages lost across all runs (UDP). A run with a loss did not move all its data.
+    pub lost: u64,
+    pub server: Option<StepFigures>,
+}
+
+/// What `gridperf transfer --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferReport {
+    pub schema: String,
+    pub settings: Settings,
+    pub env: Environment,
+    pub points: Vec<TransferPoint>,
+    pub warnings: Vec<Warning>,
+}

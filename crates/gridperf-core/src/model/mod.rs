@@ -1,0 +1,155 @@
+//! Result types: what a run measured and under which conditions. These are
+//! what `--json` prints (schema documented in docs/json.md), what the store
+//! keeps and the renderers draw, and what the agent returns over the
+//! control channel. One file per measurement; the conditions every
+//! measurement records (the environment) and the [`Measure`] that names
+//! each kind are here.
+
+mod echo;
+mod fanout;
+mod stream;
+mod tune;
+
+pub use echo::*;
+pub use fanout::*;
+pub use stream::*;
+pub use tune::*;
+
+use crate::plan::Proto;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// JSON schema names and versions. Bump the number on any change that is
+/// not adding an optional field.
+pub const RTT_SCHEMA: &str = "gridperf.rtt/1";
+pub const TRANSFER_SCHEMA: &str = "gridperf.transfer/1";
+pub const STREAM_SCHEMA: &str = "gridperf.stream/1";
+pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
+pub const TUNE_SCHEMA: &str = "gridperf.tune/2";
+
+/// The kinds of measurement gridperf makes and stores: one name leads from
+/// the subcommand to its test request, its stored runs and its renderer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Measure {
+    /// Round-trip time per protocol and size (`gridperf rtt`).
+    Rtt,
+    /// The first document's Table 1 transfer time (`gridperf transfer`).
+    Transfer,
+    /// Bulk throughput (`gridperf stream`).
+    Stream,
+    /// The many-to-one benchmark (`gridperf fanout`).
+    Fanout,
+}
+
+impl Measure {
+    pub const ALL: [Measure; 4] = [Measure::Rtt, Measure::Transfer, Measure::Stream, Measure::Fanout];
+    pub const VALID: &'static str = "rtt, transfer, stream, fanout";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Measure::Rtt => "rtt",
+            Measure::Transfer => "transfer",
+            Measure::Stream => "stream",
+            Measure::Fanout => "fanout",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Measure> {
+        Measure::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// The schema of the document `--json` prints for it.
+    pub fn schema(self) -> &'static str {
+        match self {
+            Measure::Rtt => RTT_SCHEMA,
+            Measure::Transfer => TRANSFER_SCHEMA,
+            Measure::Stream => STREAM_SCHEMA,
+            Measure::Fanout => FANOUT_SCHEMA,
+        }
+    }
+}
+
+impl fmt::Display for Measure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Measure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Measure, String> {
+        Measure::parse(s).ok_or_else(|| format!("unknown measurement {s:?}: give one of {}", Measure::VALID))
+    }
+}
+
+/// What one socket was actually given, as the kernel reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketInfo {
+    pub proto: Option<Proto>,
+    /// Requested SO_SNDBUF, if any (the kernel doubles it, capped by net.core.wmem_max).
+    pub sndbuf_requested: Option<u64>,
+    pub sndbuf_granted: Option<u64>,
+    pub rcvbuf_requested: Option<u64>,
+    pub rcvbuf_granted: Option<u64>,
+    /// TCP_NODELAY as read back (true = Nagle off).
+    pub nodelay: Option<bool>,
+    /// TCP maximum segment size.
+    pub mss: Option<u32>,
+    /// The path MTU the kernel holds for this socket.
+    pub path_mtu: Option<u32>,
+    /// TCP congestion control algorithm in use.
+    pub congestion: Option<String>,
+    /// SO_BUSY_POLL in microseconds, when set.
+    pub busy_poll_us: Option<u32>,
+}
+
+/// One end of a measurement: where it ran and with what.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndInfo {
+    pub host: String,
+    pub kernel: String,
+    pub software: String,
+    /// CPUs this end's measuring thread was pinned to, if pinned.
+    pub pinned_cpus: Option<Vec<usize>>,
+    /// CPUs it was allowed to run on.
+    pub allowed_cpus: Vec<usize>,
+    /// Whether it spun on non-blocking receives instead of sleeping.
+    pub busy_poll: bool,
+    pub sockets: Vec<SocketInfo>,
+    /// Relevant sysctls as read on this end (unreadable ones are absent).
+    pub sysctls: BTreeMap<String, String>,
+}
+
+/// The conditions of a run: a result without its conditions is not a result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub tool_version: String,
+    pub command_line: Vec<String>,
+    /// Wall-clock start and end, seconds since the Unix epoch.
+    pub started_unix: f64,
+    pub finished_unix: f64,
+    /// The agent's address, or "local" for the agent gridperf started itself.
+    pub target: String,
+    pub client: EndInfo,
+    pub server: Option<EndInfo>,
+    /// Free-form notes on conditions (e.g. "private network namespace, lo MTU 1500").
+    pub notes: Vec<String>,
+    /// The lab the run crossed, when run with `gridperf lab exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab: Option<LabRecord>,
+}
+
+/// The emulated network a run crossed, and what the emulator says of itself
+/// over the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabRecord {
+    pub name: String,
+    pub profile: Option<String>,
+    pub description: String,
+    /// The emulator's counters over the run (its health file, before and after).
+    pub emulator: serde_json::Value,
+    /// Why the run is invalid, if the emulator fell behind or dropped what its model did not.
+    pub invalid: Option<String>,
+}

@@ -1,0 +1,78 @@
+//! The agent as a fanout consumer (`gridperf fanout --agents`): every data
+//! connection the client opens gets a thread that echoes the requests,
+//! blocking, as the document's clients do, until the client says Finish.
+
+use super::data::{self, accept_one};
+use super::session::{new_token, send_error, wire_code, Fail};
+use super::Shared;
+use crate::{ctl, host};
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, DataKind, ErrorCode, FanoutSpec};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Consumer threads a fanout test may have at once.
+pub const MAX_CONSUMERS: usize = 64;
+
+/// Serves a fanout point's consumers for a client whose request was checked.
+pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, f: &FanoutSpec) -> Result<(), Fail> {
+    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
+    let peer_ip = peer.ip().to_canonical();
+    let listener = data::listener(local_ip, f.buffer, f.buffer, 128).map_err(|e| e.to_string())?;
+    let token = new_token(peer);
+    data::ready(ctl, Some(&listener), Vec::new(), token, host::end_info(None, false))?;
+    let idle = Duration::from_millis(f.idle_ms.clamp(100, 600_000));
+    let mut consumers: Vec<thread::JoinHandle<()>> = Vec::new();
+    // until Finish: accept the client's data connections, a consumer for each
+    let until_quiet = || Instant::now() + shared.cfg.control_timeout + idle;
+    let mut deadline = until_quiet();
+    loop {
+        if shared.stopping() {
+            return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
+        }
+        if Instant::now() > deadline {
+            return Err(Fail::Untold("the fanout client went silent".into()));
+        }
+        consumers.retain(|h| !h.is_finished());
+        let fds = [listener.as_raw_fd(), ctl.as_raw_fd()];
+        let ready = gridperf_sys::poll_readable(&fds, 100).map_err(|e| e.to_string())?;
+        if ready[1] {
+            match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
+                Ok(ClientMsg::Finish) => {
+                    return wire::write_msg(ctl, &AgentMsg::Report { agent: host::end_info(None, false) })
+                        .map_err(|e| e.to_string().into())
+                }
+                Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
+                Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("unexpected {other:?}"))),
+                Err(e) => return Err(send_error(ctl, wire_code(&e), format!("during the fanout test: {e}"))),
+            }
+        }
+        if !ready[0] {
+            continue;
+        }
+        let Some((_, mut s)) = accept_one(&listener, peer_ip, token, &mut |h| h.kind == DataKind::Fanout) else {
+            continue;
+        };
+        if consumers.len() >= MAX_CONSUMERS {
+            // closed: the client's point fails and says so
+            continue;
+        }
+        deadline = until_quiet();
+        let f = f.clone();
+        consumers.push(thread::spawn(move || {
+            let _ = s.set_nodelay(f.nodelay);
+            let _ = s.set_read_timeout(Some(idle));
+            let _ = s.set_write_timeout(Some(idle));
+            let mut buf = vec![0u8; f.size as usize];
+            for _ in 0..f.messages {
+                if s.read_exact(&mut buf).is_err() || s.write_all(&buf).is_err() {
+                    return;
+                }
+            }
+            // the client closes when its repetition is done
+            let _ = s.read(&mut buf);
+        }));
+    }
+}

@@ -1,0 +1,290 @@
+//! `gridperf serve`: the agent. It answers the control channel, opens the
+//! data sockets of each test, runs its side of it, and returns its own
+//! figures.
+//!
+//! One thread per control connection (this file: the listeners, the
+//! connection count, shutdown). Tests take a slot ([`slots`]); the
+//! conversation up to the test is in [`session`], the data connections are
+//! accepted in one loop ([`data`]), and each kind of test has a file of its
+//! own: [`echo`] (rtt, transfer), [`stream`], [`fanout`]. Any failure of
+//! one client ends that client's connection only; the accept loop goes on.
+
+mod data;
+pub mod echo;
+mod fanout;
+mod session;
+mod slots;
+mod stream;
+
+pub use echo::Faults;
+
+use gridperf_core::wire::{self, AgentMsg, ErrorCode};
+use slots::Slots;
+use socket2::{Domain, Socket, Type};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Addresses to listen on. `[::]` listens on IPv4 and IPv6 alike.
+    pub bind: Vec<SocketAddr>,
+    /// Tests that may run side by side.
+    pub max_tests: usize,
+    /// Clients that may wait for a slot (if they ask to wait).
+    pub queue_len: usize,
+    /// Control connections open at once; more are refused at once.
+    pub max_connections: usize,
+    /// Exit after the first test has finished.
+    pub once: bool,
+    /// How long a client may take to say hello or send its next control message.
+    pub control_timeout: Duration,
+    /// Test-only fault injection.
+    pub faults: Faults,
+    /// Print a line per test to stderr.
+    pub log: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            bind: vec![SocketAddr::from(([0u16; 8], wire::DEFAULT_PORT))],
+            max_tests: 1,
+            queue_len: 8,
+            max_connections: 64,
+            once: false,
+            control_timeout: Duration::from_secs(10),
+            faults: Faults::default(),
+            log: true,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    cfg: AgentConfig,
+    slots: Mutex<Slots>,
+    freed: Condvar,
+    connections: AtomicUsize,
+    tests_done: AtomicUsize,
+    stop: Arc<AtomicBool>,
+    /// A clone of every open control connection, to shut them down on stop.
+    live: Mutex<HashMap<u64, TcpStream>>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn slots(&self) -> MutexGuard<'_, Slots> {
+        // a panicking client thread must not take the agent's slots with it
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts a control connection while it lives; forgets it on drop.
+struct ConnGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A bound agent, ready to [`Agent::run`].
+pub struct Agent {
+    listeners: Vec<TcpListener>,
+    shared: Arc<Shared>,
+}
+
+/// Stops a running agent from another thread (or a signal handler's flag).
+#[derive(Clone)]
+pub struct StopHandle(Arc<AtomicBool>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
+}
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if addr.is_ipv6() {
+        // [::] takes IPv4 clients too; a specific v6 address only v6
+        sock.set_only_v6(!addr.ip().is_unspecified())?;
+    }
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(128)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+impl Agent {
+    pub fn bind(cfg: AgentConfig) -> io::Result<Agent> {
+        let mut listeners = Vec::new();
+        for &addr in &cfg.bind {
+            match listen(addr) {
+                Ok(l) => listeners.push(l),
+                // no IPv6 on this host: fall back to IPv4 for the default [::]
+                Err(e) if addr.ip() == IpAddr::from([0u16; 8]) && cfg.bind.len() == 1 => {
+                    let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+                    listeners.push(listen(v4).map_err(|_| e)?);
+                }
+                Err(e) => return Err(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))),
+            }
+        }
+        let shared = Arc::new(Shared {
+            cfg,
+            slots: Mutex::new(Slots { running: 0, waiting: 0 }),
+            freed: Condvar::new(),
+            connections: AtomicUsize::new(0),
+            tests_done: AtomicUsize::new(0),
+            stop: Arc::new(AtomicBool::new(false)),
+            live: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        });
+        Ok(Agent { listeners, shared })
+    }
+
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().filter_map(|l| l.local_addr().ok()).collect()
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.shared.stop.clone())
+    }
+
+    /// Accepts clients until stopped (or, with `once`, until one test has finished).
+    pub fn run(self) -> io::Result<()> {
+        let fds: Vec<i32> = self.listeners.iter().map(|l| l.as_raw_fd()).collect();
+        let mut handles: Vec<thread::JoinHandle<()>> = Vec::new();
+        while !self.shared.stopping() {
+            if self.shared.cfg.once && self.shared.tests_done.load(Ordering::SeqCst) > 0 {
+                self.shared.stop.store(true, Ordering::SeqCst);
+                break;
+            }
+            let ready = match gridperf_sys::poll_readable(&fds, 100) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("gridperf serve: poll failed: {e}");
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            for (i, r) in ready.iter().enumerate() {
+                if !r {
+                    continue;
+                }
+                let (stream, peer) = match self.listeners[i].accept() {
+                    Ok(x) => x,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => {
+                        // EMFILE and the like: say so, back off, keep serving
+                        eprintln!("gridperf serve: accept failed: {e}");
+                        thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                };
+                let shared = self.shared.clone();
+                if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
+                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                    let mut s = stream;
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = wire::write_msg(
+                        &mut s,
+                        &AgentMsg::Error {
+                            code: ErrorCode::Busy,
+                            message: format!(
+                                "the agent has {} control connections open, its limit; try again later",
+                                shared.cfg.max_connections
+                            ),
+                        },
+                    );
+                    continue;
+                }
+                let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+                if let Ok(clone) = stream.try_clone() {
+                    shared.live.lock().unwrap_or_else(PoisonError::into_inner).insert(id, clone);
+                }
+                let guard = ConnGuard { shared, id };
+                let spawned = thread::Builder::new().name(format!("gridperf-client-{peer}")).spawn(move || {
+                    let shared = guard.shared.clone();
+                    if let Err(e) = session::serve(&shared, stream, peer) {
+                        if shared.cfg.log {
+                            eprintln!("gridperf serve: {peer}: {e}");
+                        }
+                    }
+                    drop(guard);
+                });
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    // the closure, and the guard in it, are dropped: the count goes back
+                    Err(e) => eprintln!("gridperf serve: cannot start a thread for {peer}: {e}"),
+                }
+            }
+            handles.retain(|h| !h.is_finished());
+        }
+        // tests in progress see the stop flag within a few milliseconds and tell
+        // their clients; after a grace period, wake every client thread still
+        // blocked in a read, then wait for them
+        self.shared.freed.notify_all();
+        let grace = Instant::now() + Duration::from_secs(1);
+        while handles.iter().any(|h| !h.is_finished()) && Instant::now() < grace {
+            thread::sleep(Duration::from_millis(10));
+        }
+        for s in self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).values() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+        Ok(())
+    }
+}
+
+/// Starts an agent on loopback in this process, for runs without a HOST.
+pub struct LocalAgent {
+    pub addr: SocketAddr,
+    stop: StopHandle,
+    thread: Option<thread::JoinHandle<io::Result<()>>>,
+}
+
+impl LocalAgent {
+    pub fn start(faults: Faults) -> io::Result<LocalAgent> {
+        let cfg = AgentConfig {
+            bind: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
+            faults,
+            log: false,
+            ..AgentConfig::default()
+        };
+        let agent = Agent::bind(cfg)?;
+        let addr = agent.local_addrs()[0];
+        let stop = agent.stop_handle();
+        let thread = thread::Builder::new().name("gridperf-local-agent".into()).spawn(move || agent.run())?;
+        Ok(LocalAgent { addr, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for LocalAgent {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! One client's conversation up to its test: hello and version, the typed
+//! request and its checks, a slot, then the test's own file. Every read
+//! has the control deadline; every refusal is told to the client with what
+//! is valid.
+
+use super::{echo, fanout, slots, stream, Shared};
+use crate::{ctl, host};
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, Test, TestRequest, WireError};
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// Why a client's connection ended: with the client already told, or not yet.
+pub(crate) enum Fail {
+    Told(String),
+    Untold(String),
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fail::Told(m) | Fail::Untold(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for Fail {
+    fn from(m: String) -> Fail {
+        Fail::Untold(m)
+    }
+}
+
+/// Tells the client why, and returns the reason for the agent's log.
+pub(crate) fn send_error(ctl: &mut TcpStream, code: ErrorCode, message: String) -> Fail {
+    let _ = wire::write_msg(ctl, &AgentMsg::Error { code, message: message.clone() });
+    Fail::Told(message)
+}
+
+/// The error code for a control channel that failed.
+pub(crate) fn wire_code(e: &WireError) -> ErrorCode {
+    match e {
+        WireError::TooLarge { .. } => ErrorCode::TooLarge,
+        WireError::Timeout => ErrorCode::Timeout,
+        _ => ErrorCode::BadMessage,
+    }
+}
+
+/// A random number for a test's data connections (std's hasher keys are
+/// random per instance); not a secret against an eavesdropper: it keeps a
+/// stray connection from being taken for the client's.
+pub(crate) fn new_token(peer: SocketAddr) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u16(peer.port());
+    h.finish() | 1
+}
+
+/// Reads the request. A request frame this agent cannot decode (a test
+/// kind or a protocol it does not know, a field it needs missing) is
+/// "unsupported", with serde's words for what was expected; anything else
+/// out of turn is a bad message.
+fn read_request(ctl: &mut TcpStream, until: Instant) -> Result<TestRequest, Fail> {
+    let body = match ctl::read_frame_by(ctl, until) {
+        Ok(b) => b,
+        Err(e) => return Err(send_error(ctl, wire_code(&e), format!("reading the request: {e}"))),
+    };
+    match wire::decode::<ClientMsg>(&body) {
+        Ok(ClientMsg::Request(r)) => Ok(r),
+        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected a request, got {other:?}"))),
+        Err(e) => {
+            let is_request = serde_json::from_slice::<serde_json::Value>(&body)
+                .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("request"));
+            let code = if is_request { ErrorCode::Unsupported } else { ErrorCode::BadMessage };
+            let what = if is_request { "this agent cannot run the test asked for" } else { "expected a request" };
+            Err(send_error(ctl, code, format!("{what}: {e}")))
+        }
+    }
+}
+
+/// Serves one control connection, start to end.
+pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result<(), Fail> {
+    let setup = |ctl: &TcpStream| -> io::Result<()> {
+        ctl.set_nonblocking(false)?;
+        ctl.set_nodelay(true)?;
+        ctl.set_write_timeout(Some(shared.cfg.control_timeout))
+    };
+    setup(&ctl).map_err(|e| e.to_string())?;
+    // hello and request, both within one control timeout
+    let until = Instant::now() + shared.cfg.control_timeout;
+
+    match ctl::read_msg_by::<ClientMsg>(&ctl, until) {
+        Ok(ClientMsg::Hello { magic, version, software }) => {
+            if magic != wire::MAGIC {
+                return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("bad magic {magic:?}")));
+            }
+            if version != wire::PROTOCOL_VERSION {
+                return Err(send_error(
+                    &mut ctl,
+                    ErrorCode::VersionMismatch,
+                    format!(
+                        "protocol version mismatch: the client ({software}) speaks version {version}, this agent ({}) speaks version {}; run the same gridperf release on both ends",
+                        host::software(),
+                        wire::PROTOCOL_VERSION
+                    ),
+                ));
+            }
+        }
+        Ok(other) => {
+            return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("expected hello, got {other:?}")));
+        }
+        Err(e) => return Err(send_error(&mut ctl, wire_code(&e), format!("before hello: {e}"))),
+    }
+    wire::write_msg(
+        &mut ctl,
+        &AgentMsg::Welcome { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: host::software() },
+    )
+    .map_err(|e| e.to_string())?;
+
+    let req = read_request(&mut ctl, until)?;
+    if let Err(r) = req.test.validate(&host::limits()) {
+        return Err(send_error(&mut ctl, r.code, r.message));
+    }
+    let _slot = slots::take(shared, &mut ctl, req.queue_ms)?;
+    if shared.cfg.log {
+        eprintln!("gridperf serve: {peer}: {}", req.test.describe());
+    }
+    let result = match &req.test {
+        Test::Rtt(spec) | Test::Transfer(spec) => echo::run(shared, &mut ctl, peer, spec),
+        Test::Stream(spec) => stream::run(shared, &mut ctl, peer, spec),
+        Test::Fanout(spec) => fanout::run(shared, &mut ctl, peer, spec),
+    };
+    shared.tests_done.fetch_add(1, Ordering::SeqCst);
+    match result {
+        Ok(()) => Ok(()),
+        Err(Fail::Untold(msg)) => {
+            let code = if shared.stopping() { ErrorCode::Busy } else { ErrorCode::Internal };
+            Err(send_error(&mut ctl, code, msg))
+        }
+        Err(told) => Err(told),
+    }
+}

@@ -1,0 +1,310 @@
+//! `gridperf lab`'s arguments: a lab's settings from a profile, flags and
+//! overrides, each direction and access link checked, into the spec `lab
+//! up` brings up; the other subcommands' options.
+
+use super::{format, lab_error, parse_hosts};
+use crate::commands::{self, Format};
+use crate::error::{Error, Result};
+use crate::lab::LabSpec;
+use clap::{Args, Subcommand};
+
+#[derive(Subcommand)]
+pub enum LabCommand {
+    /// Bring a lab up: a profile (lab profiles) or explicit settings, or a profile with --set overrides.
+    #[command(after_help = "Examples:\n  \
+        gridperf lab up --profile man                       the first document's 3 km MAN\n  \
+        gridperf lab up --rate 1G --rtt 20ms --queue 1bdp   a gigabit path at 20 ms\n  \
+        gridperf lab up --profile wan --set loss=1% --set burst=3\n  \
+        gridperf lab up --profile baltic --sysctl net.ipv4.tcp_rmem=\"4096 87380 174760\"\n  \
+        gridperf lab exec a -- gridperf rtt 10.77.2.1       measure across it from host a to host b\n\n\
+        Hosts: a (10.77.1.1) and b (10.77.2.1), or a1.., b1.. with --hosts NxM; each is a network namespace\n\
+        named gp-NAME-HOST, so `ip netns exec gp-default-a CMD` works too. Needs root.")]
+    Up(Box<LabUpArgs>),
+    /// Stop a lab and remove its namespaces, devices and emulator (also after a crash).
+    Down(LabNameArg),
+    /// A lab's settings, hosts and live counters.
+    Status(LabStatusArgs),
+    /// Run a command on a lab host: gridperf lab exec a -- CMD ARGS...
+    Exec(LabExecArgs),
+    /// The built-in profiles: the source documents' networks.
+    Profiles(LabProfilesArgs),
+    /// Measure the lab's fidelity on this machine: rate error, added delay error, queue bound, emulator CPU.
+    Calibrate(LabCalibrateArgs),
+    /// The emulator process itself (started by lab up).
+    #[command(hide = true)]
+    Emulator(LabNameArg),
+}
+
+#[derive(Args)]
+pub struct LabNameArg {
+    /// Which lab (one lab named "default" unless you name them).
+    #[arg(long, default_value = "default")]
+    pub name: String,
+}
+
+#[derive(Args)]
+pub struct LabUpArgs {
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// Start from a profile (see lab profiles).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Bottleneck rate in bits per second, decimal SI: 100M, 1G (= 10^9), 622Mbit.
+    #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
+    pub rate: Option<String>,
+    /// One-way delay per direction, as netem's: 10ms, 250us.
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", conflicts_with = "rtt")]
+    pub delay: Option<String>,
+    /// Round-trip time, split evenly over both directions: 20ms.
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION")]
+    pub rtt: Option<String>,
+    /// Jitter: a duration and optional distribution, 1ms (uniform +-1ms) or 2ms/normal (sigma).
+    #[arg(long, allow_hyphen_values = true, value_name = "J")]
+    pub jitter: Option<String>,
+    /// Let jitter reorder packets (off by default: packets keep their order).
+    #[arg(long)]
+    pub reorder: bool,
+    /// Random loss per direction: 1% or 0.01.
+    #[arg(long, allow_hyphen_values = true, value_name = "P")]
+    pub loss: Option<String>,
+    /// Make loss bursty: the mean burst length in packets (Gilbert-Elliott), e.g. 3.
+    #[arg(long, value_name = "PACKETS")]
+    pub burst: Option<String>,
+    /// Bottleneck queue: packets (1000pkt), bytes as dd (256KB, 256KiB) or BDP multiples (1.5bdp), or unlimited.
+    #[arg(long, value_name = "Q")]
+    pub queue: Option<String>,
+    /// MTU of every host's interface (576 to 65535).
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<String>,
+    /// Override one field of the profile: rate, delay, rtt, jitter, loss, burst, queue, mtu, reorder (repeat).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub sets: Vec<String>,
+    /// Like --set, for the A-to-B direction only (an asymmetric path), e.g. --set-ab rate=20M.
+    #[arg(long = "set-ab", value_name = "FIELD=VALUE")]
+    pub sets_ab: Vec<String>,
+    /// Like --set, for the B-to-A direction only (the ACK path of a transfer from A), e.g. --set-ba loss=1%.
+    #[arg(long = "set-ba", value_name = "FIELD=VALUE")]
+    pub sets_ba: Vec<String>,
+    /// An access link for every host, or for one (HOST:...): comma-separated fields as --set takes them,
+    /// e.g. --access rate=100M,delay=1ms or --access a2:rate=10M (repeat).
+    #[arg(long = "access", value_name = "[HOST:]FIELD=VALUE,...")]
+    pub access: Vec<String>,
+    /// Hosts on each side of the bottleneck: 1x1 (a, b) or NxM (a1..aN, b1..bM), at most 8x8.
+    #[arg(long, default_value = "1x1", value_name = "NxM")]
+    pub hosts: String,
+    /// Seed of the loss and jitter generators.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A per-namespace sysctl for every host, e.g. an old kernel's buffers:
+    /// --sysctl net.ipv4.tcp_rmem="4096 87380 174760" (repeat). Global ones are refused.
+    #[arg(long = "sysctl", value_name = "NAME=VALUE")]
+    pub sysctls: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LabStatusArgs {
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LabExecArgs {
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// The host: a, b, or a1, b2, ... in a dumbbell.
+    pub host: String,
+    /// The command and its arguments, after --.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct LabCalibrateArgs {
+    /// Link rates to calibrate at.
+    #[arg(long, default_value = "100M,1G", value_name = "LIST")]
+    pub rates: String,
+    /// One-way delays to calibrate at.
+    #[arg(long, default_value = "25ms,150ms", value_name = "LIST")]
+    pub delays: String,
+    /// Seconds of overload per point for the rate and queue measurements.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LabProfilesArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn lab_settings(a: &LabUpArgs) -> Result<(gridperf_core::labcfg::LabSettings, String)> {
+    use gridperf_core::labcfg;
+    let (mut s, mut words) = match &a.profile {
+        Some(p) => {
+            let prof = labcfg::profile(p).map_err(lab_error)?;
+            (prof.settings(), vec![format!("profile {} ({})", prof.name, prof.source)])
+        }
+        None => (labcfg::LabSettings::default(), Vec::new()),
+    };
+    let mut sets: Vec<String> = Vec::new();
+    for (field, v) in [
+        ("rate", &a.rate),
+        ("delay", &a.delay),
+        ("rtt", &a.rtt),
+        ("jitter", &a.jitter),
+        ("loss", &a.loss),
+        ("burst", &a.burst),
+        ("queue", &a.queue),
+        ("mtu", &a.mtu),
+    ] {
+        if let Some(v) = v {
+            sets.push(format!("{field}={v}"));
+        }
+    }
+    if a.reorder {
+        sets.push("reorder=on".into());
+    }
+    sets.extend(a.sets.iter().cloned());
+    for set in &sets {
+        labcfg::apply_set(&mut s, set).map_err(lab_error)?;
+        words.push(set.clone());
+    }
+    Ok((s, words.join(", ")))
+}
+
+impl TryFrom<LabUpArgs> for LabSpec {
+    type Error = Error;
+    fn try_from(a: LabUpArgs) -> Result<LabSpec> {
+        let (settings, mut description) = lab_settings(&a)?;
+        let direction = |sets: &[String], tag: &str, description: &mut String| -> Result<_> {
+            let mut s = settings.clone();
+            for set in sets {
+                gridperf_core::labcfg::apply_set(&mut s, set).map_err(lab_error)?;
+                description.push_str(&format!(", {tag} {set}"));
+            }
+            if s.mtu != settings.mtu {
+                return Err(Error::usage("the MTU is the hosts' own: set it with --mtu or --set, not per direction"));
+            }
+            s.link_config().map_err(lab_error)
+        };
+        let ab = direction(&a.sets_ab, "a->b", &mut description)?;
+        let ba = direction(&a.sets_ba, "b->a", &mut description)?;
+        let loopback = a.profile.as_deref() == Some("loopback");
+        if loopback && (ab != gridperf_core::emu::LinkConfig::default() || ab != ba || a.hosts != "1x1") {
+            return Err(Error::usage(
+                "the loopback profile has no link to shape and two hosts on one lo: only --mtu applies to it",
+            ));
+        }
+        let mtu_given = a.mtu.is_some() || a.sets.iter().any(|s| s.starts_with("mtu="));
+        let host_shape = parse_hosts(&a.hosts)?;
+        let host_names: Vec<String> = crate::lab::hosts(&a.name, host_shape).into_iter().map(|h| h.name).collect();
+        let mut access = Vec::new();
+        for spec in &a.access {
+            let (host, fields) = match spec.split_once(':') {
+                Some((h, rest)) if !h.contains('=') => (Some(h.to_string()), rest),
+                _ => (None, spec.as_str()),
+            };
+            if let Some(h) = &host {
+                if !host_names.contains(h) {
+                    return Err(Error::usage(format!(
+                        "--access {spec}: no host {h:?} in this lab; its hosts are {}",
+                        host_names.join(", ")
+                    )));
+                }
+            }
+            let mut s = gridperf_core::labcfg::LabSettings::default();
+            for f in fields.split(',').filter(|f| !f.trim().is_empty()) {
+                if f.trim().starts_with("mtu=") {
+                    return Err(Error::usage("--access: the MTU is the hosts' own: set it with --mtu"));
+                }
+                gridperf_core::labcfg::apply_set(&mut s, f.trim()).map_err(lab_error)?;
+            }
+            description.push_str(&format!(", access {spec}"));
+            access.push((host, s.link_config().map_err(lab_error)?));
+        }
+        if loopback && !access.is_empty() {
+            return Err(Error::usage("the loopback profile has no links, so no access links either"));
+        }
+        let spec = LabSpec {
+            name: a.name.clone(),
+            hosts: host_shape,
+            mtu: if loopback && !mtu_given { 0 } else { settings.mtu },
+            loopback,
+            access,
+            ab,
+            ba,
+            seed: a.seed,
+            profile: a.profile.clone(),
+            owner: None,
+            sysctls: a
+                .sysctls
+                .iter()
+                .map(|l| {
+                    let (k, v) = crate::host::split_line(l)?;
+                    if gridperf_core::tune::per_namespace(&k) == Some(false) {
+                        return Err(Error::usage(format!(
+                            "--sysctl {k}: global on Linux, not per network namespace; a lab host cannot have its own"
+                        )));
+                    }
+                    Ok((k, v))
+                })
+                .collect::<Result<_>>()?,
+            description: if description.is_empty() {
+                "no impairment".into()
+            } else {
+                description.trim_start_matches(", ").to_string()
+            },
+        };
+        Ok(spec)
+    }
+}
+
+impl LabCommand {
+    /// The output format the subcommand asks for.
+    pub fn format(&self) -> Format {
+        match self {
+            LabCommand::Up(a) => format(a.json, false),
+            LabCommand::Status(a) => format(a.json, false),
+            LabCommand::Profiles(a) => format(a.json, false),
+            LabCommand::Calibrate(a) => format(a.json, false),
+            _ => Format::Table,
+        }
+    }
+}
+
+impl TryFrom<LabCommand> for commands::lab::Opts {
+    type Error = Error;
+    fn try_from(c: LabCommand) -> Result<Self> {
+        use commands::lab::Opts;
+        Ok(match c {
+            LabCommand::Up(a) => Opts::Up(Box::new(LabSpec::try_from(*a)?)),
+            LabCommand::Down(a) => Opts::Down { name: a.name },
+            LabCommand::Status(a) => Opts::Status { name: a.name },
+            LabCommand::Exec(a) => Opts::Exec { name: a.name, host: a.host, command: a.command },
+            LabCommand::Profiles(_) => Opts::Profiles,
+            LabCommand::Emulator(a) => Opts::Emulator { name: a.name },
+            LabCommand::Calibrate(a) => {
+                let rates: Vec<u64> = a
+                    .rates
+                    .split(',')
+                    .map(|r| gridperf_core::labcfg::parse_rate_bps(r.trim()).map_err(lab_error))
+                    .collect::<Result<_>>()?;
+                let delays: Vec<u64> = a
+                    .delays
+                    .split(',')
+                    .map(|d| gridperf_core::labcfg::parse_delay_ns(d.trim()).map_err(lab_error))
+                    .collect::<Result<_>>()?;
+                if !(1.0..=60.0).contains(&a.seconds) {
+                    return Err(Error::usage("--seconds takes 1 to 60"));
+                }
+                Opts::Calibrate { rates, delays, seconds: a.seconds }
+            }
+        })
+    }
+}

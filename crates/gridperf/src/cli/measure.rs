@@ -1,0 +1,566 @@
+//! The measurements' arguments: `rtt` and `transfer` (the echo tests'
+//! shared flags), `stream`, `fanout`; each turned into its command's
+//! checked options.
+
+use super::{buffer, duration, format, parse_cpus, parse_hosts, rate, seconds_or, watched_lab};
+use crate::agent::Faults;
+use crate::commands::{self, Place};
+use crate::engines::echo::EchoOptions;
+use crate::engines::fanout::FanoutOptions;
+use crate::engines::rtt::RttOptions;
+use crate::engines::stream::StreamOptions;
+use crate::engines::transfer::{self, TransferOptions, PAPER_TOTAL};
+use crate::error::{Error, Result};
+use crate::runner::{resolve, Deadlines, Network};
+use crate::store::StoreChoice;
+use clap::Args;
+use gridperf_core::model::Variant;
+use gridperf_core::plan::{check_limits, parse_protos, parse_sizes};
+use gridperf_core::units::{parse_bytes, parse_duration_ns};
+use gridperf_core::wire::{Direction, StreamSpec, DEFAULT_PORT, MAX_TIMEOUT_MS};
+use std::time::Duration;
+
+#[derive(Args, Clone)]
+pub struct EchoArgs {
+    /// The agent: HOST, HOST:PORT, an IPv6 literal or [V6]:PORT. Without it, gridperf starts its own agent on loopback.
+    pub host: Option<String>,
+    /// The agent's control port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Protocols, measured in turn at each size: tcp, udp, sendfile (TCP where both ends transmit with sendfile(2)), or all.
+    #[arg(long = "proto", default_value = "tcp,udp,sendfile", value_name = "LIST")]
+    pub protos: String,
+    /// Message sizes: a list of sizes and ranges, e.g. 1,64,1k..64k*2 (factor) or 1..16k+256 (step), or a preset:
+    /// quick (sizes around the MTU multiples, up to 64000), paper (1 B, then 128 B to 64000 B every 128 B),
+    /// pow2 (1 B to 64 KiB), bench. Units as dd: k = 1024, KB = 1000, KiB = 1024.
+    #[arg(short, long, default_value = "quick", value_name = "LIST")]
+    pub sizes: String,
+    /// TCP_NODELAY on the data sockets of both ends: on disables Nagle (the default, as latency tools do), off keeps it.
+    #[arg(long, default_value = "on", value_name = "on|off")]
+    pub nodelay: OnOff,
+    /// Write each TCP message in N send calls (N = 2 shows the Nagle x delayed-ACK stall with --nodelay off).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub writes: u32,
+    /// Spin on non-blocking receives on both ends instead of sleeping (lower, steadier RTT; one busy CPU per end).
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Pin the ends: C pins both to CPU C; C,S pins the client to C and the agent to S.
+    #[arg(long, value_name = "C[,S]")]
+    pub cpu: Option<String>,
+    /// SO_SNDBUF to request on both ends' data sockets (the kernel doubles it and caps it at net.core.wmem_max; the granted size is reported).
+    #[arg(long, value_name = "SIZE")]
+    pub sndbuf: Option<String>,
+    /// SO_RCVBUF to request on both ends' data sockets (doubled, capped at net.core.rmem_max).
+    #[arg(long, value_name = "SIZE")]
+    pub rcvbuf: Option<String>,
+    /// Per-message deadline: a UDP message with no reply by then is counted lost; a TCP one ends the run with an error.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub timeout: String,
+    /// Deadline for connecting to the agent and for each of its control answers.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub connect_timeout: String,
+    /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
+    #[arg(long, value_name = "DURATION")]
+    pub queue: Option<String>,
+    /// Before the first point of each protocol, exchange uncounted for this long (a cold process and
+    /// connection are slower for tens of milliseconds). 0s to skip.
+    #[arg(long, default_value = "250ms", value_name = "DURATION")]
+    pub warmup_time: String,
+    /// Run both ends in a new private network namespace whose loopback has this MTU (needs root; only without HOST).
+    #[arg(long, value_name = "BYTES")]
+    pub loopback_mtu: Option<u32>,
+    /// Run across a lab of this profile (gridperf lab profiles), brought up for the run and taken down
+    /// after it: the agent on host b, the client on host a (needs root; only without HOST).
+    #[arg(long, value_name = "PROFILE")]
+    pub lab: Option<String>,
+    /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1% (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    pub lab_sets: Vec<String>,
+    /// The results database every point is written to (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not store this run.
+    #[arg(long, conflicts_with = "db")]
+    pub no_store: bool,
+    /// Print JSON (schema documented in docs/json.md) instead of a table.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print CSV instead of a table.
+    #[arg(long)]
+    pub csv: bool,
+    /// Test seam: make the local agent drop every N-th UDP datagram.
+    #[arg(long, hide = true, value_name = "N")]
+    pub fault_drop_udp: Option<u64>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Args)]
+pub struct RttArgs {
+    #[command(flatten)]
+    pub echo: EchoArgs,
+    /// Counted exchanges per point.
+    #[arg(short = 'n', long, default_value_t = 1000, value_name = "N")]
+    pub iterations: u64,
+    /// Time budget per point instead of a count, e.g. 2s.
+    #[arg(short = 't', long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Exchanges before counting starts (each checked against what was sent).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub warmup: u64,
+
+    /// Keep every round-trip time: in --json as samples_ns, in --csv one row per sample.
+    #[arg(long)]
+    pub samples: bool,
+}
+
+#[derive(Args)]
+pub struct TransferArgs {
+    #[command(flatten)]
+    pub echo: EchoArgs,
+    /// Bytes to move per run, one way (default: the document's 1024 x 1000).
+    #[arg(long, value_name = "SIZE")]
+    pub total: Option<String>,
+    /// Timed runs per point.
+    #[arg(short, long, default_value_t = 10, value_name = "N")]
+    pub repeat: u32,
+    /// Untimed runs before them.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub warmup_runs: u32,
+}
+
+#[derive(Args)]
+pub struct StreamArgs {
+    /// The agent: HOST, HOST:PORT, an IPv6 literal or [V6]:PORT. Without it, gridperf starts its own agent on loopback.
+    pub host: Option<String>,
+    /// The agent's control port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Parallel streams (per direction with --bidir), each on its own thread at both ends.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    pub parallel: u32,
+    /// How long the senders send, after --omit: 10 (seconds) or a duration such as 500ms, 2m.
+    #[arg(short = 't', long, default_value = "10", allow_hyphen_values = true, value_name = "DURATION")]
+    pub time: String,
+    /// Send this many bytes per stream instead (SIZE as dd: 1G = 2^30, 1GB = 10^9); --time then caps the test.
+    #[arg(short = 'n', long, value_name = "SIZE")]
+    pub bytes: Option<String>,
+    /// Send for this long first and leave it out of the throughput (slow start, autotuning).
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_name = "DURATION")]
+    pub omit: String,
+    /// Report interval for the per-interval throughput.
+    #[arg(short = 'i', long, default_value = "1s", value_name = "DURATION")]
+    pub interval: String,
+    /// The agent sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once, -P streams each way.
+    #[arg(long)]
+    pub bidir: bool,
+    /// UDP instead of TCP, at the rate -b per stream.
+    #[arg(short = 'u', long)]
+    pub udp: bool,
+    /// UDP: each stream's rate in bits per second (IP and UDP headers counted), decimal SI: 100M, 1G.
+    #[arg(short = 'b', long, value_name = "RATE", requires = "udp")]
+    pub bitrate: Option<String>,
+    /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1472: a 1500-byte packet).
+    #[arg(short = 'l', long, value_name = "SIZE")]
+    pub length: Option<String>,
+    /// SO_SNDBUF and SO_RCVBUF on both ends (the kernel doubles it and caps it at net.core.wmem_max /
+    /// rmem_max; what was granted is reported). Without it the kernel autotunes within tcp_rmem / tcp_wmem.
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    pub window: Option<String>,
+    /// TCP congestion control on both ends' sockets: reno, cubic, bbr, ... (as the kernel offers).
+    #[arg(short = 'C', long, value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// Cap each stream at RATE (SO_MAX_PACING_RATE; TCP paces itself to it), bits per second: 500M.
+    #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
+    pub pacing: Option<String>,
+    /// Sleep this long between writes: application-level pacing, as the DataTAG study's inter-packet delay.
+    #[arg(long, value_name = "DURATION")]
+    pub gap: Option<String>,
+    /// Send without copying: sendfile (from a memory file) or msg (MSG_ZEROCOPY; the kernel reports how many
+    /// sends it copied after all: all of them on loopback and veth).
+    #[arg(long, value_name = "sendfile|msg")]
+    pub zerocopy: Option<String>,
+    /// TCP_INFO sampling interval at both ends, at least 10ms.
+    #[arg(long, default_value = "100ms", value_name = "DURATION")]
+    pub sample: String,
+    /// Write every stream's TCP_INFO timeline (the sender's) here: CSV if the name ends in .csv, else JSON lines.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<std::path::PathBuf>,
+    /// Run the test N times; report each run and the median and spread of the total (or the best, with --best).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: u32,
+    /// With --repeat: report the best run's total, as the DataTAG study did.
+    #[arg(long, requires = "repeat")]
+    pub best: bool,
+    /// The path's bottleneck rate, for the verdict's BDP (taken from the lab with --lab).
+    #[arg(long, value_name = "RATE")]
+    pub expect: Option<String>,
+    /// How long a receiver waits for the last data after the senders stop.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub linger: String,
+    /// Deadline for connecting to the agent and for each of its control answers.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub connect_timeout: String,
+    /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
+    #[arg(long, value_name = "DURATION")]
+    pub queue: Option<String>,
+    /// Run across a lab of this profile, brought up for the run: agent on host b, client on host a (root).
+    #[arg(long, value_name = "PROFILE")]
+    pub lab: Option<String>,
+    /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1% (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    pub lab_sets: Vec<String>,
+    /// Print JSON (schema in docs/json.md) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// The results database (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not store this run.
+    #[arg(long, conflicts_with = "db")]
+    pub no_store: bool,
+    /// Test seam: the local agent resets stream 0's connection after this many bytes.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    pub fault_break_stream: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct FanoutArgs {
+    /// original, drain, nodelay, drain-thread (a list), or all.
+    #[arg(long, default_value = "all")]
+    pub variant: String,
+    /// Requests per consumer (a list or range as --sizes takes them).
+    #[arg(long, default_value = "1..4k*2", value_name = "LIST")]
+    pub messages: String,
+    /// Request size in bytes.
+    #[arg(long = "size", default_value = "256..8k*2", value_name = "LIST")]
+    pub sizes: String,
+    /// Consumers.
+    #[arg(long, default_value = "2", value_name = "LIST")]
+    pub nodes: String,
+    /// MAX: repetitions per point.
+    #[arg(long, default_value_t = 5, value_name = "MAX")]
+    pub repeat: u32,
+    /// No byte moving on any socket for this long is a deadlock.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub watchdog: String,
+    /// SO_SNDBUF and SO_RCVBUF on every socket (the kernel doubles it); small buffers deadlock sooner.
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    pub window: Option<String>,
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    #[arg(long)]
+    pub csv: bool,
+    /// The results database (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not store this sweep.
+    #[arg(long, conflicts_with = "db")]
+    pub no_store: bool,
+    /// Across a lab of this profile (root): the server on host a1, one consumer per host on the far side.
+    #[arg(long, value_name = "PROFILE")]
+    pub lab: Option<String>,
+    /// Override one field of the --lab profile: rate=1G, rtt=20ms (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    pub lab_sets: Vec<String>,
+    /// With --lab: hosts on each side, 1xM (default 1 x the most --nodes, at most 8).
+    #[arg(long, value_name = "1xM", requires = "lab")]
+    pub hosts: Option<String>,
+    /// Consumers on `gridperf serve` agents (HOST[:PORT], repeat or comma-separate), in turn.
+    #[arg(long = "agents", value_name = "HOST", value_delimiter = ',')]
+    pub agents: Vec<String>,
+}
+
+/// Where a run goes: a host, a lab of a profile, or loopback.
+fn network(host: &Option<String>, port: u16, lab: &Option<String>, sets: &[String]) -> Result<Network> {
+    Ok(match (host, lab) {
+        (Some(_), Some(_)) => return Err(Error::usage("--lab runs both ends in a lab of its own: leave out HOST")),
+        (Some(h), None) => Network::Host { addr: resolve(h, port)?, label: h.clone() },
+        (None, Some(p)) => {
+            // the profile and overrides are checked before anything is brought up
+            crate::lab::run::spec_for("check", p, sets)?;
+            Network::Lab { profile: p.clone(), sets: sets.to_vec() }
+        }
+        (None, None) => Network::Local,
+    })
+}
+
+/// The echo tests' shared flags: where, what, and how.
+fn echo(a: &EchoArgs) -> Result<(Place, EchoOptions)> {
+    let protos = parse_protos(&a.protos)?;
+    let sizes = parse_sizes(&a.sizes)?;
+    check_limits(&protos, &sizes)?;
+    let cpus = a.cpu.as_deref().map(parse_cpus).transpose()?;
+    if a.host.is_none() && a.busy_poll && cpus.is_some_and(|(c, s)| c == s) {
+        return Err(Error::usage(
+            "--busy-poll with both ends on one CPU makes two spinning threads share it: give --cpu C,S with S different from C",
+        ));
+    }
+    if a.writes == 0 || a.writes > 64 {
+        return Err(Error::usage("--writes takes 1 to 64"));
+    }
+    let message = duration(&a.timeout, "--timeout")?;
+    if message > Duration::from_millis(MAX_TIMEOUT_MS) {
+        return Err(Error::usage(format!("--timeout {}: at most 60s", a.timeout)));
+    }
+    let deadlines = Deadlines {
+        connect: duration(&a.connect_timeout, "--connect-timeout")?,
+        control: duration(&a.connect_timeout, "--connect-timeout")?.max(Duration::from_secs(5)),
+        message,
+        queue: match &a.queue {
+            Some(q) => duration(q, "--queue")?,
+            None => Duration::ZERO,
+        },
+    };
+    let network = network(&a.host, a.port, &a.lab, &a.lab_sets)?;
+    match (&network, a.loopback_mtu, a.fault_drop_udp) {
+        (Network::Lab { .. }, Some(_), _) | (Network::Lab { .. }, _, Some(_)) => {
+            return Err(Error::usage("--lab takes neither --loopback-mtu nor --fault-drop-udp"))
+        }
+        (Network::Host { .. }, Some(_), _) => {
+            return Err(Error::usage("--loopback-mtu runs both ends locally: leave out HOST"))
+        }
+        (Network::Host { .. }, _, Some(_)) => {
+            return Err(Error::usage("--fault-drop-udp works only with the local agent"))
+        }
+        (_, Some(mtu), _) if !(68..=65536).contains(&mtu) => {
+            return Err(Error::usage(format!("--loopback-mtu {mtu}: give 68 to 65536")))
+        }
+        _ => {}
+    }
+    let place = Place {
+        network,
+        watched: watched_lab(),
+        loopback_mtu: a.loopback_mtu,
+        faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },
+    };
+    let opts = EchoOptions {
+        protos,
+        sizes,
+        nodelay: matches!(a.nodelay, OnOff::On),
+        writes: a.writes,
+        busy_poll: a.busy_poll,
+        client_cpu: cpus.map(|c| c.0),
+        server_cpu: cpus.map(|c| c.1),
+        sndbuf: buffer(&a.sndbuf, "--sndbuf")?,
+        rcvbuf: buffer(&a.rcvbuf, "--rcvbuf")?,
+        deadlines,
+        warmup_time: Duration::from_nanos(parse_duration_ns(&a.warmup_time, "--warmup-time")?),
+        notes: Vec::new(),
+    };
+    Ok((place, opts))
+}
+
+impl TryFrom<RttArgs> for commands::rtt::Opts {
+    type Error = Error;
+    fn try_from(a: RttArgs) -> Result<Self> {
+        if a.iterations == 0 || a.iterations > 100_000_000 {
+            return Err(Error::usage("--iterations takes 1 to 100000000"));
+        }
+        if a.warmup > 100_000_000 {
+            return Err(Error::usage("--warmup takes 0 to 100000000"));
+        }
+        let (place, echo) = echo(&a.echo)?;
+        Ok(commands::rtt::Opts {
+            place,
+            rtt: RttOptions {
+                echo,
+                iterations: a.iterations,
+                duration: a.duration.as_deref().map(|d| duration(d, "--duration")).transpose()?,
+                warmup: a.warmup,
+                keep_samples: a.samples,
+            },
+            store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
+            format: format(a.echo.json, a.echo.csv),
+        })
+    }
+}
+
+impl TryFrom<TransferArgs> for commands::transfer::Opts {
+    type Error = Error;
+    fn try_from(a: TransferArgs) -> Result<Self> {
+        let total = match &a.total {
+            Some(t) => parse_bytes(t, "--total")?,
+            None => PAPER_TOTAL,
+        };
+        if total == 0 || total > 1 << 40 {
+            return Err(Error::usage("--total takes 1 byte to 1 TiB"));
+        }
+        if a.repeat == 0 || a.repeat > 10_000 {
+            return Err(Error::usage("--repeat takes 1 to 10000"));
+        }
+        if a.warmup_runs > 10_000 {
+            return Err(Error::usage("--warmup-runs takes 0 to 10000"));
+        }
+        let (place, echo) = echo(&a.echo)?;
+        let smallest = echo.sizes[0];
+        if transfer::messages_per_run(total, smallest) > 100_000_000 {
+            return Err(Error::usage(format!(
+                "--total {total} in messages of {smallest} B is more than 100 million messages per run: raise the size or lower the total"
+            )));
+        }
+        Ok(commands::transfer::Opts {
+            place,
+            transfer: TransferOptions { echo, total, repeat: a.repeat, warmup_runs: a.warmup_runs },
+            store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
+            format: format(a.echo.json, a.echo.csv),
+        })
+    }
+}
+
+impl TryFrom<StreamArgs> for commands::stream::Opts {
+    type Error = Error;
+    fn try_from(a: StreamArgs) -> Result<Self> {
+        let time = seconds_or(&a.time, "--time")?;
+        if time.is_zero() {
+            return Err(Error::usage("--time must be more than zero"));
+        }
+        let omit = seconds_or(&a.omit, "--omit")?;
+        let udp = a.udp;
+        let write_size = match &a.length {
+            Some(l) => parse_bytes(l, "--length")?,
+            None if udp => 1472,
+            None => 128 * 1024,
+        };
+        let spec = StreamSpec {
+            proto: if udp { "udp" } else { "tcp" }.into(),
+            streams: a.parallel,
+            direction: if a.bidir {
+                Direction::Both
+            } else if a.reverse {
+                Direction::Down
+            } else {
+                Direction::Up
+            },
+            duration_ms: time.as_millis().max(1) as u64,
+            bytes: a.bytes.as_deref().map(|b| parse_bytes(b, "--bytes")).transpose()?,
+            write_size,
+            window: buffer(&a.window, "--window")?,
+            congestion: a.congestion.clone(),
+            pacing_bps: a.pacing.as_deref().map(|p| rate(p, "--pacing")).transpose()?,
+            gap_us: a.gap.as_deref().map(|g| seconds_or(g, "--gap").map(|d| d.as_micros() as u64)).transpose()?,
+            zerocopy: a.zerocopy.clone(),
+            udp_rate_bps: match (&a.bitrate, udp) {
+                (Some(b), _) => Some(rate(b, "--bitrate")?),
+                (None, true) => Some(100_000_000),
+                (None, false) => None,
+            },
+            sample_ms: seconds_or(&a.sample, "--sample")?.as_millis() as u64,
+            interval_ms: seconds_or(&a.interval, "--interval")?.as_millis() as u64,
+            linger_ms: seconds_or(&a.linger, "--linger")?.as_millis() as u64,
+            omit_ms: omit.as_millis() as u64,
+            send_buffer: None,
+            recv_buffer: None,
+        };
+        if spec.pacing_bps.is_some() && udp {
+            return Err(Error::usage("--pacing is for TCP; a UDP stream is paced by -b"));
+        }
+        if a.repeat == 0 || a.repeat > 1000 {
+            return Err(Error::usage("--repeat takes 1 to 1000"));
+        }
+        crate::engines::stream::validate(&spec).map_err(|m| Error::usage(format!("gridperf stream: {m}")))?;
+        let deadlines = Deadlines {
+            connect: duration(&a.connect_timeout, "--connect-timeout")?,
+            control: duration(&a.connect_timeout, "--connect-timeout")?.max(Duration::from_secs(5)),
+            message: Duration::from_secs(1),
+            queue: match &a.queue {
+                Some(q) => duration(q, "--queue")?,
+                None => Duration::ZERO,
+            },
+        };
+        let network = network(&a.host, a.port, &a.lab, &a.lab_sets)?;
+        if a.fault_break_stream.is_some() && network != Network::Local {
+            return Err(Error::usage("--fault-break-stream works only with the local agent"));
+        }
+        Ok(commands::stream::Opts {
+            place: Place {
+                network,
+                watched: watched_lab(),
+                loopback_mtu: None,
+                faults: Faults { break_stream_after: a.fault_break_stream, ..Faults::default() },
+            },
+            stream: StreamOptions {
+                spec,
+                omit,
+                repeat: a.repeat,
+                deadlines,
+                path_rate_bps: a.expect.as_deref().map(|r| rate(r, "--expect")).transpose()?,
+                notes: Vec::new(),
+            },
+            best: a.best,
+            timeline: a.timeline.clone(),
+            store: StoreChoice::new(a.db.clone(), a.no_store),
+            json: a.json,
+        })
+    }
+}
+
+impl TryFrom<FanoutArgs> for commands::fanout::Opts {
+    type Error = Error;
+    fn try_from(a: FanoutArgs) -> Result<Self> {
+        use crate::engines::fanout::{MAX_MESSAGES, MAX_NODES, MAX_SIZE};
+        // counts and sizes as --sizes takes them; a zero anywhere is named for what it is
+        let counts = |s: &str, what: &str| -> Result<Vec<u64>> {
+            let valid = match what {
+                "--messages" => format!("1 to {MAX_MESSAGES}"),
+                "--size" => format!("1 byte to {MAX_SIZE} bytes"),
+                _ => format!("1 to {MAX_NODES}"),
+            };
+            if s.split([',', '.', '*', '+']).any(|t| t.trim() == "0" || t.trim().starts_with('-')) {
+                return Err(Error::usage(format!("{what} {s}: give {valid}")));
+            }
+            parse_sizes(s).map_err(|e| Error::usage(format!("{what}: {e} (give {valid})")))
+        };
+        let mut variants = Vec::new();
+        for name in a.variant.split(',').map(str::trim) {
+            let got = Variant::parse(name)
+                .ok_or_else(|| Error::usage(format!("--variant {name}: give one of {}", Variant::VALID)))?;
+            for x in got {
+                if !variants.contains(&x) {
+                    variants.push(x);
+                }
+            }
+        }
+        let opts = FanoutOptions {
+            variants,
+            messages: counts(&a.messages, "--messages")?,
+            sizes: counts(&a.sizes, "--size")?,
+            nodes: counts(&a.nodes, "--nodes")?.into_iter().map(|n| n.min(u32::MAX as u64) as u32).collect(),
+            repeat: a.repeat,
+            watchdog: duration(&a.watchdog, "--watchdog")?,
+            buffer: buffer(&a.window, "--window")?,
+            place: None,
+            agents: a.agents.iter().map(|h| resolve(h, DEFAULT_PORT)).collect::<Result<_>>()?,
+            deadlines: None,
+        };
+        if !opts.agents.is_empty() && a.lab.is_some() {
+            return Err(Error::usage("--agents and --lab: give one; the lab places its own consumers"));
+        }
+        crate::engines::fanout::validate(&opts)?;
+        let lab = match &a.lab {
+            None => None,
+            Some(profile) => {
+                let most = opts.nodes.iter().copied().max().unwrap_or(1).min(8) as usize;
+                let hosts = match &a.hosts {
+                    Some(h) => parse_hosts(h)?,
+                    None => (1, most),
+                };
+                crate::lab::run::spec_with_hosts("check", profile, &a.lab_sets, hosts)?;
+                Some(commands::fanout::Lab { profile: profile.clone(), sets: a.lab_sets.clone(), hosts })
+            }
+        };
+        Ok(commands::fanout::Opts {
+            fanout: opts,
+            lab,
+            store: StoreChoice::new(a.db.clone(), a.no_store),
+            format: format(a.json, a.csv),
+        })
+    }
+}

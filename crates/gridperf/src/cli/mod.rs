@@ -1,0 +1,209 @@
+//! The command line: clap's definitions, one file per family of commands,
+//! and each command's arguments turned into its checked options
+//! (`TryFrom`, in the same file), so that every range and combination a
+//! user can get wrong is checked here, once, with a message that says what
+//! is valid. The options are the `Opts` of each `commands` module.
+
+pub mod lab;
+pub mod measure;
+pub mod serve;
+pub mod store;
+pub mod tune;
+
+use crate::error::{Error, Result};
+use clap::{Parser, Subcommand};
+use gridperf_core::units::{parse_bytes, parse_duration_ns};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "gridperf",
+    version,
+    about = "Measure, emulate and move data across LAN, MAN and WAN networks",
+    long_about = "gridperf compares TCP, UDP and zero-copy sendfile by round-trip and transfer time across message sizes, \
+                  with full distributions. Without a HOST it starts its own agent on loopback, so you can try it with no set-up:\n\n  \
+                  gridperf rtt\n\nAgainst another host, run `gridperf serve` there first.\n\n\
+                  Exit codes: 0 ok, 1 internal error, 2 usage error, 3 network or peer error, 4 no valid measurement, 5 refused by the agent."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the agent that answers rtt and transfer tests from other hosts.
+    #[command(after_help = "Examples:\n  \
+        gridperf serve                                   [::]:5301, IPv4 and IPv6 clients\n  \
+        gridperf serve --bind 10.0.0.2 --port 6000 --max-tests 2\n  \
+        gridperf serve --once                            one test, then exit\n\n\
+        A client that finds every test slot taken is told \"busy\" at once, unless it asked to wait (rtt --queue 30s).\n\
+        SIGINT or SIGTERM stops the agent cleanly; a second one exits at once.")]
+    Serve(serve::ServeArgs),
+    /// Round-trip time per protocol and message size (Hockney ping-pong): S bytes out, S bytes back.
+    #[command(after_help = "Examples:\n  \
+        gridperf rtt --cpu 0                                  all protocols, both ends on CPU 0\n  \
+        gridperf rtt --proto tcp,udp --sizes 1,64,1k..64k*2   a list and a geometric range\n  \
+        gridperf rtt --busy-poll --cpu 0,1                    spinning ends on two CPUs\n  \
+        gridperf rtt --nodelay off --writes 2 --sizes 2000    the Nagle x delayed-ACK stall (~40 ms)\n  \
+        gridperf rtt --loopback-mtu 1500 --sizes 1000..6000+250   Ethernet MTU on loopback (root)\n  \
+        gridperf rtt 192.0.2.7 --json                         against `gridperf serve` on that host\n\n\
+        Times are full round trips, never halved. See docs/json.md for the --json schema.")]
+    Rtt(measure::RttArgs),
+    /// Transfer time of the first document's Table 1: a total moved in messages of each size, each echoed.
+    #[command(after_help = "Examples:\n  \
+        gridperf transfer --cpu 0 --sizes 1k,1460,4k,16k,64000   1024 x 1000 bytes per run, 10 runs per point\n  \
+        gridperf transfer --total 10MB --repeat 5 --proto tcp,sendfile 192.0.2.7\n\n\
+        The rate is payload bytes sent one way per run / the median run time; every byte also came back.")]
+    Transfer(measure::TransferArgs),
+    /// Bulk throughput: parallel streams, socket buffers, congestion control, pacing, zero-copy, and why a stream is slow.
+    #[command(after_help = "Examples:\n  \
+        gridperf stream                                   one TCP stream to a local agent for 10 s\n  \
+        gridperf stream 192.0.2.7 -P 4 -t 30 --omit 2     four streams to `gridperf serve` there\n  \
+        gridperf stream -w 32M -C cubic --reverse HOST    32 MB buffers at both ends, CUBIC, agent to client\n  \
+        gridperf stream --pacing 500M --gap 100us HOST    SO_MAX_PACING_RATE per stream, a gap between writes\n  \
+        gridperf stream --zerocopy msg                    MSG_ZEROCOPY, with its completions counted\n  \
+        gridperf stream -u -b 1G                          UDP at 1 Gbit/s: loss, reordering, jitter\n  \
+        gridperf stream --lab cern-icepp -w 64M --timeline cwnd.csv   across the lab, the window over time\n\n\
+        Throughput is what the receiver got after --omit, per second; rates are bits per second (decimal SI: 1G = 10^9).\n\
+        Each TCP stream gets a verdict from its sender's TCP_INFO: receive window, send buffer, congestion (loss or\n\
+        not), or the application. See docs/json.md for the --json schema.")]
+    Stream(measure::StreamArgs),
+    /// The many-to-one producer/consumer benchmark (Gigabit/Myrinet study), its four variants, and deadlock detection.
+    #[command(after_help = "Examples:\n  \
+        gridperf fanout                                     every variant, 2 consumers, messages 1..4096, sizes 256..8192\n  \
+        gridperf fanout --variant original --size 4096 -w 64k   the document's deadlock, with 64 KiB buffers\n  \
+        gridperf fanout --variant all --nodes 2,4 --messages 1,16,256,4096 --csv\n\n\
+        Bandwidth = 2 x MAX x messages x nodes x size / time over MAX (--repeat) repetitions, in bits per second.\n\
+        A point where no byte moves for --watchdog is reported as DEADLOCK, with who was blocked in which call\n\
+        and the bytes queued in every socket; the connections are torn down and the sweep goes on.")]
+    Fanout(measure::FanoutArgs),
+    /// What caps a single TCP stream on a path (rate x RTT), from this host's settings or both ends', and what to set.
+    #[command(after_help = "Examples:\n  \
+        gridperf tune --rate 1G --rtt 35ms                 the BDP, what each setting caps, the fix\n  \
+        gridperf tune --lab baltic                         a lab profile's rate and RTT\n  \
+        gridperf tune --rate 1G --rtt 270ms --buffer 32M   an application's own buffer (iperf -w)\n  \
+        gridperf tune --rate 1G --rtt 35ms --write-sysctl /etc/sysctl.d/90-gridperf.conf\n  \
+        gridperf tune 192.0.2.7 --rate 1G                  RTT measured, both ends' settings\n  \
+        gridperf tune 192.0.2.7 --measure-rate             the bottleneck probed with UDP too\n  \
+        gridperf tune 192.0.2.7 --rate 1G --measure-share  how much of each buffer is window\n  \
+        gridperf tune --in-lab default --apply             a running lab: set what is missing\n\n\
+        Rates in bits per second, decimal SI (1G = 10^9); the settings are read in this network namespace.")]
+    Tune(tune::TuneArgs),
+    /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
+    /// every point stored, then the report and the best-protocol table.
+    #[command(after_help = "Examples:\n  \
+        gridperf survey --quick                      the first document's five networks, a small sweep (root: the lab)\n  \
+        gridperf survey                              the full sweep (1 B, then 128 B to 64000 B)\n  \
+        gridperf survey --profiles man,wan --proto tcp,udp --sizes 1,1k,16k\n  \
+        gridperf survey local --quick                loopback in this process: no lab, no root\n  \
+        gridperf survey 192.0.2.7                    a real path to `gridperf serve` there\n  \
+        gridperf survey --quick --resume             go on with an interrupted survey, skipping stored points\n\n\
+        Results go to the store (--db, default ~/.local/share/gridperf/results.db); the report to -o.")]
+    Survey(store::SurveyArgs),
+    /// The stored runs: list, show, compare, export, delete.
+    #[command(subcommand)]
+    Runs(store::RunsCommand),
+    /// Draw stored runs into one self-contained HTML file (inline SVG), or SVG files.
+    #[command(after_help = "Examples:\n  \
+        gridperf report                              the latest survey, to gridperf-report.html\n  \
+        gridperf report 12 13 -o cmp.html            runs 12 and 13\n  \
+        gridperf report --survey 3 --svg-dir plots   the plots also as SVG files")]
+    Report(store::ReportArgs),
+    /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
+}
+
+/// A duration with a unit, more than zero.
+pub fn duration(s: &str, what: &'static str) -> Result<Duration> {
+    let ns = parse_duration_ns(s, what)?;
+    if ns == 0 {
+        return Err(Error::usage(format!("{what} must be more than zero")));
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+/// A duration where a bare number means seconds (as iperf's -t).
+pub fn seconds_or(s: &str, what: &'static str) -> Result<Duration> {
+    if s.trim_start().starts_with('-') {
+        return Err(Error::usage(format!("{what} {s}: a duration cannot be negative")));
+    }
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(Duration::from_secs_f64(v.max(0.0))),
+        _ => Ok(Duration::from_nanos(parse_duration_ns(s, what)?)),
+    }
+}
+
+/// A rate in bits per second, decimal SI (1G = 10^9).
+pub fn rate(s: &str, what: &str) -> Result<u64> {
+    if s.trim_start().starts_with('-') {
+        return Err(Error::usage(format!("{what} {s}: a rate cannot be negative")));
+    }
+    gridperf_core::labcfg::parse_rate_bps(s).map_err(|e| Error::usage(format!("{what}: {e}")))
+}
+
+/// A socket buffer size: 1 byte to 1 GiB.
+pub fn buffer(s: &Option<String>, what: &'static str) -> Result<Option<u64>> {
+    match s {
+        None => Ok(None),
+        Some(s) => {
+            let b = parse_bytes(s, what)?;
+            if b == 0 || b > gridperf_core::wire::MAX_BUFFER {
+                return Err(Error::usage(format!("{what} {s}: give 1 byte to 1 GiB")));
+            }
+            Ok(Some(b))
+        }
+    }
+}
+
+/// `--cpu C` (both ends on CPU C) or `C,S` (client on C, agent on S).
+pub fn parse_cpus(s: &str) -> Result<(usize, usize)> {
+    let bad = || {
+        Error::usage(format!(
+            "--cpu {s:?}: give C (both ends on CPU C) or C,S (client on C, agent on S), e.g. --cpu 0 or --cpu 0,1"
+        ))
+    };
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let n = |p: &str| p.parse::<usize>().map_err(|_| bad());
+    match parts.as_slice() {
+        [c] => Ok((n(c)?, n(c)?)),
+        [c, s] => Ok((n(c)?, n(s)?)),
+        _ => Err(bad()),
+    }
+}
+
+/// A lab's hosts per side, `NxM`, 1 to 8 each.
+pub fn parse_hosts(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::usage(format!("--hosts {s:?}: give NxM hosts per side, 1 to 8 each, e.g. 1x1 or 2x2"));
+    let (a, b) = s.split_once('x').ok_or_else(bad)?;
+    let a: usize = a.parse().map_err(|_| bad())?;
+    let b: usize = b.parse().map_err(|_| bad())?;
+    if !(1..=8).contains(&a) || !(1..=8).contains(&b) {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+pub fn lab_error(e: gridperf_core::labcfg::LabError) -> Error {
+    Error::usage(e.to_string())
+}
+
+/// The results database: the one given, or the default.
+pub fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
+    p.clone().unwrap_or_else(crate::store::default_path)
+}
+
+/// The lab this process runs in, when `gridperf lab exec` started it.
+pub fn watched_lab() -> Option<String> {
+    std::env::var(crate::lab::LAB_ENV).ok().filter(|n| !n.is_empty())
+}
+
+/// The output format a command's flags ask for.
+pub fn format(json: bool, csv: bool) -> crate::commands::Format {
+    match (json, csv) {
+        (true, _) => crate::commands::Format::Json,
+        (_, true) => crate::commands::Format::Csv,
+        _ => crate::commands::Format::Table,
+    }
+}

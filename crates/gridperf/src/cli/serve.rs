@@ -1,0 +1,49 @@
+//! `gridperf serve`'s arguments, into the agent's configuration.
+
+use super::duration;
+use crate::agent::{AgentConfig, Faults};
+use crate::error::{Error, Result};
+use clap::Args;
+use gridperf_core::wire::DEFAULT_PORT;
+use std::net::SocketAddr;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on (repeat for several). The default [::] takes IPv4 and IPv6 clients.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Vec<std::net::IpAddr>,
+    /// TCP port of the control channel.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Tests that may run side by side; a client beyond that is told "busy" (or waits, if it asked to with --queue).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub max_tests: usize,
+    /// Clients that may wait for a free test slot.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub queue_len: usize,
+    /// Exit after the first test.
+    #[arg(long)]
+    pub once: bool,
+    /// How long a client may stay silent on the control channel before it is dropped.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub control_timeout: String,
+    /// Test seam: receive but do not echo every N-th UDP datagram.
+    #[arg(long, hide = true, value_name = "N")]
+    pub fault_drop_udp: Option<u64>,
+}
+
+impl TryFrom<ServeArgs> for AgentConfig {
+    type Error = Error;
+    fn try_from(a: ServeArgs) -> Result<AgentConfig> {
+        let ips = if a.bind.is_empty() { vec![std::net::IpAddr::from([0u16; 8])] } else { a.bind };
+        Ok(AgentConfig {
+            bind: ips.into_iter().map(|ip| SocketAddr::new(ip, a.port)).collect(),
+            max_tests: a.max_tests.max(1),
+            queue_len: a.queue_len,
+            once: a.once,
+            control_timeout: duration(&a.control_timeout, "--control-timeout")?,
+            faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },
+            ..AgentConfig::default()
+        })
+    }
+}

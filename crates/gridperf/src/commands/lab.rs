@@ -1,0 +1,104 @@
+//! `gridperf lab`: bring a lab up and down, look at it, run a command in
+//! one of its hosts, list the profiles, calibrate.
+
+use super::{Format, Output};
+use crate::error::Result;
+use crate::lab::{self, LabSpec};
+use crate::render;
+use gridperf_core::units::{fmt_bps, fmt_ns};
+
+/// What `gridperf lab` does, checked.
+#[derive(Debug, Clone)]
+pub enum Opts {
+    Up(Box<LabSpec>),
+    Down {
+        name: String,
+    },
+    Status {
+        name: String,
+    },
+    Exec {
+        name: String,
+        host: String,
+        command: Vec<String>,
+    },
+    Profiles,
+    Calibrate {
+        rates: Vec<u64>,
+        delays: Vec<u64>,
+        seconds: f64,
+    },
+    /// The emulator process itself (started by `lab up`).
+    Emulator {
+        name: String,
+    },
+}
+
+/// Runs a lab command; `lab exec` returns the exit status of what it ran.
+pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
+    match o {
+        Opts::Up(spec) => {
+            let st = lab::up(*spec)?;
+            match out.format {
+                Format::Json => out.json(&st)?,
+                _ => out.print(&render::lab::status(&st, None))?,
+            }
+        }
+        Opts::Down { name } => {
+            let was = lab::down(&name)?;
+            out.note(&format!(
+                "gridperf lab: {name} {}",
+                if was { "is down" } else { "was not up; cleaned what it left" }
+            ));
+        }
+        Opts::Status { name } => {
+            let st = lab::state(&name).ok_or_else(|| {
+                crate::error::Error::usage(format!("no lab named {name:?} is up: `gridperf lab up` first"))
+            })?;
+            let health = lab::health(&name);
+            match out.format {
+                Format::Json => out.json(&serde_json::json!({ "lab": st, "health": health }))?,
+                _ => out.print(&render::lab::status(&st, health.as_ref()))?,
+            }
+        }
+        Opts::Exec { name, host, command } => {
+            let st = lab::exec(&name, &host, &command)?;
+            return Ok(Some(st.code().unwrap_or(1)));
+        }
+        Opts::Profiles => {
+            let profiles = gridperf_core::labcfg::profiles();
+            match out.format {
+                Format::Json => {
+                    let rows: Vec<serde_json::Value> = profiles
+                        .iter()
+                        .map(|p| {
+                            serde_json::json!({
+                                "name": p.name, "rate_bps": p.rate_bps, "rtt_ns": p.rtt_ns,
+                                "queue": format!("{:?}", p.queue), "loss": p.loss, "mtu": p.mtu,
+                                "source": p.source, "assumptions": p.assumptions,
+                            })
+                        })
+                        .collect();
+                    out.json(&rows)?
+                }
+                _ => out.print(&render::lab::profiles(&profiles))?,
+            }
+        }
+        Opts::Emulator { name } => lab::emulator_main(&name)?,
+        Opts::Calibrate { rates, delays, seconds } => {
+            let mut points = Vec::new();
+            for &rate in &rates {
+                for &delay in &delays {
+                    let label = format!("{} {}", fmt_bps(rate as f64), fmt_ns(delay as f64));
+                    let mut say = |phase: &str| eprintln!("gridperf lab calibrate: {label}: {phase}");
+                    points.push(lab::calibrate::point(rate, delay, seconds, &mut say)?);
+                }
+            }
+            match out.format {
+                Format::Json => out.json(&points)?,
+                _ => out.print(&render::lab::calibration(&points))?,
+            }
+        }
+    }
+    Ok(None)
+}

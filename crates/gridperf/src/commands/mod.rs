@@ -1,0 +1,186 @@
+//! One workflow per command, callable in-process: each takes its checked
+//! options (built from the command line in `cli`) and an [`Output`], runs
+//! the pipeline (runner -> engine -> store -> render), and returns. Only
+//! here, through the [`Output`], does anything reach stdout; progress bars
+//! and warnings go to stderr.
+
+pub mod fanout;
+pub mod lab;
+pub mod report;
+pub mod rtt;
+pub mod runs;
+pub mod serve;
+pub mod stream;
+pub mod survey;
+pub mod transfer;
+pub mod tune;
+
+use crate::agent::Faults;
+use crate::error::{Error, Result};
+use crate::runner::{Network, Prepared};
+use gridperf_core::model::Environment;
+use gridperf_core::stats::Warning;
+use std::io::Write;
+
+/// How a result is printed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    /// A table for people (the default).
+    #[default]
+    Table,
+    /// The result document (docs/json.md).
+    Json,
+    Csv,
+}
+
+enum Sink {
+    Stdout,
+    Buffer { out: Vec<u8>, err: Vec<u8> },
+}
+
+/// Where a command's output goes: stdout, or buffers a test reads back. A
+/// closed stdout (`| head`) ends the printing, not the command: the run is
+/// still measured to its end and stored, and the command exits 0.
+pub struct Output {
+    sink: Sink,
+    closed: bool,
+    pub format: Format,
+}
+
+impl Output {
+    pub fn stdout(format: Format) -> Output {
+        Output { sink: Sink::Stdout, closed: false, format }
+    }
+
+    /// An output that keeps what it is given, for tests.
+    pub fn capture(format: Format) -> Output {
+        Output { sink: Sink::Buffer { out: Vec::new(), err: Vec::new() }, closed: false, format }
+    }
+
+    /// What was printed, for an output made with [`Output::capture`].
+    pub fn printed(&self) -> String {
+        match &self.sink {
+            Sink::Buffer { out, .. } => String::from_utf8_lossy(out).into_owned(),
+            Sink::Stdout => String::new(),
+        }
+    }
+
+    /// What was said on the side (warnings, notes), for a captured output.
+    pub fn said(&self) -> String {
+        match &self.sink {
+            Sink::Buffer { err, .. } => String::from_utf8_lossy(err).into_owned(),
+            Sink::Stdout => String::new(),
+        }
+    }
+
+    /// Whether stdout was closed under the command.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Prints text as it is.
+    pub fn print(&mut self, text: &str) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match &mut self.sink {
+            Sink::Buffer { out, .. } => {
+                out.extend_from_slice(text.as_bytes());
+                Ok(())
+            }
+            Sink::Stdout => {
+                let mut o = std::io::stdout().lock();
+                match o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
+                    Ok(()) => Ok(()),
+                    // a closed pipe (| head) is a normal end of the printing
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                        self.closed = true;
+                        Ok(())
+                    }
+                    Err(e) => Err(Error::internal(format!("writing the output: {e}"))),
+                }
+            }
+        }
+    }
+
+    /// Prints a result document as JSON.
+    pub fn json<T: serde::Serialize>(&mut self, v: &T) -> Result<()> {
+        self.print(&crate::render::json(v))
+    }
+
+    /// Says something on stderr ("gridperf: ..."): warnings, where a run was stored.
+    pub fn note(&mut self, text: &str) {
+        match &mut self.sink {
+            Sink::Buffer { err, .. } => {
+                err.extend_from_slice(text.as_bytes());
+                err.push(b'\n');
+            }
+            Sink::Stdout => eprintln!("{text}"),
+        }
+    }
+
+    /// Says each warning, with its advice.
+    pub fn warnings(&mut self, warnings: &[Warning]) {
+        for w in warnings {
+            self.note(&format!("gridperf: warning: {}", w.message()));
+        }
+    }
+
+    /// A bar of points on stderr, with what is measured and the time left
+    /// (hidden when stderr is not a terminal, and for a captured output).
+    pub fn bar(&self) -> indicatif::ProgressBar {
+        let bar = match self.sink {
+            Sink::Stdout => indicatif::ProgressBar::new(0),
+            Sink::Buffer { .. } => indicatif::ProgressBar::hidden(),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    }
+}
+
+/// A run across a lab whose emulator fell behind is not a measurement of
+/// the emulated network: exit 4, after the results were printed and stored.
+pub fn lab_valid(env: &Environment) -> Result<()> {
+    match env.lab.as_ref().and_then(|l| l.invalid.as_ref()) {
+        Some(why) => Err(Error::measurement(format!("invalid run: the lab's emulator did not keep up ({why})"))),
+        None => Ok(()),
+    }
+}
+
+/// Where an rtt, transfer or stream run goes, as the user named it: a
+/// network, the lab a `lab exec`'d command crosses, a private loopback of
+/// its own MTU, and the local agent's test seams.
+#[derive(Debug, Clone)]
+pub struct Place {
+    pub network: Network,
+    /// The lab this process runs in (`gridperf lab exec` says so).
+    pub watched: Option<String>,
+    /// Run both ends in a private network namespace whose lo has this MTU.
+    pub loopback_mtu: Option<u32>,
+    pub faults: Faults,
+}
+
+impl Place {
+    pub fn network(network: Network) -> Place {
+        Place { network, watched: None, loopback_mtu: None, faults: Faults::default() }
+    }
+
+    /// Makes the place ready for the run (see [`Network::prepare`]); the
+    /// notes say what was done.
+    pub fn prepare(&self, prefix: &str) -> Result<Prepared> {
+        let mut notes = Vec::new();
+        if let Some(mtu) = self.loopback_mtu {
+            crate::host::enter_private_loopback(mtu)?;
+            notes.push(format!("both ends in a private network namespace; lo MTU {mtu}"));
+        }
+        let mut p = self.network.prepare(prefix, self.watched.clone(), self.faults)?;
+        notes.append(&mut p.notes);
+        p.notes = notes;
+        Ok(p)
+    }
+}

@@ -1,0 +1,63 @@
+//! `gridperf report`: stored runs drawn into one self-contained HTML file
+//! (and, if asked, every plot as an SVG file).
+
+use super::Output;
+use crate::error::{Error, Result};
+use crate::render;
+use crate::store::{PointRow, RunFilter, RunRow, Store};
+use std::path::PathBuf;
+
+/// What `gridperf report` draws, checked.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub db: PathBuf,
+    /// These runs; none: the survey's, or the latest survey's.
+    pub runs: Vec<i64>,
+    pub survey: Option<i64>,
+    pub output: PathBuf,
+    pub svg_dir: Option<PathBuf>,
+}
+
+/// Runs with their points, oldest first: the report follows the order they were measured in.
+pub fn load(store: &Store, runs: &[RunRow]) -> Result<Vec<(RunRow, Vec<PointRow>)>> {
+    let mut out = Vec::new();
+    for r in runs.iter().rev() {
+        out.push((r.clone(), store.points(r.id)?));
+    }
+    Ok(out)
+}
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let store = Store::open_existing(&o.db)?;
+    let rows: Vec<RunRow> = if !o.runs.is_empty() {
+        o.runs.iter().rev().map(|&id| store.run(id)).collect::<Result<_>>()?
+    } else {
+        let survey = match o.survey {
+            Some(s) => Some(s),
+            None => store.latest_survey()?,
+        };
+        match survey {
+            Some(s) => store.runs(&RunFilter { survey: Some(s), ..Default::default() })?,
+            None => Vec::new(),
+        }
+    };
+    if rows.is_empty() {
+        return Err(Error::usage(format!(
+            "nothing to draw: no runs{} in {} (gridperf runs list shows what is there)",
+            o.survey.map(|s| format!(" in survey {s}")).unwrap_or_default(),
+            store.path.display()
+        )));
+    }
+    let runs = load(&store, &rows)?;
+    let (html, svgs) = render::html::render(&runs);
+    std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
+    if let Some(dir) = &o.svg_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
+        for (name, svg) in &svgs {
+            std::fs::write(dir.join(name), svg)
+                .map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
+        }
+    }
+    out.note(&format!("gridperf report: {} runs, {} plots -> {}", runs.len(), svgs.len(), o.output.display()));
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! `gridperf runs`: the stored runs listed, shown, compared, exported, deleted.
+
+use super::{Format, Output};
+use crate::error::Result;
+use crate::render;
+use crate::store::{RunFilter, Store};
+use std::path::PathBuf;
+
+/// What `gridperf runs` does, checked.
+#[derive(Debug, Clone)]
+pub enum Opts {
+    List { db: PathBuf, filter: RunFilter },
+    Show { db: PathBuf, id: i64 },
+    Compare { db: PathBuf, a: i64, b: i64 },
+    Export { db: PathBuf, id: i64 },
+    Delete { db: PathBuf, id: i64 },
+}
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    match o {
+        Opts::List { db, filter } => {
+            let runs = Store::open_existing(&db)?.runs(&filter)?;
+            match out.format {
+                Format::Json => out.json(&runs),
+                _ => out.print(&render::runs::list(&runs)),
+            }
+        }
+        Opts::Show { db, id } => {
+            let store = Store::open_existing(&db)?;
+            let (run, points) = (store.run(id)?, store.points(id)?);
+            match out.format {
+                Format::Json => out.json(&serde_json::json!({ "run": run, "points": points })),
+                _ => out.print(&render::runs::show(&run, &points)),
+            }
+        }
+        Opts::Compare { db, a, b } => {
+            let store = Store::open_existing(&db)?;
+            let (ra, rb) = (store.run(a)?, store.run(b)?);
+            out.print(&render::runs::compare(&ra, &store.points(a)?, &rb, &store.points(b)?))
+        }
+        Opts::Export { db, id } => {
+            let store = Store::open_existing(&db)?;
+            let (run, points) = (store.run(id)?, store.points(id)?);
+            match out.format {
+                Format::Csv => out.print(&render::runs::csv(&run, &points)),
+                _ => out.json(&serde_json::json!({ "run": run, "points": points })),
+            }
+        }
+        Opts::Delete { db, id } => {
+            Store::open_existing(&db)?.delete(id)?;
+            out.note(&format!("gridperf runs: run {id} deleted"));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! `gridperf serve`: the agent, until SIGINT or SIGTERM.
+
+use super::Output;
+use crate::agent::{Agent, AgentConfig};
+use crate::error::{Error, Result};
+
+pub fn run(cfg: AgentConfig, out: &mut Output) -> Result<()> {
+    let max_tests = cfg.max_tests;
+    let agent = Agent::bind(cfg).map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
+    let stop = agent.stop_handle();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // the first signal stops the agent cleanly; a second one exits at once
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.flag())
+            .map_err(|e| Error::internal(e.to_string()))?;
+        signal_hook::flag::register(sig, stop.flag()).map_err(|e| Error::internal(e.to_string()))?;
+    }
+    let addrs: Vec<String> = agent.local_addrs().iter().map(|a| a.to_string()).collect();
+    out.note(&format!(
+        "gridperf serve: listening on {} (protocol {}, {max_tests} test(s) at a time)",
+        addrs.join(", "),
+        gridperf_core::wire::PROTOCOL_VERSION,
+    ));
+    agent.run().map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
+    out.note("gridperf serve: stopped");
+    Ok(())
+}

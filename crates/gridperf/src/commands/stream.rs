@@ -1,0 +1,109 @@
+//! `gridperf stream`: bulk throughput, each run stored, the intervals
+//! printed live, the table or JSON at the end.
+
+use super::{lab_valid, Output, Place};
+use crate::engines::stream::{self, StreamOptions};
+use crate::error::{Error, Result};
+use crate::render;
+use crate::store::{NewRun, Recorder, StoreChoice, StreamPoint};
+use gridperf_core::model::{Measure, StreamReport};
+use std::path::PathBuf;
+
+/// What `gridperf stream` runs, checked.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub place: Place,
+    pub stream: StreamOptions,
+    /// Report the best run's total instead of the median (with --repeat).
+    pub best: bool,
+    /// Write every stream's TCP_INFO timeline here (CSV if it ends in .csv).
+    pub timeline: Option<PathBuf>,
+    pub store: StoreChoice,
+    pub json: bool,
+}
+
+pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
+    let prepared = o.place.prepare("run")?;
+    o.stream.notes.extend(prepared.notes.iter().cloned());
+    if o.stream.path_rate_bps.is_none() {
+        o.stream.path_rate_bps = prepared.path_rate_bps;
+    }
+    let opts = &o.stream;
+    let live = !o.json;
+    let sending_ms = (opts.omit.as_millis() as u64) + opts.spec.duration_ms;
+    let result = stream::run(&prepared.target, opts, &mut |run, t_ms, rows| {
+        // after the senders' time, only intervals that still brought data
+        if live && (t_ms <= sending_ms + opts.spec.interval_ms || rows.iter().any(|r| r.1 > 0)) {
+            let line = render::stream::interval_line(
+                opts.spec.interval_ms,
+                opts.omit.as_millis() as u64,
+                opts.repeat,
+                run,
+                t_ms,
+                rows,
+            );
+            // a live line that cannot be printed is not worth the run
+            let _ = out.print(&line);
+        }
+    });
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => {
+            store_failure(&o, &e)?;
+            return Err(e);
+        }
+    };
+    store(&o, &r, out)?;
+    if let Some(path) = &o.timeline {
+        std::fs::write(path, render::stream::timeline(&r, path.extension().is_some_and(|e| e == "csv")))
+            .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
+    }
+    if o.json {
+        out.json(&r)?;
+    } else {
+        out.print(&render::stream::table(&r, o.best))?;
+    }
+    out.warnings(&r.warnings);
+    for run in &r.runs {
+        lab_valid(&run.env)?;
+    }
+    if r.runs.iter().all(|run| run.streams.iter().all(|s| s.receiver.bytes == 0)) {
+        return Err(Error::measurement("no stream moved any data"));
+    }
+    Ok(())
+}
+
+fn new_run<'a>(o: &'a Opts, network: &'a str, target: &'a str, r: Option<&StreamReport>) -> NewRun<'a> {
+    NewRun {
+        survey_id: None,
+        kind: Measure::Stream,
+        network,
+        target,
+        settings: serde_json::json!({ "spec": o.stream.spec, "omit_ns": r.map(|r| r.omit_ns).unwrap_or(o.stream.omit.as_nanos() as u64) }),
+        lab_profile: o.place.network.lab_profile(),
+        mtu: None,
+    }
+}
+
+/// Stores a stream test: one run per repetition, one point per stream.
+fn store(o: &Opts, r: &StreamReport, out: &mut Output) -> Result<()> {
+    let (network, target) = (o.place.network.name(), o.place.network.target());
+    for run in &r.runs {
+        let mut rec = Recorder::open(&o.store, &new_run(o, &network, &target, Some(r)))?;
+        for s in &run.streams {
+            rec.point(&StreamPoint { spec: &r.spec, result: s })?;
+        }
+        if let Some(where_) = rec.finish(Ok(&run.env))? {
+            out.note(&format!("gridperf: {where_}"));
+        }
+    }
+    Ok(())
+}
+
+/// A test that failed is stored as a failed run, with why.
+fn store_failure(o: &Opts, e: &Error) -> Result<()> {
+    let (network, target) = (o.place.network.name(), o.place.network.target());
+    let mut rec = Recorder::open(&o.store, &new_run(o, &network, &target, None))?;
+    rec.finish(Err(e))?;
+    Ok(())
+}

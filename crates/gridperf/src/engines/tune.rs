@@ -1,0 +1,297 @@
+//! `gridperf tune`'s probes: the path's RTT (TCP round trips of 1 byte,
+//! and the agent's record of its settings), its bottleneck rate (a UDP
+//! stream), and how much of each end's buffers becomes window or data in
+//! flight (TCP streams with one end's buffer set). The arithmetic is in
+//! `gridperf_core::tune`; reading and setting settings in `host`.
+
+use crate::error::{Error, Result};
+use crate::lab::emulator::Side;
+use crate::lab::Host;
+use crate::runner::{Deadlines, Target};
+use gridperf_core::model::{Measured, ShareProbe};
+use gridperf_core::tune::{self, HostSettings};
+
+/// Runs TCP ping-pong probes of 1 byte to an agent: the path's RTT, the
+/// agent's record (its settings, read where it runs), and the path MTU the
+/// probe's socket saw.
+pub fn probe(
+    addr: std::net::SocketAddr,
+    deadlines: Deadlines,
+) -> Result<(Measured, gridperf_core::model::EndInfo, Option<u32>)> {
+    use super::{rtt, EchoOptions};
+    let opts = rtt::RttOptions {
+        echo: EchoOptions {
+            warmup_time: std::time::Duration::from_millis(200),
+            ..EchoOptions::plain(vec![gridperf_core::plan::Proto::Tcp], vec![1], deadlines)
+        },
+        iterations: 50,
+        duration: None,
+        warmup: 5,
+        keep_samples: false,
+    };
+    let r = rtt::run(&Target::remote(addr), &opts, &mut |_| {})?;
+    let s = r
+        .points
+        .first()
+        .and_then(|p| p.summary.clone())
+        .ok_or_else(|| Error::network(format!("no round trip to {addr} came back")))?;
+    let mtu = r.env.client.sockets.iter().find_map(|x| x.path_mtu);
+    let agent = r.env.server.ok_or_else(|| Error::network(format!("the agent at {addr} sent no record of itself")))?;
+    Ok((
+        Measured {
+            round_trips: s.count,
+            rtt_min_ns: s.min_ns,
+            rtt_median_ns: s.median_ns,
+            rate_bps: None,
+            rate_note: None,
+        },
+        agent,
+        mtu,
+    ))
+}
+
+/// Finds the bottleneck rate with a UDP stream of `offer` bits per second
+/// to the agent for `secs`: what arrives, in IP bits per second. When
+/// little was lost, the path carried all that was offered and the figure is
+/// only a lower bound, and says so.
+pub fn probe_rate(addr: std::net::SocketAddr, deadlines: Deadlines, offer: u64, secs: u64) -> Result<(f64, String)> {
+    let size = 1472u64;
+    let spec = gridperf_core::wire::StreamSpec {
+        proto: "udp".into(),
+        duration_ms: secs * 1000,
+        write_size: size,
+        udp_rate_bps: Some(offer),
+        sample_ms: 100,
+        ..probe_spec(gridperf_core::wire::Direction::Up, None, None, None)
+    };
+    let st = run_probe(&Target::remote(addr), deadlines, spec)?;
+    // payload to IP: each datagram carries 28 bytes of IPv4 and UDP headers
+    let wire = st.throughput_bps * (size + 28) as f64 / size as f64;
+    let sent = st.sender.bytes as f64;
+    let got = st.receiver.bytes as f64;
+    let lost = if sent > 0.0 { 1.0 - got / sent } else { 0.0 };
+    let sent_wire = if got > 0.0 { wire * sent / got } else { 0.0 };
+    let note = if lost < 0.02 && sent_wire < 0.95 * offer as f64 {
+        format!(
+            "at least this: the path delivered {:.1}% of what the UDP probe sent in {secs} s, and the probe could send only {} of the {} asked (this host's limit, not the path's)",
+            (1.0 - lost) * 100.0,
+            gridperf_core::units::fmt_bps(sent_wire),
+            gridperf_core::units::fmt_bps(offer as f64)
+        )
+    } else if lost < 0.02 {
+        format!(
+            "at least this: the path delivered {:.1}% of what the UDP probe sent in {secs} s; offer more with --probe-rate",
+            (1.0 - lost) * 100.0
+        )
+    } else {
+        format!("what arrived of a UDP stream that overran the path ({:.1}% lost, {secs} s)", lost * 100.0)
+    };
+    Ok((wire, note))
+}
+
+fn probe_spec(
+    dir: gridperf_core::wire::Direction,
+    send: Option<u64>,
+    recv: Option<u64>,
+    congestion: Option<String>,
+) -> gridperf_core::wire::StreamSpec {
+    gridperf_core::wire::StreamSpec {
+        proto: "tcp".into(),
+        streams: 1,
+        direction: dir,
+        duration_ms: 2000,
+        bytes: None,
+        write_size: 128 << 10,
+        window: None,
+        congestion,
+        pacing_bps: None,
+        gap_us: None,
+        zerocopy: None,
+        udp_rate_bps: None,
+        sample_ms: 20,
+        interval_ms: 1000,
+        linger_ms: 500,
+        omit_ms: 0,
+        send_buffer: send,
+        recv_buffer: recv,
+    }
+}
+
+fn run_probe(
+    target: &Target,
+    deadlines: Deadlines,
+    spec: gridperf_core::wire::StreamSpec,
+) -> Result<gridperf_core::model::StreamResult> {
+    use super::stream::{self, StreamOptions};
+    stream::validate(&spec).map_err(Error::usage)?;
+    let opts = StreamOptions {
+        spec,
+        omit: std::time::Duration::ZERO,
+        repeat: 1,
+        deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+    };
+    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
+    r.runs
+        .into_iter()
+        .next()
+        .and_then(|run| run.streams.into_iter().next())
+        .ok_or_else(|| Error::network("the probe returned no stream"))
+}
+
+/// Measures, for one direction, how much of the receiver's buffer becomes
+/// window and how much of the sender's buffer is data in flight, at the
+/// sizes that matter (`probe_sizes`): two TCP streams of 2 s, the first with
+/// the receiver's SO_RCVBUF set, the second with the sender's SO_SNDBUF set
+/// and the receiver's 16 times larger, so that the send buffer binds if
+/// anything on the sender does. The first half second of each is left out.
+pub fn probe_shares(
+    target: &Target,
+    deadlines: Deadlines,
+    dir: gridperf_core::wire::Direction,
+    (recv_buf, send_buf): (u64, u64),
+    path_rate_bps: u64,
+    congestion: Option<&str>,
+) -> Result<ShareProbe> {
+    let mut p = ShareProbe {
+        direction: if dir == gridperf_core::wire::Direction::Up { "up" } else { "down" }.into(),
+        ..ShareProbe::default()
+    };
+    let settled = |t: &gridperf_core::flow::TcpSample| t.t_ns >= 500_000_000;
+
+    let r = run_probe(target, deadlines, probe_spec(dir, None, Some(recv_buf), congestion.map(str::to_string)))?;
+    // an agent older than the buffer fields ignores them: its buffer was autotuned
+    if r.receiver.socket.rcvbuf_requested != Some(recv_buf) {
+        return Err(Error::refused(format!(
+            "the receiving end did not set the receive buffer the probe asked for ({recv_buf} bytes): is the agent older than this gridperf? Leave out --measure-share, or update it"
+        )));
+    }
+    p.rcvbuf = r.receiver.socket.rcvbuf_granted;
+    p.window_max = r.timeline.iter().filter(|t| settled(t)).map(|t| u64::from(t.snd_wnd)).max();
+    match (p.rcvbuf, p.window_max) {
+        (Some(b), Some(w)) if b > 0 && w > 0 => p.receive_share = Some(w as f64 / b as f64),
+        _ => p.notes.push("receive share: the probe saw no advertised window or no granted buffer".into()),
+    }
+
+    let big = (send_buf * 16).min(1 << 30);
+    let r = run_probe(target, deadlines, probe_spec(dir, Some(send_buf), Some(big), congestion.map(str::to_string)))?;
+    if r.sender.socket.sndbuf_requested != Some(send_buf) {
+        return Err(Error::refused(format!(
+            "the sending end did not set the send buffer the probe asked for ({send_buf} bytes): is the agent older than this gridperf? Leave out --measure-share, or update it"
+        )));
+    }
+    p.sndbuf = r.sender.socket.sndbuf_granted;
+    p.send_probe_bps = Some(r.throughput_bps);
+    let settled: Vec<_> = r.timeline.iter().filter(|t| settled(t)).collect();
+    let in_flight = |t: &gridperf_core::flow::TcpSample| u64::from(t.unacked) * u64::from(t.mss);
+    let at_window = settled.iter().filter(|t| t.snd_wnd > 0 && in_flight(t) * 100 >= u64::from(t.snd_wnd) * 85).count();
+    // held back by the send buffer, as stream's verdict reads it: the
+    // kernel's sndbuf-limited clock ran at least a fifth of the busy time,
+    // or (when the write queue ran dry instead) it marked at least a fifth
+    // of the samples app-limited below cwnd
+    let n = settled.len().max(1) as f64;
+    // (app-limited with little in flight is a slow application, not the buffer)
+    let granted = r.sender.socket.sndbuf_granted.unwrap_or(u64::MAX);
+    let marked = settled
+        .iter()
+        .filter(|t| t.app_limited && t.unacked < t.cwnd && in_flight(t).saturating_mul(2) >= granted)
+        .count() as f64
+        / n;
+    let clock = match (settled.first(), settled.last()) {
+        (Some(f), Some(l)) if l.busy_us > f.busy_us => {
+            l.sndbuf_limited_us.saturating_sub(f.sndbuf_limited_us) as f64 / (l.busy_us - f.busy_us) as f64
+        }
+        _ => 0.0,
+    };
+    let held = clock.max(marked);
+    p.in_flight_median = gridperf_core::stats::median(&settled.iter().map(|t| in_flight(t) as f64).collect::<Vec<_>>())
+        .map(|m| m.round() as u64);
+    let at_rate = r.throughput_bps >= 0.9 * path_rate_bps as f64;
+    match (p.sndbuf, p.in_flight_median) {
+        (_, _) if settled.len() < 5 => p.notes.push("send share: too few samples".into()),
+        (_, _) if held < 0.2 && at_rate => {
+            p.send_buffer_suffices = true;
+            p.notes.push(format!(
+                "send share: a {}-byte send buffer did not hold the sender back; the probe carried {} of the path's {}",
+                p.sndbuf.unwrap_or(0),
+                gridperf_core::units::fmt_bps(r.throughput_bps),
+                gridperf_core::units::fmt_bps(path_rate_bps as f64)
+            ))
+        }
+        (_, _) if at_window * 5 > settled.len() => p.notes.push(format!(
+            "send share: the receiver's window bound the probe in {at_window} of {} samples (net.core.rmem_max too low for a receive buffer of {big} bytes?)",
+            settled.len()
+        )),
+        (_, _) if held < 0.2 => p.notes.push(format!(
+            "send share: the send buffer held the sender back only {:.0}% of the time, below the path's rate (cwnd or loss bound it)",
+            held * 100.0
+        )),
+        // a write may overshoot the buffer by one skb (64 KiB); far more
+        // means the kernel did not hold this socket to its buffer (seen in
+        // the lab at 300 Mbit/s: SO_SNDBUF 131072, 1.3 MB queued), and the
+        // ratio measures nothing
+        (Some(b), Some(f)) if f > b + (128 << 10) && f as f64 > 1.5 * b as f64 => p.notes.push(format!(
+            "send share: {f} bytes were in flight against a send buffer of {b}: the kernel did not hold the sender to it, so the probe measures nothing"
+        )),
+        (Some(b), Some(f)) if b > 0 && f > 0 => p.send_share = Some(f as f64 / b as f64),
+        _ => p.notes.push("send share: no granted send buffer".into()),
+    }
+    Ok(p)
+}
+
+/// Runs the share probes both ways, from the calling thread, to `target`:
+/// `ends` are (this end's, the far end's) settings, for the buffer sizes.
+pub fn probe_both_ways(
+    target: &Target,
+    deadlines: Deadlines,
+    ends: (&HostSettings, &HostSettings),
+    path_rate_bps: u64,
+    congestion: Option<&str>,
+    say: &dyn Fn(&str),
+) -> Result<Vec<ShareProbe>> {
+    use gridperf_core::wire::Direction;
+    let mut out = Vec::new();
+    for dir in [Direction::Up, Direction::Down] {
+        let (sender, receiver) = if dir == Direction::Up { ends } else { (ends.1, ends.0) };
+        let sizes = tune::probe_sizes(sender, receiver);
+        say(&format!(
+            "measuring the buffers' shares {}: a TCP stream of 2 s with a {}-byte receive buffer, one with a {}-byte send buffer",
+            if dir == Direction::Up { "to the far end" } else { "from the far end" },
+            sizes.0,
+            sizes.1
+        ));
+        out.push(probe_shares(target, deadlines, dir, sizes, path_rate_bps, congestion)?);
+    }
+    Ok(out)
+}
+
+/// What the probes say they are about to do, for the user (the command
+/// decides where, or whether, it is shown).
+pub type Say = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Runs the share probes across a running lab: an agent of its own on the
+/// first B host (on a port of its own, ended afterwards by its PID), the
+/// probes from a thread in the first A host.
+pub fn probe_in_lab(
+    name: &str,
+    hosts: &[Host],
+    deadlines: Deadlines,
+    ends: (HostSettings, HostSettings),
+    path_rate_bps: u64,
+    congestion: Option<String>,
+    say: Say,
+) -> Result<Vec<ShareProbe>> {
+    let a = hosts.iter().find(|h| h.side == Side::A).ok_or_else(|| Error::internal("the lab has no A host"))?;
+    let b = hosts.iter().find(|h| h.side == Side::B).ok_or_else(|| Error::internal("the lab has no B host"))?;
+    let port = 20_000 + (std::process::id() % 10_000) as u16;
+    let mut agent = crate::lab::run::start_agent(b, port)?;
+    let target = Target::remote(std::net::SocketAddr::from((b.addr, port)));
+    let result = gridperf_sys::in_netns(&a.netns, move || {
+        probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path_rate_bps, congestion.as_deref(), &*say)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    // the agent stops within a second of SIGTERM; one that does not is killed
+    crate::lab::stop_child(&mut agent, std::time::Duration::from_secs(3));
+    result.map_err(|e| Error::network(format!("the share probes across lab {name}: {e}")))
+}

@@ -1,0 +1,267 @@
+//! This host: its settings read (and, in a lab's namespaces, set) from the
+//! kernel rather than assumed, and the environment record of each end of a
+//! run. `lab` and `tune` both read and set settings through here.
+
+use crate::error::{Error, Result};
+use gridperf_core::model::{Applied, EndInfo, SocketInfo};
+use gridperf_core::plan::Proto;
+use gridperf_core::tune;
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+
+/// The sysctls that shape what gridperf measures. Most of net.* is per
+/// network namespace: they are read in the namespace of the calling thread.
+pub const SYSCTLS: &[&str] = &[
+    "net.core.rmem_default",
+    "net.core.rmem_max",
+    "net.core.wmem_default",
+    "net.core.wmem_max",
+    "net.core.busy_poll",
+    "net.core.busy_read",
+    "net.core.default_qdisc",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_available_congestion_control",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_autocorking",
+    "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.tcp_adv_win_scale",
+    "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_slow_start_after_idle",
+];
+
+/// What an agent's checks need to know of this host.
+pub fn limits() -> gridperf_core::wire::HostLimits {
+    gridperf_core::wire::HostLimits { congestion: congestion_available() }
+}
+
+/// The congestion control algorithms this kernel offers (loaded modules);
+/// others in /lib/modules may load on first use by a privileged user, but
+/// gridperf names only what is there.
+pub fn congestion_available() -> Vec<String> {
+    sysctl("net.ipv4.tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Reads one sysctl by its dotted name; None when unreadable.
+pub fn sysctl(name: &str) -> Option<String> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    std::fs::read_to_string(path).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// The CPUs this thread may run on (what `--cpu` can name).
+pub fn cpus() -> Vec<usize> {
+    gridperf_sys::thread_affinity().unwrap_or_default()
+}
+
+pub fn software() -> String {
+    format!("gridperf {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// This end's record, without sockets (add them with [`socket_info`]).
+pub fn end_info(pinned_cpus: Option<Vec<usize>>, busy_poll: bool) -> EndInfo {
+    let (host, kernel) = match gridperf_sys::uname() {
+        Ok([sys, node, release, _version, machine]) => (node, format!("{sys} {release} {machine}")),
+        Err(_) => ("unknown".into(), "unknown".into()),
+    };
+    let sysctls: BTreeMap<String, String> =
+        SYSCTLS.iter().filter_map(|&n| sysctl(n).map(|v| (n.to_string(), v))).collect();
+    EndInfo {
+        host,
+        kernel,
+        software: software(),
+        pinned_cpus,
+        allowed_cpus: gridperf_sys::thread_affinity().unwrap_or_default(),
+        busy_poll,
+        sockets: Vec::new(),
+        sysctls,
+    }
+}
+
+/// What a data socket was actually given.
+pub fn socket_info(
+    sock: &impl AsRawFd,
+    proto: Proto,
+    ipv6: bool,
+    sndbuf_requested: Option<u64>,
+    rcvbuf_requested: Option<u64>,
+) -> SocketInfo {
+    let stream = proto.is_stream();
+    SocketInfo {
+        proto: Some(proto),
+        sndbuf_requested,
+        sndbuf_granted: gridperf_sys::sndbuf(sock).ok().map(|v| v as u64),
+        rcvbuf_requested,
+        rcvbuf_granted: gridperf_sys::rcvbuf(sock).ok().map(|v| v as u64),
+        nodelay: if stream { gridperf_sys::tcp_nodelay(sock).ok() } else { None },
+        mss: if stream { gridperf_sys::tcp_maxseg(sock).ok() } else { None },
+        path_mtu: gridperf_sys::path_mtu(sock, ipv6).ok(),
+        congestion: if stream { gridperf_sys::tcp_congestion(sock).ok() } else { None },
+        busy_poll_us: None,
+    }
+}
+
+/// Moves this process into a new private network namespace whose lo has
+/// `mtu` (`--loopback-mtu`): both ends of a local run then talk over it.
+pub fn enter_private_loopback(mtu: u32) -> Result<()> {
+    gridperf_sys::unshare_netns().map_err(|e| {
+        Error::usage(format!("--loopback-mtu needs a private network namespace, which needs root (CAP_SYS_ADMIN): {e}"))
+    })?;
+    gridperf_sys::set_link_mtu("lo", mtu).map_err(|e| Error::internal(format!("setting the lo MTU to {mtu}: {e}")))?;
+    gridperf_sys::set_link_up("lo").map_err(|e| Error::internal(format!("bringing lo up: {e}")))?;
+    Ok(())
+}
+
+/// Whether this process runs as root (effective UID 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+// ---------------------------------------------------------------- settings in a namespace
+
+/// The kernel release (uname -r).
+pub fn kernel_release() -> Option<String> {
+    gridperf_sys::uname().ok().map(|[_, _, release, _, _]| release)
+}
+
+/// The release out of an environment record's "Linux 6.18.0 x86_64".
+pub fn release_of(kernel: &str) -> Option<String> {
+    kernel.split_whitespace().nth(1).map(str::to_string)
+}
+
+/// Reads the settings tune needs in the calling thread's namespace.
+pub fn read_here() -> BTreeMap<String, String> {
+    tune::SETTINGS.iter().filter_map(|(n, _)| sysctl(n).map(|v| (n.to_string(), v))).collect()
+}
+
+/// Reads the settings of a lab host: the per-namespace ones inside its
+/// namespace, the global ones here (a namespace does not show them all).
+pub fn read_in(netns: &str) -> Result<BTreeMap<String, String>> {
+    let mut all = read_here();
+    let inside = gridperf_sys::in_netns(netns, || Ok(read_here())).map_err(|e| {
+        Error::usage(format!("cannot enter the namespace {netns} (reading a lab host needs root): {e}"))
+    })?;
+    for (name, per_ns) in tune::SETTINGS {
+        if *per_ns {
+            match inside.get(*name) {
+                Some(v) => all.insert(name.to_string(), v.clone()),
+                None => all.remove(*name),
+            };
+        }
+    }
+    Ok(all)
+}
+
+/// Splits "name = value" (a sysctl.d line) or "name=value".
+pub fn split_line(line: &str) -> Result<(String, String)> {
+    let (k, v) = line.split_once('=').ok_or_else(|| {
+        Error::usage(format!("{line:?}: give NAME=VALUE, e.g. net.ipv4.tcp_rmem=\"4096 87380 174760\""))
+    })?;
+    let (k, v) = (k.trim().replace('/', "."), v.trim().trim_matches('"').to_string());
+    if k.is_empty() || v.is_empty() || !k.starts_with("net.") || k.contains("..") {
+        return Err(Error::usage(format!(
+            "{line:?}: give a net.* sysctl and a value, e.g. net.ipv4.tcp_rmem=\"4096 87380 174760\""
+        )));
+    }
+    Ok((k, v))
+}
+
+/// Sets one sysctl inside a namespace. A global one (absent or read-only
+/// there) is refused with a message that says so; nothing else is touched.
+pub fn set_in(netns: &str, name: &str, value: &str) -> Result<()> {
+    if tune::per_namespace(name) == Some(false) {
+        return Err(Error::usage(format!(
+            "{name} is global on Linux, not per network namespace: it cannot be set for one lab host"
+        )));
+    }
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    let v = value.to_string();
+    let p = path.clone();
+    gridperf_sys::in_netns(netns, move || std::fs::write(&p, format!("{v}\n"))).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            Error::usage(format!("{name}: no such setting in a network namespace ({path})"))
+        }
+        std::io::ErrorKind::PermissionDenied => Error::usage(format!(
+            "{name}: not writable in a network namespace (global on this kernel, or it needs root): {e}"
+        )),
+        _ => Error::usage(format!("{name} = {value:?} in {netns}: {e}")),
+    })?;
+    // read it back: the kernel may clamp or refuse silently
+    let now = gridperf_sys::in_netns(netns, {
+        let name = name.to_string();
+        move || Ok(sysctl(&name))
+    })
+    .ok()
+    .flatten();
+    let want = value.split_whitespace().collect::<Vec<_>>().join(" ");
+    match now {
+        Some(n) if n == want => Ok(()),
+        n => Err(Error::usage(format!("{name}: set to {want:?} in {netns}, but it reads {:?}", n.unwrap_or_default()))),
+    }
+}
+
+/// Sets the per-namespace lines in every host of a lab (name, namespace);
+/// the global ones are left alone and said to be.
+pub fn apply(hosts: &[(String, String)], lines: &[String]) -> Result<Vec<Applied>> {
+    if !is_root() {
+        return Err(Error::usage(
+            "tune --apply needs root (CAP_NET_ADMIN over the lab's namespaces): run it with sudo; nothing was changed",
+        ));
+    }
+    let mut out = Vec::new();
+    for line in lines {
+        let (name, value) = split_line(line)?;
+        if tune::per_namespace(&name) == Some(false) {
+            out.push(Applied {
+                host: "all".into(),
+                setting: name,
+                value,
+                outcome: "left alone: global, not per namespace (set it on the host itself)".into(),
+            });
+            continue;
+        }
+        for (host, netns) in hosts {
+            let outcome = match set_in(netns, &name, &value) {
+                Ok(()) => "set".to_string(),
+                Err(e) => format!("failed: {e}"),
+            };
+            out.push(Applied { host: host.clone(), setting: name.clone(), value: value.clone(), outcome });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctl_lines_split() {
+        assert_eq!(
+            split_line("net.ipv4.tcp_rmem = 4096 87380 8388608").expect("line"),
+            ("net.ipv4.tcp_rmem".into(), "4096 87380 8388608".into())
+        );
+        assert_eq!(
+            split_line("net/ipv4/tcp_wmem=\"8192 4369000 8738000\"").expect("line"),
+            ("net.ipv4.tcp_wmem".into(), "8192 4369000 8738000".into())
+        );
+        assert!(split_line("tcp_rmem").is_err());
+        assert!(split_line("kernel.panic=1").is_err());
+        assert!(split_line("net.ipv4.tcp_rmem=").is_err());
+        assert!(split_line("net..x=1").is_err());
+    }
+
+    #[test]
+    fn the_release_of_a_record() {
+        assert_eq!(release_of("Linux 6.18.0 x86_64").as_deref(), Some("6.18.0"));
+        assert_eq!(release_of("unknown"), None);
+    }
+}

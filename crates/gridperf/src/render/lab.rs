@@ -1,0 +1,198 @@
+//! The lab: `lab up` and `lab status`, `lab profiles`, `lab calibrate`.
+
+use super::fmt_signed_ns;
+use crate::lab::calibrate::Point;
+use crate::lab::emulator::Health;
+use crate::lab::LabState;
+use gridperf_core::units::{fmt_bps, fmt_ns};
+use std::fmt::Write;
+
+fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
+    use gridperf_core::emu::{Jitter, Loss, QueueLimit};
+    let mut w = Vec::new();
+    w.push(match l.rate_bps {
+        Some(r) => fmt_bps(r as f64),
+        None => "no rate limit".into(),
+    });
+    w.push(format!("delay {}", fmt_ns(l.delay_ns as f64)));
+    match l.jitter {
+        Jitter::None => {}
+        Jitter::Uniform { j_ns } => w.push(format!("jitter +-{} uniform", fmt_ns(j_ns as f64))),
+        Jitter::Normal { sigma_ns } => w.push(format!("jitter sigma {} normal", fmt_ns(sigma_ns as f64))),
+    }
+    if !matches!(l.jitter, Jitter::None) {
+        w.push(if l.reorder { "reordering".into() } else { "in order".into() });
+    }
+    w.push(match l.queue {
+        QueueLimit::Unlimited => "queue unlimited".into(),
+        QueueLimit::Packets(n) => format!("queue {n} packets"),
+        QueueLimit::Bytes(b) => format!("queue {b} bytes"),
+    });
+    match l.loss {
+        Loss::None => {}
+        Loss::Random { p } => w.push(format!("loss {:.4}%", p * 100.0)),
+        ge @ Loss::GilbertElliott { p_bg, .. } => {
+            w.push(format!("loss {:.4}% in bursts of {:.1} packets", ge.mean_rate() * 100.0, 1.0 / p_bg))
+        }
+    }
+    w.join(", ")
+}
+
+/// `lab up` and `lab status`.
+pub fn status(st: &LabState, health: Option<&Health>) -> String {
+    let mut out = String::new();
+    let s = &st.spec;
+    if s.loopback {
+        let mtu = if s.mtu == 0 { "lo's own MTU".to_string() } else { format!("lo MTU {}", s.mtu) };
+        let _ = writeln!(
+            out,
+            "lab {}: loopback: hosts a and b share one private namespace over lo ({mtu}); no emulated link (pid {})",
+            s.name, st.pid
+        );
+    } else {
+        let _ = writeln!(out, "lab {}: {} (emulator pid {}, MTU {})", s.name, s.description, st.pid, s.mtu);
+        let _ = writeln!(out, "  a -> b: {}", link_words(&s.ab));
+        let _ = writeln!(out, "  b -> a: {}", link_words(&s.ba));
+        for h in &st.hosts {
+            if let Some(l) = s.access_of(&h.name) {
+                let _ = writeln!(out, "  access {}: {}", h.name, link_words(&l));
+            }
+        }
+    }
+    let _ = writeln!(out, "hosts:");
+    for h in &st.hosts {
+        let _ = writeln!(out, "  {:<4} {:<12} namespace {}", h.name, h.addr, h.netns);
+    }
+    for (k, v) in &s.sysctls {
+        let _ = writeln!(out, "  every host, as set at lab up: {k} = {v}");
+    }
+    if let Some(h) = health {
+        let _ = writeln!(out, "emulator, up {:.1} s:", h.uptime_s);
+        for (dir, c) in ["a -> b", "b -> a"].iter().zip(&h.links) {
+            let _ = writeln!(
+                out,
+                "  {dir}: {} packets in, {} delivered ({} bytes), {} lost by the model, {} dropped at the full queue, queue peak {} packets / {} bytes",
+                c.arrived, c.delivered, c.delivered_bytes, c.lost, c.queue_full, c.max_queue_packets, c.max_queue_bytes
+            );
+        }
+        for a in &h.access {
+            let _ = writeln!(
+                out,
+                "  access {}: up {} in, {} lost, {} at the full queue; down {} in, {} lost, {} at the full queue",
+                a.host, a.up.arrived, a.up.lost, a.up.queue_full, a.down.arrived, a.down.lost, a.down.queue_full
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  worst lag behind schedule {}, late packets {}, stalls {}, drops the model did not decide {} (+{} at the TUN queues), unroutable {}",
+            fmt_ns(h.max_lag_ns as f64),
+            h.late_packets,
+            h.stalls,
+            h.undecided_drops,
+            h.tun_drops,
+            h.unroutable
+        );
+        if let (Some(p50), Some(p99)) = (h.lag_quantile_us(0.5), h.lag_quantile_us(0.99)) {
+            let _ = writeln!(out, "  lag behind schedule: median under {p50} us, p99 under {p99} us");
+        }
+        match h.invalid_because() {
+            Some(why) => {
+                let _ = writeln!(out, "  INVALID: measurements across this lab cannot be trusted: {why}");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, none over 10 ms, no drops the model did not decide"
+                );
+            }
+        }
+    }
+    let first = st.hosts.first().map(|h| h.name.as_str()).unwrap_or("a");
+    let other = st.hosts.iter().find(|h| h.side != st.hosts[0].side).map(|h| h.addr.to_string()).unwrap_or_default();
+    let _ = writeln!(out, "try: gridperf lab exec {first} -- gridperf rtt {other}   (start `gridperf serve` on the other host first: gridperf lab exec b -- gridperf serve)");
+    out
+}
+
+/// `lab profiles`.
+pub fn profiles(profiles: &[gridperf_core::labcfg::Profile]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<13}{:>14}{:>11}{:>16}{:>10}  source", "profile", "rate", "RTT", "queue", "loss");
+    for p in profiles {
+        let queue = match p.queue {
+            gridperf_core::labcfg::QueueSpec::Unlimited => "-".to_string(),
+            gridperf_core::labcfg::QueueSpec::Packets(n) => format!("{n} pkt"),
+            gridperf_core::labcfg::QueueSpec::Bytes(b) => format!("{b} B"),
+            gridperf_core::labcfg::QueueSpec::Bdp(x) => format!("{x} BDP"),
+        };
+        let _ = writeln!(
+            out,
+            "{:<13}{:>14}{:>11}{:>16}{:>9.4}%  {}",
+            p.name,
+            p.rate_bps.map(|r| fmt_bps(r as f64)).unwrap_or_else(|| "-".into()),
+            if p.rtt_ns == 0 { "-".into() } else { fmt_ns(p.rtt_ns as f64) },
+            queue,
+            p.loss * 100.0,
+            p.source
+        );
+        if !p.assumptions.is_empty() {
+            let _ = writeln!(out, "{:13}assumed: {}", "", p.assumptions);
+        }
+    }
+    out
+}
+
+/// `lab calibrate`: each point against DESIGN.md's targets.
+pub fn calibration(points: &[Point]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>14}{:>9}{:>15}{:>15}{:>10}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
+        "rate",
+        "delay",
+        "offered",
+        "measured",
+        "rate err",
+        "TCP",
+        "TCP diff",
+        "delay err",
+        "delay p99",
+        "loaded p99",
+        "loaded max",
+        "bound",
+        "lag p99",
+        "emu CPU"
+    );
+    for p in points {
+        let mut verdict = match (&p.invalid, p.meets_targets()) {
+            (Some(why), _) => format!("INVALID: {why}"),
+            (None, true) => "meets the targets".to_string(),
+            (None, false) => "misses a target".to_string(),
+        };
+        if p.load_short() {
+            verdict.push_str("; the load generator did not overload the link, so the rate was not tested");
+        }
+        let _ = writeln!(
+            out,
+            "{:>14}{:>9}{:>15}{:>15}{:>9.2}%{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
+            fmt_bps(p.rate_bps as f64),
+            fmt_ns(p.delay_ns as f64),
+            fmt_bps(p.offered_rate_bps),
+            fmt_bps(p.measured_rate_bps),
+            p.rate_error * 100.0,
+            fmt_bps(p.tcp_rate_bps),
+            p.tcp_rate_error * 100.0,
+            fmt_signed_ns(p.delay_error_median_ns),
+            fmt_signed_ns(p.delay_error_p99_ns),
+            fmt_ns(p.loaded_rtt_p99_ns),
+            fmt_ns(p.loaded_rtt_max_ns),
+            fmt_ns(p.queue_bound_ns),
+            p.lag_p99_us.map(|u| format!("<{u}us")).unwrap_or_default(),
+            p.emulator_cpu_percent
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. TCP: a bulk TCP (CUBIC) flow's rate (IP bits per second: the data segments delivered, as the sender's TCP_INFO counts them with SACK, retransmissions included, x 1500 bytes), for information: TCP's own dynamics share in it. targets: rate error within 1% (the UDP flow); added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
+    );
+    out
+}

@@ -1,0 +1,191 @@
+//! Everything gridperf prints, as text: one file per measurement (its
+//! table, CSV and, where it has them, live lines), the lab's and tune's
+//! words, the stored runs, the survey's tables and the HTML report. Every
+//! renderer takes results and returns a `String`; nothing here prints or
+//! measures, so each is tested on constructed results (tests/it/render.rs
+//! pins their output with snapshots).
+
+pub mod fanout;
+pub mod html;
+pub mod lab;
+pub mod rtt;
+pub mod runs;
+pub mod stream;
+pub mod survey;
+pub mod transfer;
+pub mod tune;
+
+use gridperf_core::model::{EndInfo, Environment, Settings, SocketInfo};
+use gridperf_core::units::fmt_ns;
+use std::fmt::Write;
+
+/// A result as `--json` prints it: pretty, with a final newline.
+pub fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v)
+        .map(|s| s + "\n")
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}\n", e.to_string()))
+}
+
+pub fn placement(s: &Settings) -> String {
+    let cpu = |c: Option<usize>| c.map(|c| format!("CPU {c}")).unwrap_or_else(|| "unpinned".into());
+    format!("client {}, agent {}", cpu(s.client_cpu), cpu(s.server_cpu))
+}
+
+pub fn socket_line(who: &str, s: &SocketInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(m) = s.mss {
+        parts.push(format!("MSS {m}"));
+    }
+    if let Some(m) = s.path_mtu {
+        parts.push(format!("path MTU {m}"));
+    }
+    if let Some(c) = &s.congestion {
+        parts.push(format!("cc {c}"));
+    }
+    if let Some(n) = s.nodelay {
+        parts.push(format!("TCP_NODELAY {}", if n { "on" } else { "off" }));
+    }
+    let buf = |req: Option<u64>, got: Option<u64>| match (req, got) {
+        (Some(r), Some(g)) => format!("{g} (asked {r})"),
+        (None, Some(g)) => format!("{g}"),
+        _ => "?".into(),
+    };
+    parts.push(format!("sndbuf {}", buf(s.sndbuf_requested, s.sndbuf_granted)));
+    parts.push(format!("rcvbuf {}", buf(s.rcvbuf_requested, s.rcvbuf_granted)));
+    let proto = s.proto.map(|p| p.name()).unwrap_or("?");
+    format!("  {proto:<8} {who:<6} {}", parts.join(", "))
+}
+
+pub fn header(out: &mut String, title: &str, s: &Settings, env: &Environment) {
+    let _ = writeln!(out, "{title}");
+    let nagle = if s.nodelay { "TCP_NODELAY on (Nagle off)" } else { "TCP_NODELAY off (Nagle on)" };
+    let mode = if s.busy_poll { "busy-poll" } else { "blocking" };
+    let writes = if s.writes_per_message == 1 {
+        "1 send per message".to_string()
+    } else {
+        format!("{} sends per message", s.writes_per_message)
+    };
+    let _ = writeln!(out, "{nagle} · {writes} · {mode} · {} · timeout {}", placement(s), fmt_ns(s.timeout_ns as f64));
+    for n in &env.notes {
+        let _ = writeln!(out, "{n}");
+    }
+    if let Some(lab) = &env.lab {
+        let _ = writeln!(out, "across lab {}: {}", lab.name, lab.description);
+        if let Some(why) = &lab.invalid {
+            let _ = writeln!(out, "INVALID: the emulator did not keep up during this run: {why}");
+        }
+    }
+    let sockets = |who: &str, e: &EndInfo, out: &mut String| {
+        for sock in &e.sockets {
+            let _ = writeln!(out, "{}", socket_line(who, sock));
+        }
+    };
+    sockets("client", &env.client, out);
+    if let Some(server) = &env.server {
+        sockets("agent", server, out);
+    }
+}
+
+pub fn fmt_signed_ns(ns: f64) -> String {
+    if ns < 0.0 {
+        format!("-{}", fmt_ns(-ns))
+    } else {
+        format!("+{}", fmt_ns(ns))
+    }
+}
+
+/// Decimal bytes with 3 significant figures (1.23 GB), as throughput tools print volumes.
+pub fn fmt_volume(n: u64) -> String {
+    let n = n as f64;
+    let (v, unit) = if n >= 1e9 {
+        (n / 1e9, "GB")
+    } else if n >= 1e6 {
+        (n / 1e6, "MB")
+    } else if n >= 1e3 {
+        (n / 1e3, "kB")
+    } else {
+        return format!("{n} B");
+    };
+    format!("{v:.3} {unit}")
+}
+
+/// Unix seconds as "YYYY-MM-DD HH:MM:SS" (UTC).
+pub fn utc(unix: f64) -> String {
+    let secs = unix.max(0.0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // civil from days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+pub fn opt_ns(v: Option<f64>) -> String {
+    v.map(fmt_ns).unwrap_or_else(|| "-".into())
+}
+
+/// The sysctls `runs show` prints of each end (all are in `--json`).
+const SHOWN_SYSCTLS: &[&str] = &[
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+];
+
+fn end_line(out: &mut String, who: &str, e: &EndInfo) {
+    let cpus = match &e.pinned_cpus {
+        Some(c) => format!("pinned to CPU {}", c.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")),
+        None => {
+            format!("unpinned (CPUs {})", e.allowed_cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","))
+        }
+    };
+    let mode = if e.busy_poll { ", busy-polling" } else { "" };
+    let _ = writeln!(out, "{who:<7}{} ({}), {}, {cpus}{mode}", e.host, e.kernel, e.software);
+    for k in SHOWN_SYSCTLS {
+        if let Some(v) = e.sysctls.get(*k) {
+            let _ = writeln!(out, "         {k} = {v}");
+        }
+    }
+}
+
+/// The conditions a run was measured under, as `runs show` prints them:
+/// when, both ends (host, kernel, placement, the sysctls that shape a
+/// stream), the notes, the lab and its verdict, and each socket's record.
+pub fn environment(env: &Environment) -> String {
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "measured {} to {} UTC, against {}", utc(env.started_unix), utc(env.finished_unix), env.target);
+    end_line(&mut out, "client", &env.client);
+    if let Some(a) = &env.server {
+        end_line(&mut out, "agent", a);
+    }
+    for n in &env.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    if let Some(lab) = &env.lab {
+        let _ = writeln!(
+            out,
+            "across lab {}: {}{}",
+            lab.name,
+            lab.description,
+            lab.invalid
+                .as_ref()
+                .map(|w| format!(" · INVALID: {w}"))
+                .unwrap_or_else(|| " · the emulator kept up".into())
+        );
+    }
+    for s in &env.client.sockets {
+        let _ = writeln!(out, "{}", socket_line("client", s));
+    }
+    for s in env.server.iter().flat_map(|a| &a.sockets) {
+        let _ = writeln!(out, "{}", socket_line("agent", s));
+    }
+    out
+}

@@ -1,0 +1,287 @@
+//! `gridperf stream`: the table (settings, each run's streams with both
+//! ends' figures and the verdict, totals and fairness, the runs' spread),
+//! the live interval lines, the TCP_INFO timeline as CSV or JSON lines, and
+//! the streams of a stored run as CSV.
+
+use super::{fmt_volume, socket_line};
+use gridperf_core::model::{EndInfo, StreamReport, StreamResult};
+use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
+use std::fmt::Write;
+
+/// `gridperf stream`'s table: the settings, each run's streams with both
+/// ends' figures and the verdict, the totals and fairness, and with
+/// --repeat the runs' spread.
+pub fn table(r: &StreamReport, best: bool) -> String {
+    let mut out = String::new();
+    let s = &r.spec;
+    let way = match s.direction {
+        gridperf_core::wire::Direction::Up => "client to agent",
+        gridperf_core::wire::Direction::Down => "agent to client (reverse)",
+        gridperf_core::wire::Direction::Both => "both ways",
+    };
+    let target = r.runs.first().map(|x| x.env.target.clone()).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "\ngridperf stream to {target}: {} x {} {way}, {}{}, writes of {}",
+        s.streams,
+        s.proto.to_uppercase(),
+        match s.bytes {
+            Some(b) => format!("{} per stream (at most {})", fmt_bytes(b), fmt_ns(s.duration_ms as f64 * 1e6)),
+            None => fmt_ns(s.duration_ms as f64 * 1e6),
+        },
+        if r.omit_ns > 0 { format!(" after {} omitted", fmt_ns(r.omit_ns as f64)) } else { String::new() },
+        fmt_bytes(s.write_size)
+    );
+    let mut knobs = Vec::new();
+    knobs.push(match s.window {
+        Some(w) => format!("-w {}", fmt_bytes(w)),
+        None => "buffers autotuned".into(),
+    });
+    if let Some(c) = &s.congestion {
+        knobs.push(format!("cc {c}"));
+    }
+    if let Some(p) = s.pacing_bps {
+        knobs.push(format!("pacing {} per stream", fmt_bps(p as f64)));
+    }
+    if let Some(g) = s.gap_us {
+        knobs.push(format!("gap {g} us between writes"));
+    }
+    if let Some(z) = &s.zerocopy {
+        knobs.push(format!("zero-copy {z}"));
+    }
+    if let Some(b) = s.udp_rate_bps {
+        knobs.push(format!("{} per stream", fmt_bps(b as f64)));
+    }
+    if let Some(run) = r.runs.first() {
+        // SACK and timestamps are per network namespace: each end's own
+        let flags = |e: &EndInfo| {
+            let on = |k: &str| match e.sysctls.get(k).map(String::as_str) {
+                Some("0") => "off",
+                Some(_) => "on",
+                None => "?",
+            };
+            format!("SACK {}, timestamps {}", on("net.ipv4.tcp_sack"), on("net.ipv4.tcp_timestamps"))
+        };
+        if s.proto == "tcp" {
+            knobs.push(format!("client: {}", flags(&run.env.client)));
+            if let Some(a) = &run.env.server {
+                knobs.push(format!("agent: {}", flags(a)));
+            }
+        }
+    }
+    let _ = writeln!(out, "{}", knobs.join(" · "));
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for (k, run) in r.runs.iter().enumerate() {
+        if r.runs.len() > 1 {
+            let _ = writeln!(out, "\nrun {}", k + 1);
+        }
+        if let Some(st) = run.streams.first() {
+            for (who, end) in [("sender", &st.sender), ("receiver", &st.receiver)] {
+                let _ = writeln!(out, "{}", socket_line(who, &end.socket));
+            }
+        }
+        let _ = writeln!(out);
+        out.push_str(&rows(&s.proto, &run.streams));
+        let mut total = Vec::new();
+        if let Some(u) = run.up_bps {
+            total.push(format!("up {}", fmt_bps(u)));
+        }
+        if let Some(d) = run.down_bps {
+            total.push(format!("down {}", fmt_bps(d)));
+        }
+        let _ = write!(out, "total: {}", total.join(", "));
+        if run.streams.len() > 1 {
+            let _ = write!(
+                out,
+                " · slowest/fastest {} · Jain's index {}",
+                run.slowest_over_fastest.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+                run.jain.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into())
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "CPU (stream threads): client {}, agent {}{}",
+            fmt_ns(run.client_cpu_ns as f64),
+            fmt_ns(run.agent_cpu_ns as f64),
+            run.cpu_ns_per_byte.map(|c| format!(", {c:.3} ns per byte received")).unwrap_or_default()
+        );
+        if let Some(lab) = &run.env.lab {
+            let _ = writeln!(
+                out,
+                "lab {}: {}{}",
+                lab.name,
+                lab.description,
+                lab.invalid.as_ref().map(|w| format!(" · INVALID: {w}")).unwrap_or_else(|| " · valid".into())
+            );
+        }
+    }
+    if r.runs.len() > 1 {
+        let list: Vec<String> = r.totals_bps.iter().map(|t| fmt_bps(*t)).collect();
+        let _ = writeln!(out, "\nruns: {}", list.join(", "));
+        if best {
+            let _ = writeln!(out, "best: {}", r.best_bps.map(fmt_bps).unwrap_or_else(|| "-".into()));
+        } else {
+            let _ = writeln!(
+                out,
+                "median: {} · spread (max - min) / median: {}",
+                r.median_bps.map(fmt_bps).unwrap_or_else(|| "-".into()),
+                r.spread.map(|s| format!("{:.1}%", s * 100.0)).unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+    out
+}
+
+/// The streams' rows (with their heading): UDP's loss, reordering and
+/// jitter, or TCP's retransmissions, window and verdict.
+pub fn rows(proto: &str, streams: &[StreamResult]) -> String {
+    let mut out = String::new();
+    if proto == "udp" {
+        let _ = writeln!(
+            out,
+            "{:>6} {:>5} {:>11} {:>14} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10}",
+            "stream", "dir", "received", "throughput", "sent", "lost", "reord", "dup", "jitter", "send errs"
+        );
+        for st in streams {
+            let u = st.receiver.udp.clone().unwrap_or_default();
+            let sent = st.sender.datagrams.unwrap_or(0);
+            let lost = u.lost();
+            let pct = if sent > 0 { lost as f64 * 100.0 / sent as f64 } else { 0.0 };
+            let _ = writeln!(
+                out,
+                "{:>6} {:>5} {:>11} {:>14} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10}{}",
+                st.index,
+                st.direction,
+                fmt_volume(st.receiver.bytes),
+                fmt_bps(st.throughput_bps),
+                sent,
+                format!("{lost} ({pct:.2}%)"),
+                u.reordered,
+                u.duplicates,
+                fmt_ns(u.jitter_ns),
+                st.sender.send_errors,
+                st.broken.as_ref().map(|b| format!("  BROKEN: {b}")).unwrap_or_default()
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "{:>6} {:>5} {:>11} {:>14} {:>8} {:>9} {:>9}  verdict",
+            "stream", "dir", "received", "throughput", "retrans", "cwnd max", "min RTT"
+        );
+        for st in streams {
+            let cwnd = st.timeline.iter().map(|t| t.cwnd).max();
+            let min_rtt = st.timeline.iter().map(|t| t.min_rtt_us).filter(|&v| v > 0).min();
+            let verdict = st.verdict.as_ref().map(|v| v.text.clone()).unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                out,
+                "{:>6} {:>5} {:>11} {:>14} {:>8} {:>9} {:>9}  {}{}",
+                st.index,
+                st.direction,
+                fmt_volume(st.receiver.bytes),
+                fmt_bps(st.throughput_bps),
+                st.retransmits.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+                cwnd.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+                min_rtt.map(|u| fmt_ns(u as f64 * 1e3)).unwrap_or_else(|| "-".into()),
+                verdict,
+                st.broken.as_ref().map(|b| format!("  BROKEN: {b}")).unwrap_or_default()
+            );
+            if let Some(z) = st.sender.zerocopy {
+                let _ = writeln!(
+                    out,
+                    "{:>6}       MSG_ZEROCOPY: {} sends, {} completed, {} of them copied by the kernel after all",
+                    "", z.sends, z.completions, z.copied
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Every stream's TCP_INFO timeline (the sender's), as CSV or JSON lines.
+pub fn timeline(r: &StreamReport, csv: bool) -> String {
+    let mut out = String::new();
+    if csv {
+        out.push_str("run,stream,direction,t_s,cwnd,ssthresh,srtt_ms,rttvar_ms,min_rtt_ms,unacked,bytes_in_flight,total_retrans,delivery_rate_bps,pacing_rate_bps,busy_ms,rwnd_limited_ms,sndbuf_limited_ms,snd_wnd,bytes_acked\n");
+    }
+    for (k, run) in r.runs.iter().enumerate() {
+        for st in &run.streams {
+            for t in &st.timeline {
+                if csv {
+                    let _ = writeln!(
+                        out,
+                        "{},{},{},{:.3},{},{},{:.3},{:.3},{:.3},{},{},{},{},{},{:.3},{:.3},{:.3},{},{}",
+                        k + 1,
+                        st.index,
+                        st.direction,
+                        t.t_ns as f64 / 1e9,
+                        t.cwnd,
+                        t.ssthresh,
+                        t.srtt_us as f64 / 1e3,
+                        t.rttvar_us as f64 / 1e3,
+                        t.min_rtt_us as f64 / 1e3,
+                        t.unacked,
+                        t.unacked as u64 * t.mss as u64,
+                        t.total_retrans,
+                        t.delivery_rate * 8,
+                        t.pacing_rate.saturating_mul(8),
+                        t.busy_us as f64 / 1e3,
+                        t.rwnd_limited_us as f64 / 1e3,
+                        t.sndbuf_limited_us as f64 / 1e3,
+                        t.snd_wnd,
+                        t.bytes_acked
+                    );
+                } else {
+                    let line =
+                        serde_json::json!({ "run": k + 1, "stream": st.index, "direction": st.direction, "sample": t });
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One live line: the receivers' bytes in the interval that ended `t_ms`
+/// after the start (per stream, when there are several), as a rate.
+pub fn interval_line(interval_ms: u64, omit_ms: u64, repeat: u32, run: u32, t_ms: u64, rows: &[(u32, u64)]) -> String {
+    let secs = interval_ms as f64 / 1000.0;
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let per: Vec<String> = rows.iter().map(|(i, b)| format!("{i}:{}", fmt_bps(*b as f64 * 8.0 / secs))).collect();
+    let omitted = if t_ms <= omit_ms { " (omitted)" } else { "" };
+    let run = if repeat > 1 { format!("run {} ", run + 1) } else { String::new() };
+    let per = if rows.len() > 1 { format!("   [{}]", per.join("  ")) } else { String::new() };
+    format!("{run}{:>7.1} s  {:>14}{per}{omitted}\n", t_ms as f64 / 1000.0, fmt_bps(total as f64 * 8.0 / secs))
+}
+
+/// The streams of a stored run, one CSV row each.
+pub fn csv(streams: &[StreamResult]) -> String {
+    let mut out =
+        String::from("stream,direction,sent_bytes,received_bytes,throughput_bps,retransmits,limit,verdict,broken\n");
+    for s in streams {
+        let quote = |t: &str| format!("\"{}\"", t.replace('"', "'"));
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{:.0},{},{},{},{}",
+            s.index,
+            s.direction,
+            s.sender.bytes,
+            s.receiver.bytes,
+            s.throughput_bps,
+            s.retransmits.map(|r| r.to_string()).unwrap_or_default(),
+            s.verdict
+                .as_ref()
+                .map(|v| serde_json::to_value(v.limit)
+                    .ok()
+                    .and_then(|l| l.as_str().map(str::to_string))
+                    .unwrap_or_default())
+                .unwrap_or_default(),
+            s.verdict.as_ref().map(|v| quote(&v.text)).unwrap_or_default(),
+            s.broken.as_deref().map(quote).unwrap_or_default(),
+        );
+    }
+    out
+}

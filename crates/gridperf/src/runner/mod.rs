@@ -1,0 +1,224 @@
+//! The runner: the one way every measurement reaches its agent. A
+//! [`Network`] is what the user named (a lab profile, a host, or loopback);
+//! [`Network::prepare`] makes it ready for a run (bringing a lab up for it)
+//! and gives the [`Target`]; [`Target::open`] reaches the agent (starting
+//! one on loopback when there is no host), says hello, and watches the
+//! lab the run crosses, so that the run's [`Environment`] says whether the
+//! emulator kept up. The lab is passed along explicitly, never through the
+//! process's environment.
+
+mod session;
+
+pub use session::{Deadlines, Ready, Session};
+
+use crate::agent::{Faults, LocalAgent};
+use crate::error::{Error, Result};
+use crate::host;
+use crate::lab::run::{spec_for, LabRun};
+use crate::lab::LabWatch;
+use gridperf_core::model::{EndInfo, Environment};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+/// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 literal.
+pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
+    let candidates: Vec<SocketAddr> = if let Ok(a) = host.parse::<SocketAddr>() {
+        vec![a]
+    } else if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
+        vec![SocketAddr::new(ip, default_port)]
+    } else {
+        let with_port = if host.contains(':') { host.to_string() } else { format!("{host}:{default_port}") };
+        with_port.to_socket_addrs().map_err(|e| Error::network(format!("cannot resolve {host:?}: {e}")))?.collect()
+    };
+    candidates.into_iter().next().ok_or_else(|| Error::network(format!("{host:?} resolves to no address")))
+}
+
+/// Seconds since the Unix epoch, for the record.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The name every run on loopback is stored under, whatever the user
+/// typed to reach it (a local agent, 127.0.0.1, ::1, localhost, or the
+/// lab's loopback profile).
+pub const LOOPBACK: &str = "loopback";
+
+/// Where a measurement runs, as the user named it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Network {
+    /// A lab of this profile (gridperf lab profiles), brought up for the
+    /// run, with overrides as `lab up --set` takes them.
+    Lab { profile: String, sets: Vec<String> },
+    /// A running `gridperf serve`, by address and the name the user gave.
+    Host { addr: SocketAddr, label: String },
+    /// An agent of this process on loopback: no lab, no privileges.
+    Local,
+}
+
+impl Network {
+    /// The name its runs are stored and listed under: the lab's profile,
+    /// "loopback" for any loopback address, else the host as given.
+    pub fn name(&self) -> String {
+        match self {
+            Network::Lab { profile, .. } => profile.clone(),
+            Network::Host { addr, .. } if addr.ip().to_canonical().is_loopback() => LOOPBACK.into(),
+            Network::Host { label, .. } => label.clone(),
+            Network::Local => LOOPBACK.into(),
+        }
+    }
+
+    /// The target as the user named it, for the record: the host as given,
+    /// "local" for an agent of this process, the lab's profile.
+    pub fn target(&self) -> String {
+        match self {
+            Network::Lab { profile, .. } => profile.clone(),
+            Network::Host { label, .. } => label.clone(),
+            Network::Local => "local".into(),
+        }
+    }
+
+    /// The lab profile, for a lab.
+    pub fn lab_profile(&self) -> Option<&str> {
+        match self {
+            Network::Lab { profile, .. } => Some(profile),
+            _ => None,
+        }
+    }
+
+    /// Makes the network ready for a run. A lab is brought up (named
+    /// `prefix` and this process's id), its agent started on host b, and
+    /// the calling thread moved into host a until the [`Prepared`] is
+    /// dropped, which takes the lab down (also on an error or Ctrl-C).
+    /// `watched` is a lab the run crosses without having brought it up
+    /// (`gridperf lab exec`); `faults` go to a local agent (test seams).
+    pub fn prepare(&self, prefix: &str, watched: Option<String>, faults: Faults) -> Result<Prepared> {
+        match self {
+            Network::Lab { profile, sets } => {
+                let name = format!("{prefix}{}", std::process::id() % 100_000);
+                let run = LabRun::start(spec_for(&name, profile, sets)?)?;
+                Ok(Prepared {
+                    target: Target { agent: Endpoint::Remote(run.agent), lab: Some(run.name.clone()) },
+                    notes: vec![format!("across lab {} ({})", run.name, run.description)],
+                    path_rate_bps: crate::lab::state(&run.name).and_then(|s| s.spec.ab.rate_bps),
+                    _lab: Some(run),
+                })
+            }
+            Network::Host { addr, .. } => Ok(Prepared {
+                target: Target { agent: Endpoint::Remote(*addr), lab: watched },
+                notes: Vec::new(),
+                path_rate_bps: None,
+                _lab: None,
+            }),
+            Network::Local => Ok(Prepared {
+                target: Target { agent: Endpoint::Local(faults), lab: watched },
+                notes: Vec::new(),
+                path_rate_bps: None,
+                _lab: None,
+            }),
+        }
+    }
+}
+
+/// A network made ready for a run; dropping it takes a lab brought up for
+/// the run down again.
+pub struct Prepared {
+    pub target: Target,
+    /// Conditions for the run's record ("across lab ...").
+    pub notes: Vec<String>,
+    /// The bottleneck rate, when the lab sets one (for a stream's verdict).
+    pub path_rate_bps: Option<u64>,
+    _lab: Option<LabRun>,
+}
+
+/// Where a test's agent is.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// A running agent.
+    Remote(SocketAddr),
+    /// An agent this process starts on loopback for the test.
+    Local(Faults),
+}
+
+/// What a test runs against: its agent, and the lab it crosses, if any.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub agent: Endpoint,
+    /// The lab whose emulator the test crosses: its health is read before
+    /// and after, and a run it could not keep up with is marked invalid.
+    pub lab: Option<String>,
+}
+
+impl Target {
+    pub fn remote(addr: SocketAddr) -> Target {
+        Target { agent: Endpoint::Remote(addr), lab: None }
+    }
+
+    pub fn local() -> Target {
+        Target { agent: Endpoint::Local(Faults::default()), lab: None }
+    }
+
+    /// Reaches the agent (starting the local one), says hello, and notes
+    /// the lab's health before the test.
+    pub fn open(&self, deadlines: Deadlines) -> Result<Opened> {
+        let started = unix_now();
+        let (addr, local, label) = match &self.agent {
+            Endpoint::Remote(a) => (*a, None, a.to_string()),
+            Endpoint::Local(faults) => {
+                let agent = LocalAgent::start(*faults)
+                    .map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
+                (agent.addr, Some(agent), "local".to_string())
+            }
+        };
+        let lab = self.lab.as_deref().map(LabWatch::start);
+        let session = Session::connect(addr, deadlines)?;
+        Ok(Opened { session, addr, label, started, lab, _local: local })
+    }
+}
+
+/// A test's agent reached: the control session, and what the record needs.
+pub struct Opened {
+    pub session: Session,
+    /// The agent's address.
+    pub addr: SocketAddr,
+    /// The target as the record names it ("local" for an agent of this process).
+    pub label: String,
+    started: f64,
+    lab: Option<LabWatch>,
+    _local: Option<LocalAgent>,
+}
+
+impl Opened {
+    /// The run's record: both ends, the notes, and the lab's verdict over
+    /// the run (read now: call it once the traffic is over).
+    pub fn environment(&mut self, client: EndInfo, agent: Option<EndInfo>, notes: Vec<String>) -> Environment {
+        Environment {
+            tool_version: host::software(),
+            command_line: std::env::args().collect(),
+            started_unix: self.started,
+            finished_unix: unix_now(),
+            target: self.label.clone(),
+            client,
+            server: agent,
+            notes,
+            lab: self.lab.take().map(|w| w.record()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_has_one_name() {
+        for host in ["127.0.0.1:5301", "127.9.9.9:1", "[::1]:5301", "[::ffff:127.0.0.1]:5301"] {
+            let addr: SocketAddr = host.parse().expect("addr");
+            assert_eq!(Network::Host { addr, label: host.into() }.name(), LOOPBACK, "{host}");
+        }
+        assert_eq!(Network::Local.name(), LOOPBACK);
+        assert_eq!(Network::Lab { profile: "loopback".into(), sets: vec![] }.name(), LOOPBACK);
+        let far = Network::Host { addr: "192.0.2.7:5301".parse().expect("addr"), label: "dtn1".into() };
+        assert_eq!(far.name(), "dtn1");
+        assert_eq!(Network::Lab { profile: "man".into(), sets: vec![] }.name(), "man");
+    }
+}
