@@ -377,3 +377,112 @@ fn tune_against_an_agent_measures_the_rtt_and_reads_both_ends() {
     assert_eq!(v["ends"][1]["settings"]["measured_share"], probes[0]["receive_share"]);
     assert_eq!(v["ends"][0]["settings"]["measured_share"], probes[1]["receive_share"]);
 }
+
+/// Regression (issue 12): a closed stdout (`gridperf ... | head`) panicked
+/// with exit 101 ("failed printing to stdout"). It ends the printing, not
+/// the run: the command finishes and exits 0.
+#[test]
+fn a_closed_stdout_ends_the_printing_not_the_run() {
+    let _heavy = crate::heavy();
+    for args in [
+        &["stream", "-t", "2", "-i", "100ms", "--pacing", "100M", "--no-store"][..],
+        &["rtt", "--proto", "udp", "--sizes", "1", "-n", "30000", "--csv", "--samples", "--no-store"][..],
+    ] {
+        let mut child =
+            Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+        // read a little, then close the pipe, as `| head -1` does
+        let mut first = [0u8; 16];
+        let mut stdout = child.stdout.take().expect("stdout");
+        let _ = stdout.read(&mut first);
+        drop(stdout);
+        let st = wait_with_deadline(&mut child, Duration::from_secs(30));
+        let mut err = String::new();
+        child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read");
+        assert_eq!(st.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// Regression (issue 12): a run that failed (here, no agent listening) was
+/// stored as a valid run. It is stored, failed, with why, and listed INVALID.
+#[test]
+fn a_failed_run_is_stored_as_invalid_with_why() {
+    let dir = std::env::temp_dir().join(format!("gridperf-failed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = dir.join("f.db");
+    let dbs = db.to_str().expect("path");
+    let port = free_port().to_string();
+    let o = run(&["rtt", "127.0.0.1", "-p", &port, "--connect-timeout", "1s", "--db", dbs]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let o = run(&["runs", "list", "--db", dbs, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let runs: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let r = &runs[0];
+    assert_eq!(r["status"], "failed", "{r}");
+    let why = r["invalid"].as_str().unwrap_or_default();
+    assert!(why.contains("cannot connect to the agent"), "{r}");
+    let o = run(&["runs", "list", "--db", dbs]);
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert!(listed.lines().nth(1).is_some_and(|l| l.ends_with("INVALID")), "{listed}");
+    let o = run(&["runs", "show", &r["id"].to_string(), "--db", dbs]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("INVALID: failed: cannot connect"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Regression (issue 12): loopback was stored under four network names
+/// (local, loopback, 127.0.0.1, ::1). Every way of reaching it is
+/// "loopback", and `runs list --network local` finds them all.
+#[test]
+fn loopback_is_one_network_however_it_is_reached() {
+    let _heavy = crate::heavy();
+    let dir = std::env::temp_dir().join(format!("gridperf-loopback-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = dir.join("l.db");
+    let dbs = db.to_str().expect("path");
+    let quick = ["--proto", "tcp", "--sizes", "64", "--warmup-time", "0s", "--db", dbs];
+    let mut runs = 0;
+    let mut with = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&quick);
+        let o = run(&all);
+        assert!(o.status.success(), "{all:?}: {}", stderr(&o));
+        runs += 1;
+    };
+    with(&["rtt", "-n", "10"]);
+    let (mut v4, port) = serve(&[]);
+    let p = port.to_string();
+    with(&["rtt", "127.0.0.1", "-p", &p, "-n", "10"]);
+    with(&["transfer", "localhost", "-p", &p, "--total", "640", "-r", "2"]);
+    let _ = v4.kill();
+    let _ = v4.wait();
+    // ::1, where this host has IPv6 on loopback
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let port6 = std::net::TcpListener::bind("[::1]:0").expect("v6").local_addr().expect("addr").port();
+        let p6 = port6.to_string();
+        let mut v6 = Command::new(BIN)
+            .args(["serve", "--bind", "::1", "--port", &p6])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("::1", port6)).is_err() {
+            assert!(Instant::now() < deadline, "the IPv6 agent did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        with(&["rtt", "::1", "-p", &p6, "-n", "10"]);
+        let _ = v6.kill();
+        let _ = v6.wait();
+    }
+    let o = run(&["fanout", "--variant", "drain", "--size", "1k", "--messages", "1", "--repeat", "1", "--db", dbs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    runs += 1;
+    let o = run(&["runs", "list", "--db", dbs, "--network", "local", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let listed = listed.as_array().expect("runs");
+    assert_eq!(listed.len(), runs, "{listed:?}");
+    assert!(listed.iter().all(|r| r["network"] == "loopback"), "{listed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

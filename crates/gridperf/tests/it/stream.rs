@@ -229,3 +229,90 @@ fn a_window_beyond_the_kernel_limit_is_granted_what_it_allows_and_said_so() {
         v["notes"].as_array().expect("notes").iter().filter_map(|n| n.as_str().map(str::to_string)).collect();
     assert!(notes.iter().any(|n| n.contains("net.core.rmem_max") && n.contains(&granted.to_string())), "{notes:?}");
 }
+
+/// Regression (issue 12): a stream's last interval, cut short when the
+/// stream ended within it, was reported as a whole interval, so its rate
+/// read as a collapse (34.6e6 after two ~15e9 intervals). It carries the
+/// time it lasted, and its rate is over that time.
+#[test]
+fn the_last_interval_is_as_long_as_it_lasted() {
+    let _heavy = crate::heavy();
+    // paced, so that every interval carries the same rate
+    let v = stream_json(&["-t", "1.5", "-i", "1s", "--pacing", "200M"]);
+    let s = &v["runs"][0]["streams"][0];
+    let rates: Vec<f64> =
+        s["interval_bps"].as_array().expect("rates").iter().map(|r| r.as_f64().expect("bps")).collect();
+    assert_eq!(rates.len(), 2, "{s}");
+    let last_ns = u(&s["receiver"]["last_interval_ns"]);
+    assert!((300_000_000..=900_000_000).contains(&last_ns), "the last interval lasted {last_ns} ns");
+    assert!((rates[1] / rates[0] - 1.0).abs() < 0.25, "{rates:?}: the last interval's rate is not the others'");
+    // its bytes over its time
+    let bytes = u(&s["receiver"]["intervals"][1]);
+    assert!((rates[1] - bytes as f64 * 8.0 / (last_ns as f64 / 1e9)).abs() < 1.0, "{s}");
+}
+
+/// Regression (issue 12): while waiting for a stream test's data
+/// connections the agent watched only its listener, so a client that hung
+/// up after `ready` held the only slot until the control timeout (10 s).
+/// The slot comes back at once.
+#[test]
+fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
+    let _heavy = crate::heavy();
+    use gridperf::engines::stream::{self, StreamOptions};
+    use gridperf::runner::Target;
+    use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, Test, TestRequest};
+    let agent = crate::TestAgent::with(|c| c.control_timeout = std::time::Duration::from_secs(10));
+    let spec = StreamSpec {
+        proto: "tcp".into(),
+        streams: 1,
+        direction: Direction::Up,
+        duration_ms: 200,
+        bytes: None,
+        write_size: 131_072,
+        window: None,
+        congestion: None,
+        pacing_bps: None,
+        gap_us: None,
+        zerocopy: None,
+        udp_rate_bps: None,
+        sample_ms: 100,
+        interval_ms: 1000,
+        linger_ms: 1000,
+        omit_ms: 0,
+        send_buffer: None,
+        recv_buffer: None,
+    };
+    let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+    wire::write_msg(
+        &mut s,
+        &ClientMsg::Hello { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: "t".into() },
+    )
+    .expect("hello");
+    let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
+    wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Stream(spec.clone()) }))
+        .expect("request");
+    assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("ready"), AgentMsg::Ready { .. }));
+    drop(s);
+    let t0 = std::time::Instant::now();
+    let opts = StreamOptions {
+        spec,
+        omit: std::time::Duration::ZERO,
+        repeat: 1,
+        deadlines: crate::opts(&[], &[]).deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+    };
+    // the agent notices within its 100 ms poll; allow for a slow machine
+    let r = loop {
+        match stream::run(&Target::remote(agent.addr), &opts, &mut |_, _, _| {}) {
+            Ok(r) => break r,
+            Err(e) if t0.elapsed() < std::time::Duration::from_secs(2) => {
+                assert!(e.message.contains("busy"), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("the slot was not freed within 2 s: {e}"),
+        }
+    };
+    assert!(r.runs[0].streams[0].receiver.bytes > 0);
+}
