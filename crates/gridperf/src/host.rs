@@ -34,6 +34,11 @@ pub const SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_slow_start_after_idle",
 ];
 
+/// Seconds since the Unix epoch, by this host's clock, for the record.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
 /// What an agent's checks need to know of this host.
 pub fn limits() -> gridperf_core::wire::HostLimits {
     gridperf_core::wire::HostLimits { congestion: congestion_available() }

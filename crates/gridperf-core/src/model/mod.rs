@@ -28,6 +28,11 @@ pub const STREAM_SCHEMA: &str = "gridperf.stream/1";
 pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
 pub const TUNE_SCHEMA: &str = "gridperf.tune/2";
 
+/// The network name every run on loopback is stored under, whatever the
+/// user typed to reach it (a local agent, 127.0.0.1, ::1, localhost, or the
+/// lab's loopback profile).
+pub const LOOPBACK: &str = "loopback";
+
 /// The kinds of measurement gridperf makes and stores: one name leads from
 /// the subcommand to its test request, its stored runs and its renderer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

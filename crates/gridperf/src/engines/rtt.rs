@@ -126,7 +126,7 @@ pub fn run_with(
     let env = r.close(points.len(), progress, &mut warnings)?;
     Ok(RttReport {
         schema: RTT_SCHEMA.into(),
-        measure: "rtt".into(),
+        measure: gridperf_core::model::Measure::Rtt.name().into(),
         settings: settings(opts),
         env,
         points: out,

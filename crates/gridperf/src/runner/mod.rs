@@ -33,15 +33,9 @@ pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
     candidates.into_iter().next().ok_or_else(|| Error::network(format!("{host:?} resolves to no address")))
 }
 
-/// Seconds since the Unix epoch, for the record.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-}
+pub use crate::host::unix_now;
 
-/// The name every run on loopback is stored under, whatever the user
-/// typed to reach it (a local agent, 127.0.0.1, ::1, localhost, or the
-/// lab's loopback profile).
-pub const LOOPBACK: &str = "loopback";
+pub use gridperf_core::model::LOOPBACK;
 
 /// Where a measurement runs, as the user named it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

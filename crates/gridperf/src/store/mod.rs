@@ -72,7 +72,7 @@ const MIGRATIONS: &[&str] = &[
 /// stores it).
 pub fn network_alias(name: &str) -> &str {
     match name {
-        "local" | "localhost" | "lo" | "127.0.0.1" | "::1" | "[::1]" => crate::runner::LOOPBACK,
+        "local" | "localhost" | "lo" | "127.0.0.1" | "::1" | "[::1]" => gridperf_core::model::LOOPBACK,
         other => other,
     }
 }
@@ -174,7 +174,7 @@ fn db_err(path: &Path, e: rusqlite::Error) -> Error {
 }
 
 fn now() -> f64 {
-    crate::runner::unix_now()
+    crate::host::unix_now()
 }
 
 impl Store {
@@ -426,12 +426,13 @@ impl Store {
         }
     }
 
+    /// A run's points, in the order they were measured.
     pub fn points(&self, run: i64) -> Result<Vec<PointRow>> {
         let mut st = self
             .conn
             .prepare(
                 "SELECT proto, size, setting, median_ns, q1_ns, q3_ns, figures, samples FROM points
-                 WHERE run_id = ?1 ORDER BY proto, size, setting",
+                 WHERE run_id = ?1 ORDER BY id",
             )
             .map_err(self.e())?;
         let rows = st

@@ -182,3 +182,48 @@ fn udp_into_the_void_ends_with_a_network_error_not_a_long_wait() {
     assert!(e.message.contains("150 datagrams in a row"), "{}", e.message);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
 }
+
+/// A command runs in-process, as the binary runs it: its options built
+/// from the command line's types, its output captured.
+#[test]
+fn the_rtt_command_runs_in_process_and_stores_its_run() {
+    use clap::Parser;
+    use gridperf::commands::{self, Format, Output};
+    let dir = std::env::temp_dir().join(format!("gridperf-inproc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = dir.join("i.db");
+    let agent = TestAgent::loopback();
+    let cli = gridperf::cli::Cli::parse_from([
+        "gridperf",
+        "rtt",
+        &agent.addr.to_string(),
+        "--proto",
+        "tcp,udp",
+        "--sizes",
+        "64,1k",
+        "-n",
+        "50",
+        "--warmup-time",
+        "0s",
+        "--db",
+        db.to_str().expect("path"),
+    ]);
+    let gridperf::cli::Command::Rtt(args) = cli.command else { panic!("not rtt") };
+    let opts = commands::rtt::Opts::try_from(args).expect("checked options");
+    let mut out = Output::capture(Format::Table);
+    commands::rtt::run(opts, &mut out).expect("run");
+    let table = out.printed();
+    assert!(table.starts_with("gridperf rtt to 127.0.0.1:"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("tcp ") || l.starts_with("udp ")).count(), 4, "{table}");
+    assert!(out.said().contains("not pinned") && out.said().contains("stored as run 1"), "{}", out.said());
+    // the stored run reads back as the same table's rows
+    let mut shown = Output::capture(Format::Table);
+    commands::runs::run(commands::runs::Opts::Show { db: db.clone(), id: 1 }, &mut shown).expect("show");
+    let rows = |t: &str| {
+        t.lines().filter(|l| l.starts_with("tcp ") || l.starts_with("udp ")).map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(rows(&shown.printed()), rows(&table));
+    assert!(shown.printed().contains("on loopback: done"), "{}", shown.printed());
+    let _ = std::fs::remove_dir_all(&dir);
+}

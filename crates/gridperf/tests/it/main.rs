@@ -10,6 +10,7 @@
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (need root);
 //! - `lab`: the lab across real namespaces and TUN devices (root for most);
+//! - `layers`: which module of the binary crate may use which (the layer graph);
 //! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots.
 
 mod agent;
@@ -17,6 +18,7 @@ mod cli;
 mod echo;
 mod fanout;
 mod lab;
+mod layers;
 mod netns;
 mod render;
 mod store;
