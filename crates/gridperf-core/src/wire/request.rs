@@ -280,6 +280,32 @@ pub struct StreamSpec {
 }
 
 impl StreamSpec {
+    /// One TCP stream `direction` for `duration_ms`, with `gridperf
+    /// stream`'s defaults otherwise: writes of 128 KiB, buffers autotuned,
+    /// TCP_INFO every 100 ms, 1 s intervals, a 5 s linger.
+    pub fn tcp(direction: Direction, duration_ms: u64) -> StreamSpec {
+        StreamSpec {
+            proto: "tcp".into(),
+            streams: 1,
+            direction,
+            duration_ms,
+            bytes: None,
+            write_size: 128 << 10,
+            window: None,
+            congestion: None,
+            pacing_bps: None,
+            gap_us: None,
+            zerocopy: None,
+            udp_rate_bps: None,
+            sample_ms: 100,
+            interval_ms: 1000,
+            linger_ms: 5000,
+            omit_ms: 0,
+            send_buffer: None,
+            recv_buffer: None,
+        }
+    }
+
     /// The protocol, once the spec is checked.
     pub fn protocol(&self) -> Option<Proto> {
         match self.proto.as_str() {
@@ -399,26 +425,7 @@ mod tests {
     }
 
     fn stream() -> StreamSpec {
-        StreamSpec {
-            proto: "tcp".into(),
-            streams: 1,
-            direction: Direction::Up,
-            duration_ms: 1000,
-            bytes: None,
-            write_size: 131_072,
-            window: None,
-            congestion: None,
-            pacing_bps: None,
-            gap_us: None,
-            zerocopy: None,
-            udp_rate_bps: None,
-            sample_ms: 100,
-            interval_ms: 1000,
-            linger_ms: 1000,
-            omit_ms: 0,
-            send_buffer: None,
-            recv_buffer: None,
-        }
+        StreamSpec { linger_ms: 1000, ..StreamSpec::tcp(Direction::Up, 1000) }
     }
 
     #[test]

@@ -16,10 +16,13 @@ pub mod transfer;
 pub mod tune;
 
 use crate::agent::Faults;
+use crate::engines::Progress;
 use crate::error::{Error, Result};
 use crate::runner::{Network, Prepared};
-use gridperf_core::model::Environment;
+use crate::store::{NewRun, Recorder, StoreChoice, Stored};
+use gridperf_core::model::{Environment, Measure};
 use gridperf_core::stats::Warning;
+use gridperf_core::units::fmt_bytes;
 use std::io::Write;
 
 /// How a result is printed.
@@ -183,4 +186,48 @@ impl Place {
         p.notes = notes;
         Ok(p)
     }
+}
+
+/// The workflow rtt and transfer share: the place made ready, the run
+/// begun in the store, the engine run with a progress bar and each point
+/// stored as it ends, the run ended (done or failed). `measure` runs the
+/// engine on the prepared place; `env` finds the result's record.
+pub(crate) fn echo_measure<R, P: Stored>(
+    place: &Place,
+    kind: Measure,
+    settings: serde_json::Value,
+    store: &StoreChoice,
+    out: &mut Output,
+    measure: impl FnOnce(&Prepared, &mut dyn FnMut(Progress), &mut dyn FnMut(&P) -> Result<()>) -> Result<R>,
+    env: impl Fn(&R) -> &Environment,
+) -> Result<R> {
+    let prepared = place.prepare("run")?;
+    let (network, target) = (place.network.name(), place.network.target());
+    let mut rec = Recorder::open(
+        store,
+        &NewRun {
+            survey_id: None,
+            kind,
+            network: &network,
+            target: &target,
+            settings,
+            lab_profile: place.network.lab_profile(),
+            mtu: None,
+        },
+    )?;
+    let bar = out.bar();
+    let result = measure(
+        &prepared,
+        &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(format!("{} {}", p.proto, fmt_bytes(p.size)));
+        },
+        &mut |p| rec.point(p),
+    );
+    bar.finish_and_clear();
+    if let Some(where_) = rec.finish(result.as_ref().map(&env))? {
+        out.note(&format!("gridperf: {where_}"));
+    }
+    result
 }

@@ -1,12 +1,11 @@
 //! `gridperf rtt`: round-trip time per protocol and message size.
 
-use super::{lab_valid, Format, Output, Place};
+use super::{echo_measure, lab_valid, Format, Output, Place};
 use crate::engines::rtt::{self, RttOptions};
 use crate::error::{Error, Result};
 use crate::render;
-use crate::store::{NewRun, Recorder, StoreChoice};
+use crate::store::StoreChoice;
 use gridperf_core::model::Measure;
-use gridperf_core::units::fmt_bytes;
 
 /// What `gridperf rtt` runs, checked.
 #[derive(Debug, Clone)]
@@ -17,39 +16,21 @@ pub struct Opts {
     pub format: Format,
 }
 
-pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
-    let prepared = o.place.prepare("run")?;
-    o.rtt.echo.notes.extend(prepared.notes.iter().cloned());
-    let (network, target) = (o.place.network.name(), o.place.network.target());
-    let mut rec = Recorder::open(
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let settings = serde_json::to_value(rtt::settings(&o.rtt)).unwrap_or_default();
+    let r = echo_measure(
+        &o.place,
+        Measure::Rtt,
+        settings,
         &o.store,
-        &NewRun {
-            survey_id: None,
-            kind: Measure::Rtt,
-            network: &network,
-            target: &target,
-            settings: serde_json::to_value(rtt::settings(&o.rtt)).unwrap_or_default(),
-            lab_profile: o.place.network.lab_profile(),
-            mtu: None,
+        out,
+        |prepared, progress, on_point| {
+            let mut opts = o.rtt.clone();
+            opts.echo.notes.extend(prepared.notes.iter().cloned());
+            rtt::run_with(&prepared.target, &opts, progress, &|_, _| false, on_point)
         },
+        |r| &r.env,
     )?;
-    let bar = out.bar();
-    let result = rtt::run_with(
-        &prepared.target,
-        &o.rtt,
-        &mut |p| {
-            bar.set_length(p.total as u64);
-            bar.set_position(p.done as u64);
-            bar.set_message(format!("{} {}", p.proto, fmt_bytes(p.size)));
-        },
-        &|_, _| false,
-        &mut |p| rec.point(p),
-    );
-    bar.finish_and_clear();
-    if let Some(where_) = rec.finish(result.as_ref().map(|r| &r.env))? {
-        out.note(&format!("gridperf: {where_}"));
-    }
-    let r = result?;
     match out.format {
         Format::Json => out.json(&r)?,
         Format::Csv => out.print(&render::rtt::csv(&r, o.rtt.keep_samples))?,

@@ -96,24 +96,12 @@ fn probe_spec(
     congestion: Option<String>,
 ) -> gridperf_core::wire::StreamSpec {
     gridperf_core::wire::StreamSpec {
-        proto: "tcp".into(),
-        streams: 1,
-        direction: dir,
-        duration_ms: 2000,
-        bytes: None,
-        write_size: 128 << 10,
-        window: None,
         congestion,
-        pacing_bps: None,
-        gap_us: None,
-        zerocopy: None,
-        udp_rate_bps: None,
         sample_ms: 20,
-        interval_ms: 1000,
         linger_ms: 500,
-        omit_ms: 0,
         send_buffer: send,
         recv_buffer: recv,
+        ..gridperf_core::wire::StreamSpec::tcp(dir, 2000)
     }
 }
 

@@ -16,13 +16,13 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-fn raw(agent: &TestAgent) -> TcpStream {
+pub fn raw(agent: &TestAgent) -> TcpStream {
     let s = TcpStream::connect(agent.addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     s
 }
 
-fn hello(s: &mut TcpStream, version: u32) -> AgentMsg {
+pub fn hello(s: &mut TcpStream, version: u32) -> AgentMsg {
     wire::write_msg(s, &ClientMsg::Hello { magic: wire::MAGIC.into(), version, software: "test".into() })
         .expect("send hello");
     wire::read_msg(s).expect("answer")

@@ -210,22 +210,11 @@ fn stream_spec(proto: &str, streams: u32) -> gridperf_core::wire::StreamSpec {
     gridperf_core::wire::StreamSpec {
         proto: proto.into(),
         streams,
-        direction: gridperf_core::wire::Direction::Up,
-        duration_ms: 2000,
-        bytes: None,
         write_size: if proto == "udp" { 1472 } else { 131_072 },
         window: Some(4 << 20),
         congestion: Some("cubic".into()),
-        pacing_bps: None,
-        gap_us: None,
-        zerocopy: None,
         udp_rate_bps: (proto == "udp").then_some(1_000_000_000),
-        sample_ms: 100,
-        interval_ms: 1000,
-        linger_ms: 5000,
-        omit_ms: 0,
-        send_buffer: None,
-        recv_buffer: None,
+        ..gridperf_core::wire::StreamSpec::tcp(gridperf_core::wire::Direction::Up, 2000)
     }
 }
 

@@ -164,48 +164,35 @@ fn bad_input_is_refused_with_what_is_valid() {
     }
 }
 
+/// Connects to the agent, says hello and asks for a stream test: the
+/// control connection, and the agent's answer.
+fn ask(
+    agent: &crate::TestAgent,
+    spec: gridperf_core::wire::StreamSpec,
+) -> (std::net::TcpStream, gridperf_core::wire::AgentMsg) {
+    use gridperf_core::wire::{self, ClientMsg, Test, TestRequest};
+    let mut s = crate::agent::raw(agent);
+    crate::agent::hello(&mut s, wire::PROTOCOL_VERSION);
+    wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Stream(spec) }))
+        .expect("request");
+    let answer = wire::read_msg(&mut s).expect("answer");
+    (s, answer)
+}
+
 #[test]
 fn the_agent_refuses_what_the_client_did_not_check() {
     let _heavy = crate::heavy();
-    use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, Test, TestRequest};
+    use gridperf_core::wire::{AgentMsg, Direction, StreamSpec};
     let agent = crate::TestAgent::loopback();
-    let base = StreamSpec {
-        proto: "tcp".into(),
-        streams: 1,
-        direction: Direction::Up,
-        duration_ms: 1000,
-        bytes: None,
-        write_size: 131_072,
-        window: None,
-        congestion: None,
-        pacing_bps: None,
-        gap_us: None,
-        zerocopy: None,
-        udp_rate_bps: None,
-        sample_ms: 100,
-        interval_ms: 1000,
-        linger_ms: 1000,
-        omit_ms: 0,
-        send_buffer: None,
-        recv_buffer: None,
-    };
+    let base = StreamSpec { linger_ms: 1000, ..StreamSpec::tcp(Direction::Up, 1000) };
     for (spec, want) in [
         (StreamSpec { streams: 100_000, ..base.clone() }, "1 to 128"),
         (StreamSpec { send_buffer: Some(1 << 20), window: Some(1 << 20), ..base.clone() }, "one direction"),
         (StreamSpec { recv_buffer: Some(1 << 20), direction: Direction::Both, ..base.clone() }, "one direction"),
         (StreamSpec { recv_buffer: Some(0), ..base.clone() }, "1 byte to 1 GiB"),
     ] {
-        let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
-        wire::write_msg(
-            &mut s,
-            &ClientMsg::Hello { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: "t".into() },
-        )
-        .expect("hello");
-        let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
-        let req = TestRequest { queue_ms: 0, test: Test::Stream(spec) };
-        wire::write_msg(&mut s, &ClientMsg::Request(req)).expect("request");
-        match wire::read_msg::<_, AgentMsg>(&mut s).expect("answer") {
+        let (_s, answer) = ask(&agent, spec);
+        match answer {
             AgentMsg::Error { message, .. } => assert!(message.contains(want), "{want}: {message}"),
             other => panic!("{want}: {other:?}"),
         }
@@ -260,39 +247,11 @@ fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
     let _heavy = crate::heavy();
     use gridperf::engines::stream::{self, StreamOptions};
     use gridperf::runner::Target;
-    use gridperf_core::wire::{self, AgentMsg, ClientMsg, Direction, StreamSpec, Test, TestRequest};
+    use gridperf_core::wire::{AgentMsg, Direction, StreamSpec};
     let agent = crate::TestAgent::with(|c| c.control_timeout = std::time::Duration::from_secs(10));
-    let spec = StreamSpec {
-        proto: "tcp".into(),
-        streams: 1,
-        direction: Direction::Up,
-        duration_ms: 200,
-        bytes: None,
-        write_size: 131_072,
-        window: None,
-        congestion: None,
-        pacing_bps: None,
-        gap_us: None,
-        zerocopy: None,
-        udp_rate_bps: None,
-        sample_ms: 100,
-        interval_ms: 1000,
-        linger_ms: 1000,
-        omit_ms: 0,
-        send_buffer: None,
-        recv_buffer: None,
-    };
-    let mut s = std::net::TcpStream::connect(agent.addr).expect("connect");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
-    wire::write_msg(
-        &mut s,
-        &ClientMsg::Hello { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: "t".into() },
-    )
-    .expect("hello");
-    let _: AgentMsg = wire::read_msg(&mut s).expect("welcome");
-    wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Stream(spec.clone()) }))
-        .expect("request");
-    assert!(matches!(wire::read_msg::<_, AgentMsg>(&mut s).expect("ready"), AgentMsg::Ready { .. }));
+    let spec = StreamSpec { linger_ms: 1000, ..StreamSpec::tcp(Direction::Up, 200) };
+    let (s, answer) = ask(&agent, spec.clone());
+    assert!(matches!(answer, AgentMsg::Ready { .. }), "{answer:?}");
     drop(s);
     let t0 = std::time::Instant::now();
     let opts = StreamOptions {
