@@ -1,14 +1,15 @@
 //! gridperf's core: everything that does no I/O.
 //!
 //! - [`plan`]: protocols and message sizes, as the user typed them;
-//! - [`wire`]: the control channel's frames and messages;
+//! - [`wire`]: the control channel's frames and messages, the typed test requests with their
+//!   checks, and the data-connection hello;
 //! - [`stats`]: exact quantiles and the warnings that go with them;
-//! - [`model`]: result types, as `--json` prints them;
+//! - [`model`]: result types of every measurement, as `--json` prints them, and the [`model::Measure`] that names each kind;
 //! - [`units`]: sizes, durations and rates, parsed and formatted;
 //! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
 //! - [`emu`]: the lab's link model (loss, bottleneck, delay line) in virtual time;
 //! - [`flow`]: bulk flows: fairness, UDP sequence accounting, the TCP_INFO verdict;
-//! - [`tune`]: what caps a TCP stream on a path, from the host's settings, and what to set;
+//! - [`tune`]: what caps a TCP stream on a path, from the ends' settings, and what to set;
 //! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs;
 //! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
 //! - [`svg`]: self-contained SVG line charts for reports.
