@@ -4,6 +4,8 @@
 //! - [`wire`]: the control channel's frames and messages, the typed test requests with their
 //!   checks, and the data-connection hello;
 //! - [`stats`]: exact quantiles and the warnings that go with them;
+//! - [`shape`]: whether a median describes a point (two modes, a drift);
+//! - [`compare`]: how much slower B is than A, with its 95% interval, and whether it is a finding;
 //! - [`model`]: result types of every measurement, as `--json` prints them, and the [`model::Measure`] that names each kind;
 //! - [`units`]: sizes, durations and rates, parsed and formatted;
 //! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
@@ -14,12 +16,14 @@
 //! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
 //! - [`svg`]: self-contained SVG line charts for reports.
 
+pub mod compare;
 pub mod emu;
 pub mod flow;
 pub mod gso;
 pub mod labcfg;
 pub mod model;
 pub mod plan;
+pub mod shape;
 pub mod stats;
 pub mod survey;
 pub mod svg;

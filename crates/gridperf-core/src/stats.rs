@@ -54,6 +54,13 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
+/// The median of samples in ns; `None` for none.
+pub fn median_u64(samples: &[u64]) -> Option<f64> {
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    quantile_sorted(&v, 0.5)
+}
+
 impl Summary {
     /// Summarises samples (in nanoseconds). `None` when there are none.
     pub fn from_samples(samples: &[u64]) -> Option<Summary> {
@@ -109,6 +116,9 @@ pub enum Warning {
     Lost { point: String, lost: u64, sent: u64 },
     /// The lab's emulator fell behind or dropped what its model did not: the run is invalid.
     LabInvalid { why: String },
+    /// The point's median does not describe it (two modes, a drift), also
+    /// after measuring it again; conclusions leave it out.
+    Irregular { point: String, why: String, retries: u32 },
 }
 
 impl Warning {
@@ -128,6 +138,10 @@ impl Warning {
             ),
             Warning::Lost { point, lost, sent } => format!(
                 "{point}: {lost} of {sent} messages lost; the statistics cover only the ones that came back."
+            ),
+            Warning::Irregular { point, why, retries } => format!(
+                "{point}: {why}{}; a median does not describe it, and conclusions leave it out. Pin both ends (--cpu), or close what else runs.",
+                if *retries > 0 { format!(" (measured {} times)", retries + 1) } else { String::new() }
             ),
             Warning::LabInvalid { why } => format!(
                 "INVALID: the lab's emulator did not keep up during this run ({why}); its figures are not the emulated network's. Rerun with less load, or see gridperf lab status."

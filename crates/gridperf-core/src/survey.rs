@@ -3,9 +3,17 @@
 //! where a protocol's curve changes behaviour (a jump, or a change of slope
 //! such as TCP speeding up once a message exceeds about two MTUs).
 //!
-//! Everything here works on medians (with their interquartile ranges) already
-//! computed by [`crate::stats`]; nothing is measured or printed.
+//! Everything here works on points already measured: each point's median
+//! and quartiles, and (when it was measured in rounds) its round medians,
+//! or its samples, from which [`crate::compare`] gives a difference its
+//! 95% interval. A protocol is best only where it is faster than the others
+//! beyond that interval and beyond 2%; a threshold is reported only where
+//! it stands out of the points' own noise, and only with slopes a message
+//! can have (a byte never costs less than nothing). Points whose median
+//! does not describe them ([`crate::shape`]) are left out, and listed.
+//! Nothing is measured or printed here.
 
+use crate::compare::{self, Difference};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -18,12 +26,54 @@ pub struct Curve {
 }
 
 /// One size of a [`Curve`]: the median RTT and its quartiles, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CurvePoint {
     pub size: u64,
     pub median_ns: f64,
     pub q1_ns: f64,
     pub q3_ns: f64,
+    /// The medians of the rounds the point was measured in (empty: one go).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds_ns: Vec<f64>,
+    /// The point's samples, when kept (in the order taken; maybe thinned).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_ns: Vec<u64>,
+}
+
+impl CurvePoint {
+    /// A point of a median and quartiles only.
+    pub fn new(size: u64, median_ns: f64, q1_ns: f64, q3_ns: f64) -> CurvePoint {
+        CurvePoint { size, median_ns, q1_ns, q3_ns, rounds_ns: Vec::new(), samples_ns: Vec::new() }
+    }
+
+    /// The standard error of the median: from the rounds when there are
+    /// enough, else from the interquartile range and the sample count
+    /// (1.2533 sigma / sqrt(n), sigma = IQR / 1.349), else half the IQR.
+    pub fn median_se(&self) -> f64 {
+        let r: Vec<f64> = self.rounds_ns.iter().copied().filter(|v| v.is_finite()).collect();
+        if r.len() >= compare::MIN_ROUNDS {
+            let m = r.iter().sum::<f64>() / r.len() as f64;
+            let var = r.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (r.len() - 1) as f64;
+            return (var / r.len() as f64).sqrt();
+        }
+        if self.samples_ns.len() >= 5 {
+            return 1.2533 * (self.iqr() / 1.349) / (self.samples_ns.len() as f64).sqrt();
+        }
+        self.iqr() / 2.0
+    }
+}
+
+/// B against A at one size: paired by rounds when both were measured in the
+/// same rounds, else a bootstrap of their samples; None when neither kept
+/// enough to tell.
+pub fn difference(a: &CurvePoint, b: &CurvePoint) -> Option<Difference> {
+    if a.rounds_ns.len() == b.rounds_ns.len() {
+        if let Some(d) = compare::paired(&a.rounds_ns, &b.rounds_ns) {
+            return Some(d);
+        }
+    }
+    // a seed from the size, so that a report is the same each time
+    compare::bootstrap(&a.samples_ns, &b.samples_ns, a.size.wrapping_mul(0x9E37_79B9) ^ 0x5EED)
 }
 
 impl CurvePoint {
@@ -48,7 +98,7 @@ impl Curve {
     /// The points that can be analysed: finite medians, sorted by size, one
     /// per size (the first given wins, so a duplicate cannot reorder a curve).
     fn clean_points(&self) -> Vec<CurvePoint> {
-        let mut pts: Vec<CurvePoint> = self.points.iter().copied().filter(|p| p.median_ns.is_finite()).collect();
+        let mut pts: Vec<CurvePoint> = self.points.iter().filter(|p| p.median_ns.is_finite()).cloned().collect();
         pts.sort_by_key(|p| p.size);
         pts.dedup_by_key(|p| p.size);
         pts
@@ -70,38 +120,57 @@ pub struct BestRange {
     /// First and last size of the range (inclusive), both sizes that were measured.
     pub from: u64,
     pub to: u64,
-    /// One name, or several when they tie, fastest first (by their mean
-    /// median relative to the best over the range).
+    /// One name, or several when no difference between them is a finding,
+    /// fastest first (by their mean median relative to the best over the range).
     pub best: Vec<String>,
     /// `best.len() > 1`.
     pub tie: bool,
-    /// Over the range: the median of (second-best median / best median - 1)
-    /// at each size, for a non-tie; 0 for a tie.
+    /// Over the range: the median of (runner-up's median / best's median - 1)
+    /// at each size, for a win; 0 for a tie.
     pub margin: f64,
+    /// The runner-up the margin is over, for a win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<String>,
+    /// The 95% intervals of the margin over the range's sizes: the lowest
+    /// lower end and the highest upper end (one interval for one size);
+    /// None when the points kept nothing to find one from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<(f64, f64)>,
 }
 
-/// Medians within this fraction of the best's are a tie (see [`ties_with`]).
-pub const TIE_RELATIVE: f64 = 0.02;
+/// Medians within this fraction of the best's are a tie (see [`ties_with`]),
+/// and differences below it are not findings ([`compare::NEGLIGIBLE`]).
+pub const TIE_RELATIVE: f64 = compare::NEGLIGIBLE;
 
-/// Whether `other` ties with `best` at one size: its median is above the
-/// best's by no more than `max(TIE_RELATIVE * median_b, (iqr_b + iqr_p) / 4)`.
-///
-/// Two medians closer than 2%, or closer than half the mean interquartile
-/// range of the two points, are not told apart by the measurement: run to run,
-/// medians move by about that much, and calling one protocol faster on such a
-/// difference would be reading noise.
+/// For points that kept neither rounds nor samples (runs stored by an older
+/// gridperf): `other` ties with `best` when its median is above the best's
+/// by no more than `max(TIE_RELATIVE * median_b, (iqr_b + iqr_p) / 4)`.
 pub fn ties_with(best: &CurvePoint, other: &CurvePoint) -> bool {
     let tolerance = (TIE_RELATIVE * best.median_ns).max((best.iqr() + other.iqr()) / 4.0);
     other.median_ns - best.median_ns <= tolerance
 }
 
-/// The verdict at one size: the tying set, each with its median over the
-/// best's, and the margin to the runner-up when there is no tie.
+/// Whether `other` is slower than `best` beyond doubt: its difference's
+/// 95% interval lies wholly above [`compare::NEGLIGIBLE`] (or, with no
+/// interval to be had, the old tie rule says it is apart). Returns the
+/// difference when there is one.
+fn slower(best: &CurvePoint, other: &CurvePoint) -> (bool, Option<Difference>) {
+    match difference(best, other) {
+        Some(d) => (d.b_slower(), Some(d)),
+        None => (!ties_with(best, other), None),
+    }
+}
+
+/// The verdict at one size: the set no other protocol is shown faster
+/// than, each with its median over the best's, and for a win the margin to
+/// the runner-up with its interval.
 struct SizeVerdict {
     size: u64,
     /// (name, median / best median), fastest first.
     set: Vec<(String, f64)>,
     margin: f64,
+    over: Option<String>,
+    interval: Option<(f64, f64)>,
 }
 
 /// The verdict at one size, when at least two protocols were measured there.
@@ -110,15 +179,23 @@ fn verdict_at(size: u64, mut entries: Vec<(&str, CurvePoint)>) -> Option<SizeVer
         return None;
     }
     entries.sort_by(|a, b| a.1.median_ns.total_cmp(&b.1.median_ns).then(a.0.cmp(b.0)));
-    let best = entries[0].1;
+    let best = entries[0].1.clone();
     let relative = |m: f64| if best.median_ns > 0.0 { m / best.median_ns } else { 1.0 };
-    let set: Vec<(String, f64)> = entries
-        .iter()
-        .filter(|(_, p)| ties_with(&best, p))
-        .map(|(name, p)| (name.to_string(), relative(p.median_ns)))
-        .collect();
-    let margin = if set.len() == 1 { relative(entries[1].1.median_ns) - 1.0 } else { 0.0 };
-    Some(SizeVerdict { size, set, margin })
+    let mut set = vec![(entries[0].0.to_string(), 1.0)];
+    let mut runner_up = None;
+    for (name, p) in &entries[1..] {
+        let (apart, d) = slower(&best, p);
+        if !apart {
+            set.push((name.to_string(), relative(p.median_ns)));
+        } else if runner_up.is_none() {
+            runner_up = Some((name.to_string(), relative(p.median_ns) - 1.0, d));
+        }
+    }
+    let (margin, over, interval) = match (&runner_up, set.len()) {
+        (Some((name, m, d)), 1) => (*m, Some(name.clone()), d.map(|d| (d.lo, d.hi))),
+        _ => (0.0, None, None),
+    };
+    Some(SizeVerdict { size, set, margin, over, interval })
 }
 
 /// The names of a verdict's set, sorted by name: what must be equal for two
@@ -143,23 +220,39 @@ fn merge_range(run: &[SizeVerdict]) -> BestRange {
     best.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
     let tie = best.len() > 1;
     let margin = if tie { 0.0 } else { median(&run.iter().map(|v| v.margin).collect::<Vec<_>>()) };
+    // the runner-up most often, and the envelope of the intervals
+    let over = if tie {
+        None
+    } else {
+        let mut names: Vec<&str> = run.iter().filter_map(|v| v.over.as_deref()).collect();
+        names.sort_unstable();
+        names.iter().max_by_key(|n| names.iter().filter(|m| m == n).count()).map(|n| n.to_string())
+    };
+    let intervals: Vec<(f64, f64)> = run.iter().filter_map(|v| v.interval).collect();
+    let interval = (!tie && intervals.len() == run.len()).then(|| {
+        (intervals.iter().map(|i| i.0).fold(f64::MAX, f64::min), intervals.iter().map(|i| i.1).fold(f64::MIN, f64::max))
+    });
     BestRange {
         from: run[0].size,
         to: run[run.len() - 1].size,
         best: best.into_iter().map(|(n, _)| n).collect(),
         tie,
         margin,
+        over,
+        interval,
     }
 }
 
-/// At each size measured by at least two protocols, the best protocol and
-/// the ones that tie with it; then consecutive sizes with the same set merged
-/// into ranges.
+/// At each size measured by at least two protocols, the fastest protocol
+/// and those not shown slower than it; then consecutive sizes with the same
+/// set merged into ranges.
 ///
-/// Tie rule, as the report prints it: protocol p ties with the best b at a
-/// size when `median_p - median_b <= max(2% of median_b, (iqr_b + iqr_p) / 4)`,
-/// i.e. a difference within 2% or within half the mean interquartile range is
-/// noise ([`ties_with`]).
+/// The rule: at one size, protocol p is slower than the fastest b when the
+/// 95% interval of median(p) / median(b) - 1 lies wholly above 2%
+/// ([`difference`]: paired by rounds, or a bootstrap of the samples). A
+/// protocol not shown slower ties with the best: the difference is not a
+/// finding. Points that kept neither rounds nor samples fall back to
+/// [`ties_with`].
 ///
 /// Sizes measured by only one protocol are skipped (nothing to compare), and
 /// do not break a range; ranges span only measured sizes (`from` is the first,
@@ -212,7 +305,22 @@ pub struct Threshold {
     /// size / payload-per-MTU (mtu - 40 for TCP/sendfile, mtu - 28 for UDP),
     /// when an MTU is given: "2.1 x MTU".
     pub mtu_multiple: Option<f64>,
+    /// What it rests on, in words: the medians and their noise on both
+    /// sides of a jump, the fitted slopes and their errors of a slope change.
+    #[serde(default)]
+    pub evidence: String,
 }
+
+/// A jump's excess over the trend must be this many times the noise of
+/// the two medians it joins (their standard errors, combined)...
+pub const JUMP_SIGMAS: f64 = 5.0;
+/// ...and the next point must keep at least this share of it (a single
+/// slow point is a spike, not a jump).
+pub const JUMP_PERSISTS: f64 = 0.5;
+/// A fitted slope this many standard errors below zero is impossible (a
+/// byte does not make a message cheaper): the fit is noise, and no slope
+/// change is read from it.
+pub const NEGATIVE_SIGMAS: f64 = 2.0;
 
 /// A jump's rise, beyond the local trend, must exceed this fraction of the
 /// median before it...
@@ -282,20 +390,47 @@ pub fn thresholds(curve: &Curve, mtu: Option<u32>) -> Vec<Threshold> {
     let pts = curve.clean_points();
     let x: Vec<f64> = pts.iter().map(|p| p.size as f64).collect();
     let y: Vec<f64> = pts.iter().map(|p| p.median_ns).collect();
-    let jumps = find_jumps(&x, &y);
-    let mut out: Vec<Threshold> = jumps
-        .iter()
-        .map(|&(i, _)| Threshold {
-            proto: curve.proto.clone(),
-            size: pts[i].size,
-            kind: ThresholdKind::Jump,
-            before: y[i - 1],
-            after: y[i],
-            mtu_multiple: None,
+    let se: Vec<f64> = pts.iter().map(CurvePoint::median_se).collect();
+    let steps = detrended_steps(&x, &y);
+    // a jump stands out of both medians' noise, and the level stays up after it
+    let jumps: Vec<(usize, f64)> = find_jumps(&x, &y)
+        .into_iter()
+        .filter(|&(i, excess)| {
+            let noise = (se[i - 1].powi(2) + se[i].powi(2)).sqrt();
+            let persists = i + 1 >= y.len() || {
+                let trend = (y[i] - y[i - 1] - steps[i]) / (x[i] - x[i - 1]).max(1.0);
+                y[i + 1] - y[i - 1] - trend * (x[i + 1] - x[i - 1]) >= JUMP_PERSISTS * excess
+            };
+            excess > JUMP_SIGMAS * noise && persists
         })
         .collect();
-    let smooth = remove_jumps(&y, &jumps);
+    let mut out: Vec<Threshold> = jumps
+        .iter()
+        .map(|&(i, excess)| {
+            let noise = (se[i - 1].powi(2) + se[i].powi(2)).sqrt();
+            Threshold {
+                proto: curve.proto.clone(),
+                size: pts[i].size,
+                kind: ThresholdKind::Jump,
+                before: y[i - 1],
+                after: y[i],
+                mtu_multiple: None,
+                evidence: format!(
+                    "median {} (+-{}) at {} B, then {} (+-{}) at {} B: {} above the trend, {:.0} times the noise",
+                    fmt_ns(y[i - 1]),
+                    fmt_ns(se[i - 1]),
+                    pts[i - 1].size,
+                    fmt_ns(y[i]),
+                    fmt_ns(se[i]),
+                    pts[i].size,
+                    fmt_ns(excess),
+                    excess / noise.max(f64::MIN_POSITIVE)
+                ),
+            }
+        })
+        .collect();
     let jump_at: Vec<usize> = jumps.iter().map(|&(i, _)| i).collect();
+    let smooth = despike(&x, &remove_jumps(&y, &jumps), &se, &jump_at);
     out.extend(find_slope_changes(&x, &smooth, &jump_at).into_iter().map(|c| Threshold {
         proto: curve.proto.clone(),
         size: pts[c.at].size,
@@ -303,6 +438,17 @@ pub fn thresholds(curve: &Curve, mtu: Option<u32>) -> Vec<Threshold> {
         before: c.before,
         after: c.after,
         mtu_multiple: None,
+        evidence: format!(
+            "least squares over {}..{} B: {:.2} +- {:.2} ns per byte; over {}..{} B: {:.2} +- {:.2}",
+            pts[c.at - c.k].size,
+            pts[c.at - 1].size,
+            c.before,
+            c.before_se,
+            pts[c.at].size,
+            pts[c.at + c.k - 1].size,
+            c.after,
+            c.after_se
+        ),
     }));
     out.sort_by_key(|t| t.size);
     if let Some(payload) = mtu.and_then(|m| payload_per_mtu(&curve.proto, m)) {
@@ -311,6 +457,10 @@ pub fn thresholds(curve: &Curve, mtu: Option<u32>) -> Vec<Threshold> {
         }
     }
     out
+}
+
+fn fmt_ns(ns: f64) -> String {
+    crate::units::fmt_ns(ns)
 }
 
 /// The rise of each interval (index i: from point i - 1 to i) beyond the
@@ -340,6 +490,26 @@ fn find_jumps(x: &[f64], y: &[f64]) -> Vec<(usize, f64)> {
         .filter(|&i| steps[i] > 0.0 && relative(i) > JUMP_RELATIVE.max(JUMP_STEPS * typical))
         .map(|i| (i, steps[i]))
         .collect()
+}
+
+/// The curve with each lone outlier (a point above both its neighbours, or
+/// below both, by more than 10% and by more than [`JUMP_SIGMAS`] times its
+/// noise, not at a jump) put back on the line through its neighbours: a
+/// single slow point is neither a jump nor the start of a slope.
+fn despike(x: &[f64], y: &[f64], se: &[f64], jump_at: &[usize]) -> Vec<f64> {
+    let mut out = y.to_vec();
+    for i in 1..y.len().saturating_sub(1) {
+        if jump_at.contains(&i) || jump_at.contains(&(i + 1)) || x[i + 1] <= x[i - 1] {
+            continue;
+        }
+        let (up, down) = (y[i] - y[i - 1], y[i] - y[i + 1]);
+        let limit = (JUMP_RELATIVE * y[i - 1].abs().min(y[i + 1].abs())).max(JUMP_SIGMAS * se[i]);
+        if (up > limit && down > limit) || (up < -limit && down < -limit) {
+            let t = (x[i] - x[i - 1]) / (x[i + 1] - x[i - 1]);
+            out[i] = y[i - 1] + t * (y[i + 1] - y[i - 1]);
+        }
+    }
+    out
 }
 
 /// The curve with each jump's excess taken off every point from it on.
@@ -398,6 +568,8 @@ struct SlopeChange {
     kind: ThresholdKind,
     before: f64,
     after: f64,
+    before_se: f64,
+    after_se: f64,
     strength: f64,
 }
 
@@ -409,12 +581,19 @@ fn slope_change_at(x: &[f64], y: &[f64], i: usize, k: usize, mean: f64, noise: f
     }
     let before = fit_line(&x[i - k..i], &y[i - k..i], noise);
     let after = fit_line(&x[i..i + k], &y[i..i + k], noise);
+    // a byte does not make a message cheaper: a slope below zero beyond its
+    // error is noise, and nothing is read from it; one within its error is 0
+    let (before_se, after_se) = (before.variance.sqrt(), after.variance.sqrt());
+    if before.slope < -NEGATIVE_SIGMAS * before_se || after.slope < -NEGATIVE_SIGMAS * after_se {
+        return None;
+    }
+    let (before_slope, after_slope) = (before.slope.max(0.0), after.slope.max(0.0));
     let meaningful = SLOPE_MEANINGFUL * mean.abs() / span;
-    let diff = (after.slope - before.slope).abs();
+    let diff = (after_slope - before_slope).abs();
     if diff <= meaningful || diff <= SLOPE_SIGMAS * (before.variance + after.variance).sqrt() {
         return None;
     }
-    let ratio = after.slope.max(meaningful) / before.slope.max(meaningful);
+    let ratio = after_slope.max(meaningful) / before_slope.max(meaningful);
     let kind = if ratio > SLOPE_RATIO {
         ThresholdKind::SlopeUp
     } else if ratio < 1.0 / SLOPE_RATIO {
@@ -422,7 +601,16 @@ fn slope_change_at(x: &[f64], y: &[f64], i: usize, k: usize, mean: f64, noise: f
     } else {
         return None;
     };
-    Some(SlopeChange { at: i, k, kind, before: before.slope, after: after.slope, strength: ratio.ln().abs() })
+    Some(SlopeChange {
+        at: i,
+        k,
+        kind,
+        before: before_slope,
+        after: after_slope,
+        before_se,
+        after_se,
+        strength: ratio.ln().abs(),
+    })
 }
 
 /// The slope changes of a jump-free curve, after suppression (see [`thresholds`]).
@@ -460,7 +648,7 @@ mod tests {
     }
 
     fn point_iqr(size: u64, median: f64, iqr: f64) -> CurvePoint {
-        CurvePoint { size, median_ns: median, q1_ns: median - iqr / 2.0, q3_ns: median + iqr / 2.0 }
+        CurvePoint::new(size, median, median - iqr / 2.0, median + iqr / 2.0)
     }
 
     fn curve(proto: &str, sizes: &[u64], mut f: impl FnMut(u64) -> f64) -> Curve {
@@ -623,10 +811,99 @@ mod tests {
         assert!(best_protocol(&[Curve::new("tcp", vec![point(1, 1.0)])]).is_empty());
     }
 
+    /// A point measured in six rounds around `median`, each round off by
+    /// the factor `drift[k]` (shared by the protocols measured in that
+    /// round) and by its own noise of `rel`.
+    fn rounds_point(size: u64, median: f64, drift: &[f64], rel: f64, seed: &mut u64) -> CurvePoint {
+        let rounds: Vec<f64> = drift.iter().map(|k| median * k * (1.0 + rel * noise(seed))).collect();
+        let m = crate::stats::median(&rounds).unwrap_or(median);
+        CurvePoint { rounds_ns: rounds, ..CurvePoint::new(size, m, m * 0.97, m * 1.03) }
+    }
+
+    #[test]
+    fn equal_protocols_are_no_significant_difference_and_different_ones_carry_their_interval() {
+        let mut seed = 17;
+        let drift: Vec<f64> = (0..6).map(|_| 1.0 + 0.05 * noise(&mut seed)).collect();
+        let sizes = [1, 64, 1024];
+        let curve = |proto: &str, f: f64, seed: &mut u64| {
+            Curve::new(proto, sizes.iter().map(|&s| rounds_point(s, f, &drift, 0.01, seed)).collect())
+        };
+        // tcp and sendfile the same, udp 22% faster
+        let tcp = curve("tcp", 15_900.0, &mut seed);
+        let sendfile = curve("sendfile", 15_900.0, &mut seed);
+        let udp = curve("udp", 12_300.0, &mut seed);
+        let r = best_protocol(&[tcp.clone(), sendfile.clone()]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].tie && r[0].interval.is_none(), "{r:?}");
+        let r = best_protocol(&[tcp, udp, sendfile]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((names(&r[0]), r[0].tie), (vec!["udp"], false));
+        let (lo, hi) = r[0].interval.expect("an interval");
+        let truth = 15_900.0 / 12_300.0 - 1.0;
+        assert!(lo < truth && truth < hi && lo > compare::NEGLIGIBLE, "{r:?}");
+        assert!(r[0].over.is_some(), "{r:?}");
+    }
+
+    #[test]
+    fn a_real_doubling_is_found_and_a_noise_spike_is_not() {
+        let mut seed = 5;
+        let drift = [1.0; 6];
+        let at = |f: &dyn Fn(u64) -> f64, seed: &mut u64| {
+            Curve::new("tcp", QUICK.iter().map(|&s| rounds_point(s, f(s), &drift, 0.01, seed)).collect())
+        };
+        // the RTT doubles from 1500 B on (a second packet) and stays there
+        let knee = at(&|s| if s >= 1500 { 30_000.0 } else { 15_000.0 }, &mut seed);
+        let t = thresholds(&knee, Some(1500));
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!((t[0].size, t[0].kind), (1500, ThresholdKind::Jump));
+        assert!(t[0].evidence.contains("above the trend") && t[0].evidence.contains("times the noise"), "{t:?}");
+        // one slow point at 2800 B, the next back where they were
+        let spike = at(&|s| if s == 2800 { 30_000.0 } else { 15_000.0 }, &mut seed);
+        assert_eq!(thresholds(&spike, Some(1500)), vec![]);
+        // a rise within the points' own noise: every round of the two points spread 30%
+        let wide = |size: u64, m: f64| CurvePoint {
+            rounds_ns: vec![m * 0.7, m * 1.3, m * 0.7, m * 1.3, m * 0.7, m * 1.3],
+            ..CurvePoint::new(size, m, m * 0.8, m * 1.2)
+        };
+        let noisy = Curve::new(
+            "udp",
+            QUICK.iter().map(|&s| if s < 1500 { wide(s, 15_000.0) } else { wide(s, 17_500.0) }).collect(),
+        );
+        assert!(
+            thresholds(&noisy, Some(1500)).iter().all(|t| t.kind != ThresholdKind::Jump),
+            "{:?}",
+            thresholds(&noisy, Some(1500))
+        );
+    }
+
+    #[test]
+    fn no_threshold_has_a_negative_cost_per_byte() {
+        // flat and noisy, as loopback is: medians wander 5% with no trend
+        for s0 in 1..=30u64 {
+            let mut seed = s0 * 104_729;
+            let c = curve("tcp", &QUICK, |_| 16_000.0 * (1.0 + 0.05 * noise(&mut seed)));
+            for t in thresholds(&c, Some(65_536)) {
+                assert!(t.kind == ThresholdKind::Jump || (t.before >= 0.0 && t.after >= 0.0), "seed {s0}: {t:?}");
+            }
+        }
+        // a curve that falls past 3 KiB (as a noisy measurement did): no slope is read from it
+        let falling =
+            curve("tcp", &QUICK, |s| if s <= 3000 { 5_000.0 + 2.0 * s as f64 } else { 11_000.0 - 0.05 * s as f64 });
+        assert!(thresholds(&falling, Some(65_536)).iter().all(|t| t.before >= 0.0 && t.after >= 0.0));
+    }
+
     #[test]
     fn serde_names() {
         assert_eq!(serde_json::to_string(&ThresholdKind::SlopeDown).expect("json"), "\"slope-down\"");
-        let r = BestRange { from: 1, to: 2, best: vec!["udp".into()], tie: false, margin: 0.5 };
+        let r = BestRange {
+            from: 1,
+            to: 2,
+            best: vec!["udp".into()],
+            tie: false,
+            margin: 0.5,
+            over: Some("tcp".into()),
+            interval: Some((0.4, 0.6)),
+        };
         let back: BestRange = serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
         assert_eq!(back, r);
     }

@@ -3,20 +3,35 @@
 //! anywhere and can be checked by counting elements.
 //!
 //! Elements carry classes a test (or a style sheet) can find: `series` (one
-//! polyline per series with points, with `data-label`), `band`, `tick`,
-//! `axis-label`, `title`, `mark`, `legend`, and `empty` for a chart with no data.
+//! polyline per series with points, with `data-label`), `band` (one
+//! whisker per point that has one), `tick`, `axis-label`, `title`, `mark`,
+//! `legend`, and `empty` for a chart with no data.
 
 use std::fmt::Write as _;
 
 /// One line of a chart.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Series {
     pub label: String,
     pub points: Vec<SeriesPoint>,
+    /// Its colour (e.g. the same for a protocol in every chart); None: the
+    /// palette's, in series order.
+    pub color: Option<&'static str>,
 }
 
-/// A point of a series; `band` = (lo, hi), drawn as a translucent area
-/// (e.g. the interquartile range around a median).
+/// The colour of a protocol in every chart of a report.
+pub fn proto_color(proto: &str) -> Option<&'static str> {
+    match proto {
+        "tcp" => Some(PALETTE[0]),
+        "udp" => Some(PALETTE[1]),
+        "sendfile" => Some(PALETTE[2]),
+        _ => None,
+    }
+}
+
+/// A point of a series; `band` = (lo, hi), drawn as a whisker at the point
+/// (e.g. the interquartile range around a median): only where a point was
+/// measured, never interpolated between points.
 #[derive(Debug, Clone, Copy)]
 pub struct SeriesPoint {
     pub x: f64,
@@ -320,7 +335,7 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
     let (xa, ya) = axes(chart, &drawn);
     write_ticks(&mut out, &frame, &xa, &ya);
     for (i, pts) in &drawn {
-        write_series(&mut out, &frame, &xa, &ya, &chart.series[*i].label, PALETTE[i % PALETTE.len()], pts);
+        write_series(&mut out, &frame, &xa, &ya, &chart.series[*i].label, color_of(&chart.series, *i), pts);
     }
     write_marks(&mut out, &frame, &xa, &chart.marks);
     write_legend(&mut out, &frame, &chart.series, &drawn);
@@ -357,17 +372,25 @@ fn write_ticks(out: &mut String, frame: &Frame, xa: &Axis, ya: &Axis) {
     }
 }
 
-/// One series: its bands (one polygon per run of points with a band), its
-/// line, and point markers when the points are few.
+/// A series' colour: its own, or the palette's in series order.
+fn color_of(series: &[Series], i: usize) -> &'static str {
+    series[i].color.unwrap_or(PALETTE[i % PALETTE.len()])
+}
+
+/// One series: a whisker at each point with a band, its line, and point
+/// markers when the points are few.
 fn write_series(out: &mut String, frame: &Frame, xa: &Axis, ya: &Axis, label: &str, color: &str, pts: &[SeriesPoint]) {
     let label = escape(label);
-    for run in pts.split(|p| p.band.is_none()).filter(|run| run.len() >= 2) {
-        let upper = run.iter().filter_map(|p| p.band.map(|(_, hi)| (frame.px(xa, p.x), frame.py(ya, hi))));
-        let lower = run.iter().rev().filter_map(|p| p.band.map(|(lo, _)| (frame.px(xa, p.x), frame.py(ya, lo))));
+    for p in pts {
+        let Some((lo, hi)) = p.band else { continue };
+        let (x, y1, y2) = (frame.px(xa, p.x), frame.py(ya, lo), frame.py(ya, hi));
         let _ = write!(
             out,
-            r##"<polygon class="band" data-label="{label}" points="{}" fill="{color}" fill-opacity="0.18" stroke="none"/>"##,
-            points_attr(upper.chain(lower))
+            r##"<path class="band" data-label="{label}" d="M{x:.1},{y1:.1}V{y2:.1}M{:.1},{y1:.1}H{:.1}M{:.1},{y2:.1}H{:.1}" stroke="{color}" stroke-opacity="0.55" stroke-width="1.2" fill="none"/>"##,
+            x - 3.0,
+            x + 3.0,
+            x - 3.0,
+            x + 3.0
         );
     }
     let _ = write!(
@@ -387,18 +410,35 @@ fn write_series(out: &mut String, frame: &Frame, xa: &Axis, ya: &Axis, label: &s
     }
 }
 
-/// Marks inside the x axis: a dashed line and its label, staggered in three
-/// rows so that close marks stay readable.
+/// Marks inside the x axis: a dashed line and its label. Labels are laid
+/// out in rows from the top so that none overlaps another (a label takes
+/// the first row where it fits, its width taken at 6 px a character), and
+/// a label that would run past the plot's right edge (into the legend) is
+/// set to the left of its line.
 fn write_marks(out: &mut String, frame: &Frame, xa: &Axis, marks: &[(f64, String)]) {
-    for (n, (x, label)) in marks.iter().filter(|(x, _)| xa.contains(*x)).enumerate() {
+    let mut rows: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut placed: Vec<(f64, &str, f64, bool)> = Vec::new();
+    let mut inside: Vec<&(f64, String)> = marks.iter().filter(|(x, _)| xa.contains(*x)).collect();
+    inside.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (x, label) in inside {
         let px = frame.px(xa, *x);
+        let width = 6.0 * label.chars().count() as f64 + 4.0;
+        let leftwards = px + 3.0 + width > frame.right;
+        let span = if leftwards { (px - 3.0 - width, px) } else { (px, px + 3.0 + width) };
+        let row = rows.iter().position(|r| r.iter().all(|&(a, b)| span.1 < a || span.0 > b)).unwrap_or(rows.len());
+        if row == rows.len() {
+            rows.push(Vec::new());
+        }
+        rows[row].push(span);
+        placed.push((px, label, frame.top + 11.0 + row as f64 * 12.0, leftwards));
+    }
+    for (px, label, y, leftwards) in placed {
+        let (tx, anchor) = if leftwards { (px - 3.0, "end") } else { (px + 3.0, "start") };
         let _ = write!(
             out,
-            r##"<g class="mark"><line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#555555" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" font-size="10" fill="#333333">{}</text></g>"##,
+            r##"<g class="mark"><line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#555555" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{y:.1}" font-size="10" fill="#333333" text-anchor="{anchor}">{}</text></g>"##,
             frame.top,
             frame.bottom,
-            px + 3.0,
-            frame.top + 11.0 + (n % 3) as f64 * 11.0,
             escape(label)
         );
     }
@@ -413,7 +453,7 @@ fn write_legend(out: &mut String, frame: &Frame, series: &[Series], drawn: &[(us
             out,
             r##"<line x1="{x:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"##,
             x + 16.0,
-            PALETTE[i % PALETTE.len()],
+            color_of(series, *i),
             x + 21.0,
             y + 4.0,
             escape(&series[*i].label)
@@ -455,7 +495,11 @@ mod tests {
     }
 
     fn series(label: &str, pts: &[(f64, f64)]) -> Series {
-        Series { label: label.into(), points: pts.iter().map(|&(x, y)| SeriesPoint { x, y, band: None }).collect() }
+        Series {
+            label: label.into(),
+            points: pts.iter().map(|&(x, y)| SeriesPoint { x, y, band: None }).collect(),
+            color: None,
+        }
     }
 
     fn count(svg: &str, class: &str) -> usize {
@@ -487,9 +531,9 @@ mod tests {
             y_label: "RTT (ns)".into(),
             x_log: true,
             series: vec![
-                Series { label: "tcp".into(), points: line(20_000.0) },
-                Series { label: "udp".into(), points: line(15_000.0) },
-                Series { label: "sendfile".into(), points: vec![] },
+                Series { label: "tcp".into(), points: line(20_000.0), color: proto_color("tcp") },
+                Series { label: "udp".into(), points: line(15_000.0), color: proto_color("udp") },
+                Series { label: "sendfile".into(), points: vec![], color: proto_color("sendfile") },
             ],
             marks: vec![(2920.0, "2 x MTU".into()), (1e9, "far outside".into())],
             ..Chart::default()
@@ -502,7 +546,7 @@ mod tests {
         check_balanced(&svg);
         assert_eq!(count(&svg, "series"), 2, "one per series with points");
         assert!(svg.contains(r#"class="series" data-label="tcp""#));
-        assert_eq!(count(&svg, "band"), 2);
+        assert_eq!(count(&svg, "band"), 14, "a whisker at each of the 7 points of the 2 lines");
         assert_eq!(count(&svg, "title"), 1);
         assert_eq!(count(&svg, "axis-label"), 2);
         assert_eq!(count(&svg, "mark"), 1, "the mark outside the axis is dropped");
@@ -616,5 +660,65 @@ mod tests {
         let flat = Chart { series: vec![series("flat", &[(0.0, 5.0), (10.0, 5.0)])], ..Chart::default() };
         let svg = render(&flat, 300, 200);
         assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+    }
+
+    #[test]
+    fn mark_labels_never_overlap_and_stay_in_the_plot() {
+        let mut chart = rtt_chart();
+        chart.marks = (0..8).map(|k| (1400.0 + 30.0 * k as f64, format!("tcp jump {k}"))).collect();
+        chart.marks.push((63_000.0, "udp slope-up near the edge".into()));
+        let svg = render(&chart, 800, 480);
+        check_balanced(&svg);
+        // each label's box: (x from, x to, baseline)
+        let boxes: Vec<(f64, f64, f64)> = svg
+            .split(r#"<g class="mark">"#)
+            .skip(1)
+            .map(|g| {
+                let text = g.split("<text ").nth(1).expect("a label");
+                let num = |key: &str| -> f64 {
+                    text.split(&format!("{key}=\""))
+                        .nth(1)
+                        .expect("attr")
+                        .split('"')
+                        .next()
+                        .expect("end")
+                        .parse()
+                        .expect("number")
+                };
+                let label = &text[text.find('>').expect(">") + 1..text.find('<').expect("<")];
+                let width = 6.0 * label.chars().count() as f64;
+                let end = text.contains(r#"text-anchor="end""#);
+                let x = num("x");
+                if end {
+                    (x - width, x, num("y"))
+                } else {
+                    (x, x + width, num("y"))
+                }
+            })
+            .collect();
+        assert_eq!(boxes.len(), 9);
+        for (i, a) in boxes.iter().enumerate() {
+            for b in &boxes[i + 1..] {
+                assert!(a.2 != b.2 || a.1 < b.0 || b.1 < a.0, "overlap: {a:?} {b:?}");
+            }
+        }
+        // the plot's right edge: the legend starts beyond it
+        let right = 800.0 - 16.0 - (800.0f64 * 0.25).clamp(60.0, 170.0);
+        assert!(boxes.iter().all(|b| b.1 <= right + 1.0), "{boxes:?}");
+    }
+
+    #[test]
+    fn a_protocol_keeps_its_colour_in_every_chart() {
+        let one = Chart {
+            series: vec![Series {
+                label: "udp".into(),
+                points: vec![SeriesPoint { x: 1.0, y: 1.0, band: None }],
+                color: proto_color("udp"),
+            }],
+            ..Chart::default()
+        };
+        let svg = render(&one, 300, 200);
+        assert!(svg.contains(r#"data-label="udp" points="#) && svg.contains(proto_color("udp").expect("udp")));
+        assert!(!svg.contains(PALETTE[0]), "udp alone does not take the first colour");
     }
 }

@@ -45,6 +45,12 @@ pub struct Settings {
     /// For transfer: bytes to move per run, and the runs per point.
     pub total_bytes: Option<u64>,
     pub repeat: Option<u32>,
+    /// For rtt: the rounds each point is measured in (the protocols in turn
+    /// within each round), and how often an irregular point is measured again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
 }
 
 /// One round-trip point: a protocol at a size. Times are round trips, not half.
@@ -66,6 +72,23 @@ pub struct RttPoint {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub samples_ns: Option<Vec<u64>>,
     pub server: Option<StepFigures>,
+    /// When the point was measured in rounds (the protocols in turn within
+    /// each round): each round's median, ns (NaN for a round whose every
+    /// message was lost). The replicates a comparison's interval comes from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds_ns: Vec<f64>,
+    /// Why the median does not describe the point (two modes, a drift),
+    /// when it still did not after the retries: such a point is left out
+    /// of the conclusions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irregular: Option<crate::shape::Irregular>,
+    /// How many times the point was measured again because it was irregular.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What `gridperf rtt --json` prints.

@@ -2,7 +2,7 @@
 //! shared flags), `stream`, `fanout`; each turned into its command's
 //! checked options.
 
-use super::{buffer, duration, format, parse_cpus, parse_hosts, rate, seconds_or, watched_lab};
+use super::{buffer, duration, format, parse_cpus, parse_hosts, positive_seconds, rate, seconds_or, watched_lab};
 use crate::agent::Faults;
 use crate::commands::{self, Place};
 use crate::engines::echo::EchoOptions;
@@ -106,12 +106,19 @@ pub struct RttArgs {
     /// Counted exchanges per point.
     #[arg(short = 'n', long, default_value_t = 1000, value_name = "N")]
     pub iterations: u64,
-    /// Time budget per point instead of a count, e.g. 2s.
+    /// Time budget per point instead of a count: 2 (seconds), 500ms.
     #[arg(short = 't', long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Exchanges before counting starts (each checked against what was sent).
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub warmup: u64,
+    /// Split each point's count or time over N rounds, the protocols taking turns within each round, so that
+    /// drift falls on all alike; each round's median is kept, and comparisons take their intervals from them.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub rounds: u32,
+    /// Measure a size's points again, up to N times, while one is irregular (two modes, a drift).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub retries: u32,
 
     /// Keep every round-trip time: in --json as samples_ns, in --csv one row per sample.
     #[arg(long)]
@@ -367,15 +374,23 @@ impl TryFrom<RttArgs> for commands::rtt::Opts {
         if a.warmup > 100_000_000 {
             return Err(Error::usage("--warmup takes 0 to 100000000"));
         }
+        if !(1..=1000).contains(&a.rounds) {
+            return Err(Error::usage("--rounds takes 1 to 1000"));
+        }
+        if a.retries > 10 {
+            return Err(Error::usage("--retries takes 0 to 10"));
+        }
         let (place, echo) = echo(&a.echo)?;
         Ok(commands::rtt::Opts {
             place,
             rtt: RttOptions {
                 echo,
                 iterations: a.iterations,
-                duration: a.duration.as_deref().map(|d| duration(d, "--duration")).transpose()?,
+                duration: a.duration.as_deref().map(|d| positive_seconds(d, "--duration")).transpose()?,
                 warmup: a.warmup,
                 keep_samples: a.samples,
+                rounds: a.rounds,
+                retries: a.retries,
             },
             store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
             format: format(a.echo.json, a.echo.csv),

@@ -135,6 +135,15 @@ pub fn seconds_or(s: &str, what: &'static str) -> Result<Duration> {
     }
 }
 
+/// A duration more than zero where a bare number means seconds (as iperf's -t).
+pub fn positive_seconds(s: &str, what: &'static str) -> Result<Duration> {
+    let d = seconds_or(s, what)?;
+    if d.is_zero() {
+        return Err(Error::usage(format!("{what} must be more than zero")));
+    }
+    Ok(d)
+}
+
 /// A rate in bits per second, decimal SI (1G = 10^9).
 pub fn rate(s: &str, what: &str) -> Result<u64> {
     if s.trim_start().starts_with('-') {

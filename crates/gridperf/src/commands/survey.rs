@@ -72,6 +72,39 @@ fn budget(quick: bool, rtt: Duration) -> Duration {
     Duration::from_secs_f64((rtt.as_secs_f64() * k as f64).clamp(lo, hi))
 }
 
+/// How many rounds a point is measured in: a round should hold about ten
+/// round trips or more (each round's steps cost two control round trips),
+/// and there are at least three, so that comparisons have replicates.
+fn rounds_for(budget: Duration, rtt: Duration) -> u32 {
+    let fit = budget.as_secs_f64() / (10.0 * rtt.as_secs_f64()).max(1e-6);
+    (fit.floor() as u32).clamp(MIN_ROUNDS, MAX_ROUNDS)
+}
+
+/// Rounds per point, at most and at least.
+pub const MAX_ROUNDS: u32 = 6;
+pub const MIN_ROUNDS: u32 = gridperf_core::compare::MIN_ROUNDS as u32;
+/// Times a size is measured again while one of its points is irregular.
+pub const RETRIES: u32 = 2;
+
+/// Where the two ends of a network's exchanges run. Ping-pong on a small
+/// machine is fast and steady with both ends on one CPU, and lands on one
+/// CPU or across two (5x apart) when left to the scheduler: the loopback
+/// runs put both ends on this process's first CPU. Across the lab the
+/// packets pass through the emulator anyway: the client on the first CPU,
+/// the agent on the second (the steadier placement measured here), the
+/// emulator where the scheduler puts it. A remote agent is left where it
+/// is; the client is pinned.
+pub fn placement(net: &Network) -> (Option<usize>, Option<usize>) {
+    let cpus = crate::host::cpus();
+    let (first, second) = (cpus.first().copied(), cpus.get(1).or(cpus.first()).copied());
+    match net {
+        Network::Local => (first, first),
+        Network::Lab { profile, .. } if profile == "loopback" => (first, first),
+        Network::Lab { .. } => (first, second),
+        Network::Host { .. } => (first, None),
+    }
+}
+
 fn echo_options(spec: &SurveySpec, sizes: Vec<u64>, one_way: Duration, rate: Option<u64>, note: String) -> EchoOptions {
     // a message's time on the path, both ways, and the round trip, with room
     let biggest = sizes.iter().copied().max().unwrap_or(1);
@@ -159,19 +192,33 @@ fn survey_network(
             let mtu = gridperf_core::labcfg::profile(profile).ok().map(|p| p.settings().mtu);
             (d, r, if profile == "loopback" { Some(65536) } else { mtu })
         }
-        Network::Host { .. } | Network::Local => (Duration::ZERO, None, None),
+        // this host's lo, whose MTU the MTU multiples are of
+        Network::Local => (Duration::ZERO, None, gridperf_sys::link_mtu("lo").ok()),
+        Network::Host { .. } => (Duration::ZERO, None, None),
     };
     let note = format!("survey {survey}, network {name}");
+    let (client_cpu, server_cpu) = placement(net);
+    let point_budget = budget(spec.quick, one_way * 2);
     let rtt_opts = RttOptions {
-        echo: echo_options(spec, spec.sizes.clone(), one_way, rate, note.clone()),
+        echo: EchoOptions {
+            client_cpu,
+            server_cpu,
+            ..echo_options(spec, spec.sizes.clone(), one_way, rate, note.clone())
+        },
         iterations: 0,
-        duration: Some(budget(spec.quick, one_way * 2)),
+        duration: Some(point_budget),
         warmup: 5,
-        keep_samples: false,
+        keep_samples: true,
+        rounds: rounds_for(point_budget, one_way * 2),
+        retries: RETRIES,
     };
     let mut rtt_rec = run_for(Measure::Rtt, serde_json::to_value(rtt::settings(&rtt_opts)).unwrap_or_default(), mtu)?;
     let tr_opts = TransferOptions {
-        echo: echo_options(spec, spec.transfer_sizes.clone(), one_way, rate, note),
+        echo: EchoOptions {
+            client_cpu,
+            server_cpu,
+            ..echo_options(spec, spec.transfer_sizes.clone(), one_way, rate, note)
+        },
         total: spec.transfer_total,
         repeat: if spec.quick { 3 } else { 10 },
         warmup_runs: 1,

@@ -75,6 +75,8 @@ impl EchoOptions {
             timeout_ns: self.deadlines.message.as_nanos() as u64,
             total_bytes: None,
             repeat: None,
+            rounds: None,
+            retries: None,
         }
     }
 }

@@ -5,8 +5,9 @@
 use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
 use crate::runner::Target;
-use gridperf_core::model::{RttPoint, RttReport, Settings, RTT_SCHEMA};
-use gridperf_core::plan::interleave;
+use gridperf_core::model::{RttPoint, RttReport, Settings, StepFigures, RTT_SCHEMA};
+use gridperf_core::plan::{interleave, Proto};
+use gridperf_core::shape::{self, Irregular};
 use gridperf_core::stats::{self, Summary, Warning};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,23 @@ pub struct RttOptions {
     pub warmup: u64,
     /// Keep the raw samples in the report.
     pub keep_samples: bool,
+    /// Rounds per point: the count or the time of a point is split over
+    /// this many rounds, and within each round the protocols of a size take
+    /// their turn (rotating who goes first), so that what drifts over
+    /// seconds falls on every protocol alike. Each round's median is kept:
+    /// comparisons take their intervals from them. 1: a point in one go.
+    pub rounds: u32,
+    /// How many times the points of a size are measured again when one of
+    /// them is irregular (two modes, a drift); one that stays irregular is
+    /// marked so.
+    pub retries: u32,
+}
+
+impl RttOptions {
+    /// A count of exchanges per point, in one round, no retries.
+    pub fn counted(echo: EchoOptions, iterations: u64, warmup: u64) -> RttOptions {
+        RttOptions { echo, iterations, duration: None, warmup, keep_samples: false, rounds: 1, retries: 0 }
+    }
 }
 
 pub fn settings(o: &RttOptions) -> Settings {
@@ -31,6 +49,8 @@ pub fn settings(o: &RttOptions) -> Settings {
         iterations: o.duration.is_none().then_some(o.iterations),
         duration_ns: o.duration.map(|d| d.as_nanos() as u64),
         warmup: o.warmup,
+        rounds: (o.rounds > 1).then_some(o.rounds),
+        retries: (o.retries > 0).then_some(o.retries),
         ..o.echo.settings()
     }
 }
@@ -38,6 +58,34 @@ pub fn settings(o: &RttOptions) -> Settings {
 /// Runs the ping-pong over every (size, protocol) point, sizes outermost.
 pub fn run(target: &Target, opts: &RttOptions, progress: &mut dyn FnMut(Progress)) -> Result<RttReport> {
     run_with(target, opts, progress, &|_, _| false, &mut |_| Ok(()))
+}
+
+/// What one point gathered over its rounds.
+#[derive(Default)]
+struct Gathered {
+    samples: Vec<u64>,
+    rounds: Vec<f64>,
+    warmed: u64,
+    sent: u64,
+    lost: u64,
+    late: u64,
+    server: StepFigures,
+}
+
+impl Gathered {
+    fn add(&mut self, f: &StepFigures) {
+        self.server.echoed += f.echoed;
+        self.server.bytes_in += f.bytes_in;
+        self.server.dropped_on_purpose += f.dropped_on_purpose;
+        self.server.send_failed += f.send_failed;
+        self.server.cpu_ns += f.cpu_ns;
+    }
+}
+
+/// The share of a point's count or time that round `round` of `rounds` takes.
+fn share(total: u64, rounds: u32, round: u32) -> u64 {
+    let (r, k) = (u64::from(rounds.max(1)), u64::from(round));
+    total / r + u64::from(k < total % r)
 }
 
 /// As [`run`], leaving out the points `skip` names (already measured), and
@@ -53,74 +101,117 @@ pub fn run_with(
     let mut r = start(gridperf_core::model::Measure::Rtt, target, &opts.echo)?;
     let points: Vec<_> =
         interleave(&opts.echo.protos, &opts.echo.sizes).into_iter().filter(|p| !skip(p.proto, p.size)).collect();
-    let mut out = Vec::with_capacity(points.len());
+    // the points of each size, in the order given
+    let mut sizes: Vec<(u64, Vec<Proto>)> = Vec::new();
+    for p in &points {
+        match sizes.last_mut() {
+            Some((s, protos)) if *s == p.size => protos.push(p.proto),
+            _ => sizes.push((p.size, vec![p.proto])),
+        }
+    }
+    let rounds = opts.rounds.max(1);
+    let mut out: Vec<RttPoint> = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
-    for (i, pt) in points.iter().enumerate() {
-        progress(Progress { done: i, total: points.len(), proto: pt.proto, size: pt.size });
-        let idx = r.index(pt.proto)?;
-        let size = pt.size as usize;
-        let by_agent = pt.proto.is_stream() && opts.duration.is_none();
-        let mut warmed = 0u64;
-        // a cold process and connection run slower for tens of milliseconds:
-        // the first point of each protocol warms up for a while first, in a
-        // step of its own (the agent cannot count it in advance)
-        if !out.iter().any(|p: &RttPoint| p.proto == pt.proto) {
-            warmed += r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
-        }
-        r.opened.session.step(pt.proto, pt.size, by_agent.then_some(opts.warmup.saturating_add(opts.iterations)))?;
-        for _ in 0..opts.warmup {
-            r.warm_exchange(idx, pt.proto, pt.size, warmed)?;
-            warmed += 1;
-        }
-        let late_before = r.pingers[idx].late;
-        let cap = if opts.duration.is_some() { MAX_SAMPLES } else { (opts.iterations as usize).min(MAX_SAMPLES) };
-        let mut samples: Vec<u64> = Vec::with_capacity(cap.min(1 << 20));
-        let (mut sent, mut lost, mut in_a_row) = (0u64, 0u64, 0u64);
-        let end = opts.duration.map(|d| Instant::now() + d);
-        loop {
-            let more = match end {
-                Some(end) => Instant::now() < end && samples.len() < MAX_SAMPLES,
-                None => sent < opts.iterations,
-            };
-            if !more {
-                break;
-            }
-            sent += 1;
-            match r.pingers[idx].exchange(size) {
-                Ok(Outcome::Rtt(ns)) => {
-                    samples.push(ns);
-                    in_a_row = 0;
+    let mut preheated: Vec<Proto> = Vec::new();
+    for (size, protos) in &sizes {
+        let size = *size;
+        let mut attempt = 0;
+        let measured = loop {
+            let mut got: Vec<Gathered> = protos.iter().map(|_| Gathered::default()).collect();
+            for round in 0..rounds {
+                for k in 0..protos.len() {
+                    let at = (k + round as usize) % protos.len();
+                    let proto = protos[at];
+                    progress(Progress { done: out.len() + at, total: points.len(), proto, size });
+                    let g = &mut got[at];
+                    let idx = r.index(proto)?;
+                    // a cold process and connection run slower for tens of
+                    // milliseconds: a protocol's first point warms up for a
+                    // while first, in a step of its own
+                    if !preheated.contains(&proto) {
+                        g.warmed += r.preheat(idx, proto, size, opts.echo.warmup_time)?;
+                        preheated.push(proto);
+                    }
+                    let warmup = if round == 0 { opts.warmup } else { 0 };
+                    let count = share(opts.iterations, rounds, round);
+                    let budget = opts.duration.map(|d| d / rounds);
+                    let by_agent = proto.is_stream() && budget.is_none();
+                    r.opened.session.step(proto, size, by_agent.then_some(warmup.saturating_add(count)))?;
+                    for _ in 0..warmup {
+                        r.warm_exchange(idx, proto, size, g.warmed)?;
+                        g.warmed += 1;
+                    }
+                    let late_before = r.pingers[idx].late;
+                    let from = g.samples.len();
+                    let (mut sent, mut in_a_row) = (0u64, 0u64);
+                    let end = budget.map(|d| Instant::now() + d);
+                    loop {
+                        let more = match end {
+                            Some(end) => Instant::now() < end && g.samples.len() < MAX_SAMPLES,
+                            None => sent < count,
+                        };
+                        if !more {
+                            break;
+                        }
+                        sent += 1;
+                        match r.pingers[idx].exchange(size as usize) {
+                            Ok(Outcome::Rtt(ns)) => {
+                                if g.samples.len() < MAX_SAMPLES {
+                                    g.samples.push(ns);
+                                }
+                                in_a_row = 0;
+                            }
+                            Ok(Outcome::Lost) => {
+                                g.lost += 1;
+                                in_a_row += 1;
+                                r.lost_in_a_row(proto, size, in_a_row)?;
+                            }
+                            Err(e) => return Err(r.fail(proto, size, g.warmed + g.sent + sent, e)),
+                        }
+                    }
+                    g.sent += sent;
+                    let figures = r.end_step(idx, by_agent)?;
+                    g.add(&figures);
+                    g.late += r.pingers[idx].late - late_before;
+                    g.rounds.push(stats::median_u64(&g.samples[from..]).unwrap_or(f64::NAN));
                 }
-                Ok(Outcome::Lost) => {
-                    lost += 1;
-                    in_a_row += 1;
-                    r.lost_in_a_row(pt.proto, pt.size, in_a_row)?;
-                }
-                Err(e) => return Err(r.fail(pt.proto, pt.size, warmed + sent, e)),
             }
-        }
-        let figures = r.end_step(idx, by_agent)?;
-        let summary = Summary::from_samples(&samples);
-        let label = format!("{} {} B", pt.proto, pt.size);
-        if let Some(s) = &summary {
-            warnings.extend(stats::check(&label, s));
-        }
-        if lost > 0 {
-            warnings.push(Warning::Lost { point: label, lost, sent });
-        }
-        out.push(RttPoint {
-            proto: pt.proto,
-            size_bytes: pt.size,
-            summary,
-            warmup: warmed,
-            sent,
-            lost,
-            late: r.pingers[idx].late - late_before,
-            samples_ns: opts.keep_samples.then_some(samples),
-            server: Some(figures),
-        });
-        if let Some(p) = out.last() {
-            on_point(p)?;
+            let irregular: Vec<Option<Irregular>> = got.iter().map(|g| shape::irregular(&g.samples)).collect();
+            if irregular.iter().any(Option::is_some) && attempt < opts.retries {
+                attempt += 1;
+                continue;
+            }
+            break got.into_iter().zip(irregular).collect::<Vec<_>>();
+        };
+        for (proto, (g, irregular)) in protos.iter().zip(measured) {
+            let summary = Summary::from_samples(&g.samples);
+            let label = format!("{proto} {size} B");
+            if let Some(s) = &summary {
+                warnings.extend(stats::check(&label, s));
+            }
+            if g.lost > 0 {
+                warnings.push(Warning::Lost { point: label.clone(), lost: g.lost, sent: g.sent });
+            }
+            if let Some(why) = &irregular {
+                warnings.push(Warning::Irregular { point: label, why: why.describe(), retries: attempt });
+            }
+            out.push(RttPoint {
+                proto: *proto,
+                size_bytes: size,
+                summary,
+                warmup: g.warmed,
+                sent: g.sent,
+                lost: g.lost,
+                late: g.late,
+                samples_ns: opts.keep_samples.then_some(g.samples),
+                server: Some(g.server),
+                rounds_ns: if rounds > 1 { g.rounds } else { Vec::new() },
+                irregular,
+                retries: attempt,
+            });
+            if let Some(p) = out.last() {
+                on_point(p)?;
+            }
         }
     }
     let env = r.close(points.len(), progress, &mut warnings)?;

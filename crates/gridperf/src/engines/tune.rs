@@ -19,16 +19,14 @@ pub fn probe(
     deadlines: Deadlines,
 ) -> Result<(Measured, gridperf_core::model::EndInfo, Option<u32>)> {
     use super::{rtt, EchoOptions};
-    let opts = rtt::RttOptions {
-        echo: EchoOptions {
+    let opts = rtt::RttOptions::counted(
+        EchoOptions {
             warmup_time: std::time::Duration::from_millis(200),
             ..EchoOptions::plain(vec![gridperf_core::plan::Proto::Tcp], vec![1], deadlines)
         },
-        iterations: 50,
-        duration: None,
-        warmup: 5,
-        keep_samples: false,
-    };
+        50,
+        5,
+    );
     let r = rtt::run(&Target::remote(addr), &opts, &mut |_| {})?;
     let s = r
         .points

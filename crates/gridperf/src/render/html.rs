@@ -1,18 +1,30 @@
 //! `gridperf report`: one self-contained HTML file (inline SVG and CSS, no
-//! scripts, nothing fetched) from stored runs: RTT against message size per
-//! protocol with its interquartile band (full sweep and zoomed), the
-//! quartiles per protocol, transfer time against size, the best-protocol
-//! table with its tie rule, the thresholds, and each run's environment, with
-//! invalid runs marked.
+//! scripts, nothing fetched) from stored runs: a table of contents; the
+//! best-protocol table with its intervals and the points it left out; the
+//! thresholds with their evidence; then per run its plots and its
+//! environment, invalid runs marked.
+//!
+//! The plots, per kind of run: RTT against message size on a log axis
+//! (median line, interquartile whiskers where a point was measured,
+//! thresholds marked), zoomed to 4 KiB on a linear axis around the MTU
+//! multiples, each protocol's quartiles alone, the RTT's distribution (a
+//! CDF per protocol at a small, an MTU-sized and the largest message), and
+//! the RTT over a point's exchanges; transfer time log-log; a stream's
+//! rate per interval (in the unit that fits) and its window over time; a
+//! fanout panel per variant and node count, deadlocks marked. A protocol
+//! has one colour in every plot.
 
-use super::survey::{analyse, curves, range_text, threshold_words, NetworkAnalysis};
+use super::survey::{analyse, best_words, curves, margin_words, range_text, threshold_words, NetworkAnalysis};
 use crate::store::{PointRow, RunRow};
 use gridperf_core::model::{FanoutPoint, Measure, StreamResult};
-use gridperf_core::survey::Curve;
-use gridperf_core::svg::{self, escape, Chart, Series, SeriesPoint};
+use gridperf_core::survey::{Curve, ThresholdKind};
+use gridperf_core::svg::{self, escape, proto_color, Chart, Series, SeriesPoint};
 use std::fmt::Write;
 
-/// A curve per protocol: the median as the line, q1-q3 as the band, in ns / `div`.
+/// Points a line of raw samples is thinned to (a plot of more is no clearer).
+const DRAWN_SAMPLES: usize = 1000;
+
+/// A curve per protocol: the median as the line, q1-q3 as whiskers, in ns / `div`.
 fn series(curves: &[Curve], div: f64) -> Vec<Series> {
     curves
         .iter()
@@ -27,29 +39,298 @@ fn series(curves: &[Curve], div: f64) -> Vec<Series> {
                     band: Some((p.q1_ns / div, p.q3_ns / div)),
                 })
                 .collect(),
+            color: proto_color(&c.proto),
         })
         .collect()
 }
 
-fn rtt_chart(a: &NetworkAnalysis, title: &str, x_max: Option<f64>) -> Chart {
-    // microseconds on a LAN, milliseconds on a WAN
-    let top = a.curves.iter().flat_map(|c| c.points.iter().map(|p| p.median_ns)).fold(0.0f64, f64::max);
-    let (div, unit) = if top >= 10e6 { (1e6, "ms") } else { (1e3, "us") };
+/// Microseconds on a LAN, milliseconds on a WAN: (divisor, unit).
+fn time_unit(top_ns: f64) -> (f64, &'static str) {
+    if top_ns >= 10e6 {
+        (1e6, "ms")
+    } else {
+        (1e3, "us")
+    }
+}
+
+/// "tcp jump", "udp slower", "tcp faster": a threshold's mark.
+fn mark(t: &gridperf_core::survey::Threshold) -> String {
+    let what = match t.kind {
+        ThresholdKind::Jump => "jump",
+        ThresholdKind::SlopeUp => "slower per byte",
+        ThresholdKind::SlopeDown => "faster per byte",
+    };
+    format!("{} {what}", t.proto)
+}
+
+fn rtt_chart(a: &NetworkAnalysis, curves: &[Curve], title: &str, zoom: Option<f64>) -> Chart {
+    let top = curves.iter().flat_map(|c| c.points.iter().map(|p| p.median_ns)).fold(0.0f64, f64::max);
+    let (div, unit) = time_unit(top);
+    let protos: Vec<&str> = curves.iter().map(|c| c.proto.as_str()).collect();
     Chart {
         title: title.to_string(),
-        x_label: "message size (bytes)".into(),
-        y_label: format!("round-trip time ({unit}): median, band q1-q3"),
-        x_log: false,
+        x_label: format!("message size (bytes){}", if zoom.is_some() { "" } else { ", log scale" }),
+        y_label: format!("round-trip time ({unit}): median, whiskers q1-q3"),
+        // the sizes span five decades: log, except for the zoom around the MTU
+        x_log: zoom.is_none(),
         y_log: false,
-        x_range: x_max.map(|m| (0.0, m)),
-        series: series(&a.curves, div),
+        x_range: zoom.map(|m| (0.0, m)),
+        series: series(curves, div),
         marks: a
             .thresholds
             .iter()
-            .filter(|t| x_max.map_or(true, |m| t.size as f64 <= m))
-            .map(|t| (t.size as f64, format!("{} {:?}", t.proto, t.kind).to_lowercase()))
+            .filter(|t| protos.contains(&t.proto.as_str()) && zoom.map_or(true, |m| t.size as f64 <= m))
+            .map(|t| (t.size as f64, mark(t)))
             .collect(),
     }
+}
+
+/// The sizes whose distributions are drawn: the smallest, the one nearest
+/// an Ethernet frame's payload, and the largest.
+fn cdf_sizes(points: &[PointRow]) -> Vec<u64> {
+    let mut sizes: Vec<u64> = points.iter().filter(|p| p.samples.is_some()).map(|p| p.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut out = Vec::new();
+    if let (Some(&first), Some(&last)) = (sizes.first(), sizes.last()) {
+        out.push(first);
+        if let Some(&mtu) = sizes.iter().min_by_key(|&&s| s.abs_diff(1460)) {
+            out.push(mtu);
+        }
+        out.push(last);
+    }
+    out.dedup();
+    out
+}
+
+/// The RTT's distribution at one size: a CDF per protocol (log RTT).
+fn cdf_chart(points: &[PointRow], size: u64, network: &str) -> Chart {
+    let here: Vec<&PointRow> = points.iter().filter(|p| p.size == size && p.samples.is_some()).collect();
+    let top = here.iter().filter_map(|p| p.median_ns).fold(0.0f64, f64::max);
+    let (div, unit) = time_unit(top);
+    Chart {
+        title: format!("RTT distribution at {}, {network}", gridperf_core::units::fmt_bytes(size)),
+        x_label: format!("round-trip time ({unit}), log scale"),
+        y_label: "share of the exchanges at or below".into(),
+        x_log: true,
+        series: here
+            .iter()
+            .map(|p| {
+                let mut v = p.samples.clone().unwrap_or_default();
+                v.sort_unstable();
+                let n = v.len();
+                let step = n.div_ceil(DRAWN_SAMPLES).max(1);
+                Series {
+                    label: p.proto.clone(),
+                    points: (0..n)
+                        .step_by(step)
+                        .chain(std::iter::once(n - 1))
+                        .map(|k| SeriesPoint { x: v[k] as f64 / div, y: (k + 1) as f64 / n as f64, band: None })
+                        .collect(),
+                    color: proto_color(&p.proto),
+                }
+            })
+            .collect(),
+        ..Chart::default()
+    }
+}
+
+/// The RTT over one point's exchanges, each protocol at the smallest size
+/// (in the order taken; rounds follow one another).
+fn over_time_chart(points: &[PointRow], network: &str) -> Option<Chart> {
+    let size = points.iter().filter(|p| p.samples.is_some()).map(|p| p.size).min()?;
+    let here: Vec<&PointRow> = points.iter().filter(|p| p.size == size && p.samples.is_some()).collect();
+    let top = here.iter().filter_map(|p| p.q3_ns).fold(0.0f64, f64::max);
+    let (div, unit) = time_unit(top);
+    Some(Chart {
+        title: format!("RTT over the exchanges at {}, {network}", gridperf_core::units::fmt_bytes(size)),
+        x_label: "exchange (as taken, the stored samples)".into(),
+        y_label: format!("round-trip time ({unit})"),
+        series: here
+            .iter()
+            .map(|p| {
+                let v = p.samples.clone().unwrap_or_default();
+                let step = v.len().div_ceil(DRAWN_SAMPLES).max(1);
+                Series {
+                    label: p.proto.clone(),
+                    points: v
+                        .iter()
+                        .enumerate()
+                        .step_by(step)
+                        .map(|(k, &ns)| SeriesPoint { x: k as f64, y: ns as f64 / div, band: None })
+                        .collect(),
+                    color: proto_color(&p.proto),
+                }
+            })
+            .collect(),
+        ..Chart::default()
+    })
+}
+
+fn rtt_charts(slug: &str, run: &RunRow, points: &[PointRow], a: &NetworkAnalysis) -> Vec<(String, Chart)> {
+    let net = &run.network;
+    let mut out = vec![
+        (format!("{slug}-rtt.svg"), rtt_chart(a, &a.curves, &format!("RTT against message size, {net}"), None)),
+        (
+            format!("{slug}-rtt-4k.svg"),
+            rtt_chart(a, &a.curves, &format!("RTT up to 4 KiB (around the MTU multiples), {net}"), Some(4096.0)),
+        ),
+    ];
+    for c in &a.curves {
+        out.push((
+            format!("{slug}-quartiles-{}.svg", c.proto),
+            rtt_chart(a, std::slice::from_ref(c), &format!("{} median and quartiles, {net}", c.proto), None),
+        ));
+    }
+    for size in cdf_sizes(points) {
+        out.push((format!("{slug}-cdf-{size}.svg"), cdf_chart(points, size, net)));
+    }
+    if let Some(c) = over_time_chart(points, net) {
+        out.push((format!("{slug}-over-time.svg"), c));
+    }
+    out
+}
+
+fn transfer_charts(slug: &str, run: &RunRow, points: &[PointRow]) -> Vec<(String, Chart)> {
+    let curves = curves(points);
+    let top = curves.iter().flat_map(|c| c.points.iter().map(|p| p.median_ns)).fold(0.0f64, f64::max);
+    let (div, unit) = if top >= 10e9 { (1e9, "s") } else { (1e6, "ms") };
+    vec![(
+        format!("{slug}-transfer.svg"),
+        Chart {
+            title: format!("transfer time against message size, {}", run.network),
+            x_label: "message size (bytes), log scale".into(),
+            y_label: format!("time per run ({unit}), log scale: median, whiskers q1-q3"),
+            x_log: true,
+            y_log: true,
+            series: series(&curves, div),
+            ..Chart::default()
+        },
+    )]
+}
+
+/// Bits per second in the unit that fits the largest: (divisor, unit).
+fn rate_unit(top_bps: f64) -> (f64, &'static str) {
+    if top_bps >= 1e9 {
+        (1e9, "Gbit/s")
+    } else if top_bps >= 1e6 {
+        (1e6, "Mbit/s")
+    } else {
+        (1e3, "kbit/s")
+    }
+}
+
+fn stream_charts(slug: &str, run: &RunRow, streams: &[StreamResult]) -> Vec<(String, Chart)> {
+    let interval_s =
+        run.settings.get("spec").and_then(|s| s.get("interval_ms")).and_then(|v| v.as_f64()).unwrap_or(1000.0) / 1000.0;
+    let top = streams.iter().flat_map(|s| s.interval_bps.iter().copied()).fold(0.0f64, f64::max);
+    let (div, unit) = rate_unit(top);
+    let per_interval = Chart {
+        title: format!("throughput per interval, {}", run.network),
+        x_label: "time (s)".into(),
+        y_label: format!("received ({unit})"),
+        series: streams
+            .iter()
+            .map(|st| Series {
+                label: format!("stream {} {}", st.index, st.direction),
+                points: st
+                    .interval_ends_s(interval_s)
+                    .into_iter()
+                    .zip(&st.interval_bps)
+                    .map(|(x, b)| SeriesPoint { x, y: b / div, band: None })
+                    .collect(),
+                color: None,
+            })
+            .collect(),
+        ..Chart::default()
+    };
+    let window = Chart {
+        title: format!("TCP window over time (the sender's TCP_INFO), {}", run.network),
+        x_label: "time (s)".into(),
+        y_label: "cwnd (segments)".into(),
+        series: streams
+            .iter()
+            .filter(|st| !st.timeline.is_empty())
+            .map(|st| Series {
+                label: format!("stream {} {}", st.index, st.direction),
+                points: st
+                    .timeline
+                    .iter()
+                    .map(|t| SeriesPoint { x: t.t_ns as f64 / 1e9, y: t.cwnd as f64, band: None })
+                    .collect(),
+                color: None,
+            })
+            .collect(),
+        ..Chart::default()
+    };
+    vec![(format!("{slug}-intervals.svg"), per_interval), (format!("{slug}-cwnd.svg"), window)]
+}
+
+fn fanout_charts(slug: &str, pts: &[FanoutPoint]) -> Vec<(String, Chart)> {
+    let mut panels: Vec<(gridperf_core::model::Variant, u32)> = Vec::new();
+    for p in pts {
+        if !panels.contains(&(p.variant, p.nodes)) {
+            panels.push((p.variant, p.nodes));
+        }
+    }
+    let top = pts.iter().filter_map(|p| p.bandwidth_bps).fold(0.0f64, f64::max);
+    let (div, unit) = rate_unit(top);
+    panels
+        .into_iter()
+        .map(|(variant, nodes)| {
+            let here: Vec<&FanoutPoint> = pts.iter().filter(|p| p.variant == variant && p.nodes == nodes).collect();
+            let mut sizes: Vec<u64> = here.iter().map(|p| p.size).collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            let mut at: Vec<(u64, Vec<u64>)> = Vec::new();
+            for p in here.iter().filter(|p| p.deadlock.is_some()) {
+                match at.iter_mut().find(|(m, _)| *m == p.messages) {
+                    Some((_, sizes)) => sizes.push(p.size),
+                    None => at.push((p.messages, vec![p.size])),
+                }
+            }
+            let chart = Chart {
+                title: format!("fanout {}, {nodes} consumers", variant.name()),
+                x_label: "messages per consumer, log scale".into(),
+                y_label: format!("bandwidth ({unit}), 2 x MAX x messages x nodes x size / time"),
+                x_log: true,
+                series: sizes
+                    .iter()
+                    .map(|&size| Series {
+                        label: format!("{} B", size),
+                        points: here
+                            .iter()
+                            .filter(|p| p.size == size)
+                            .filter_map(|p| {
+                                p.bandwidth_bps.map(|b| SeriesPoint { x: p.messages as f64, y: b / div, band: None })
+                            })
+                            .collect(),
+                        color: None,
+                    })
+                    .collect(),
+                // the whole sweep's range, so that deadlocks beyond the last
+                // completed point show where they happened
+                x_range: {
+                    let lo = here.iter().map(|p| p.messages).min().unwrap_or(1) as f64;
+                    let hi = here.iter().map(|p| p.messages).max().unwrap_or(1) as f64;
+                    Some((lo, hi))
+                },
+                marks: at
+                    .into_iter()
+                    .map(|(m, sizes)| {
+                        let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+                        (m as f64, format!("deadlock {} B", list.join(", ")))
+                    })
+                    .collect(),
+                ..Chart::default()
+            };
+            (format!("{slug}-fanout-{}-{nodes}.svg", variant.name()), chart)
+        })
+        .collect()
+}
+
+fn run_title(run: &RunRow) -> String {
+    format!("{} on {} (run {})", run.kind, run.network, run.id)
 }
 
 /// The whole report; also every chart as (file name, SVG) for --svg-dir.
@@ -63,13 +344,22 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
          body{{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}}\
          table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}\
          .invalid{{background:#fdd;border:2px solid #c00;padding:0.5em;margin:0.5em 0}}\
-         .charts svg{{margin:0.5em 0;display:block}}code{{background:#f4f4f4}}</style></head><body>\n\
+         .charts svg{{margin:0.5em 0;display:block}}code{{background:#f4f4f4}}\
+         nav li{{margin:0.15em 0}}.evidence{{color:#555;font-size:90%}}</style></head><body>\n\
          <h1>gridperf report</h1>\n<p>{} run(s), generated by {}.</p>\n",
         runs.len(),
         escape(&crate::host::software())
     );
-    // the summary table first: what the document's Fig. 6f says
-    h.push_str("<h2>Best protocol by message size</h2>\n<table id=\"best\"><tr><th>network</th><th>message size</th><th>best RTT</th><th>margin</th></tr>\n");
+    // the table of contents
+    h.push_str("<nav id=\"toc\"><h2>Contents</h2><ul>\n");
+    h.push_str("<li><a href=\"#best\">Best protocol by message size</a></li>\n");
+    h.push_str("<li><a href=\"#thresholds\">Thresholds</a></li>\n");
+    for (run, _) in runs {
+        let _ = writeln!(h, "<li><a href=\"#run-{}\">{}</a></li>", run.id, escape(&run_title(run)));
+    }
+    h.push_str("</ul></nav>\n");
+    // the summary table: what the document's Fig. 6f says
+    h.push_str("<h2 id=\"best\">Best protocol by message size</h2>\n<table><tr><th>network</th><th>message size</th><th>best RTT</th><th>by</th></tr>\n");
     for a in &analysis {
         for b in &a.best {
             let _ = writeln!(
@@ -77,42 +367,54 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&a.network),
                 escape(&range_text(b)),
-                escape(&if b.tie { format!("tie: {}", b.best.join(" = ")) } else { b.best.join("") }),
-                if b.tie { "within the noise".to_string() } else { format!("{:.1}%", b.margin * 100.0) }
+                escape(&best_words(b)),
+                escape(&margin_words(b))
             );
         }
     }
     let _ = writeln!(
         h,
-        "</table>\n<p>A tie: the medians differ by at most {}%, or by at most half the mean interquartile range of the two.</p>",
-        (gridperf_core::survey::TIE_RELATIVE * 100.0) as u32
+        "</table>\n<p>A protocol is faster only where the 95% interval of the difference lies wholly beyond {}%; a tie \
+         means no difference beyond that was shown. The interval comes from the rounds each point was measured in \
+         (the protocols taking turns).</p>",
+        (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
     );
-    h.push_str("<h2>Thresholds</h2>\n<table id=\"thresholds\"><tr><th>network</th><th>MTU</th><th>change</th></tr>\n");
+    let excluded: Vec<(&str, &(String, u64, String))> =
+        analysis.iter().flat_map(|a| a.excluded.iter().map(move |e| (a.network.as_str(), e))).collect();
+    if !excluded.is_empty() {
+        h.push_str("<p>Left out of the conclusions (a median does not describe them):</p><ul>\n");
+        for (net, (proto, size, why)) in excluded {
+            let _ = writeln!(
+                h,
+                "<li>{} {} {}: {}</li>",
+                escape(net),
+                escape(proto),
+                escape(&gridperf_core::units::fmt_bytes(*size)),
+                escape(why)
+            );
+        }
+        h.push_str("</ul>\n");
+    }
+    h.push_str("<h2 id=\"thresholds\">Thresholds</h2>\n<table><tr><th>network</th><th>MTU</th><th>change</th></tr>\n");
     for a in &analysis {
         for t in &a.thresholds {
             let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}<br><span class=\"evidence\">{}</span></td></tr>",
                 escape(&a.network),
-                a.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
-                escape(&threshold_words(t))
+                a.mtu.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+                escape(&threshold_words(t)),
+                escape(&t.evidence)
             );
         }
     }
     h.push_str("</table>\n");
     for (run, points) in runs {
-        let _ = writeln!(
-            h,
-            "<h2 id=\"run-{}\">{} on {} (run {})</h2>",
-            run.id,
-            escape(&run.kind),
-            escape(&run.network),
-            run.id
-        );
+        let _ = writeln!(h, "<h2 id=\"run-{}\">{}</h2>", run.id, escape(&run_title(run)));
         if let Some(why) = &run.invalid {
             let _ = writeln!(
                 h,
-                "<div class=\"invalid\">INVALID: the lab's emulator did not keep up during this run ({}); its figures are not the emulated network's.</div>",
+                "<div class=\"invalid\">INVALID: {}; its figures are not the network's.</div>",
                 escape(why)
             );
         }
@@ -125,168 +427,46 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
         }
         h.push_str("<div class=\"charts\">\n");
         let slug = format!("run{}-{}-{}", run.id, run.kind, run.network.replace(|c: char| !c.is_alphanumeric(), "_"));
-        let mut add = |name: String, chart: &Chart, h: &mut String| {
-            let s = svg::render(chart, 900, 420);
+        let charts = match run.measure() {
+            Some(Measure::Rtt) => analysis
+                .iter()
+                .find(|a| a.network == run.network)
+                .map(|a| rtt_charts(&slug, run, points, a))
+                .unwrap_or_default(),
+            Some(Measure::Transfer) => transfer_charts(&slug, run, points),
+            Some(Measure::Stream) => {
+                let streams: Vec<StreamResult> =
+                    points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+                stream_charts(&slug, run, &streams)
+            }
+            Some(Measure::Fanout) => {
+                let pts: Vec<FanoutPoint> =
+                    points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+                fanout_charts(&slug, &pts)
+            }
+            None => Vec::new(),
+        };
+        for (name, chart) in charts {
+            let s = svg::render(&chart, 900, 420);
             h.push_str(&s);
             h.push('\n');
             svgs.push((name, s));
-        };
-        if run.measure() == Some(Measure::Rtt) {
-            if let Some(a) = analysis.iter().find(|a| a.network == run.network) {
-                add(format!("{slug}-rtt.svg"), &rtt_chart(a, &format!("RTT, {}", run.network), None), &mut h);
-                add(
-                    format!("{slug}-rtt-4k.svg"),
-                    &rtt_chart(a, &format!("RTT up to 4 KB, {}", run.network), Some(4096.0)),
-                    &mut h,
-                );
-                add(
-                    format!("{slug}-rtt-16k.svg"),
-                    &rtt_chart(a, &format!("RTT up to 16 KB, {}", run.network), Some(16384.0)),
-                    &mut h,
-                );
-                for c in &a.curves {
-                    let one = NetworkAnalysis {
-                        network: a.network.clone(),
-                        mtu: a.mtu,
-                        curves: vec![c.clone()],
-                        best: Vec::new(),
-                        thresholds: a.thresholds.iter().filter(|t| t.proto == c.proto).cloned().collect(),
-                        invalid: None,
-                    };
-                    add(
-                        format!("{slug}-quartiles-{}.svg", c.proto),
-                        &rtt_chart(&one, &format!("{} quartiles, {}", c.proto, run.network), None),
-                        &mut h,
-                    );
-                }
-            }
-        } else if run.measure() == Some(Measure::Fanout) {
-            let pts: Vec<FanoutPoint> =
-                points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
-            let mut panels: Vec<(gridperf_core::model::Variant, u32)> = Vec::new();
-            for p in &pts {
-                if !panels.contains(&(p.variant, p.nodes)) {
-                    panels.push((p.variant, p.nodes));
-                }
-            }
-            for (variant, nodes) in panels {
-                let here: Vec<&FanoutPoint> = pts.iter().filter(|p| p.variant == variant && p.nodes == nodes).collect();
-                let mut sizes: Vec<u64> = here.iter().map(|p| p.size).collect();
-                sizes.sort_unstable();
-                sizes.dedup();
-                let chart = Chart {
-                    title: format!("fanout {}, {nodes} consumers", variant.name()),
-                    x_label: "messages per consumer".into(),
-                    y_label: "bandwidth (Mbit/s), 2 x MAX x messages x nodes x size / time".into(),
-                    x_log: true,
-                    series: sizes
-                        .iter()
-                        .map(|&size| Series {
-                            label: format!("{} B", size),
-                            points: here
-                                .iter()
-                                .filter(|p| p.size == size)
-                                .filter_map(|p| {
-                                    p.bandwidth_bps.map(|b| SeriesPoint {
-                                        x: p.messages as f64,
-                                        y: b / 1e6,
-                                        band: None,
-                                    })
-                                })
-                                .collect(),
-                        })
-                        .collect(),
-                    // the whole sweep's range, so that deadlocks beyond the last
-                    // completed point show where they happened
-                    x_range: {
-                        let lo = here.iter().map(|p| p.messages).min().unwrap_or(1) as f64;
-                        let hi = here.iter().map(|p| p.messages).max().unwrap_or(1) as f64;
-                        Some((lo, hi))
-                    },
-                    marks: {
-                        let mut at: Vec<(u64, Vec<u64>)> = Vec::new();
-                        for p in here.iter().filter(|p| p.deadlock.is_some()) {
-                            match at.iter_mut().find(|(m, _)| *m == p.messages) {
-                                Some((_, sizes)) => sizes.push(p.size),
-                                None => at.push((p.messages, vec![p.size])),
-                            }
-                        }
-                        at.into_iter()
-                            .map(|(m, sizes)| {
-                                let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
-                                (m as f64, format!("deadlock {} B", list.join(", ")))
-                            })
-                            .collect()
-                    },
-                    ..Chart::default()
-                };
-                add(format!("{slug}-fanout-{}-{nodes}.svg", variant.name()), &chart, &mut h);
-            }
-        } else if run.measure() == Some(Measure::Stream) {
+        }
+        if run.measure() == Some(Measure::Stream) {
             let streams: Vec<StreamResult> =
                 points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
-            let interval_s =
-                run.settings.get("spec").and_then(|s| s.get("interval_ms")).and_then(|v| v.as_f64()).unwrap_or(1000.0)
-                    / 1000.0;
-            let per_interval = Chart {
-                title: format!("throughput per interval, {}", run.network),
-                x_label: "time (s)".into(),
-                y_label: "received (Mbit/s)".into(),
-                series: streams
-                    .iter()
-                    .map(|st| Series {
-                        label: format!("stream {} {}", st.index, st.direction),
-                        points: st
-                            .interval_ends_s(interval_s)
-                            .into_iter()
-                            .zip(&st.interval_bps)
-                            .map(|(x, b)| SeriesPoint { x, y: b / 1e6, band: None })
-                            .collect(),
-                    })
-                    .collect(),
-                ..Chart::default()
-            };
-            add(format!("{slug}-intervals.svg"), &per_interval, &mut h);
-            let window = Chart {
-                title: format!("TCP window over time (the sender's TCP_INFO), {}", run.network),
-                x_label: "time (s)".into(),
-                y_label: "cwnd (segments)".into(),
-                series: streams
-                    .iter()
-                    .filter(|st| !st.timeline.is_empty())
-                    .map(|st| Series {
-                        label: format!("stream {} {}", st.index, st.direction),
-                        points: st
-                            .timeline
-                            .iter()
-                            .map(|t| SeriesPoint { x: t.t_ns as f64 / 1e9, y: t.cwnd as f64, band: None })
-                            .collect(),
-                    })
-                    .collect(),
-                ..Chart::default()
-            };
-            add(format!("{slug}-cwnd.svg"), &window, &mut h);
             h.push_str("<table><tr><th>stream</th><th>throughput</th><th>verdict</th></tr>");
             for st in &streams {
                 let _ = write!(
                     h,
-                    "<tr><td>{} {}</td><td>{:.1} Mbit/s</td><td>{}</td></tr>",
+                    "<tr><td>{} {}</td><td>{}</td><td>{}</td></tr>",
                     st.index,
                     escape(&st.direction),
-                    st.throughput_bps / 1e6,
+                    escape(&gridperf_core::units::fmt_bps(st.throughput_bps)),
                     escape(&st.verdict.as_ref().map(|v| v.text.clone()).unwrap_or_default())
                 );
             }
             h.push_str("</table>\n");
-        } else if run.measure() == Some(Measure::Transfer) {
-            let chart = Chart {
-                title: format!("transfer time, {}", run.network),
-                x_label: "message size (bytes)".into(),
-                y_label: "time per run (ms): median, band q1-q3".into(),
-                series: series(&curves(points), 1e6),
-                ..Chart::default()
-            };
-            add(format!("{slug}-transfer.svg"), &chart, &mut h);
         }
         h.push_str("</div>\n");
         env_table(&mut h, run);
@@ -303,6 +483,13 @@ fn env_table(h: &mut String, run: &RunRow) {
     row(h, "command", &run.command_line);
     row(h, "gridperf", &run.version);
     row(h, "status", &run.status);
+    let placement = |key: &str| run.settings.get(key).and_then(|v| v.as_u64()).map(|c| format!("CPU {c}"));
+    if let (Some(c), s) = (placement("client_cpu"), placement("server_cpu")) {
+        row(h, "placement", &format!("client {c}, agent {}", s.unwrap_or_else(|| "unpinned".into())));
+    }
+    if let Some(r) = run.settings.get("rounds").and_then(|v| v.as_u64()) {
+        row(h, "rounds per point", &r.to_string());
+    }
     if let Some(env) = &run.env {
         row(h, "client", &format!("{} ({})", env.client.host, env.client.kernel));
         if let Some(s) = &env.server {

@@ -127,7 +127,30 @@ fn figure(m: Option<Measure>, p: &PointRow) -> (Option<f64>, Option<f64>, Option
     }
 }
 
-/// `gridperf runs compare A B`: the points both have, with the change.
+/// Whether a point's change between two runs is a finding: Welch's
+/// interval on the two sets of round medians, or a bootstrap of the
+/// samples; "?" when the points kept neither.
+fn significance(p: &PointRow, q: &PointRow) -> String {
+    let rounds = |x: &PointRow| -> Vec<f64> {
+        x.figures
+            .get("rounds_ns")
+            .and_then(|r| r.as_array())
+            .map(|r| r.iter().filter_map(|v| v.as_f64()).collect())
+            .unwrap_or_default()
+    };
+    let d = gridperf_core::compare::unpaired(&rounds(p), &rounds(q)).or_else(|| {
+        let (sa, sb) = (p.samples.as_deref().unwrap_or_default(), q.samples.as_deref().unwrap_or_default());
+        gridperf_core::compare::bootstrap(sa, sb, p.size ^ 0x5EED)
+    });
+    match d {
+        Some(d) if d.significant() => format!("yes ({:+.1}..{:+.1}%)", d.lo * 100.0, d.hi * 100.0),
+        Some(d) => format!("no ({:+.1}..{:+.1}%)", d.lo * 100.0, d.hi * 100.0),
+        None => "?".into(),
+    }
+}
+
+/// `gridperf runs compare A B`: the points both have, with the change and
+/// whether it is a finding (its 95% interval wholly beyond 2%).
 pub fn compare(ra: &RunRow, a: &[PointRow], rb: &RunRow, b: &[PointRow]) -> String {
     let mut out = String::new();
     let _ =
@@ -143,7 +166,7 @@ pub fn compare(ra: &RunRow, a: &[PointRow], rb: &RunRow, b: &[PointRow]) -> Stri
     } else {
         let _ = writeln!(
             out,
-            "{:<9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9}",
+            "{:<9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9}  significant (95% interval)",
             "proto", "size", "median A", "median B", "change", "q1 chg", "q3 chg"
         );
     }
@@ -168,20 +191,29 @@ pub fn compare(ra: &RunRow, a: &[PointRow], rb: &RunRow, b: &[PointRow]) -> Stri
         } else {
             let _ = writeln!(
                 out,
-                "{:<9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9}",
+                "{:<9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9}  {}",
                 p.proto,
                 fmt_bytes(p.size),
                 opt_ns(fa.1),
                 opt_ns(fb.1),
                 pct(fa.1, fb.1),
                 pct(fa.0, fb.0),
-                pct(fa.2, fb.2)
+                pct(fa.2, fb.2),
+                significance(p, q)
             );
         }
     }
     let only_b = b.iter().filter(|q| !a.iter().any(|p| same(p, q))).count();
     if only + only_b > 0 {
         let _ = writeln!(out, "({only} points only in run {}, {only_b} only in run {})", ra.id, rb.id);
+    }
+    if !rates {
+        let _ = writeln!(
+            out,
+            "significant: the 95% interval of the change (Welch's, on the points' round medians; else a bootstrap of their\n\
+             samples) lies wholly beyond {}%; ?: the points kept neither",
+            (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
+        );
     }
     out
 }

@@ -12,10 +12,41 @@ use std::fmt::Write;
 pub struct NetworkAnalysis {
     pub network: String,
     pub mtu: Option<u32>,
+    /// Every point with a median (what the plots draw).
     pub curves: Vec<Curve>,
     pub best: Vec<BestRange>,
     pub thresholds: Vec<Threshold>,
     pub invalid: Option<String>,
+    /// Points left out of the conclusions: (protocol, size, why).
+    pub excluded: Vec<(String, u64, String)>,
+}
+
+/// Why a stored point's median does not describe it, if it does not.
+pub fn irregular(p: &PointRow) -> Option<String> {
+    let why: gridperf_core::shape::Irregular = serde_json::from_value(p.figures.get("irregular")?.clone()).ok()?;
+    let retries = p.figures.get("retries").and_then(|r| r.as_u64()).unwrap_or(0);
+    Some(if retries > 0 { format!("{}, measured {} times", why.describe(), retries + 1) } else { why.describe() })
+}
+
+/// A stored point as a curve point: median, quartiles, round medians, samples.
+fn curve_point(p: &PointRow) -> Option<CurvePoint> {
+    let rounds: Vec<f64> = p
+        .figures
+        .get("rounds_ns")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().map(|v| v.as_f64().unwrap_or(f64::NAN)).collect())
+        .unwrap_or_default();
+    Some(CurvePoint {
+        rounds_ns: rounds,
+        samples_ns: p.samples.clone().unwrap_or_default(),
+        ..CurvePoint::new(p.size, p.median_ns?, p.q1_ns?, p.q3_ns?)
+    })
+}
+
+/// The curves of the points that the conclusions may rest on.
+fn regular(points: &[PointRow]) -> Vec<Curve> {
+    let kept: Vec<PointRow> = points.iter().filter(|p| irregular(p).is_none()).cloned().collect();
+    curves(&kept)
 }
 
 /// The RTT curves of a run's points (medians and quartiles per protocol).
@@ -32,13 +63,8 @@ pub fn curves(points: &[PointRow]) -> Vec<Curve> {
     order
         .iter()
         .map(|proto| {
-            let mut pts: Vec<CurvePoint> = points
-                .iter()
-                .filter(|p| p.proto == *proto)
-                .filter_map(|p| {
-                    Some(CurvePoint { size: p.size, median_ns: p.median_ns?, q1_ns: p.q1_ns?, q3_ns: p.q3_ns? })
-                })
-                .collect();
+            let mut pts: Vec<CurvePoint> =
+                points.iter().filter(|p| p.proto == *proto).filter_map(curve_point).collect();
             pts.sort_by_key(|p| p.size);
             Curve { proto: proto.to_string(), points: pts }
         })
@@ -51,17 +77,18 @@ pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
     runs.iter()
         .filter(|(r, _)| r.measure() == Some(Measure::Rtt))
         .map(|(r, pts)| {
-            let curves = curves(pts);
-            let best = best_protocol(&curves);
-            let mut th: Vec<Threshold> = curves.iter().flat_map(|c| thresholds(c, r.mtu)).collect();
+            let kept = regular(pts);
+            let best = best_protocol(&kept);
+            let mut th: Vec<Threshold> = kept.iter().flat_map(|c| thresholds(c, r.mtu)).collect();
             th.sort_by_key(|t| t.size);
             NetworkAnalysis {
                 network: r.network.clone(),
                 mtu: r.mtu,
-                curves,
+                curves: curves(pts),
                 best,
                 thresholds: th,
                 invalid: r.invalid.clone(),
+                excluded: pts.iter().filter_map(|p| Some((p.proto.clone(), p.size, irregular(p)?))).collect(),
             }
         })
         .collect()
@@ -75,39 +102,68 @@ pub fn range_text(b: &BestRange) -> String {
     }
 }
 
+/// The best protocol's words: "udp", or "tie: tcp = sendfile".
+pub fn best_words(b: &BestRange) -> String {
+    if b.tie {
+        format!("tie: {}", b.best.join(" = "))
+    } else {
+        b.best.join("")
+    }
+}
+
+/// By how much, against whom, how sure: "22.4% faster than tcp (95%
+/// interval 20.1 .. 24.7%)", or what a tie means.
+pub fn margin_words(b: &BestRange) -> String {
+    if b.tie {
+        return format!("no difference beyond {}% shown (95%)", (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32);
+    }
+    let over = b.over.as_deref().map(|o| format!(" than {o}")).unwrap_or_default();
+    match b.interval {
+        Some((lo, hi)) => format!(
+            "{:.1}% faster{over} (95% interval{} {:.1} .. {:.1}%)",
+            b.margin * 100.0,
+            if b.from == b.to { "" } else { "s within" },
+            lo * 100.0,
+            hi * 100.0
+        ),
+        None => format!("{:.1}% faster{over} (no interval: the points kept no rounds or samples)", b.margin * 100.0),
+    }
+}
+
 /// The best-protocol table as text, for the terminal.
 pub fn best_table_text(all: &[NetworkAnalysis]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<14} {:<22} {:<22} margin", "network", "message size", "best RTT");
+    let _ = writeln!(out, "{:<14} {:<22} {:<22} by", "network", "message size", "best RTT");
     for a in all {
         for b in &a.best {
-            let _ = writeln!(
-                out,
-                "{:<14} {:<22} {:<22} {}",
-                a.network,
-                range_text(b),
-                if b.tie { format!("tie: {}", b.best.join(" = ")) } else { b.best.join("") },
-                if b.tie { "within the noise".to_string() } else { format!("{:.1}%", b.margin * 100.0) }
-            );
+            let _ = writeln!(out, "{:<14} {:<22} {:<22} {}", a.network, range_text(b), best_words(b), margin_words(b));
         }
         if let Some(why) = &a.invalid {
             let _ = writeln!(out, "{:<14} INVALID run: {why}", a.network);
         }
+        for (proto, size, why) in &a.excluded {
+            let _ = writeln!(out, "{:<14} left out: {proto} {}: {why}", a.network, fmt_bytes(*size));
+        }
     }
     let _ = writeln!(
         out,
-        "\na tie: the medians differ by at most {}% or by at most half the mean interquartile range",
-        (gridperf_core::survey::TIE_RELATIVE * 100.0) as u32
+        "\nA protocol is faster only where the 95% interval of the difference lies wholly beyond {}%: the interval\n\
+         comes from the rounds each point was measured in (the protocols taking turns), so it holds what drifts\n\
+         from second to second. A tie means no difference beyond that was shown, not that there is none.",
+        (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
     );
     out
 }
 
-/// The thresholds as text.
+/// The thresholds as text, each with its evidence.
 pub fn thresholds_text(all: &[NetworkAnalysis]) -> String {
     let mut out = String::new();
     for a in all {
         for t in &a.thresholds {
             let _ = writeln!(out, "{:<14} {}", a.network, threshold_words(t));
+            if !t.evidence.is_empty() {
+                let _ = writeln!(out, "{:<14}   {}", "", t.evidence);
+            }
         }
     }
     out

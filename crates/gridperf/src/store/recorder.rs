@@ -22,6 +22,18 @@ fn figures(p: &impl Serialize) -> serde_json::Value {
     serde_json::to_value(p).unwrap_or_default()
 }
 
+/// Samples a point keeps in the store at most: more are thinned evenly,
+/// in the order they were taken (enough for a distribution and its drift).
+pub const STORED_SAMPLES: usize = 4096;
+
+/// At most [`STORED_SAMPLES`] of `samples`, evenly strided.
+pub fn thinned(samples: &[u64]) -> Vec<u64> {
+    if samples.len() <= STORED_SAMPLES {
+        return samples.to_vec();
+    }
+    (0..STORED_SAMPLES).map(|k| samples[k * samples.len() / STORED_SAMPLES]).collect()
+}
+
 impl Stored for RttPoint {
     fn row(&self) -> PointRow {
         PointRow {
@@ -33,7 +45,7 @@ impl Stored for RttPoint {
             q3_ns: self.summary.as_ref().map(|s| s.q3_ns),
             // the raw times, when kept, go in a column of their own
             figures: figures(&RttPoint { samples_ns: None, ..self.clone() }),
-            samples: self.samples_ns.clone(),
+            samples: self.samples_ns.as_deref().map(thinned),
         }
     }
 }

@@ -63,13 +63,7 @@ fn hold(agent: &TestAgent, queue: Duration) -> gridperf::error::Result<EchoTest>
 
 /// A short rtt run: proves the agent still serves.
 fn still_serves(agent: &TestAgent) {
-    let o = RttOptions {
-        echo: opts(&[Proto::Tcp, Proto::Udp], &[64]),
-        iterations: 10,
-        duration: None,
-        warmup: 1,
-        keep_samples: false,
-    };
+    let o = RttOptions::counted(opts(&[Proto::Tcp, Proto::Udp], &[64]), 10, 1);
     let r = rtt::run(&Target::remote(agent.addr), &o, &mut |_| {}).expect("the agent still serves");
     assert!(r.points.iter().all(|p| p.summary.as_ref().is_some_and(|s| s.count == 10)));
 }

@@ -9,7 +9,7 @@ use gridperf_core::stats::Summary;
 use std::time::Duration;
 
 fn rtt_opts(protos: &[Proto], sizes: &[u64], iterations: u64) -> RttOptions {
-    RttOptions { echo: opts(protos, sizes), iterations, duration: None, warmup: 5, keep_samples: true }
+    RttOptions { keep_samples: true, ..RttOptions::counted(opts(protos, sizes), iterations, 5) }
 }
 
 #[test]

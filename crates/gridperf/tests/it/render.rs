@@ -84,6 +84,8 @@ fn settings(protos: &[Proto], sizes: &[u64]) -> Settings {
         timeout_ns: 1_000_000_000,
         total_bytes: None,
         repeat: None,
+        rounds: None,
+        retries: None,
     }
 }
 
@@ -104,6 +106,12 @@ fn rtt_report() -> RttReport {
         late: lost / 2,
         samples_ns: None,
         server: Some(StepFigures { echoed: 1100, bytes_in: 1100 * size, cpu_ns: 9_000_000, ..Default::default() }),
+        // six rounds, each off by its own share of the round-to-round noise
+        rounds_ns: (0..6)
+            .map(|k| (base + 250) as f64 * [1.0, 1.01, 0.99, 1.02, 0.98, 1.0][(k + base as usize / 100) % 6])
+            .collect(),
+        irregular: None,
+        retries: 0,
     };
     RttReport {
         schema: "gridperf.rtt/1".into(),

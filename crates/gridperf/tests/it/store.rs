@@ -240,11 +240,13 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
     let o = Command::new(&browser).args(common).arg(&user_dir).args(["--dump-dom", &url]).output().expect("chromium");
     assert!(o.status.success(), "chromium: {}", stderr(&o));
     let dom = String::from_utf8_lossy(&o.stdout).into_owned();
-    // rtt: full, 4 KB and 16 KB zooms, a quartile plot per protocol (2); transfer: 1
+    // rtt: against size, the 4 KiB zoom, a quartile plot per protocol (2), the
+    // distribution at 1 B, 1 KiB (nearest 1460) and 16 KiB, the RTT over time; transfer: 1
     let svgs = dom.matches("<svg").count();
-    assert_eq!(svgs, 3 + 2 + 1, "SVG elements in the rendered page");
-    // every rtt chart draws both protocols; the transfer chart too
-    assert_eq!(dom.matches("class=\"series\"").count(), 3 * 2 + 2 + 2, "series drawn");
+    assert_eq!(svgs, 2 + 2 + 3 + 1 + 1, "SVG elements in the rendered page");
+    // every rtt chart draws both protocols (a quartile plot one each); the transfer chart too
+    assert_eq!(dom.matches("class=\"series\"").count(), 2 * 2 + 2 + 3 * 2 + 2 + 2, "series drawn");
+    assert!(dom.contains("id=\"toc\""), "the table of contents");
     assert!(dom.contains("message size (bytes)") && dom.contains("round-trip time ("), "axis labels");
     assert!(dom.contains("id=\"best\""), "the best-protocol table");
     // and it paints: a screenshot of the page is an image with content
