@@ -12,7 +12,7 @@ use thiserror::Error;
 pub enum UnitError {
     #[error("{what} {input:?} is not a valid byte size: use a whole number with an optional unit, e.g. 1460, 64k, 1KiB (1024), 1KB (1000), 16MiB")]
     BadSize { what: &'static str, input: String },
-    #[error("{what} {input:?} is not a valid duration: use a number with a unit, e.g. 500us, 10ms, 2s, 1.5m")]
+    #[error("{what} {input:?} is not a valid duration: use a number with a unit, e.g. 500us, 10ms, 2s, 1.5m, 1h, 7d")]
     BadDuration { what: &'static str, input: String },
     #[error("{what} {input:?} is too large")]
     Overflow { what: &'static str, input: String },
@@ -55,6 +55,7 @@ pub fn parse_duration_ns(input: &str, what: &'static str) -> Result<u64, UnitErr
         "s" => 1e9,
         "m" | "min" => 60e9,
         "h" => 3600e9,
+        "d" => 86_400e9,
         _ => return Err(bad()),
     };
     let ns = value * mult;

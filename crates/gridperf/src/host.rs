@@ -41,7 +41,7 @@ pub fn unix_now() -> f64 {
 
 /// What an agent's checks need to know of this host.
 pub fn limits() -> gridperf_core::wire::HostLimits {
-    gridperf_core::wire::HostLimits { congestion: congestion_available() }
+    gridperf_core::wire::HostLimits { congestion: congestion_available(), cpus: cpus() }
 }
 
 /// The congestion control algorithms this kernel offers (loaded modules);
@@ -120,6 +120,31 @@ pub fn enter_private_loopback(mtu: u32) -> Result<()> {
     gridperf_sys::set_link_mtu("lo", mtu).map_err(|e| Error::internal(format!("setting the lo MTU to {mtu}: {e}")))?;
     gridperf_sys::set_link_up("lo").map_err(|e| Error::internal(format!("bringing lo up: {e}")))?;
     Ok(())
+}
+
+/// The user who ran `sudo gridperf ...`: (name, uid, gid, home), when this
+/// process runs as root under sudo. Files gridperf makes for that user (the
+/// store, a report) are theirs, in their home, not root's.
+pub fn sudo_user() -> Option<(String, u32, u32, std::path::PathBuf)> {
+    if !is_root() {
+        return None;
+    }
+    let name = std::env::var("SUDO_USER").ok().filter(|n| !n.is_empty() && n != "root")?;
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let line = passwd.lines().find(|l| l.split(':').next() == Some(name.as_str()))?;
+    let f: Vec<&str> = line.split(':').collect();
+    let (uid, gid) = (f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?);
+    Some((name, uid, gid, std::path::PathBuf::from(f.get(5)?)))
+}
+
+/// Gives a file gridperf made back to the user who ran it with sudo (a
+/// no-op otherwise, and for a file that is not there).
+pub fn give_back(path: &std::path::Path) {
+    if let Some((_, uid, gid, _)) = sudo_user() {
+        if path.exists() {
+            let _ = std::os::unix::fs::chown(path, Some(uid), Some(gid));
+        }
+    }
 }
 
 /// Whether this process runs as root (effective UID 0).

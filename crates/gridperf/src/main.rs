@@ -42,6 +42,10 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             let mut out = Output::stdout(c.format());
             commands::lab::run(commands::lab::Opts::try_from(c)?, &mut out)
         }
+        Command::Completions(a) => Output::stdout(table).print(&gridperf::cli::completions(a.shell)).map(|()| None),
+        Command::Man(a) => {
+            gridperf::cli::man_pages().and_then(|p| commands::man(p, a.dir, &mut Output::stdout(table))).map(|()| None)
+        }
     }
 }
 

@@ -88,6 +88,8 @@ impl std::fmt::Display for Refusal {
 pub struct HostLimits {
     /// The congestion controls this kernel offers (net.ipv4.tcp_available_congestion_control).
     pub congestion: Vec<String>,
+    /// The CPUs a test may be pinned to (empty: not known, not checked).
+    pub cpus: Vec<usize>,
 }
 
 impl Test {
@@ -277,6 +279,9 @@ pub struct StreamSpec {
     pub send_buffer: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recv_buffer: Option<u64>,
+    /// The CPU the agent's stream threads run on (`--cpu C,S`: S), if pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
 }
 
 impl StreamSpec {
@@ -303,6 +308,7 @@ impl StreamSpec {
             omit_ms: 0,
             send_buffer: None,
             recv_buffer: None,
+            cpu: None,
         }
     }
 
@@ -367,6 +373,11 @@ impl StreamSpec {
             }
             if proto == Proto::Udp {
                 return Err("zero-copy sending is for TCP streams".into());
+            }
+        }
+        if let Some(cpu) = self.cpu {
+            if !host.cpus.is_empty() && !host.cpus.contains(&cpu) {
+                return Err(format!("CPU {cpu}: the agent's host has CPUs {:?}", host.cpus));
             }
         }
         if let Some(cc) = &self.congestion {
@@ -476,7 +487,7 @@ mod tests {
 
     #[test]
     fn stream_requests_are_checked() {
-        let host = HostLimits { congestion: vec!["reno".into(), "cubic".into()] };
+        let host = HostLimits { congestion: vec!["reno".into(), "cubic".into()], cpus: vec![0, 1] };
         assert_eq!(stream().validate(&host), Ok(Proto::Tcp));
         for (spec, want) in [
             (StreamSpec { streams: 100_000, ..stream() }, "1 to 128"),
@@ -490,6 +501,7 @@ mod tests {
             (StreamSpec { proto: "udp".into(), write_size: 1472, ..stream() }, "rate above 0"),
             (StreamSpec { zerocopy: Some("splice".into()), ..stream() }, "sendfile or msg"),
             (StreamSpec { sample_ms: 1, ..stream() }, "10 ms"),
+            (StreamSpec { cpu: Some(7), ..stream() }, "CPUs [0, 1]"),
         ] {
             let e = spec.validate(&host).expect_err(want);
             assert!(e.contains(want), "{want}: {e}");

@@ -140,7 +140,7 @@ fn stream_both(
 ) -> Result<Vec<gridperf_core::model::SocketInfo>, Fail> {
     let omit = Duration::from_millis(spec.omit_ms);
     let mut running =
-        launch(slots, spec, omit, ipv6, shared.cfg.faults.break_stream_after).map_err(|e| e.to_string())?;
+        launch(slots, spec, omit, ipv6, shared.cfg.faults.break_stream_after, spec.cpu).map_err(|e| e.to_string())?;
     let hard = Duration::from_millis(spec.omit_ms + spec.duration_ms + spec.linger_ms) + shared.cfg.control_timeout;
     let until = Instant::now() + hard;
     while !running.done() {

@@ -11,7 +11,7 @@ use crate::engines::rtt::RttOptions;
 use crate::engines::stream::StreamOptions;
 use crate::engines::transfer::{self, TransferOptions, PAPER_TOTAL};
 use crate::error::{Error, Result};
-use crate::runner::{resolve, Deadlines, Network};
+use crate::runner::{resolve, resolve_family, Deadlines, Family, Network};
 use crate::store::StoreChoice;
 use clap::Args;
 use gridperf_core::model::Variant;
@@ -41,12 +41,20 @@ pub struct EchoArgs {
     /// Write each TCP message in N send calls (N = 2 shows the Nagle x delayed-ACK stall with --nodelay off).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub writes: u32,
-    /// Spin on non-blocking receives on both ends instead of sleeping (lower, steadier RTT; one busy CPU per end).
+    /// Spin on non-blocking receives on both ends instead of sleeping (lower, steadier RTT; one busy CPU per
+    /// end). Without HOST the ends need two CPUs (--cpu C,S): two spinning ends on one CPU wait for the
+    /// scheduler at every round trip (8 ms measured, against 5.8 us on two), so that placement is refused.
     #[arg(long)]
     pub busy_poll: bool,
-    /// Pin the ends: C pins both to CPU C; C,S pins the client to C and the agent to S.
-    #[arg(long, value_name = "C[,S]")]
+    /// Pin the ends: C pins both to CPU C; C,S pins the client to C and the agent to S (iperf3's -A).
+    #[arg(short = 'A', long, value_name = "C[,S]")]
     pub cpu: Option<String>,
+    /// Reach HOST over IPv4 only (a name that has both addresses).
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Reach HOST over IPv6 only.
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
     /// SO_SNDBUF to request on both ends' data sockets (the kernel doubles it and caps it at net.core.wmem_max; the granted size is reported).
     #[arg(long, value_name = "SIZE")]
     pub sndbuf: Option<String>,
@@ -82,8 +90,8 @@ pub struct EchoArgs {
     /// Do not store this run.
     #[arg(long, conflicts_with = "db")]
     pub no_store: bool,
-    /// Print JSON (schema documented in docs/json.md) instead of a table.
-    #[arg(long, conflicts_with = "csv")]
+    /// Print JSON (schema documented in docs/json.md) instead of a table (iperf3's -J).
+    #[arg(short = 'J', long, conflicts_with = "csv")]
     pub json: bool,
     /// Print CSV instead of a table.
     #[arg(long)]
@@ -156,8 +164,8 @@ pub struct StreamArgs {
     /// Send this many bytes per stream instead (SIZE as dd: 1G = 2^30, 1GB = 10^9); --time then caps the test.
     #[arg(short = 'n', long, value_name = "SIZE")]
     pub bytes: Option<String>,
-    /// Send for this long first and leave it out of the throughput (slow start, autotuning).
-    #[arg(long, default_value = "0", allow_hyphen_values = true, value_name = "DURATION")]
+    /// Send for this long first and leave it out of the throughput (slow start, autotuning) (iperf3's -O).
+    #[arg(short = 'O', long, default_value = "0", allow_hyphen_values = true, value_name = "DURATION")]
     pub omit: String,
     /// Report interval for the per-interval throughput.
     #[arg(short = 'i', long, default_value = "1s", value_name = "DURATION")]
@@ -192,8 +200,24 @@ pub struct StreamArgs {
     pub gap: Option<String>,
     /// Send without copying: sendfile (from a memory file) or msg (MSG_ZEROCOPY; the kernel reports how many
     /// sends it copied after all: all of them on loopback and veth).
-    #[arg(long, value_name = "sendfile|msg")]
+    #[arg(long, value_name = "sendfile|msg", conflicts_with = "sendfile")]
     pub zerocopy: Option<String>,
+    /// The same as --zerocopy sendfile (iperf3's -Z).
+    #[arg(short = 'Z')]
+    pub sendfile: bool,
+    /// Pin the stream threads: C pins both ends' to CPU C; C,S the client's to C and the agent's to S (iperf3's -A).
+    #[arg(short = 'A', long, value_name = "C[,S]")]
+    pub cpu: Option<String>,
+    /// Rates in this unit (iperf3's -f): k, m, g, t bits per second, or K, M, G, T bytes per second; default:
+    /// bits per second in the unit that fits.
+    #[arg(short = 'f', long = "format", value_name = "UNIT")]
+    pub units: Option<String>,
+    /// Reach HOST over IPv4 only.
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Reach HOST over IPv6 only.
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
     /// TCP_INFO sampling interval at both ends, at least 10ms.
     #[arg(long, default_value = "100ms", value_name = "DURATION")]
     pub sample: String,
@@ -224,8 +248,8 @@ pub struct StreamArgs {
     /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1% (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     pub lab_sets: Vec<String>,
-    /// Print JSON (schema in docs/json.md) instead of the table.
-    #[arg(long)]
+    /// Print JSON (schema in docs/json.md) instead of the table (iperf3's -J).
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// The results database (default ~/.local/share/gridperf/results.db).
     #[arg(long, value_name = "PATH")]
@@ -247,7 +271,7 @@ pub struct FanoutArgs {
     #[arg(long, default_value = "1..4k*2", value_name = "LIST")]
     pub messages: String,
     /// Request size in bytes.
-    #[arg(long = "size", default_value = "256..8k*2", value_name = "LIST")]
+    #[arg(long = "size", visible_alias = "sizes", default_value = "256..8k*2", value_name = "LIST")]
     pub sizes: String,
     /// Consumers.
     #[arg(long, default_value = "2", value_name = "LIST")]
@@ -261,8 +285,10 @@ pub struct FanoutArgs {
     /// SO_SNDBUF and SO_RCVBUF on every socket (the kernel doubles it); small buffers deadlock sooner.
     #[arg(short = 'w', long, value_name = "SIZE")]
     pub window: Option<String>,
-    #[arg(long, conflicts_with = "csv")]
+    /// Print gridperf.fanout/1 JSON (docs/json.md) instead of the table.
+    #[arg(short = 'J', long, conflicts_with = "csv")]
     pub json: bool,
+    /// Print CSV instead of the table.
     #[arg(long)]
     pub csv: bool,
     /// The results database (default ~/.local/share/gridperf/results.db).
@@ -285,11 +311,26 @@ pub struct FanoutArgs {
     pub agents: Vec<String>,
 }
 
+/// Which addresses of a name to take: -4, -6, or either.
+fn family(v4: bool, v6: bool) -> Option<Family> {
+    match (v4, v6) {
+        (true, _) => Some(Family::V4),
+        (_, true) => Some(Family::V6),
+        _ => None,
+    }
+}
+
 /// Where a run goes: a host, a lab of a profile, or loopback.
-fn network(host: &Option<String>, port: u16, lab: &Option<String>, sets: &[String]) -> Result<Network> {
+fn network(
+    host: &Option<String>,
+    port: u16,
+    fam: Option<Family>,
+    lab: &Option<String>,
+    sets: &[String],
+) -> Result<Network> {
     Ok(match (host, lab) {
         (Some(_), Some(_)) => return Err(Error::usage("--lab runs both ends in a lab of its own: leave out HOST")),
-        (Some(h), None) => Network::Host { addr: resolve(h, port)?, label: h.clone() },
+        (Some(h), None) => Network::Host { addr: resolve_family(h, port, fam)?, label: h.clone() },
         (None, Some(p)) => {
             // the profile and overrides are checked before anything is brought up
             crate::lab::run::spec_for("check", p, sets)?;
@@ -326,7 +367,7 @@ fn echo(a: &EchoArgs) -> Result<(Place, EchoOptions)> {
             None => Duration::ZERO,
         },
     };
-    let network = network(&a.host, a.port, &a.lab, &a.lab_sets)?;
+    let network = network(&a.host, a.port, family(a.ipv4, a.ipv6), &a.lab, &a.lab_sets)?;
     match (&network, a.loopback_mtu, a.fault_drop_udp) {
         (Network::Lab { .. }, Some(_), _) | (Network::Lab { .. }, _, Some(_)) => {
             return Err(Error::usage("--lab takes neither --loopback-mtu nor --fault-drop-udp"))
@@ -461,7 +502,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             congestion: a.congestion.clone(),
             pacing_bps: a.pacing.as_deref().map(|p| rate(p, "--pacing")).transpose()?,
             gap_us: a.gap.as_deref().map(|g| seconds_or(g, "--gap").map(|d| d.as_micros() as u64)).transpose()?,
-            zerocopy: a.zerocopy.clone(),
+            zerocopy: if a.sendfile { Some("sendfile".into()) } else { a.zerocopy.clone() },
             udp_rate_bps: match (&a.bitrate, udp) {
                 (Some(b), _) => Some(rate(b, "--bitrate")?),
                 (None, true) => Some(100_000_000),
@@ -473,7 +514,16 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             omit_ms: omit.as_millis() as u64,
             send_buffer: None,
             recv_buffer: None,
+            cpu: None,
         };
+        let cpus = a.cpu.as_deref().map(parse_cpus).transpose()?;
+        let spec = StreamSpec { cpu: cpus.map(|c| c.1), ..spec };
+        if let Some((c, _)) = cpus {
+            let have = crate::host::cpus();
+            if !have.contains(&c) {
+                return Err(Error::usage(format!("--cpu {c}: this host's CPUs are {have:?}")));
+            }
+        }
         if spec.pacing_bps.is_some() && udp {
             return Err(Error::usage("--pacing is for TCP; a UDP stream is paced by -b"));
         }
@@ -490,7 +540,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
                 None => Duration::ZERO,
             },
         };
-        let network = network(&a.host, a.port, &a.lab, &a.lab_sets)?;
+        let network = network(&a.host, a.port, family(a.ipv4, a.ipv6), &a.lab, &a.lab_sets)?;
         if a.fault_break_stream.is_some() && network != Network::Local {
             return Err(Error::usage("--fault-break-stream works only with the local agent"));
         }
@@ -508,11 +558,13 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
                 deadlines,
                 path_rate_bps: a.expect.as_deref().map(|r| rate(r, "--expect")).transpose()?,
                 notes: Vec::new(),
+                client_cpu: cpus.map(|c| c.0),
             },
             best: a.best,
             timeline: a.timeline.clone(),
             store: StoreChoice::new(a.db.clone(), a.no_store),
             json: a.json,
+            units: a.units.as_deref().map(units).transpose()?.unwrap_or_default(),
         })
     }
 }
@@ -578,4 +630,13 @@ impl TryFrom<FanoutArgs> for commands::fanout::Opts {
             format: format(a.json, a.csv),
         })
     }
+}
+
+/// `-f`: the unit stream's rates are printed in.
+fn units(s: &str) -> Result<crate::commands::stream::Units> {
+    crate::commands::stream::Units::parse(s).ok_or_else(|| {
+        Error::usage(format!(
+            "-f {s}: give k, m, g or t (kilo- to terabits per second) or K, M, G or T (bytes per second)"
+        ))
+    })
 }

@@ -113,6 +113,54 @@ pub enum Command {
     /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// Shell completions: gridperf completions bash > /etc/bash_completion.d/gridperf (or zsh, fish, elvish, powershell).
+    #[command(after_help = "Examples:\n  \
+        gridperf completions bash > ~/.local/share/bash-completion/completions/gridperf\n  \
+        gridperf completions zsh > ~/.zfunc/_gridperf")]
+    Completions(CompletionsArgs),
+    /// Manual pages: gridperf.1 on stdout, or one page per command into --dir.
+    #[command(after_help = "Examples:\n  \
+        gridperf man | man -l -\n  \
+        gridperf man --dir ~/.local/share/man/man1")]
+    Man(ManArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(clap::Args)]
+pub struct ManArgs {
+    /// Write gridperf.1 and a page per command (gridperf-rtt.1, ...) here instead.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// The completion script for `shell`.
+pub fn completions(shell: clap_complete::Shell) -> String {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "gridperf", &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The manual pages: (file name, roff), gridperf.1 first, then one per command.
+pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
+    use clap::CommandFactory;
+    let render = |cmd: clap::Command| -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut out).map_err(|e| Error::internal(format!("man page: {e}")))?;
+        Ok(out)
+    };
+    let top = Cli::command();
+    let mut pages = vec![("gridperf.1".to_string(), render(top.clone())?)];
+    for sub in top.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("gridperf-{}", sub.get_name());
+        pages.push((format!("{name}.1"), render(sub.clone().name(name))?));
+    }
+    Ok(pages)
 }
 
 /// A duration with a unit, more than zero.

@@ -56,8 +56,8 @@ pub struct TuneArgs {
     /// Write this host's changes as a sysctl.d file (for a lab, --apply sets them in its hosts).
     #[arg(long, value_name = "FILE", conflicts_with = "in_lab")]
     pub write_sysctl: Option<std::path::PathBuf>,
-    /// Print gridperf.tune/2 JSON (docs/json.md) instead of the table.
-    #[arg(long)]
+    /// Print gridperf.tune/2 JSON (docs/json.md) instead of the table (iperf3's -J).
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 

@@ -146,6 +146,22 @@ impl Output {
     }
 }
 
+/// `gridperf man`: gridperf.1 on stdout, or every page into `dir`
+/// (`pages` as cli rendered them, the top page first).
+pub fn man(pages: Vec<(String, Vec<u8>)>, dir: Option<std::path::PathBuf>, out: &mut Output) -> Result<()> {
+    match dir {
+        None => out.print(&String::from_utf8_lossy(&pages[0].1)),
+        Some(d) => {
+            std::fs::create_dir_all(&d).map_err(|e| Error::usage(format!("--dir {}: {e}", d.display())))?;
+            for (name, page) in &pages {
+                std::fs::write(d.join(name), page).map_err(|e| Error::usage(format!("--dir {}: {e}", d.display())))?;
+            }
+            out.note(&format!("gridperf man: {} pages in {}", pages.len(), d.display()));
+            Ok(())
+        }
+    }
+}
+
 /// A run across a lab whose emulator fell behind is not a measurement of
 /// the emulated network: exit 4, after the results were printed and stored.
 pub fn lab_valid(env: &Environment) -> Result<()> {

@@ -51,6 +51,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     let runs = load(&store, &rows)?;
     let (html, svgs) = render::html::render(&runs);
     std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
+    crate::host::give_back(&o.output);
     if let Some(dir) = &o.svg_dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
         for (name, svg) in &svgs {

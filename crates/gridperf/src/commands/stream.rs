@@ -5,6 +5,7 @@ use super::{lab_valid, Output, Place};
 use crate::engines::stream::{self, StreamOptions};
 use crate::error::{Error, Result};
 use crate::render;
+pub use crate::render::stream::Units;
 use crate::store::{NewRun, Recorder, StoreChoice, StreamPoint};
 use gridperf_core::model::{Measure, StreamReport};
 use std::path::PathBuf;
@@ -20,6 +21,8 @@ pub struct Opts {
     pub timeline: Option<PathBuf>,
     pub store: StoreChoice,
     pub json: bool,
+    /// The unit rates are printed in (-f).
+    pub units: render::stream::Units,
 }
 
 pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
@@ -31,16 +34,21 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
     let opts = &o.stream;
     let live = !o.json;
     let sending_ms = (opts.omit.as_millis() as u64) + opts.spec.duration_ms;
+    let mut headed = false;
     let result = stream::run(&prepared.target, opts, &mut |run, t_ms, rows| {
         // after the senders' time, only intervals that still brought data
         if live && (t_ms <= sending_ms + opts.spec.interval_ms || rows.iter().any(|r| r.1 > 0)) {
+            if !headed {
+                let _ = out.print(&render::stream::interval_header(rows.len()));
+                headed = true;
+            }
             let line = render::stream::interval_line(
                 opts.spec.interval_ms,
                 opts.omit.as_millis() as u64,
                 opts.repeat,
-                run,
-                t_ms,
+                (run, t_ms),
                 rows,
+                o.units,
             );
             // a live line that cannot be printed is not worth the run
             let _ = out.print(&line);
@@ -61,7 +69,7 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
     if o.json {
         out.json(&r)?;
     } else {
-        out.print(&render::stream::table(&r, o.best))?;
+        out.print(&render::stream::table(&r, o.best, o.units))?;
     }
     out.warnings(&r.warnings);
     for run in &r.runs {

@@ -325,6 +325,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         super::report::load(&store, &store.runs(&RunFilter { survey: Some(outcome.survey), ..Default::default() })?)?;
     let (html, _) = render::html::render(&runs);
     std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
+    crate::host::give_back(&o.output);
     let analysis = render::survey::analyse(&runs);
     out.print(&format!(
         "gridperf survey {} ({} networks, {:.0} s), stored in {}\n\n{}\n{}\nreport: {}\n",

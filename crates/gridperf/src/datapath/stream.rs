@@ -365,6 +365,7 @@ pub fn launch(
     omit: Duration,
     ipv6: bool,
     break_after: Option<u64>,
+    cpu: Option<usize>,
 ) -> std::io::Result<Running> {
     let start = Instant::now();
     let send_until = start + omit + Duration::from_millis(spec.duration_ms);
@@ -392,6 +393,10 @@ pub fn launch(
         let (t, spec, memfd) = (t.clone(), spec.clone(), memfd.clone());
         let (index, sending) = (s.index, s.sending);
         let h = std::thread::Builder::new().name(format!("gridperf-stream-{index}")).spawn(move || {
+            if let Some(c) = cpu {
+                // placement was checked when the test was asked for; a CPU gone since is the scheduler's
+                let _ = gridperf_sys::set_thread_affinity(&[c]);
+            }
             // what the kernel gave the socket, read as the stream ends (autotuning grows the buffers)
             let (snd, rcv) = spec.buffers(Some(sending));
             let info = |fd: i32, proto| host::socket_info(&super::RawFdRef(fd), proto, ipv6, snd, rcv);

@@ -37,6 +37,8 @@ pub struct StreamOptions {
     /// The path's rate for the verdict, if known (--expect, or the lab's).
     pub path_rate_bps: Option<u64>,
     pub notes: Vec<String>,
+    /// The CPU the client's stream threads run on, if pinned.
+    pub client_cpu: Option<usize>,
 }
 
 /// What the client sees while a run goes: (run, ms since start, receiver
@@ -187,7 +189,7 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
         other => return Err(Error::network(format!("expected the agent's step-ready, got {other:?}"))),
     }
     session.go()?;
-    let running = launch(slots, spec, opts.omit, addr.is_ipv6(), None)
+    let running = launch(slots, spec, opts.omit, addr.is_ipv6(), None, opts.client_cpu)
         .map_err(|e| Error::internal(format!("starting the streams: {e}")))?;
     let mut running = running;
     let mut agent_rows: Vec<(u64, Vec<u64>)> = Vec::new();

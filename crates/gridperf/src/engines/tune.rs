@@ -117,6 +117,7 @@ fn run_probe(
         deadlines,
         path_rate_bps: None,
         notes: Vec::new(),
+        client_cpu: None,
     };
     let r = stream::run(target, &opts, &mut |_, _, _| {})?;
     r.runs

@@ -1,5 +1,6 @@
 //! `gridperf fanout`: the table, the evidence of each deadlock, the CSV.
 
+use super::{whole_cell, Csv};
 use gridperf_core::model::FanoutPoint;
 use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
 use std::fmt::Write;
@@ -86,21 +87,29 @@ pub fn rows(points: &[FanoutPoint]) -> String {
 
 /// `gridperf fanout --csv`.
 pub fn csv(points: &[FanoutPoint]) -> String {
-    let mut out = String::from("variant,nodes,size,messages,repetitions,bandwidth_bps,median_rep_ns,deadlock,error\n");
+    let mut t = Csv::new(&[
+        "variant",
+        "nodes",
+        "size",
+        "messages",
+        "repetitions",
+        "bandwidth_bps",
+        "median_rep_ns",
+        "deadlock",
+        "error",
+    ]);
     for p in points {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{}",
-            p.variant.name(),
-            p.nodes,
-            p.size,
-            p.messages,
-            p.repetitions,
-            p.bandwidth_bps.map(|b| format!("{b:.0}")).unwrap_or_default(),
-            p.time.as_ref().map(|t| format!("{:.0}", t.median_ns)).unwrap_or_default(),
-            p.deadlock.is_some(),
-            p.error.as_deref().unwrap_or("").replace(',', ";")
-        );
+        t.row([
+            p.variant.name().to_string(),
+            p.nodes.to_string(),
+            p.size.to_string(),
+            p.messages.to_string(),
+            p.repetitions.to_string(),
+            whole_cell(p.bandwidth_bps),
+            whole_cell(p.time.as_ref().map(|t| t.median_ns)),
+            p.deadlock.is_some().to_string(),
+            p.error.clone().unwrap_or_default(),
+        ]);
     }
-    out
+    t.text()
 }

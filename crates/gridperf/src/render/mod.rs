@@ -19,6 +19,52 @@ use gridperf_core::model::{EndInfo, Environment, Settings, SocketInfo};
 use gridperf_core::units::fmt_ns;
 use std::fmt::Write;
 
+/// A CSV table, written with the csv crate (quoting what needs it).
+pub struct Csv {
+    w: csv::Writer<Vec<u8>>,
+}
+
+impl Csv {
+    pub fn new(header: &[&str]) -> Csv {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let _ = w.write_record(header);
+        Csv { w }
+    }
+
+    pub fn row<I, T>(&mut self, cells: I)
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<[u8]>,
+    {
+        let _ = self.w.write_record(cells);
+    }
+
+    pub fn text(self) -> String {
+        String::from_utf8_lossy(&self.w.into_inner().unwrap_or_default()).into_owned()
+    }
+}
+
+/// A time in ns as CSV holds it: to a tenth of a nanosecond (the quantiles
+/// interpolate between samples; the clock itself counts whole ns), no
+/// trailing zeros; empty for none.
+pub fn ns_cell(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => {
+            let s = format!("{v:.1}");
+            s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
+        }
+        _ => String::new(),
+    }
+}
+
+/// A rate (or any large figure) in whole units; empty for none.
+pub fn whole_cell(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.0}"),
+        _ => String::new(),
+    }
+}
+
 /// A result as `--json` prints it: pretty, with a final newline.
 pub fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v)

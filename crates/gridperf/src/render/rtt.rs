@@ -1,6 +1,6 @@
 //! `gridperf rtt`: the table (one row per point, times in units that fit) and the CSV.
 
-use super::header;
+use super::{header, ns_cell, Csv};
 use gridperf_core::model::{RttPoint, RttReport};
 use gridperf_core::units::{fmt_bytes, fmt_ns};
 use std::fmt::Write;
@@ -61,46 +61,56 @@ pub fn rows(points: &[RttPoint]) -> String {
     out
 }
 
+/// The CSV: a row per point, or with `samples` a row per sample.
 pub fn csv(r: &RttReport, samples: bool) -> String {
-    let mut out = String::new();
     if samples {
-        out.push_str("proto,size_bytes,index,rtt_ns\n");
+        let mut t = Csv::new(&["proto", "size_bytes", "index", "rtt_ns"]);
         for p in &r.points {
             for (i, ns) in p.samples_ns.iter().flatten().enumerate() {
-                let _ = writeln!(out, "{},{},{i},{ns}", p.proto.name(), p.size_bytes);
+                t.row([p.proto.name().to_string(), p.size_bytes.to_string(), i.to_string(), ns.to_string()]);
             }
         }
-        return out;
+        return t.text();
     }
-    out.push_str(
-        "proto,size_bytes,count,warmup,sent,lost,late,min_ns,q1_ns,median_ns,q3_ns,p99_ns,max_ns,mean_ns,stddev_ns\n",
-    );
+    let mut t = Csv::new(&[
+        "proto",
+        "size_bytes",
+        "count",
+        "warmup",
+        "sent",
+        "lost",
+        "late",
+        "min_ns",
+        "q1_ns",
+        "median_ns",
+        "q3_ns",
+        "p99_ns",
+        "max_ns",
+        "mean_ns",
+        "stddev_ns",
+        "irregular",
+    ]);
     for p in &r.points {
-        let _ = write!(out, "{},{},", p.proto.name(), p.size_bytes);
-        match &p.summary {
-            Some(m) => {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    m.count,
-                    p.warmup,
-                    p.sent,
-                    p.lost,
-                    p.late,
-                    m.min_ns,
-                    m.q1_ns,
-                    m.median_ns,
-                    m.q3_ns,
-                    m.p99_ns,
-                    m.max_ns,
-                    m.mean_ns,
-                    m.stddev_ns
-                );
-            }
-            None => {
-                let _ = writeln!(out, "0,{},{},{},{},,,,,,,,", p.warmup, p.sent, p.lost, p.late);
-            }
-        }
+        let m = p.summary.as_ref();
+        let f = |g: fn(&gridperf_core::stats::Summary) -> f64| ns_cell(m.map(g));
+        t.row([
+            p.proto.name().to_string(),
+            p.size_bytes.to_string(),
+            m.map_or(0, |m| m.count).to_string(),
+            p.warmup.to_string(),
+            p.sent.to_string(),
+            p.lost.to_string(),
+            p.late.to_string(),
+            f(|m| m.min_ns),
+            f(|m| m.q1_ns),
+            f(|m| m.median_ns),
+            f(|m| m.q3_ns),
+            f(|m| m.p99_ns),
+            f(|m| m.max_ns),
+            f(|m| m.mean_ns),
+            f(|m| m.stddev_ns),
+            p.irregular.as_ref().map(|i| i.describe()).unwrap_or_default(),
+        ]);
     }
-    out
+    t.text()
 }

@@ -83,7 +83,7 @@ fn points_table(r: &RunRow, points: &[PointRow]) -> String {
         Some(Measure::Transfer) => figures::<TransferPoint>(points).map(|p| super::transfer::rows(&p)),
         Some(Measure::Stream) => figures::<StreamResult>(points).map(|s| {
             let proto = points.first().map(|p| p.proto.as_str()).unwrap_or("tcp");
-            super::stream::rows(proto, &s)
+            super::stream::rows(proto, &s, super::stream::Units::Auto)
         }),
         Some(Measure::Fanout) => figures::<FanoutPoint>(points).map(|p| super::fanout::rows(&p)),
         None => None,
@@ -227,12 +227,17 @@ pub fn csv(r: &RunRow, points: &[PointRow]) -> String {
         _ => None,
     };
     own.unwrap_or_else(|| {
-        let mut out = String::from("proto,size_bytes,setting,q1_ns,median_ns,q3_ns\n");
-        let f = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
+        let mut t = super::Csv::new(&["proto", "size_bytes", "setting", "q1_ns", "median_ns", "q3_ns"]);
         for p in points {
-            let _ =
-                writeln!(out, "{},{},{},{},{},{}", p.proto, p.size, p.setting, f(p.q1_ns), f(p.median_ns), f(p.q3_ns));
+            t.row([
+                p.proto.clone(),
+                p.size.to_string(),
+                p.setting.clone(),
+                super::ns_cell(p.q1_ns),
+                super::ns_cell(p.median_ns),
+                super::ns_cell(p.q3_ns),
+            ]);
         }
-        out
+        t.text()
     })
 }

@@ -3,15 +3,49 @@
 //! the live interval lines, the TCP_INFO timeline as CSV or JSON lines, and
 //! the streams of a stored run as CSV.
 
-use super::{fmt_volume, socket_line};
+use super::{fmt_volume, socket_line, whole_cell, Csv};
 use gridperf_core::model::{EndInfo, StreamReport, StreamResult};
 use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
 use std::fmt::Write;
 
+/// The unit rates are printed in (iperf3's -f): bits per second in the
+/// unit that fits (the default), or a fixed unit of bits or bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Units {
+    #[default]
+    Auto,
+    /// k, m, g, t: 10^3k bits per second.
+    Bits(u32),
+    /// K, M, G, T: 10^3k bytes per second.
+    Bytes(u32),
+}
+
+impl Units {
+    /// `-f k|m|g|t|K|M|G|T`; None for anything else.
+    pub fn parse(s: &str) -> Option<Units> {
+        let power = |c: char| "kmgt".find(c.to_ascii_lowercase()).map(|k| k as u32 + 1);
+        match s.chars().collect::<Vec<_>>().as_slice() {
+            [c] if c.is_ascii_lowercase() => power(*c).map(Units::Bits),
+            [c] if c.is_ascii_uppercase() => power(*c).map(Units::Bytes),
+            _ => None,
+        }
+    }
+
+    /// A rate in bits per second, in this unit.
+    pub fn rate(self, bps: f64) -> String {
+        let prefix = |k: u32| ["", "k", "M", "G", "T"][k as usize];
+        match self {
+            Units::Auto => fmt_bps(bps),
+            Units::Bits(k) => format!("{:.2} {}bit/s", bps / 1000f64.powi(k as i32), prefix(k)),
+            Units::Bytes(k) => format!("{:.2} {}Byte/s", bps / 8.0 / 1000f64.powi(k as i32), prefix(k)),
+        }
+    }
+}
+
 /// `gridperf stream`'s table: the settings, each run's streams with both
 /// ends' figures and the verdict, the totals and fairness, and with
 /// --repeat the runs' spread.
-pub fn table(r: &StreamReport, best: bool) -> String {
+pub fn table(r: &StreamReport, best: bool, units: Units) -> String {
     let mut out = String::new();
     let s = &r.spec;
     let way = match s.direction {
@@ -83,13 +117,13 @@ pub fn table(r: &StreamReport, best: bool) -> String {
             }
         }
         let _ = writeln!(out);
-        out.push_str(&rows(&s.proto, &run.streams));
+        out.push_str(&rows(&s.proto, &run.streams, units));
         let mut total = Vec::new();
         if let Some(u) = run.up_bps {
-            total.push(format!("up {}", fmt_bps(u)));
+            total.push(format!("up {}", units.rate(u)));
         }
         if let Some(d) = run.down_bps {
-            total.push(format!("down {}", fmt_bps(d)));
+            total.push(format!("down {}", units.rate(d)));
         }
         let _ = write!(out, "total: {}", total.join(", "));
         if run.streams.len() > 1 {
@@ -119,15 +153,15 @@ pub fn table(r: &StreamReport, best: bool) -> String {
         }
     }
     if r.runs.len() > 1 {
-        let list: Vec<String> = r.totals_bps.iter().map(|t| fmt_bps(*t)).collect();
+        let list: Vec<String> = r.totals_bps.iter().map(|t| units.rate(*t)).collect();
         let _ = writeln!(out, "\nruns: {}", list.join(", "));
         if best {
-            let _ = writeln!(out, "best: {}", r.best_bps.map(fmt_bps).unwrap_or_else(|| "-".into()));
+            let _ = writeln!(out, "best: {}", r.best_bps.map(|b| units.rate(b)).unwrap_or_else(|| "-".into()));
         } else {
             let _ = writeln!(
                 out,
                 "median: {} · spread (max - min) / median: {}",
-                r.median_bps.map(fmt_bps).unwrap_or_else(|| "-".into()),
+                r.median_bps.map(|m| units.rate(m)).unwrap_or_else(|| "-".into()),
                 r.spread.map(|s| format!("{:.1}%", s * 100.0)).unwrap_or_else(|| "-".into())
             );
         }
@@ -137,7 +171,7 @@ pub fn table(r: &StreamReport, best: bool) -> String {
 
 /// The streams' rows (with their heading): UDP's loss, reordering and
 /// jitter, or TCP's retransmissions, window and verdict.
-pub fn rows(proto: &str, streams: &[StreamResult]) -> String {
+pub fn rows(proto: &str, streams: &[StreamResult], units: Units) -> String {
     let mut out = String::new();
     if proto == "udp" {
         let _ = writeln!(
@@ -156,7 +190,7 @@ pub fn rows(proto: &str, streams: &[StreamResult]) -> String {
                 st.index,
                 st.direction,
                 fmt_volume(st.receiver.bytes),
-                fmt_bps(st.throughput_bps),
+                units.rate(st.throughput_bps),
                 sent,
                 format!("{lost} ({pct:.2}%)"),
                 u.reordered,
@@ -182,7 +216,7 @@ pub fn rows(proto: &str, streams: &[StreamResult]) -> String {
                 st.index,
                 st.direction,
                 fmt_volume(st.receiver.bytes),
-                fmt_bps(st.throughput_bps),
+                units.rate(st.throughput_bps),
                 st.retransmits.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
                 cwnd.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
                 min_rtt.map(|u| fmt_ns(u as f64 * 1e3)).unwrap_or_else(|| "-".into()),
@@ -203,85 +237,120 @@ pub fn rows(proto: &str, streams: &[StreamResult]) -> String {
 
 /// Every stream's TCP_INFO timeline (the sender's), as CSV or JSON lines.
 pub fn timeline(r: &StreamReport, csv: bool) -> String {
-    let mut out = String::new();
-    if csv {
-        out.push_str("run,stream,direction,t_s,cwnd,ssthresh,srtt_ms,rttvar_ms,min_rtt_ms,unacked,bytes_in_flight,total_retrans,delivery_rate_bps,pacing_rate_bps,busy_ms,rwnd_limited_ms,sndbuf_limited_ms,snd_wnd,bytes_acked\n");
-    }
+    let mut t = Csv::new(&[
+        "run",
+        "stream",
+        "direction",
+        "t_s",
+        "cwnd",
+        "ssthresh",
+        "srtt_ms",
+        "rttvar_ms",
+        "min_rtt_ms",
+        "unacked",
+        "bytes_in_flight",
+        "total_retrans",
+        "delivery_rate_bps",
+        "pacing_rate_bps",
+        "busy_ms",
+        "rwnd_limited_ms",
+        "sndbuf_limited_ms",
+        "snd_wnd",
+        "bytes_acked",
+    ]);
+    let mut lines = String::new();
+    let ms = |us: f64| format!("{:.3}", us / 1e3);
     for (k, run) in r.runs.iter().enumerate() {
         for st in &run.streams {
-            for t in &st.timeline {
+            for s in &st.timeline {
                 if csv {
-                    let _ = writeln!(
-                        out,
-                        "{},{},{},{:.3},{},{},{:.3},{:.3},{:.3},{},{},{},{},{},{:.3},{:.3},{:.3},{},{}",
-                        k + 1,
-                        st.index,
-                        st.direction,
-                        t.t_ns as f64 / 1e9,
-                        t.cwnd,
-                        t.ssthresh,
-                        t.srtt_us as f64 / 1e3,
-                        t.rttvar_us as f64 / 1e3,
-                        t.min_rtt_us as f64 / 1e3,
-                        t.unacked,
-                        t.unacked as u64 * t.mss as u64,
-                        t.total_retrans,
-                        t.delivery_rate * 8,
-                        t.pacing_rate.saturating_mul(8),
-                        t.busy_us as f64 / 1e3,
-                        t.rwnd_limited_us as f64 / 1e3,
-                        t.sndbuf_limited_us as f64 / 1e3,
-                        t.snd_wnd,
-                        t.bytes_acked
-                    );
+                    t.row([
+                        (k + 1).to_string(),
+                        st.index.to_string(),
+                        st.direction.clone(),
+                        format!("{:.3}", s.t_ns as f64 / 1e9),
+                        s.cwnd.to_string(),
+                        s.ssthresh.to_string(),
+                        ms(s.srtt_us as f64),
+                        ms(s.rttvar_us as f64),
+                        ms(s.min_rtt_us as f64),
+                        s.unacked.to_string(),
+                        (s.unacked as u64 * s.mss as u64).to_string(),
+                        s.total_retrans.to_string(),
+                        (s.delivery_rate * 8).to_string(),
+                        s.pacing_rate.saturating_mul(8).to_string(),
+                        ms(s.busy_us as f64),
+                        ms(s.rwnd_limited_us as f64),
+                        ms(s.sndbuf_limited_us as f64),
+                        s.snd_wnd.to_string(),
+                        s.bytes_acked.to_string(),
+                    ]);
                 } else {
                     let line =
-                        serde_json::json!({ "run": k + 1, "stream": st.index, "direction": st.direction, "sample": t });
-                    let _ = writeln!(out, "{line}");
+                        serde_json::json!({ "run": k + 1, "stream": st.index, "direction": st.direction, "sample": s });
+                    let _ = writeln!(lines, "{line}");
                 }
             }
         }
     }
-    out
+    if csv {
+        t.text()
+    } else {
+        lines
+    }
+}
+
+/// The heading of the live lines.
+pub fn interval_header(streams: usize) -> String {
+    let per = if streams > 1 { "   [stream:rate ...]" } else { "" };
+    format!("{:>9}  {:>14}{per}\n", "time", "received")
 }
 
 /// One live line: the receivers' bytes in the interval that ended `t_ms`
 /// after the start (per stream, when there are several), as a rate.
-pub fn interval_line(interval_ms: u64, omit_ms: u64, repeat: u32, run: u32, t_ms: u64, rows: &[(u32, u64)]) -> String {
+pub fn interval_line(
+    interval_ms: u64,
+    omit_ms: u64,
+    repeat: u32,
+    (run, t_ms): (u32, u64),
+    rows: &[(u32, u64)],
+    units: Units,
+) -> String {
     let secs = interval_ms as f64 / 1000.0;
     let total: u64 = rows.iter().map(|r| r.1).sum();
-    let per: Vec<String> = rows.iter().map(|(i, b)| format!("{i}:{}", fmt_bps(*b as f64 * 8.0 / secs))).collect();
+    let per: Vec<String> = rows.iter().map(|(i, b)| format!("{i}:{}", units.rate(*b as f64 * 8.0 / secs))).collect();
     let omitted = if t_ms <= omit_ms { " (omitted)" } else { "" };
     let run = if repeat > 1 { format!("run {} ", run + 1) } else { String::new() };
     let per = if rows.len() > 1 { format!("   [{}]", per.join("  ")) } else { String::new() };
-    format!("{run}{:>7.1} s  {:>14}{per}{omitted}\n", t_ms as f64 / 1000.0, fmt_bps(total as f64 * 8.0 / secs))
+    format!("{run}{:>7.1} s  {:>14}{per}{omitted}\n", t_ms as f64 / 1000.0, units.rate(total as f64 * 8.0 / secs))
 }
 
 /// The streams of a stored run, one CSV row each.
 pub fn csv(streams: &[StreamResult]) -> String {
-    let mut out =
-        String::from("stream,direction,sent_bytes,received_bytes,throughput_bps,retransmits,limit,verdict,broken\n");
+    let mut t = Csv::new(&[
+        "stream",
+        "direction",
+        "sent_bytes",
+        "received_bytes",
+        "throughput_bps",
+        "retransmits",
+        "limit",
+        "verdict",
+        "broken",
+    ]);
     for s in streams {
-        let quote = |t: &str| format!("\"{}\"", t.replace('"', "'"));
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{:.0},{},{},{},{}",
-            s.index,
-            s.direction,
-            s.sender.bytes,
-            s.receiver.bytes,
-            s.throughput_bps,
+        let limit = s.verdict.as_ref().and_then(|v| serde_json::to_value(v.limit).ok());
+        t.row([
+            s.index.to_string(),
+            s.direction.clone(),
+            s.sender.bytes.to_string(),
+            s.receiver.bytes.to_string(),
+            whole_cell(Some(s.throughput_bps)),
             s.retransmits.map(|r| r.to_string()).unwrap_or_default(),
-            s.verdict
-                .as_ref()
-                .map(|v| serde_json::to_value(v.limit)
-                    .ok()
-                    .and_then(|l| l.as_str().map(str::to_string))
-                    .unwrap_or_default())
-                .unwrap_or_default(),
-            s.verdict.as_ref().map(|v| quote(&v.text)).unwrap_or_default(),
-            s.broken.as_deref().map(quote).unwrap_or_default(),
-        );
+            limit.and_then(|l| l.as_str().map(str::to_string)).unwrap_or_default(),
+            s.verdict.as_ref().map(|v| v.text.clone()).unwrap_or_default(),
+            s.broken.clone().unwrap_or_default(),
+        ]);
     }
-    out
+    t.text()
 }

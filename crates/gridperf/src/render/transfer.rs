@@ -1,6 +1,6 @@
 //! `gridperf transfer`: the table and the CSV.
 
-use super::header;
+use super::{header, ns_cell, whole_cell, Csv};
 use gridperf_core::model::{TransferPoint, TransferReport};
 use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
 use std::fmt::Write;
@@ -60,40 +60,43 @@ pub fn rows(points: &[TransferPoint]) -> String {
     out
 }
 
+/// The CSV: a row per point.
 pub fn csv(r: &TransferReport) -> String {
-    let mut out = String::from(
-        "proto,size_bytes,messages,bytes_per_run,runs,lost,min_ns,q1_ns,median_ns,q3_ns,max_ns,mean_ns,stddev_ns,rate_bps\n",
-    );
+    let mut t = Csv::new(&[
+        "proto",
+        "size_bytes",
+        "messages",
+        "bytes_per_run",
+        "runs",
+        "lost",
+        "min_ns",
+        "q1_ns",
+        "median_ns",
+        "q3_ns",
+        "max_ns",
+        "mean_ns",
+        "stddev_ns",
+        "rate_bps",
+    ]);
     for p in &r.points {
-        let _ = write!(
-            out,
-            "{},{},{},{},{},{},",
-            p.proto.name(),
-            p.size_bytes,
-            p.messages,
-            p.bytes_per_run,
-            p.run_times_ns.len(),
-            p.lost
-        );
-        match &p.time {
-            Some(t) => {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{},{},{},{}",
-                    t.min_ns,
-                    t.q1_ns,
-                    t.median_ns,
-                    t.q3_ns,
-                    t.max_ns,
-                    t.mean_ns,
-                    t.stddev_ns,
-                    p.rate_bps.unwrap_or(f64::NAN)
-                );
-            }
-            None => {
-                let _ = writeln!(out, ",,,,,,,");
-            }
-        }
+        let m = p.time.as_ref();
+        let f = |g: fn(&gridperf_core::stats::Summary) -> f64| ns_cell(m.map(g));
+        t.row([
+            p.proto.name().to_string(),
+            p.size_bytes.to_string(),
+            p.messages.to_string(),
+            p.bytes_per_run.to_string(),
+            p.run_times_ns.len().to_string(),
+            p.lost.to_string(),
+            f(|m| m.min_ns),
+            f(|m| m.q1_ns),
+            f(|m| m.median_ns),
+            f(|m| m.q3_ns),
+            f(|m| m.max_ns),
+            f(|m| m.mean_ns),
+            f(|m| m.stddev_ns),
+            whole_cell(p.rate_bps),
+        ]);
     }
-    out
+    t.text()
 }

@@ -20,8 +20,20 @@ use gridperf_core::model::{EndInfo, Environment};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
+/// An address family a user may insist on (-4, -6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
 /// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 literal.
 pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
+    resolve_family(host, default_port, None)
+}
+
+/// The same, taking only addresses of `family` when one is given.
+pub fn resolve_family(host: &str, default_port: u16, family: Option<Family>) -> Result<SocketAddr> {
     let candidates: Vec<SocketAddr> = if let Ok(a) = host.parse::<SocketAddr>() {
         vec![a]
     } else if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
@@ -30,7 +42,20 @@ pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
         let with_port = if host.contains(':') { host.to_string() } else { format!("{host}:{default_port}") };
         with_port.to_socket_addrs().map_err(|e| Error::network(format!("cannot resolve {host:?}: {e}")))?.collect()
     };
-    candidates.into_iter().next().ok_or_else(|| Error::network(format!("{host:?} resolves to no address")))
+    let fits = |a: &SocketAddr| match family {
+        Some(Family::V4) => a.is_ipv4(),
+        Some(Family::V6) => a.is_ipv6(),
+        None => true,
+    };
+    let any = !candidates.is_empty();
+    candidates.into_iter().find(fits).ok_or_else(|| match (family, any) {
+        (Some(f), true) => Error::usage(format!(
+            "{host:?} has no IPv{} address (-{})",
+            if f == Family::V4 { 4 } else { 6 },
+            if f == Family::V4 { 4 } else { 6 }
+        )),
+        _ => Error::network(format!("{host:?} resolves to no address")),
+    })
 }
 
 pub use crate::host::unix_now;

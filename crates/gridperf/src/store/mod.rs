@@ -77,8 +77,13 @@ pub fn network_alias(name: &str) -> &str {
     }
 }
 
-/// Where results go when no --db is given.
+/// Where results go when no --db is given: `$XDG_DATA_HOME/gridperf`, else
+/// `~/.local/share/gridperf`; under sudo, in the home of the user who ran
+/// it (and theirs: see [`Store`]'s drop), not root's.
 pub fn default_path() -> PathBuf {
+    if let Some((_, _, _, home)) = crate::host::sudo_user() {
+        return home.join(".local/share/gridperf/results.db");
+    }
     let base = std::env::var_os("XDG_DATA_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -182,8 +187,13 @@ impl Store {
     /// schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // the folders this makes (under sudo, they are the user's too)
+            let missing: Vec<PathBuf> = dir.ancestors().take_while(|d| !d.exists()).map(Path::to_path_buf).collect();
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::usage(format!("cannot create {} for the results database: {e}", dir.display())))?;
+            for d in missing {
+                crate::host::give_back(&d);
+            }
         }
         Self::open_with(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)
     }
@@ -218,6 +228,19 @@ impl Store {
         let mut store = Store { conn, path: path.to_path_buf() };
         store.migrate(version)?;
         Ok(store)
+    }
+
+    /// The store's files: the database, its write-ahead log and shared memory.
+    fn files(&self) -> Vec<PathBuf> {
+        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut out = vec![self.path.clone()];
+        for ext in ["-wal", "-shm"] {
+            out.push(self.path.with_file_name(format!("{name}{ext}")));
+        }
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            out.push(dir.to_path_buf());
+        }
+        out
     }
 
     fn migrate(&mut self, from: i64) -> Result<()> {
@@ -466,6 +489,16 @@ impl Store {
     /// The newest survey's id, if any.
     pub fn latest_survey(&self) -> Result<Option<i64>> {
         self.conn.query_row("SELECT MAX(id) FROM surveys", [], |r| r.get(0)).map_err(self.e())
+    }
+}
+
+impl Drop for Store {
+    /// Under sudo, the store's files go back to the user who ran gridperf,
+    /// so that their own `gridperf runs` can read and write them later.
+    fn drop(&mut self) {
+        for f in self.files() {
+            crate::host::give_back(&f);
+        }
     }
 }
 

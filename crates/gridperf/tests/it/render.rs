@@ -338,15 +338,32 @@ fn transfer_table_csv() {
 #[test]
 fn stream_tables() {
     let tcp = stream_report(vec![stream_run(vec![tcp_stream(0, 4_000_000_000, 20), tcp_stream(1, 1_000_000, 10)])]);
-    insta::assert_snapshot!("stream_table_tcp", render::stream::table(&tcp, false));
+    insta::assert_snapshot!("stream_table_tcp", render::stream::table(&tcp, false, render::stream::Units::Auto));
     insta::assert_snapshot!("stream_timeline_csv", render::stream::timeline(&tcp, true));
     let repeated = stream_report(vec![
         stream_run(vec![tcp_stream(0, 4_000_000_000, 20)]),
         stream_run(vec![tcp_stream(0, 3_500_000_000, 20)]),
     ]);
-    insta::assert_snapshot!("stream_table_repeat_median", render::stream::table(&repeated, false));
-    insta::assert_snapshot!("stream_table_repeat_best", render::stream::table(&repeated, true));
-    insta::assert_snapshot!("stream_table_udp", render::stream::table(&udp_report(), false));
+    insta::assert_snapshot!(
+        "stream_table_repeat_median",
+        render::stream::table(&repeated, false, render::stream::Units::Auto)
+    );
+    insta::assert_snapshot!(
+        "stream_table_repeat_best",
+        render::stream::table(&repeated, true, render::stream::Units::Auto)
+    );
+    insta::assert_snapshot!(
+        "stream_table_udp",
+        render::stream::table(&udp_report(), false, render::stream::Units::Auto)
+    );
+    // iperf3's -f: a fixed unit of bits or bytes
+    let m = render::stream::table(&tcp, false, render::stream::Units::parse("m").expect("m"));
+    assert!(m.contains("16000.00 Mbit/s") && m.contains("total: up 16004.00 Mbit/s"), "{m}");
+    let g = render::stream::table(&tcp, false, render::stream::Units::parse("G").expect("G"));
+    assert!(g.contains("2.00 GByte/s"), "{g}");
+    for bad in ["x", "mm", "", "p"] {
+        assert!(render::stream::Units::parse(bad).is_none(), "{bad}");
+    }
 }
 
 mod fanout_fixture {

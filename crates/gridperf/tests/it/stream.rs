@@ -261,6 +261,7 @@ fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
         deadlines: crate::opts(&[], &[]).deadlines,
         path_rate_bps: None,
         notes: Vec::new(),
+        client_cpu: None,
     };
     // the agent notices within its 100 ms poll; allow for a slow machine
     let r = loop {
