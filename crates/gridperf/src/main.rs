@@ -32,7 +32,10 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             go(a, f, commands::fanout::run)
         }
         Command::Tune(a) => go(a, table, commands::tune::run),
-        Command::Survey(a) => go(a, table, commands::survey::run),
+        Command::Survey(a) => {
+            let f = gridperf::cli::format(a.json, false);
+            go(a, f, commands::survey::run)
+        }
         Command::Runs(c) => {
             let f = c.format();
             go(c, f, commands::runs::run)

@@ -27,6 +27,18 @@ pub const TRANSFER_SCHEMA: &str = "gridperf.transfer/1";
 pub const STREAM_SCHEMA: &str = "gridperf.stream/1";
 pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
 pub const TUNE_SCHEMA: &str = "gridperf.tune/2";
+/// `gridperf survey --json`: the conclusions per network.
+pub const SURVEY_SCHEMA: &str = "gridperf.survey/1";
+/// `gridperf runs list --json`: the stored runs.
+pub const RUNS_SCHEMA: &str = "gridperf.runs/1";
+/// `gridperf runs show --json` and `runs export`: one stored run and its points.
+pub const RUN_SCHEMA: &str = "gridperf.run/1";
+/// `gridperf lab up --json` and `lab status --json`: a lab and its health.
+pub const LAB_SCHEMA: &str = "gridperf.lab/1";
+/// `gridperf lab profiles --json`.
+pub const LAB_PROFILES_SCHEMA: &str = "gridperf.lab-profiles/1";
+/// `gridperf lab calibrate --json`.
+pub const LAB_CALIBRATION_SCHEMA: &str = "gridperf.lab-calibration/1";
 
 /// The network name every run on loopback is stored under, whatever the
 /// user typed to reach it (a local agent, 127.0.0.1, ::1, localhost, or the

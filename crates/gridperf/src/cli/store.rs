@@ -42,6 +42,9 @@ pub struct SurveyArgs {
     /// The agent's control port (with HOST).
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
+    /// Print the conclusions as gridperf.survey/1 JSON (docs/json.md) instead of the tables.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]

@@ -5,6 +5,7 @@ use super::{Format, Output};
 use crate::error::Result;
 use crate::lab::{self, LabSpec};
 use crate::render;
+use gridperf_core::model::{LAB_CALIBRATION_SCHEMA, LAB_PROFILES_SCHEMA, LAB_SCHEMA};
 use gridperf_core::units::{fmt_bps, fmt_ns};
 
 /// What `gridperf lab` does, checked.
@@ -40,7 +41,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
         Opts::Up(spec) => {
             let st = lab::up(*spec)?;
             match out.format {
-                Format::Json => out.json(&st)?,
+                Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": null }))?,
                 _ => out.print(&render::lab::status(&st, None))?,
             }
         }
@@ -57,7 +58,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             })?;
             let health = lab::health(&name);
             match out.format {
-                Format::Json => out.json(&serde_json::json!({ "lab": st, "health": health }))?,
+                Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": health }))?,
                 _ => out.print(&render::lab::status(&st, health.as_ref()))?,
             }
         }
@@ -79,7 +80,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                             })
                         })
                         .collect();
-                    out.json(&rows)?
+                    out.json(&serde_json::json!({ "schema": LAB_PROFILES_SCHEMA, "profiles": rows }))?
                 }
                 _ => out.print(&render::lab::profiles(&profiles))?,
             }
@@ -95,7 +96,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                 }
             }
             match out.format {
-                Format::Json => out.json(&points)?,
+                Format::Json => out.json(&serde_json::json!({ "schema": LAB_CALIBRATION_SCHEMA, "points": points }))?,
                 _ => out.print(&render::lab::calibration(&points))?,
             }
         }

@@ -4,6 +4,8 @@ use super::{Format, Output};
 use crate::error::Result;
 use crate::render;
 use crate::store::{RunFilter, Store};
+use gridperf_core::model::{RUNS_SCHEMA, RUN_SCHEMA};
+use serde_json::json;
 use std::path::PathBuf;
 
 /// What `gridperf runs` does, checked.
@@ -19,9 +21,13 @@ pub enum Opts {
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     match o {
         Opts::List { db, filter } => {
-            let runs = Store::open_existing(&db)?.runs(&filter)?;
+            // no store yet is no run yet: an empty list, not an error
+            let runs = if db.exists() { Store::open_existing(&db)?.runs(&filter)? } else { Vec::new() };
+            if !db.exists() {
+                out.note(&format!("gridperf runs: no runs stored yet ({} does not exist)", db.display()));
+            }
             match out.format {
-                Format::Json => out.json(&runs),
+                Format::Json => out.json(&json!({ "schema": RUNS_SCHEMA, "runs": runs })),
                 _ => out.print(&render::runs::list(&runs)),
             }
         }
@@ -29,7 +35,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             let store = Store::open_existing(&db)?;
             let (run, points) = (store.run(id)?, store.points(id)?);
             match out.format {
-                Format::Json => out.json(&serde_json::json!({ "run": run, "points": points })),
+                Format::Json => out.json(&json!({ "schema": RUN_SCHEMA, "run": run, "points": points })),
                 _ => out.print(&render::runs::show(&run, &points)),
             }
         }
@@ -43,7 +49,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             let (run, points) = (store.run(id)?, store.points(id)?);
             match out.format {
                 Format::Csv => out.print(&render::runs::csv(&run, &points)),
-                _ => out.json(&serde_json::json!({ "run": run, "points": points })),
+                _ => out.json(&json!({ "schema": RUN_SCHEMA, "run": run, "points": points })),
             }
         }
         Opts::Delete { db, id } => {

@@ -379,18 +379,18 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
          (the protocols taking turns).</p>",
         (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
     );
-    let excluded: Vec<(&str, &(String, u64, String))> =
+    let excluded: Vec<(&str, &super::survey::Excluded)> =
         analysis.iter().flat_map(|a| a.excluded.iter().map(move |e| (a.network.as_str(), e))).collect();
     if !excluded.is_empty() {
         h.push_str("<p>Left out of the conclusions (a median does not describe them):</p><ul>\n");
-        for (net, (proto, size, why)) in excluded {
+        for (net, e) in excluded {
             let _ = writeln!(
                 h,
                 "<li>{} {} {}: {}</li>",
                 escape(net),
-                escape(proto),
-                escape(&gridperf_core::units::fmt_bytes(*size)),
-                escape(why)
+                escape(&e.proto),
+                escape(&gridperf_core::units::fmt_bytes(e.size)),
+                escape(&e.why)
             );
         }
         h.push_str("</ul>\n");

@@ -8,17 +8,28 @@ use gridperf_core::survey::{best_protocol, thresholds, BestRange, Curve, CurvePo
 use gridperf_core::units::{fmt_bytes, fmt_ns};
 use std::fmt::Write;
 
-/// One network's RTT curves, best-protocol ranges and thresholds.
+/// One network's RTT curves, best-protocol ranges and thresholds (in
+/// `survey --json` without the curves, which `runs export` gives).
+#[derive(serde::Serialize)]
 pub struct NetworkAnalysis {
     pub network: String,
     pub mtu: Option<u32>,
     /// Every point with a median (what the plots draw).
+    #[serde(skip)]
     pub curves: Vec<Curve>,
     pub best: Vec<BestRange>,
     pub thresholds: Vec<Threshold>,
     pub invalid: Option<String>,
-    /// Points left out of the conclusions: (protocol, size, why).
-    pub excluded: Vec<(String, u64, String)>,
+    /// Points left out of the conclusions.
+    pub excluded: Vec<Excluded>,
+}
+
+/// A point the conclusions do not rest on, and why.
+#[derive(serde::Serialize)]
+pub struct Excluded {
+    pub proto: String,
+    pub size: u64,
+    pub why: String,
 }
 
 /// Why a stored point's median does not describe it, if it does not.
@@ -88,7 +99,10 @@ pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
                 best,
                 thresholds: th,
                 invalid: r.invalid.clone(),
-                excluded: pts.iter().filter_map(|p| Some((p.proto.clone(), p.size, irregular(p)?))).collect(),
+                excluded: pts
+                    .iter()
+                    .filter_map(|p| Some(Excluded { proto: p.proto.clone(), size: p.size, why: irregular(p)? }))
+                    .collect(),
             }
         })
         .collect()
@@ -141,8 +155,8 @@ pub fn best_table_text(all: &[NetworkAnalysis]) -> String {
         if let Some(why) = &a.invalid {
             let _ = writeln!(out, "{:<14} INVALID run: {why}", a.network);
         }
-        for (proto, size, why) in &a.excluded {
-            let _ = writeln!(out, "{:<14} left out: {proto} {}: {why}", a.network, fmt_bytes(*size));
+        for e in &a.excluded {
+            let _ = writeln!(out, "{:<14} left out: {} {}: {}", a.network, e.proto, fmt_bytes(e.size), e.why);
         }
     }
     let _ = writeln!(

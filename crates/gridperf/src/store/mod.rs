@@ -104,7 +104,10 @@ pub struct RunRow {
     pub target: String,
     pub command_line: String,
     pub version: String,
+    /// Seconds since the Unix epoch (as env's `started_unix`).
+    #[serde(rename = "started_unix", alias = "started")]
     pub started: f64,
+    #[serde(rename = "finished_unix", alias = "finished")]
     pub finished: Option<f64>,
     pub settings: serde_json::Value,
     pub env: Option<Environment>,
@@ -135,12 +138,16 @@ impl RunRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointRow {
     pub proto: String,
+    #[serde(rename = "size_bytes", alias = "size")]
     pub size: u64,
     pub setting: String,
     pub median_ns: Option<f64>,
     pub q1_ns: Option<f64>,
     pub q3_ns: Option<f64>,
+    /// Everything the point's JSON has (as `rtt --json` prints a point).
     pub figures: serde_json::Value,
+    /// The stored samples, in ns (up to 4096, thinned evenly), if kept.
+    #[serde(rename = "samples_ns", alias = "samples")]
     pub samples: Option<Vec<u64>>,
 }
 

@@ -413,12 +413,21 @@ fn a_failed_run_is_stored_as_invalid_with_why() {
     let db = dir.join("f.db");
     let dbs = db.to_str().expect("path");
     let port = free_port().to_string();
+    // before anything is stored, the list is empty, in both forms
+    let o = run(&["runs", "list", "--db", dbs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1, "only the header");
+    let o = run(&["runs", "list", "--db", dbs, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["runs"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(!db.exists(), "listing created the store");
     let o = run(&["rtt", "127.0.0.1", "-p", &port, "--connect-timeout", "1s", "--db", dbs]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let o = run(&["runs", "list", "--db", dbs, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let runs: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let r = &runs[0];
+    assert_eq!(runs["schema"], "gridperf.runs/1");
+    let r = &runs["runs"][0];
     assert_eq!(r["status"], "failed", "{r}");
     let why = r["invalid"].as_str().unwrap_or_default();
     assert!(why.contains("cannot connect to the agent"), "{r}");
@@ -427,6 +436,15 @@ fn a_failed_run_is_stored_as_invalid_with_why() {
     assert!(listed.lines().nth(1).is_some_and(|l| l.ends_with("INVALID")), "{listed}");
     let o = run(&["runs", "show", &r["id"].to_string(), "--db", dbs]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("INVALID: failed: cannot connect"), "{}", stderr(&o));
+    for args in [&["runs", "show", "--json"][..], &["runs", "export", "--format", "json"]] {
+        let mut all = args.to_vec();
+        let id = r["id"].to_string();
+        all.extend_from_slice(&[&id, "--db", dbs]);
+        let o = run(&all);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["schema"], "gridperf.run/1", "{args:?}");
+        assert_eq!(v["run"]["status"], "failed", "{args:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -481,7 +499,7 @@ fn loopback_is_one_network_however_it_is_reached() {
     let o = run(&["runs", "list", "--db", dbs, "--network", "local", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let listed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let listed = listed.as_array().expect("runs");
+    let listed = listed["runs"].as_array().expect("runs");
     assert_eq!(listed.len(), runs, "{listed:?}");
     assert!(listed.iter().all(|r| r["network"] == "loopback"), "{listed:?}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -184,6 +184,8 @@ fn profiles_list_their_sources() {
     let o = run(&["lab", "profiles", "--json"]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["schema"], "gridperf.lab-profiles/1");
+    let v = &v["profiles"];
     let names: Vec<&str> = v.as_array().expect("list").iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(
         names,
@@ -331,7 +333,8 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     let o = run(&["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let p = &v[0];
+    assert_eq!(v["schema"], "gridperf.lab-calibration/1");
+    let p = &v["points"][0];
     let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
     assert!(f("offered_rate_bps") > 1.02e8, "the load did not overload the link: {p}");
     assert!(f("rate_error").abs() <= 0.01, "rate {} bit/s", f("measured_rate_bps"));

@@ -58,8 +58,9 @@ fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
     let o = run(&["runs", "list", "--db", db.to_str().expect("path"), "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let listed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert_eq!(listed[0]["points"], 1);
-    assert_eq!(listed[0]["status"], "running");
+    assert_eq!(listed["schema"], "gridperf.runs/1");
+    assert_eq!(listed["runs"][0]["points"], 1);
+    assert_eq!(listed["runs"][0]["status"], "running");
     store.add_point(id, &point("udp", 64, 1_900_000.0)).expect("point");
     drop(store);
     let store = Store::open_existing(&db).expect("reopen");
@@ -152,11 +153,26 @@ fn a_survey_killed_mid_run_loses_at_most_one_point_and_resumes() {
     drop(store);
     // the same survey again, resumed: the stored points are not measured again
     let mut more = args.to_vec();
-    more.extend_from_slice(&["--resume", "-o", report.to_str().expect("path")]);
+    more.extend_from_slice(&["--resume", "-o", report.to_str().expect("path"), "--json"]);
     let o = run(&more);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(out.contains("best RTT"), "{out}");
+    // the conclusions as JSON: one network, best ranges covering the sizes
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("survey json");
+    assert_eq!(v["schema"], "gridperf.survey/1");
+    let net = &v["networks"][0];
+    assert_eq!(net["network"], "loopback", "{v}");
+    let best = net["best"].as_array().expect("best ranges");
+    assert!(!best.is_empty(), "{v}");
+    let sizes = [1, 64, 512, 1024, 1460, 2048, 4096, 8192, 16384, 32768];
+    for b in best {
+        assert!(
+            sizes.contains(&b["from"].as_u64().unwrap_or(0)) && sizes.contains(&b["to"].as_u64().unwrap_or(0)),
+            "{b}"
+        );
+        let names = b["best"].as_array().expect("names");
+        assert!(names.iter().all(|n| n == "tcp" || n == "udp"), "{b}");
+        assert_eq!(b["tie"], names.len() > 1, "{b}");
+    }
     let store = Store::open_existing(&db).expect("reopen");
     let runs = store.runs(&RunFilter::default()).expect("runs");
     let rtt = runs.iter().find(|r| r.kind == "rtt").expect("rtt run");
