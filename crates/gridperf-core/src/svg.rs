@@ -228,9 +228,7 @@ impl Frame {
 /// on log axes (a band that is not is dropped, the point stays), sorted by x.
 fn drawable(series: &Series, chart: &Chart) -> Vec<SeriesPoint> {
     let x_ok = |x: f64| {
-        x.is_finite()
-            && (!chart.x_log || x > 0.0)
-            && chart.x_range.map_or(true, |(a, b)| x >= a.min(b) && x <= a.max(b))
+        x.is_finite() && (!chart.x_log || x > 0.0) && chart.x_range.is_none_or(|(a, b)| x >= a.min(b) && x <= a.max(b))
     };
     let y_ok = |y: f64| y.is_finite() && (!chart.y_log || y > 0.0);
     let mut pts: Vec<SeriesPoint> = series

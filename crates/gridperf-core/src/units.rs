@@ -100,6 +100,24 @@ pub fn fmt_bytes(n: u64) -> String {
     }
 }
 
+/// A size for reading, not for copying: exact binary multiples as
+/// [`fmt_bytes`] gives them (`128 KiB`), anything else of a KiB or more
+/// to one decimal of the largest binary unit (`85.3 KiB`, `23.8 MiB`).
+pub fn fmt_size(n: u64) -> String {
+    let exact = fmt_bytes(n);
+    if n < 1 << 10 || !exact.ends_with(" B") {
+        return exact;
+    }
+    let (v, unit) = if n >= 1 << 30 {
+        (n as f64 / (1u64 << 30) as f64, "GiB")
+    } else if n >= 1 << 20 {
+        (n as f64 / (1u64 << 20) as f64, "MiB")
+    } else {
+        (n as f64 / 1024.0, "KiB")
+    };
+    format!("{v:.1} {unit}")
+}
+
 /// A rate in bits per second with decimal SI prefixes: `941.2 Mbit/s`.
 pub fn fmt_bps(bps: f64) -> String {
     let (v, unit) = if bps >= 1e9 {
@@ -116,6 +134,17 @@ pub fn fmt_bps(bps: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_for_reading() {
+        use super::fmt_size;
+        assert_eq!(fmt_size(4096), "4 KiB");
+        assert_eq!(fmt_size(33554432), "32 MiB");
+        assert_eq!(fmt_size(87380), "85.3 KiB");
+        assert_eq!(fmt_size(25_000_000), "23.8 MiB");
+        assert_eq!(fmt_size(1000), "1000 B");
+        assert_eq!(fmt_size(3 << 30), "3072 MiB");
+    }
+
     use super::*;
 
     #[test]

@@ -81,14 +81,21 @@ pub struct ShareProbe {
     pub window_max: Option<u64>,
     pub receive_share: Option<f64>,
     /// The send buffer the sender was granted, and the median data in
-    /// flight while it held the sender back: their ratio is its send share.
+    /// flight (unacknowledged segments x MSS; a diagnostic). The send share
+    /// is the window the probe's steady rate needs on the path (rate x RTT) over
+    /// the buffer: what the buffer let through, as a fraction of it.
     pub sndbuf: Option<u64>,
     pub in_flight_median: Option<u64>,
     pub send_share: Option<f64>,
+    /// The share at the quartiles of the probe's rate from one TCP_INFO
+    /// sample to the next: how far the one share can be trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_share_quartiles: Option<(f64, f64)>,
     /// The send probe reached the path's rate without the buffer holding it
     /// back: that buffer suffices on this path.
     pub send_buffer_suffices: bool,
-    /// What the send probe carried, bits per second.
+    /// What the send probe carried after its first half second (bytes
+    /// acknowledged over the time), bits per second.
     pub send_probe_bps: Option<f64>,
     /// Why a share is missing, if one is.
     pub notes: Vec<String>,

@@ -216,17 +216,10 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         share_probes = match &o.source {
             Source::Host(addr) => {
                 let target = crate::runner::Target::remote(*addr);
-                probes::probe_both_ways(
-                    &target,
-                    DEADLINES,
-                    (&here, &there),
-                    p.rate_bps,
-                    o.congestion.as_deref(),
-                    &*say,
-                )?
+                probes::probe_both_ways(&target, DEADLINES, (&here, &there), p, o.congestion.as_deref(), &*say)?
             }
             Source::InLab(name) => {
-                probes::probe_in_lab(name, &lab_hosts, DEADLINES, (here, there), p.rate_bps, o.congestion.clone(), say)?
+                probes::probe_in_lab(name, &lab_hosts, DEADLINES, (here, there), p, o.congestion.clone(), say)?
             }
             _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
         };

@@ -87,6 +87,9 @@ pub fn probe_rate(addr: std::net::SocketAddr, deadlines: Deadlines, offer: u64, 
     Ok((wire, note))
 }
 
+/// How long each share probe sends.
+const PROBE_MS: u64 = 2000;
+
 fn probe_spec(
     dir: gridperf_core::wire::Direction,
     send: Option<u64>,
@@ -95,11 +98,11 @@ fn probe_spec(
 ) -> gridperf_core::wire::StreamSpec {
     gridperf_core::wire::StreamSpec {
         congestion,
-        sample_ms: 20,
+        sample_ms: 100,
         linger_ms: 500,
         send_buffer: send,
         recv_buffer: recv,
-        ..gridperf_core::wire::StreamSpec::tcp(dir, 2000)
+        ..gridperf_core::wire::StreamSpec::tcp(dir, PROBE_MS)
     }
 }
 
@@ -138,14 +141,17 @@ pub fn probe_shares(
     deadlines: Deadlines,
     dir: gridperf_core::wire::Direction,
     (recv_buf, send_buf): (u64, u64),
-    path_rate_bps: u64,
+    path: gridperf_core::tune::TunePath,
     congestion: Option<&str>,
 ) -> Result<ShareProbe> {
     let mut p = ShareProbe {
         direction: if dir == gridperf_core::wire::Direction::Up { "up" } else { "down" }.into(),
         ..ShareProbe::default()
     };
-    let settled = |t: &gridperf_core::flow::TcpSample| t.t_ns >= 500_000_000;
+    // past the first half second (slow start), and no later than the
+    // senders stopped: the samples after that see the last bytes acked and
+    // then nothing, and read a rate 3% low (seen at 35 ms in the lab)
+    let settled = |t: &gridperf_core::flow::TcpSample| t.t_ns >= 500_000_000 && t.t_ns <= PROBE_MS * 1_000_000;
 
     let r = run_probe(target, deadlines, probe_spec(dir, None, Some(recv_buf), congestion.map(str::to_string)))?;
     // an agent older than the buffer fields ignores them: its buffer was autotuned
@@ -169,8 +175,34 @@ pub fn probe_shares(
         )));
     }
     p.sndbuf = r.sender.socket.sndbuf_granted;
-    p.send_probe_bps = Some(r.throughput_bps);
     let settled: Vec<_> = r.timeline.iter().filter(|t| settled(t)).collect();
+    // the rate after slow start, over the whole settled part and window by
+    // window: what this buffer let through on this path, and how much that
+    // wandered
+    let rate = |a: &gridperf_core::flow::TcpSample, b: &gridperf_core::flow::TcpSample| {
+        (b.t_ns > a.t_ns).then(|| b.bytes_acked.saturating_sub(a.bytes_acked) as f64 * 8e9 / (b.t_ns - a.t_ns) as f64)
+    };
+    // over windows of 250 ms or four RTTs, whichever is longer: a TCP_INFO
+    // sample lands anywhere in a round trip's burst, and the rate from one
+    // to the next wanders by half either way without saying anything
+    let window_ns = (path.rtt_ns * 4).max(250_000_000);
+    let mut rates: Vec<u64> = Vec::new();
+    let mut from = settled.first().copied();
+    for t in &settled {
+        if let Some(f) = from {
+            if t.t_ns >= f.t_ns + window_ns {
+                rates.extend(rate(f, t).map(|r| r as u64));
+                from = Some(t);
+            }
+        }
+    }
+    rates.sort_unstable();
+    let rate_q = |q: f64| gridperf_core::stats::quantile_sorted(&rates, q);
+    let steady_bps = rate_q(0.5).or_else(|| match (settled.first(), settled.last()) {
+        (Some(f), Some(l)) => rate(f, l),
+        _ => None,
+    });
+    p.send_probe_bps = steady_bps.or(Some(r.throughput_bps));
     let in_flight = |t: &gridperf_core::flow::TcpSample| u64::from(t.unacked) * u64::from(t.mss);
     let at_window = settled.iter().filter(|t| t.snd_wnd > 0 && in_flight(t) * 100 >= u64::from(t.snd_wnd) * 85).count();
     // held back by the send buffer, as stream's verdict reads it: the
@@ -192,25 +224,34 @@ pub fn probe_shares(
         _ => 0.0,
     };
     let held = clock.max(marked);
-    p.in_flight_median = gridperf_core::stats::median(&settled.iter().map(|t| in_flight(t) as f64).collect::<Vec<_>>())
+    p.in_flight_median = gridperf_core::stats::median_u64(&settled.iter().map(|t| in_flight(t)).collect::<Vec<_>>())
         .map(|m| m.round() as u64);
-    let at_rate = r.throughput_bps >= 0.9 * path_rate_bps as f64;
-    match (p.sndbuf, p.in_flight_median) {
-        (_, _) if settled.len() < 5 => p.notes.push("send share: too few samples".into()),
-        (_, _) if held < 0.2 && at_rate => {
+    // the model's RTT: a share x buffer / the path's RTT is then the
+    // probe's own rate, the cap this buffer has on this path
+    let path_rtt_s = Some(path.rtt_ns as f64 / 1e9).filter(|r| *r > 0.0);
+    let path_rate_bps = path.rate_bps;
+    let path = path_rate_bps as f64;
+    let fmt = gridperf_core::units::fmt_bps;
+    match (p.sndbuf, p.in_flight_median, steady_bps, path_rtt_s) {
+        _ if settled.len() < 5 => p.notes.push("send share: too few samples".into()),
+        // the path was (nearly) full some of the time: what caps the
+        // stream is the path, within what this probe can tell apart
+        (_, _, Some(st), _) if rate_q(0.75).unwrap_or(st) >= 0.95 * path => {
             p.send_buffer_suffices = true;
             p.notes.push(format!(
-                "send share: a {}-byte send buffer did not hold the sender back; the probe carried {} of the path's {}",
+                "send share: through a {}-byte send buffer the probe carried {} (a quarter of its intervals {} or more) \
+                 of the path's {}: the buffer does not hold a stream below the path's rate",
                 p.sndbuf.unwrap_or(0),
-                gridperf_core::units::fmt_bps(r.throughput_bps),
-                gridperf_core::units::fmt_bps(path_rate_bps as f64)
+                fmt(st),
+                fmt(rate_q(0.75).unwrap_or(st)),
+                fmt(path)
             ))
         }
-        (_, _) if at_window * 5 > settled.len() => p.notes.push(format!(
+        _ if at_window * 5 > settled.len() => p.notes.push(format!(
             "send share: the receiver's window bound the probe in {at_window} of {} samples (net.core.rmem_max too low for a receive buffer of {big} bytes?)",
             settled.len()
         )),
-        (_, _) if held < 0.2 => p.notes.push(format!(
+        _ if held < 0.2 => p.notes.push(format!(
             "send share: the send buffer held the sender back only {:.0}% of the time, below the path's rate (cwnd or loss bound it)",
             held * 100.0
         )),
@@ -218,11 +259,23 @@ pub fn probe_shares(
         // means the kernel did not hold this socket to its buffer (seen in
         // the lab at 300 Mbit/s: SO_SNDBUF 131072, 1.3 MB queued), and the
         // ratio measures nothing
-        (Some(b), Some(f)) if f > b + (128 << 10) && f as f64 > 1.5 * b as f64 => p.notes.push(format!(
+        (Some(b), Some(f), _, _) if f > b + (128 << 10) && f as f64 > 1.5 * b as f64 => p.notes.push(format!(
             "send share: {f} bytes were in flight against a send buffer of {b}: the kernel did not hold the sender to it, so the probe measures nothing"
         )),
-        (Some(b), Some(f)) if b > 0 && f > 0 => p.send_share = Some(f as f64 / b as f64),
-        _ => p.notes.push("send share: no granted send buffer".into()),
+        // the share is what the probe carried through the buffer: rate x
+        // RTT / buffer, the window that rate needs. The data counted in
+        // flight reads higher than that (a median of unacknowledged
+        // segments includes what waits in the path's queue and in the
+        // receiver's delayed ACKs), and a cap drawn from it came out above
+        // what a stream then carried (689 against 626 Mbit/s at 35 ms)
+        (Some(b), _, Some(st), Some(rtt)) if b > 0 && st > 0.0 => {
+            let share = |bps: f64| bps / 8.0 * rtt / b as f64;
+            p.send_share = Some(share(st));
+            if let (Some(q1), Some(q3)) = (rate_q(0.25), rate_q(0.75)) {
+                p.send_share_quartiles = Some((share(q1), share(q3)));
+            }
+        }
+        _ => p.notes.push("send share: no granted send buffer, or no rate or RTT read".into()),
     }
     Ok(p)
 }
@@ -233,7 +286,7 @@ pub fn probe_both_ways(
     target: &Target,
     deadlines: Deadlines,
     ends: (&HostSettings, &HostSettings),
-    path_rate_bps: u64,
+    path: gridperf_core::tune::TunePath,
     congestion: Option<&str>,
     say: &dyn Fn(&str),
 ) -> Result<Vec<ShareProbe>> {
@@ -248,7 +301,7 @@ pub fn probe_both_ways(
             sizes.0,
             sizes.1
         ));
-        out.push(probe_shares(target, deadlines, dir, sizes, path_rate_bps, congestion)?);
+        out.push(probe_shares(target, deadlines, dir, sizes, path, congestion)?);
     }
     Ok(out)
 }
@@ -265,7 +318,7 @@ pub fn probe_in_lab(
     hosts: &[Host],
     deadlines: Deadlines,
     ends: (HostSettings, HostSettings),
-    path_rate_bps: u64,
+    path: gridperf_core::tune::TunePath,
     congestion: Option<String>,
     say: Say,
 ) -> Result<Vec<ShareProbe>> {
@@ -275,7 +328,7 @@ pub fn probe_in_lab(
     let mut agent = crate::lab::run::start_agent(b, port)?;
     let target = Target::remote(std::net::SocketAddr::from((b.addr, port)));
     let result = gridperf_sys::in_netns(&a.netns, move || {
-        probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path_rate_bps, congestion.as_deref(), &*say)
+        probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path, congestion.as_deref(), &*say)
             .map_err(|e| std::io::Error::other(e.to_string()))
     });
     // the agent stops within a second of SIGTERM; one that does not is killed

@@ -506,6 +506,7 @@ fn tune_view() -> tune_fixture::TuneView {
             sndbuf: Some(262_144),
             in_flight_median: Some(209_715),
             send_share: Some(0.8),
+            send_share_quartiles: Some((0.78, 0.82)),
             send_buffer_suffices: false,
             send_probe_bps: Some(48_000_000.0),
             notes: vec!["send share: too few samples".into()],
@@ -532,7 +533,12 @@ fn tune_view() -> tune_fixture::TuneView {
 #[test]
 fn tune_text_and_json() {
     let v = tune_view();
-    insta::assert_snapshot!("tune_text", render::tune::text(&v));
+    let text = render::tune::text(&v);
+    // readable at 100 columns; the lines to apply stay whole to be copied
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("sysctl -w")) {
+        assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+    }
+    insta::assert_snapshot!("tune_text", text);
     insta::assert_snapshot!("tune_json", serde_json::to_string_pretty(&v).expect("json"));
 }
 
