@@ -107,11 +107,106 @@ pub struct FanoutReport {
     /// MAX: repetitions per point.
     pub repeat: u32,
     pub points: Vec<FanoutPoint>,
+    /// What the points say together ([`nagle_notes`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// A repetition at least this long, on a variant that leaves Nagle on, is
+/// looked at as a possible Nagle stall: Linux delays an ACK up to 40 ms
+/// (at least 40 ms once it leaves quick-ack mode), and Nagle's algorithm
+/// holds a small write until the previous one is acknowledged.
+pub const NAGLE_SUSPECT_NS: f64 = 20e6;
+/// ...and it is one when TCP_NODELAY (the nodelay variant, at the same
+/// nodes, messages and size) made the repetition this many times faster.
+pub const NAGLE_FACTOR: f64 = 10.0;
+
+/// A short note for points that stall on Nagle: those that TCP_NODELAY made
+/// at least [`NAGLE_FACTOR`] times faster, with one example's figures; and,
+/// when the nodelay variant was not run, the points slow enough to be
+/// suspects, with the way to tell.
+pub fn nagle_notes(points: &[FanoutPoint]) -> Vec<String> {
+    use crate::units::{fmt_bytes, fmt_ns};
+    let median = |p: &FanoutPoint| p.time.as_ref().map(|t| t.median_ns);
+    let nodelay = |p: &FanoutPoint| {
+        points
+            .iter()
+            .find(|q| q.variant == Variant::Nodelay && (q.nodes, q.messages, q.size) == (p.nodes, p.messages, p.size))
+            .and_then(median)
+    };
+    let what =
+        |p: &FanoutPoint| format!("{} {} nodes {} x {}", p.variant.name(), p.nodes, p.messages, fmt_bytes(p.size));
+    let mut stalled = Vec::new();
+    let mut suspects = Vec::new();
+    for p in points.iter().filter(|p| p.variant != Variant::Nodelay) {
+        let Some(m) = median(p).filter(|&m| m >= NAGLE_SUSPECT_NS) else { continue };
+        match nodelay(p) {
+            Some(n) if n * NAGLE_FACTOR <= m => stalled.push((p, m, n)),
+            Some(_) => {}
+            None => suspects.push((p, m)),
+        }
+    }
+    let mut notes = Vec::new();
+    if let Some((p, m, n)) = stalled.first() {
+        notes.push(format!(
+            "Nagle: {} of the points stalled ({}: {} a repetition, {} with TCP_NODELAY): Nagle's algorithm held a \
+             small write until the peer's delayed ACK (up to 40 ms on Linux). The nodelay variant sets TCP_NODELAY.",
+            stalled.len(),
+            what(p),
+            fmt_ns(*m),
+            fmt_ns(*n)
+        ));
+    }
+    if let Some((p, m)) = suspects.first() {
+        notes.push(format!(
+            "{} point(s) took {} or more a repetition ({}: {}): if that is Nagle waiting for a delayed ACK, \
+             `--variant {},nodelay` tells.",
+            suspects.len(),
+            fmt_ns(NAGLE_SUSPECT_NS),
+            what(p),
+            fmt_ns(*m),
+            p.variant.name()
+        ));
+    }
+    notes
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn point(variant: Variant, messages: u64, median_ns: f64) -> FanoutPoint {
+        FanoutPoint {
+            variant,
+            nodes: 2,
+            messages,
+            size: 256,
+            repetitions: 5,
+            times_ns: vec![median_ns as u64; 5],
+            time: crate::stats::Summary::from_samples(&[median_ns as u64; 5]),
+            bandwidth_bps: None,
+            deadlock: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_stall_that_nodelay_removes_is_named_nagle() {
+        // measured on loopback: original 16 x 256 B took 42.89 ms, nodelay 467 us
+        let pts = [point(Variant::Original, 16, 42.89e6), point(Variant::Nodelay, 16, 467e3)];
+        let n = nagle_notes(&pts);
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].starts_with("Nagle: 1 of the points") && n[0].contains("42.89ms"), "{n:?}");
+        // as slow with TCP_NODELAY: not Nagle
+        let pts = [point(Variant::Original, 16, 42.89e6), point(Variant::Nodelay, 16, 40e6)];
+        assert!(nagle_notes(&pts).is_empty());
+        // fast points are nobody's suspects
+        let pts = [point(Variant::Drain, 1, 160e3)];
+        assert!(nagle_notes(&pts).is_empty());
+        // a slow point without its nodelay twin: a suspect, and how to tell
+        let n = nagle_notes(&[point(Variant::Drain, 16, 44e6)]);
+        assert!(n.len() == 1 && n[0].contains("--variant drain,nodelay"), "{n:?}");
+    }
 
     #[test]
     fn the_documents_formula() {

@@ -138,7 +138,14 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
     }
     match out.format {
         Format::Json => {
-            out.json(&FanoutReport { schema: FANOUT_SCHEMA.into(), buffer: opts.buffer, repeat: opts.repeat, points })?
+            let notes = gridperf_core::model::nagle_notes(&points);
+            out.json(&FanoutReport {
+                schema: FANOUT_SCHEMA.into(),
+                buffer: opts.buffer,
+                repeat: opts.repeat,
+                points,
+                notes,
+            })?
         }
         Format::Csv => out.print(&render::fanout::csv(&points))?,
         Format::Table => out.print(&render::fanout::table(&points, &sweep(opts)))?,

@@ -54,6 +54,9 @@ pub fn table(points: &[FanoutPoint], o: &Sweep) -> String {
     if n > 3 {
         let _ = writeln!(out, "\n({} more deadlocked points: --json has the evidence of each)", n - 3);
     }
+    for note in gridperf_core::model::nagle_notes(points) {
+        let _ = writeln!(out, "\n{note}");
+    }
     out
 }
 
