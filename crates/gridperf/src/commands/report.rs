@@ -60,5 +60,14 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         }
     }
     out.note(&format!("gridperf report: {} runs, {} plots -> {}", runs.len(), svgs.len(), o.output.display()));
+    // the conclusions the report draws, on the terminal as the survey printed them
+    let analysis = render::survey::analyse(&runs);
+    if !analysis.is_empty() {
+        out.print(&format!(
+            "{}\n{}",
+            render::survey::best_table_text(&analysis),
+            render::survey::thresholds_text(&analysis)
+        ))?;
+    }
     Ok(())
 }

@@ -14,7 +14,9 @@
 //! fanout panel per variant and node count, deadlocks marked. A protocol
 //! has one colour in every plot.
 
-use super::survey::{analyse, best_words, curves, margin_words, range_text, threshold_words, NetworkAnalysis};
+use super::survey::{
+    analyse, best_words, curves, loss_words, margin_words, range_text, threshold_words, NetworkAnalysis,
+};
 use crate::store::{PointRow, RunRow};
 use gridperf_core::model::{FanoutPoint, Measure, StreamResult};
 use gridperf_core::survey::{Curve, ThresholdKind};
@@ -88,7 +90,7 @@ fn rtt_chart(a: &NetworkAnalysis, curves: &[Curve], title: &str, zoom: Option<f6
 /// The sizes whose distributions are drawn: the smallest, the one nearest
 /// an Ethernet frame's payload, and the largest.
 fn cdf_sizes(points: &[PointRow]) -> Vec<u64> {
-    let mut sizes: Vec<u64> = points.iter().filter(|p| p.samples.is_some()).map(|p| p.size).collect();
+    let mut sizes: Vec<u64> = points.iter().filter(|p| has_samples(p)).map(|p| p.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
     let mut out = Vec::new();
@@ -103,9 +105,15 @@ fn cdf_sizes(points: &[PointRow]) -> Vec<u64> {
     out
 }
 
+/// Whether a point kept samples to draw (a point whose every message was
+/// lost kept none: an empty list).
+fn has_samples(p: &PointRow) -> bool {
+    p.samples.as_ref().is_some_and(|s| !s.is_empty())
+}
+
 /// The RTT's distribution at one size: a CDF per protocol (log RTT).
 fn cdf_chart(points: &[PointRow], size: u64, network: &str) -> Chart {
-    let here: Vec<&PointRow> = points.iter().filter(|p| p.size == size && p.samples.is_some()).collect();
+    let here: Vec<&PointRow> = points.iter().filter(|p| p.size == size && has_samples(p)).collect();
     let top = here.iter().filter_map(|p| p.median_ns).fold(0.0f64, f64::max);
     let (div, unit) = time_unit(top);
     Chart {
@@ -138,8 +146,8 @@ fn cdf_chart(points: &[PointRow], size: u64, network: &str) -> Chart {
 /// The RTT over one point's exchanges, each protocol at the smallest size
 /// (in the order taken; rounds follow one another).
 fn over_time_chart(points: &[PointRow], network: &str) -> Option<Chart> {
-    let size = points.iter().filter(|p| p.samples.is_some()).map(|p| p.size).min()?;
-    let here: Vec<&PointRow> = points.iter().filter(|p| p.size == size && p.samples.is_some()).collect();
+    let size = points.iter().filter(|p| has_samples(p)).map(|p| p.size).min()?;
+    let here: Vec<&PointRow> = points.iter().filter(|p| p.size == size && has_samples(p)).collect();
     let top = here.iter().filter_map(|p| p.q3_ns).fold(0.0f64, f64::max);
     let (div, unit) = time_unit(top);
     Some(Chart {
@@ -368,7 +376,7 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                 escape(&a.network),
                 escape(&range_text(b)),
                 escape(&best_words(b)),
-                escape(&margin_words(b))
+                escape(&format!("{}{}", margin_words(b), loss_words(a, b)))
             );
         }
     }

@@ -150,7 +150,7 @@ fn significance(p: &PointRow, q: &PointRow) -> String {
 }
 
 /// `gridperf runs compare A B`: the points both have, with the change and
-/// whether it is a finding (its 95% interval wholly beyond 2%).
+/// whether it is a finding (its 95% interval wholly beyond 5%, `compare::NEGLIGIBLE`).
 pub fn compare(ra: &RunRow, a: &[PointRow], rb: &RunRow, b: &[PointRow]) -> String {
     let mut out = String::new();
     let _ =

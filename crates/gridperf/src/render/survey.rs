@@ -4,7 +4,7 @@
 
 use crate::store::{PointRow, RunRow};
 use gridperf_core::model::Measure;
-use gridperf_core::survey::{best_protocol, thresholds, BestRange, Curve, CurvePoint, Threshold, ThresholdKind};
+use gridperf_core::survey::{best_protocol_with, thresholds, BestRange, Curve, CurvePoint, Threshold, ThresholdKind};
 use gridperf_core::units::{fmt_bytes, fmt_ns};
 use std::fmt::Write;
 
@@ -22,6 +22,36 @@ pub struct NetworkAnalysis {
     pub invalid: Option<String>,
     /// Points left out of the conclusions.
     pub excluded: Vec<Excluded>,
+    /// Points that lost messages (UDP): their median is over what came back.
+    pub lost: Vec<Lost>,
+}
+
+/// A point that lost messages.
+#[derive(serde::Serialize)]
+pub struct Lost {
+    pub proto: String,
+    pub size: u64,
+    pub lost: u64,
+    pub sent: u64,
+}
+
+/// Messages a stored point sent and lost, when it lost any.
+fn lost_of(p: &PointRow) -> Option<Lost> {
+    let get = |k: &str| p.figures.get(k).and_then(|v| v.as_u64());
+    let (lost, sent) = (get("lost")?, get("sent")?);
+    (lost > 0).then(|| Lost { proto: p.proto.clone(), size: p.size, lost, sent })
+}
+
+/// Why a stored point is not in the conclusions, if it is not: no reply at
+/// all, or a shape one median does not describe.
+fn left_out(p: &PointRow) -> Option<String> {
+    if p.median_ns.is_none() {
+        return Some(match lost_of(p) {
+            Some(l) if l.lost >= l.sent => format!("no reply: every message lost ({} of {})", l.lost, l.sent),
+            _ => "no reply".into(),
+        });
+    }
+    irregular(p)
 }
 
 /// A point the conclusions do not rest on, and why.
@@ -89,7 +119,9 @@ pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
         .filter(|(r, _)| r.measure() == Some(Measure::Rtt))
         .map(|(r, pts)| {
             let kept = regular(pts);
-            let best = best_protocol(&kept);
+            let unknown: Vec<(&str, u64)> =
+                pts.iter().filter(|p| irregular(p).is_some()).map(|p| (p.proto.as_str(), p.size)).collect();
+            let best = best_protocol_with(&kept, &unknown);
             let mut th: Vec<Threshold> = kept.iter().flat_map(|c| thresholds(c, r.mtu)).collect();
             th.sort_by_key(|t| t.size);
             NetworkAnalysis {
@@ -101,8 +133,9 @@ pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
                 invalid: r.invalid.clone(),
                 excluded: pts
                     .iter()
-                    .filter_map(|p| Some(Excluded { proto: p.proto.clone(), size: p.size, why: irregular(p)? }))
+                    .filter_map(|p| Some(Excluded { proto: p.proto.clone(), size: p.size, why: left_out(p)? }))
                     .collect(),
+                lost: pts.iter().filter(|p| p.median_ns.is_some()).filter_map(lost_of).collect(),
             }
         })
         .collect()
@@ -116,10 +149,14 @@ pub fn range_text(b: &BestRange) -> String {
     }
 }
 
-/// The best protocol's words: "udp", or "tie: tcp = sendfile".
+/// The best protocol's words: "udp", or "tie: tcp = udp" (a tie's members
+/// in one fixed order, tcp, udp, sendfile: their order within it is noise).
 pub fn best_words(b: &BestRange) -> String {
     if b.tie {
-        format!("tie: {}", b.best.join(" = "))
+        let rank = |n: &str| ["tcp", "udp", "sendfile"].iter().position(|p| *p == n).unwrap_or(3);
+        let mut names: Vec<&str> = b.best.iter().map(String::as_str).collect();
+        names.sort_by_key(|n| (rank(n), n.to_string()));
+        format!("tie: {}", names.join(" = "))
     } else {
         b.best.join("")
     }
@@ -129,7 +166,18 @@ pub fn best_words(b: &BestRange) -> String {
 /// interval 20.1 .. 24.7%)", or what a tie means.
 pub fn margin_words(b: &BestRange) -> String {
     if b.tie {
-        return format!("no difference beyond {}% shown (95%)", (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32);
+        let none = format!("no difference beyond {}% shown (95%)", (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32);
+        return match (&b.over, b.interval) {
+            (Some(o), Some((lo, hi))) => format!(
+                "{none}; {o} {:.1}% slower (95% interval{} {:.1} .. {:.1}%)",
+                b.margin * 100.0,
+                if b.from == b.to { "" } else { "s within" },
+                lo * 100.0,
+                hi * 100.0
+            ),
+            (Some(o), None) => format!("{none}; {o} {:.1}% slower", b.margin * 100.0),
+            _ => none,
+        };
     }
     let over = b.over.as_deref().map(|o| format!(" than {o}")).unwrap_or_default();
     match b.interval {
@@ -144,13 +192,39 @@ pub fn margin_words(b: &BestRange) -> String {
     }
 }
 
+/// What the best protocols of a range lost there: "; udp lost 6 of 37
+/// messages (its median is of those that came back)", or nothing.
+pub fn loss_words(a: &NetworkAnalysis, b: &BestRange) -> String {
+    let mut out = String::new();
+    for name in &b.best {
+        let here: Vec<&Lost> =
+            a.lost.iter().filter(|l| &l.proto == name && (b.from..=b.to).contains(&l.size)).collect();
+        let (lost, sent) = here.iter().fold((0, 0), |(l, s), x| (l + x.lost, s + x.sent));
+        if lost > 0 {
+            let _ = write!(out, "; {name} lost {lost} of the {sent} messages sent at {} of these sizes", here.len());
+        }
+    }
+    if !out.is_empty() {
+        out.push_str(" (a median of what came back)");
+    }
+    out
+}
+
 /// The best-protocol table as text, for the terminal.
 pub fn best_table_text(all: &[NetworkAnalysis]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{:<14} {:<22} {:<22} by", "network", "message size", "best RTT");
     for a in all {
         for b in &a.best {
-            let _ = writeln!(out, "{:<14} {:<22} {:<22} {}", a.network, range_text(b), best_words(b), margin_words(b));
+            let _ = writeln!(
+                out,
+                "{:<14} {:<22} {:<22} {}{}",
+                a.network,
+                range_text(b),
+                best_words(b),
+                margin_words(b),
+                loss_words(a, b)
+            );
         }
         if let Some(why) = &a.invalid {
             let _ = writeln!(out, "{:<14} INVALID run: {why}", a.network);
@@ -184,7 +258,8 @@ pub fn thresholds_text(all: &[NetworkAnalysis]) -> String {
 }
 
 pub fn threshold_words(t: &Threshold) -> String {
-    let mtu = t.mtu_multiple.map(|m| format!(" ({m:.1} x MTU)")).unwrap_or_default();
+    // a multiple of a 64 KiB loopback MTU says nothing: shown from half an MTU on
+    let mtu = t.mtu_multiple.filter(|m| *m >= 0.5).map(|m| format!(" ({m:.1} x MTU)")).unwrap_or_default();
     match t.kind {
         ThresholdKind::Jump => {
             format!("{} jumps at {}{mtu}: {} -> {}", t.proto, fmt_bytes(t.size), fmt_ns(t.before), fmt_ns(t.after))

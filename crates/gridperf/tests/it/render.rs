@@ -682,6 +682,29 @@ fn stored_runs() -> Vec<(store_fixture::RunRow, Vec<store_fixture::PointRow>)> {
     ]
 }
 
+/// Regression (issue 13): a point whose every message was lost (UDP at
+/// 64000 B across the WAN profile) kept an empty list of samples, and the
+/// report's distribution chart panicked on it (index out of bounds) after
+/// a whole survey had been measured.
+#[test]
+fn a_point_that_lost_every_message_is_drawn_without_it() {
+    let mut runs = stored_runs();
+    let rows = &mut runs[0].1;
+    let largest = rows.iter().map(|p| p.size).max().expect("points");
+    for p in rows.iter_mut().filter(|p| p.size == largest) {
+        p.samples = Some(Vec::new());
+        (p.median_ns, p.q1_ns, p.q3_ns) = (None, None, None);
+    }
+    let smallest = rows.iter().map(|p| p.size).min().expect("points");
+    for p in rows.iter_mut().filter(|p| p.size == smallest) {
+        p.samples = Some(Vec::new());
+    }
+    let (html, svgs) = render::html::render(&runs);
+    assert!(html.contains("<svg") && !svgs.is_empty());
+    let analysis = render::survey::analyse(&runs);
+    let _ = render::survey::best_table_text(&analysis);
+}
+
 #[test]
 fn runs_show_compare_export() {
     let runs = stored_runs();
