@@ -61,7 +61,7 @@ pub struct EchoArgs {
     /// SO_RCVBUF to request on both ends' data sockets (doubled, capped at net.core.rmem_max).
     #[arg(long, value_name = "SIZE")]
     pub rcvbuf: Option<String>,
-    /// Per-message deadline: a UDP message with no reply by then is counted lost; a TCP one ends the run with an error.
+    /// Per-message deadline: a UDP message with no reply by then is counted lost; a TCP one gets 3 s more (it retransmits), then ends the run with an error.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub timeout: String,
     /// Deadline for connecting to the agent and for each of its control answers.

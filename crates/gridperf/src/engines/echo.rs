@@ -169,8 +169,9 @@ pub fn start(measure: gridperf_core::model::Measure, target: &Target, opts: &Ech
                 DataSock::Udp(s)
             }
         };
-        sock.set_mode(opts.busy_poll, opts.deadlines.message).map_err(|e| Error::network(e.to_string()))?;
-        pingers.push(Pinger::new(sock, max_size as usize, opts.deadlines.message, opts.writes, opts.busy_poll));
+        let timeout = message_timeout(p, opts.deadlines.message);
+        sock.set_mode(opts.busy_poll, timeout).map_err(|e| Error::network(e.to_string()))?;
+        pingers.push(Pinger::new(sock, max_size as usize, timeout, opts.writes, opts.busy_poll));
     }
     Ok(EchoTest { opened, pingers, agent: ready.agent, opts: opts.clone() })
 }
@@ -296,7 +297,7 @@ impl EchoTest {
         match e.kind() {
             std::io::ErrorKind::TimedOut => Error::network(format!(
                 "{proto} {size} B, exchange {n}: {e} ({:?}){gone}; raise --timeout if the path is that slow",
-                self.opts.deadlines.message
+                message_timeout(proto, self.opts.deadlines.message)
             )),
             _ => Error::network(format!("{proto} {size} B, exchange {n}: {e}{gone}")),
         }
@@ -328,6 +329,24 @@ pub enum Outcome {
     Rtt(u64),
     /// No reply within the timeout (UDP only; for TCP a timeout is an error).
     Lost,
+}
+
+/// What TCP gets beyond the per-message timeout before an exchange is an
+/// error: TCP loses no message, it retransmits it, and on a lossy long path
+/// a lost segment costs a retransmission timeout (200 ms at least, more
+/// after a backoff) on top of slow start after idle. The survey's WAN
+/// profile (180 ms, 0.5% loss) once took over 1 s for one 16 KiB exchange
+/// and lost the whole network's results to it. The agent waits 2 x the
+/// timeout + 5 s, longer than this, so the client reports first.
+pub const TCP_GRACE: Duration = Duration::from_secs(3);
+
+/// How long one exchange may take: the timeout for a UDP message (after
+/// which it is lost), that and [`TCP_GRACE`] for TCP and sendfile.
+pub fn message_timeout(p: Proto, message: Duration) -> Duration {
+    match p {
+        Proto::Udp => message,
+        Proto::Tcp | Proto::Sendfile => message + TCP_GRACE,
+    }
 }
 
 /// The client's side of one data socket: sends a message, waits for the echo.

@@ -19,18 +19,8 @@ fn free_port() -> u16 {
 }
 
 /// Starts `gridperf serve` on a free loopback port and waits until it listens.
-fn serve(extra: &[&str]) -> (Child, u16) {
-    let port = free_port();
-    let p = port.to_string();
-    let mut args = vec!["serve", "--bind", "127.0.0.1", "--port", &p];
-    args.extend_from_slice(extra);
-    let child = Command::new(BIN).args(&args).stderr(Stdio::piped()).spawn().expect("spawn serve");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the agent did not start listening");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, port)
+fn serve(extra: &[&str]) -> (crate::Served, u16) {
+    crate::serve_on("127.0.0.1", extra)
 }
 
 fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
@@ -477,18 +467,8 @@ fn loopback_is_one_network_however_it_is_reached() {
     let _ = v4.wait();
     // ::1, where this host has IPv6 on loopback
     if std::net::TcpListener::bind("[::1]:0").is_ok() {
-        let port6 = std::net::TcpListener::bind("[::1]:0").expect("v6").local_addr().expect("addr").port();
+        let (mut v6, port6) = crate::serve_on("::1", &[]);
         let p6 = port6.to_string();
-        let mut v6 = Command::new(BIN)
-            .args(["serve", "--bind", "::1", "--port", &p6])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("::1", port6)).is_err() {
-            assert!(Instant::now() < deadline, "the IPv6 agent did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
         with(&["rtt", "::1", "-p", &p6, "-n", "10"]);
         let _ = v6.kill();
         let _ = v6.wait();

@@ -103,18 +103,7 @@ fn bad_counts_are_refused_with_what_is_valid() {
 #[test]
 fn consumers_on_an_agent_deadlock_and_drain_the_same() {
     let _heavy = crate::heavy();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let p = port.to_string();
-    let mut agent = Command::new(BIN)
-        .args(["serve", "--bind", "127.0.0.1", "--port", &p])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("serve");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the agent did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut agent, port) = crate::serve_on("127.0.0.1", &[]);
     let at = format!("127.0.0.1:{port}");
     let (o, took) = fanout(&[
         "--agents",

@@ -93,6 +93,53 @@ impl Drop for TestAgent {
     }
 }
 
+/// A `gridperf serve` a test started: killed and reaped when dropped, so a
+/// test that fails half-way leaves no agent behind (one did, for hours).
+pub struct Served(pub std::process::Child);
+
+impl std::ops::Deref for Served {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `gridperf serve` (the binary) on a free port of `host` (an IP
+/// address) and waits, at most 5 s, until it listens.
+pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
+    let ip: std::net::IpAddr = host.parse().expect("an IP address");
+    let port = std::net::TcpListener::bind((ip, 0)).expect("bind").local_addr().expect("addr").port();
+    let p = port.to_string();
+    let mut args = vec!["serve", "--bind", host, "--port", &p];
+    args.extend_from_slice(extra);
+    let child = Served(
+        std::process::Command::new(env!("CARGO_BIN_EXE_gridperf"))
+            .args(&args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn serve"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect((ip, port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the agent did not start listening on {host}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, port)
+}
+
 pub fn faults(drop_every: Option<u64>, delay_every: Option<u64>, delay: Duration) -> Faults {
     Faults { drop_udp_every: drop_every, delay_udp_every: delay_every, delay, ..Faults::default() }
 }
