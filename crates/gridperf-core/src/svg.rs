@@ -166,8 +166,13 @@ impl Axis {
                 return decades;
             }
             let more = self.powers(&[1.0, 2.0, 5.0]);
-            if more.len() >= 2 {
+            if more.len() >= 3 {
                 return more;
+            }
+            // within a decade: every integer multiple (200, 300, ... 800)
+            let every = self.powers(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+            if (2..=10).contains(&every.len()) {
+                return every;
             }
         }
         let step = nice_step((self.hi - self.lo) / 5.0);
@@ -566,12 +571,17 @@ mod tests {
         check_balanced(&svg);
         let ticks = texts(&svg, "tick");
         assert_eq!(ticks, vec!["1", "10", "100", "1k", "10k", "10", "100", "1k", "10k", "100k"]);
-        // y within 15k..90.4k, less than a decade: 2 and 5 times powers of ten
+        // y within 15k..90.4k, less than a decade: every multiple of ten thousand
         let mut one = rtt_chart();
         one.y_log = true;
         let svg = render(&one, 640, 400);
         let ticks = texts(&svg, "tick");
-        assert!(ticks.ends_with(&["20k", "50k"]), "{ticks:?}");
+        assert!(ticks.ends_with(&["20k", "30k", "40k", "50k", "60k", "70k", "80k", "90k"]), "{ticks:?}");
+        // across 1 .. 64000 with 2 and 5 there are enough decades already
+        let wide = Chart { x_log: true, series: vec![series("a", &[(200.0, 1.0), (3000.0, 2.0)])], ..Chart::default() };
+        let svg = render(&wide, 640, 400);
+        let ticks = texts(&svg, "tick");
+        assert!(ticks.starts_with(&["200", "500", "1k", "2k"]), "{ticks:?}");
     }
 
     #[test]
