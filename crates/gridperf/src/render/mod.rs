@@ -47,6 +47,18 @@ impl Csv {
 /// A time in ns as CSV holds it: to a tenth of a nanosecond (the quantiles
 /// interpolate between samples; the clock itself counts whole ns), no
 /// trailing zeros; empty for none.
+/// A summary's cells, in the CSVs' order: min, q1, median, q3, (p99,)
+/// max, mean, stddev; empty cells for no summary.
+pub fn summary_cells(m: Option<&gridperf_core::stats::Summary>, p99: bool) -> Vec<String> {
+    let f = |g: fn(&gridperf_core::stats::Summary) -> f64| ns_cell(m.map(g));
+    let mut out = vec![f(|m| m.min_ns), f(|m| m.q1_ns), f(|m| m.median_ns), f(|m| m.q3_ns)];
+    if p99 {
+        out.push(f(|m| m.p99_ns));
+    }
+    out.extend([f(|m| m.max_ns), f(|m| m.mean_ns), f(|m| m.stddev_ns)]);
+    out
+}
+
 pub fn ns_cell(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => {

@@ -1,6 +1,6 @@
 //! `gridperf rtt`: the table (one row per point, times in units that fit) and the CSV.
 
-use super::{header, ns_cell, Csv};
+use super::{header, summary_cells, Csv};
 use gridperf_core::model::{RttPoint, RttReport};
 use gridperf_core::units::{fmt_bytes, fmt_ns};
 use std::fmt::Write;
@@ -92,8 +92,7 @@ pub fn csv(r: &RttReport, samples: bool) -> String {
     ]);
     for p in &r.points {
         let m = p.summary.as_ref();
-        let f = |g: fn(&gridperf_core::stats::Summary) -> f64| ns_cell(m.map(g));
-        t.row([
+        let head = [
             p.proto.name().to_string(),
             p.size_bytes.to_string(),
             m.map_or(0, |m| m.count).to_string(),
@@ -101,16 +100,9 @@ pub fn csv(r: &RttReport, samples: bool) -> String {
             p.sent.to_string(),
             p.lost.to_string(),
             p.late.to_string(),
-            f(|m| m.min_ns),
-            f(|m| m.q1_ns),
-            f(|m| m.median_ns),
-            f(|m| m.q3_ns),
-            f(|m| m.p99_ns),
-            f(|m| m.max_ns),
-            f(|m| m.mean_ns),
-            f(|m| m.stddev_ns),
-            p.irregular.as_ref().map(|i| i.describe()).unwrap_or_default(),
-        ]);
+        ];
+        let why = p.irregular.as_ref().map(|i| i.describe()).unwrap_or_default();
+        t.row(head.into_iter().chain(summary_cells(m, true)).chain([why]));
     }
     t.text()
 }

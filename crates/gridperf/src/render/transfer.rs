@@ -1,6 +1,6 @@
 //! `gridperf transfer`: the table and the CSV.
 
-use super::{header, ns_cell, whole_cell, Csv};
+use super::{header, summary_cells, whole_cell, Csv};
 use gridperf_core::model::{TransferPoint, TransferReport};
 use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
 use std::fmt::Write;
@@ -80,23 +80,15 @@ pub fn csv(r: &TransferReport) -> String {
     ]);
     for p in &r.points {
         let m = p.time.as_ref();
-        let f = |g: fn(&gridperf_core::stats::Summary) -> f64| ns_cell(m.map(g));
-        t.row([
+        let head = [
             p.proto.name().to_string(),
             p.size_bytes.to_string(),
             p.messages.to_string(),
             p.bytes_per_run.to_string(),
             p.run_times_ns.len().to_string(),
             p.lost.to_string(),
-            f(|m| m.min_ns),
-            f(|m| m.q1_ns),
-            f(|m| m.median_ns),
-            f(|m| m.q3_ns),
-            f(|m| m.max_ns),
-            f(|m| m.mean_ns),
-            f(|m| m.stddev_ns),
-            whole_cell(p.rate_bps),
-        ]);
+        ];
+        t.row(head.into_iter().chain(summary_cells(m, false)).chain([whole_cell(p.rate_bps)]));
     }
     t.text()
 }
