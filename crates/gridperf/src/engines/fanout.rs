@@ -574,6 +574,10 @@ fn repetition(
     Ok(elapsed)
 }
 
+/// How long a point waits in an agent's queue at least: long enough for
+/// the previous point's session to close there.
+pub const OWN_QUEUE: Duration = Duration::from_secs(5);
+
 /// An agent's consumers: where to connect, and the token to say first.
 type Consumer = (std::net::SocketAddr, u64);
 
@@ -585,6 +589,10 @@ fn open_agents(o: &FanoutOptions, messages: u64, size: u64, nodelay: bool) -> Re
         message: Duration::from_secs(1),
         queue: Duration::ZERO,
     });
+    // the previous point's session may still be closing at the agent when
+    // this one asks (it frees its slot a moment after the client's finish):
+    // wait in the agent's queue for it rather than be refused as busy
+    let deadlines = Deadlines { queue: deadlines.queue.max(OWN_QUEUE), ..deadlines };
     let mut sessions = Vec::new();
     let mut targets = Vec::new();
     for &a in &o.agents {

@@ -128,7 +128,8 @@ pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
     let child = Served(
         std::process::Command::new(env!("CARGO_BIN_EXE_gridperf"))
             .args(&args)
-            .stderr(std::process::Stdio::piped())
+            // nobody reads it: a pipe would fill and stall the agent
+            .stderr(std::process::Stdio::null())
             .spawn()
             .expect("spawn serve"),
     );
