@@ -416,7 +416,7 @@ const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
 const SIOCGIFMTU: libc::c_ulong = 0x8921;
 const SIOCSIFMTU: libc::c_ulong = 0x8922;
-const SIOCSIFTXQLEN: libc::c_ulong = 0x8943;
+const SIOCGIFTXQLEN: libc::c_ulong = 0x8942;
 
 #[repr(C)]
 struct IfReq {
@@ -450,15 +450,72 @@ pub fn set_link_mtu(name: &str, mtu: u32) -> io::Result<()> {
     cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFMTU, &mut req) }).map(drop)
 }
 
-/// Sets an interface's transmit queue length in packets (SIOCSIFTXQLEN) in
-/// the calling thread's namespace; for a TUN device, the ring its host's
-/// packets wait in until the reader takes them.
+/// Sets an interface's transmit queue length in packets in the calling
+/// thread's namespace; for a TUN device, the ring its host's packets wait in
+/// until the reader takes them. By rtnetlink (RTM_NEWLINK, IFLA_TXQLEN),
+/// which asks for CAP_NET_ADMIN over the namespace: the SIOCSIFTXQLEN ioctl
+/// asks for it in the machine's first user namespace, which a rootless lab
+/// does not have.
 pub fn set_link_txqueuelen(name: &str, len: u32) -> io::Result<()> {
+    const IFLA_TXQLEN: u16 = 13;
+    ifreq(name)?;
+    let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a name"))?;
+    // SAFETY: cname is a valid C string.
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // nlmsghdr (16) + ifinfomsg (16) + rtattr (4) + u32 (4)
+    let mut msg = [0u8; 40];
+    msg[0..4].copy_from_slice(&40u32.to_ne_bytes());
+    msg[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
+    msg[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
+    msg[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    msg[16] = libc::AF_UNSPEC as u8;
+    msg[20..24].copy_from_slice(&(index as i32).to_ne_bytes());
+    msg[32..34].copy_from_slice(&8u16.to_ne_bytes());
+    msg[34..36].copy_from_slice(&IFLA_TXQLEN.to_ne_bytes());
+    msg[36..40].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: plain socket(2) call.
+    let fd = cvt_i(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
+    // SAFETY: fresh descriptor, now owned.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // the kernel answers at once; a deadline all the same
+    let tv = libc::timeval { tv_sec: 2, tv_usec: 0 };
+    // SAFETY: tv lives across the call and its size is passed.
+    cvt_i(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    // SAFETY: msg is valid for reads of its length; a NULL address sends to the kernel.
+    let n = unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr() as *const libc::c_void, msg.len(), 0) };
+    cvt(n, -1)?;
+    let mut ack = [0u8; 256];
+    // SAFETY: ack is valid for writes of its length.
+    let n = cvt(unsafe { libc::recv(sock.as_raw_fd(), ack.as_mut_ptr() as *mut libc::c_void, ack.len(), 0) }, -1)?;
+    // an NLMSG_ERROR message: its header, then the error number (0: done)
+    let kind = u16::from_ne_bytes([ack[4], ack[5]]);
+    if n < 20 || kind != libc::NLMSG_ERROR as u16 {
+        return Err(io::Error::other(format!("rtnetlink: unexpected answer of {n} bytes, type {kind}")));
+    }
+    match i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]) {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(-e)),
+    }
+}
+
+/// An interface's transmit queue length (SIOCGIFTXQLEN).
+pub fn link_txqueuelen(name: &str) -> io::Result<u32> {
     let sock = ioctl_sock()?;
     let mut req = ifreq(name)?;
-    req.data[..4].copy_from_slice(&(len as i32).to_ne_bytes());
     // SAFETY: req is a valid ifreq-sized buffer.
-    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFTXQLEN, &mut req) }).map(drop)
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFTXQLEN, &mut req) })?;
+    Ok(i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]) as u32)
 }
 
 /// An interface's MTU (SIOCGIFMTU).
@@ -559,15 +616,132 @@ pub fn tun_create(name: &str, offload: bool) -> io::Result<OwnedFd> {
 /// Where named namespaces live, as `ip netns` keeps them.
 pub const NETNS_DIR: &str = "/run/netns";
 
+/// A namespace's file: a name under /run/netns, or a namespace a process
+/// holds open, `/proc/PID/fd/N` (the rootless lab's, see [`netns_hold`]).
 fn netns_path(name: &str) -> io::Result<CString> {
+    if held_path(name) {
+        return Ok(CString::new(name).expect("checked: digits and slashes"));
+    }
     if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("bad namespace name {name:?}: use 1 to 64 letters, digits, - or _"),
+            format!("bad namespace name {name:?}: use 1 to 64 letters, digits, - or _, or /proc/PID/fd/N"),
         ));
     }
     Ok(CString::new(format!("{NETNS_DIR}/{name}")).expect("checked: no NUL"))
+}
+
+/// Whether `name` is a held namespace, `/proc/PID/fd/N`.
+fn held_path(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('/').collect();
+    let number = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    matches!(parts[..], ["", "proc", pid, "fd", fd] if number(pid) && number(fd))
+}
+
+/// A new network namespace with no name, held by the descriptor returned:
+/// it lives while the descriptor is open (or a process runs in it), and
+/// other processes reach it as `/proc/PID/fd/N`. Needs CAP_SYS_ADMIN in
+/// this process's user namespace, which a user namespace of one's own gives.
+pub fn netns_hold() -> io::Result<OwnedFd> {
+    std::thread::spawn(|| -> io::Result<OwnedFd> {
+        unshare_netns()?;
+        Ok(std::fs::File::open("/proc/thread-self/ns/net")?.into())
+    })
+    .join()
+    .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
+}
+
+// ---------------------------------------------------------------- user namespaces
+
+/// Whether this process is in the machine's first user namespace (where
+/// root is root), from its uid_map: `0 0 4294967295` there.
+pub fn in_initial_userns() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+        let f: Vec<&str> = m.split_whitespace().collect();
+        f == ["0", "0", "4294967295"]
+    })
+}
+
+/// The effective user ID, as this user namespace sees it.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The user this process is outside every user namespace: the effective
+/// UID mapped back through /proc/self/uid_map (the same UID in the first one).
+pub fn outside_uid() -> u32 {
+    let uid = euid();
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    for line in map.lines() {
+        let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if let [inside, outside, count] = f[..] {
+            if (inside..inside + count).contains(&u64::from(uid)) {
+                return (outside + u64::from(uid) - inside) as u32;
+            }
+        }
+    }
+    uid
+}
+
+/// Moves this process into a new user namespace in which it is root (UID
+/// and GID 0 mapped to its own): it then holds every capability over the
+/// namespaces it makes, and none outside them. The process must still be
+/// single-threaded (call it first thing in `main`).
+pub fn unshare_user_as_root() -> io::Result<()> {
+    // SAFETY: getegid cannot fail.
+    let (uid, gid) = (euid(), unsafe { libc::getegid() });
+    // SAFETY: plain syscall with a valid flag.
+    cvt_i(unsafe { libc::unshare(libc::CLONE_NEWUSER) })?;
+    // an unprivileged process may map only itself, and its group only
+    // once it gives up setgroups
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("0 {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("0 {gid} 1"))?;
+    Ok(())
+}
+
+/// The inode of a process's user namespace (self for None).
+pub fn userns_inode(pid: Option<u32>) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let p = pid.map_or("/proc/self/ns/user".to_string(), |p| format!("/proc/{p}/ns/user"));
+    Ok(std::fs::metadata(p)?.ino())
+}
+
+/// Moves this process into the user namespace of another process (one of
+/// the same user's, or root's): single-threaded processes only.
+pub fn enter_userns_of(pid: u32) -> io::Result<()> {
+    let f = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
+    // SAFETY: setns takes a descriptor and a flag; no memory is passed.
+    cvt_i(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWUSER) }).map(drop)
+}
+
+/// What keeps an unprivileged user from making a user namespace, as the
+/// sysctl that says so and its value (None when nothing does).
+pub fn userns_blocker() -> Option<(&'static str, String)> {
+    userns_blocker_from(|p| std::fs::read_to_string(p).ok().map(|v| v.trim().to_string()))
+}
+
+/// [`userns_blocker`] over the sysctl files as `read` gives them (None:
+/// no such file on this kernel).
+pub fn userns_blocker_from(read: impl Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
+    if let Some(v) = read("/proc/sys/kernel/unprivileged_userns_clone") {
+        if v == "0" {
+            return Some(("kernel.unprivileged_userns_clone", v));
+        }
+    }
+    if let Some(v) = read("/proc/sys/user/max_user_namespaces") {
+        if v == "0" {
+            return Some(("user.max_user_namespaces", v));
+        }
+    }
+    if let Some(v) = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        if v != "0" {
+            return Some(("kernel.apparmor_restrict_unprivileged_userns", v));
+        }
+    }
+    None
 }
 
 /// Creates a named network namespace that `ip netns exec NAME ...` can use:
@@ -604,6 +778,10 @@ pub fn netns_create(name: &str) -> io::Result<()> {
 /// The namespace itself goes when its last process and device let go.
 pub fn netns_delete(name: &str) -> io::Result<()> {
     let path = netns_path(name)?;
+    if held_path(name) {
+        // a held namespace goes with its holder
+        return Ok(());
+    }
     // SAFETY: path is a valid C string.
     let umount = cvt_i(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) });
     // SAFETY: as above.
@@ -613,7 +791,10 @@ pub fn netns_delete(name: &str) -> io::Result<()> {
 
 /// Whether a named namespace exists.
 pub fn netns_exists(name: &str) -> bool {
-    netns_path(name).is_ok() && std::path::Path::new(&format!("{NETNS_DIR}/{name}")).exists()
+    match netns_path(name) {
+        Ok(p) => std::path::Path::new(&*p.to_string_lossy()).exists(),
+        Err(_) => false,
+    }
 }
 
 /// Moves the calling thread into a named network namespace.
@@ -637,13 +818,19 @@ pub fn setns_net(ns: &impl AsRawFd) -> io::Result<()> {
 /// The inode of a named namespace (what /proc/PID/ns/net links to, as net:[INODE]).
 pub fn netns_inode(name: &str) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    netns_path(name)?;
-    Ok(std::fs::metadata(format!("{NETNS_DIR}/{name}"))?.ino())
+    let p = netns_path(name)?;
+    Ok(std::fs::metadata(&*p.to_string_lossy())?.ino())
 }
 
 /// The processes whose network namespace is the named one.
 pub fn netns_pids(name: &str) -> io::Result<Vec<u32>> {
-    let want = format!("net:[{}]", netns_inode(name)?);
+    netns_inode_pids(netns_inode(name)?)
+}
+
+/// The processes whose network namespace has this inode (of those this
+/// process may look at: its user's, or all for root).
+pub fn netns_inode_pids(inode: u64) -> io::Result<Vec<u32>> {
+    let want = format!("net:[{inode}]");
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc")?.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
@@ -674,6 +861,41 @@ pub fn in_netns<R: Send + 'static>(name: &str, f: impl FnOnce() -> io::Result<R>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_namespace_paths() {
+        assert!(held_path("/proc/123/fd/7"));
+        for bad in ["/proc/123/fd/", "/proc/self/fd/7", "/proc/1/fd/7/..", "/run/netns/x", "proc/1/fd/2", "/proc/1/ns/net"] {
+            assert!(!held_path(bad), "{bad}");
+            assert!(netns_path(bad).is_err(), "{bad}");
+        }
+        assert_eq!(netns_path("/proc/123/fd/7").expect("held").to_str(), Ok("/proc/123/fd/7"));
+        assert!(netns_delete("/proc/123/fd/7").is_ok(), "a held namespace goes with its holder");
+    }
+
+    #[test]
+    fn each_userns_blocker_is_named() {
+        let with = |file: &'static str, value: &'static str| {
+            userns_blocker_from(move |p| (p.ends_with(file)).then(|| value.to_string()))
+        };
+        assert_eq!(with("unprivileged_userns_clone", "0"), Some(("kernel.unprivileged_userns_clone", "0".into())));
+        assert_eq!(with("unprivileged_userns_clone", "1"), None);
+        assert_eq!(with("max_user_namespaces", "0"), Some(("user.max_user_namespaces", "0".into())));
+        assert_eq!(with("max_user_namespaces", "96365"), None);
+        assert_eq!(
+            with("apparmor_restrict_unprivileged_userns", "1"),
+            Some(("kernel.apparmor_restrict_unprivileged_userns", "1".into()))
+        );
+        assert_eq!(with("apparmor_restrict_unprivileged_userns", "0"), None);
+        assert_eq!(userns_blocker_from(|_| None), None, "a kernel without these files blocks nothing by them");
+    }
+
+    #[test]
+    fn outside_uid_in_the_first_namespace_is_the_uid() {
+        if in_initial_userns() {
+            assert_eq!(outside_uid(), euid());
+        }
+    }
 
     #[test]
     fn memfd_holds_the_pattern() {
@@ -744,6 +966,8 @@ mod root_tests {
             set_link_up("gp0")?;
             set_link_up("lo")?;
             assert_eq!(link_mtu("gp0")?, 1500);
+            set_link_txqueuelen("gp0", 1234)?;
+            assert_eq!(link_txqueuelen("gp0")?, 1234);
             Ok(fd)
         })
         .expect("tun in the namespace");

@@ -114,12 +114,85 @@ pub fn socket_info(
 /// Moves this process into a new private network namespace whose lo has
 /// `mtu` (`--loopback-mtu`): both ends of a local run then talk over it.
 pub fn enter_private_loopback(mtu: u32) -> Result<()> {
-    gridperf_sys::unshare_netns().map_err(|e| {
-        Error::usage(format!("--loopback-mtu needs a private network namespace, which needs root (CAP_SYS_ADMIN): {e}"))
-    })?;
+    may_make_namespaces("--loopback-mtu")?;
+    gridperf_sys::unshare_netns()
+        .map_err(|e| Error::usage(format!("--loopback-mtu: cannot make a private network namespace: {e}")))?;
     gridperf_sys::set_link_mtu("lo", mtu).map_err(|e| Error::internal(format!("setting the lo MTU to {mtu}: {e}")))?;
     gridperf_sys::set_link_up("lo").map_err(|e| Error::internal(format!("bringing lo up: {e}")))?;
     Ok(())
+}
+
+// ---------------------------------------------------------------- user namespaces
+
+/// What became of this process's move into a user namespace at start
+/// (None: it made no move).
+static USERNS: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+
+/// Moves a user who is not root into a user namespace of their own, in
+/// which they are root over the namespaces they make and nothing else (the
+/// rootless lab). Call first thing in `main`: only a single-threaded
+/// process can. Root, and root of a user namespace already (a process that
+/// `gridperf lab exec` started, or a container's root), stay where they
+/// are. A failure is kept for [`may_make_namespaces`] to explain.
+pub fn make_own_userns() {
+    if gridperf_sys::euid() == 0 {
+        return;
+    }
+    let _ = USERNS.set(gridperf_sys::unshare_user_as_root().map_err(|e| e.to_string()));
+}
+
+/// Moves a user who is not root into the user namespace of one of their
+/// own processes (a rootless lab's emulator), to enter its network
+/// namespaces; single-threaded only, as [`make_own_userns`].
+pub fn enter_userns_of(pid: u32) {
+    if gridperf_sys::euid() == 0 {
+        return;
+    }
+    let _ = USERNS.set(gridperf_sys::enter_userns_of(pid).map_err(|e| format!("entering the user namespace of process {pid}: {e}")));
+}
+
+/// Whether this process holds the privileges its own network namespaces
+/// need (root, or root in a user namespace of its own); if not, why not
+/// and the ways out.
+pub fn may_make_namespaces(what: &str) -> Result<()> {
+    if is_root() || (!gridperf_sys::in_initial_userns() && gridperf_sys::euid() == 0) {
+        return Ok(());
+    }
+    let attempt = match USERNS.get() {
+        Some(Err(e)) => Some(e.as_str()),
+        _ => None,
+    };
+    Err(Error::usage(namespaces_refused(what, gridperf_sys::userns_blocker(), attempt)))
+}
+
+/// Why a user's process cannot make namespaces, and the ways out: from the
+/// sysctl that blocks user namespaces, if one does, and what the attempt
+/// to make one said, if it was made.
+fn namespaces_refused(what: &str, blocker: Option<(&str, String)>, attempt: Option<&str>) -> String {
+    let fix = |k: &str, v: &str| format!("or allow it: sudo sysctl -w {k}={v}");
+    let (why, way) = match blocker {
+        Some((k @ "kernel.unprivileged_userns_clone", v)) => {
+            (format!("this machine does not let users make user namespaces ({k} = {v})"), fix(k, "1"))
+        }
+        Some((k @ "user.max_user_namespaces", v)) => {
+            (format!("this machine does not let users make user namespaces ({k} = {v})"), fix(k, "15000"))
+        }
+        Some((k, v)) => (
+            format!("an AppArmor policy keeps users from using user namespaces ({k} = {v})"),
+            format!("or lift it: sudo sysctl -w {k}=0 (or give gridperf an AppArmor profile with `userns,`)"),
+        ),
+        None => match attempt {
+            Some(e) => (
+                format!("making a user namespace failed ({e})"),
+                "or find what forbids it (a container's seccomp policy?)".into(),
+            ),
+            None => ("this process is not root and not in a user namespace of its own".into(), String::new()),
+        },
+    };
+    format!(
+        "{what} needs network namespaces, which a user who is not root makes inside a user namespace of their own, but {why}: run it as root (sudo){}",
+        if way.is_empty() { String::new() } else { format!(", {way}") }
+    )
 }
 
 /// The user who ran `sudo gridperf ...`: (name, uid, gid, home), when this
@@ -147,12 +220,11 @@ pub fn give_back(path: &std::path::Path) {
     }
 }
 
-/// Whether this process runs as root (effective UID 0).
+/// Whether this process runs as the machine's root: effective UID 0 in the
+/// first user namespace. Root of a user namespace of one's own (the
+/// rootless lab) is not: it has no privilege beyond the namespaces it made.
 pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
+    gridperf_sys::in_initial_userns() && gridperf_sys::euid() == 0
 }
 
 // ---------------------------------------------------------------- settings in a namespace
@@ -241,11 +313,7 @@ pub fn set_in(netns: &str, name: &str, value: &str) -> Result<()> {
 /// Sets the per-namespace lines in every host of a lab (name, namespace);
 /// the global ones are left alone and said to be.
 pub fn apply(hosts: &[(String, String)], lines: &[String]) -> Result<Vec<Applied>> {
-    if !is_root() {
-        return Err(Error::usage(
-            "tune --apply needs root (CAP_NET_ADMIN over the lab's namespaces): run it with sudo; nothing was changed",
-        ));
-    }
+    may_make_namespaces("tune --apply").map_err(|e| Error::usage(format!("{e}; nothing was changed")))?;
     let mut out = Vec::new();
     for line in lines {
         let (name, value) = split_line(line)?;
@@ -254,7 +322,12 @@ pub fn apply(hosts: &[(String, String)], lines: &[String]) -> Result<Vec<Applied
                 host: "all".into(),
                 setting: name,
                 value,
-                outcome: "left alone: global, not per namespace (set it on the host itself)".into(),
+                outcome: if is_root() {
+                    "left alone: global, not per namespace (set it on the host itself)".into()
+                } else {
+                    "left alone: global, not per namespace, and read-only without root (set it on the host itself, as root)"
+                        .into()
+                },
             });
             continue;
         }
@@ -272,6 +345,24 @@ pub fn apply(hosts: &[(String, String)], lines: &[String]) -> Result<Vec<Applied
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_user_namespace_names_its_setting_and_both_ways_out() {
+        let cases = [
+            ("kernel.unprivileged_userns_clone", "0", "sudo sysctl -w kernel.unprivileged_userns_clone=1"),
+            ("user.max_user_namespaces", "0", "sudo sysctl -w user.max_user_namespaces=15000"),
+            ("kernel.apparmor_restrict_unprivileged_userns", "1", "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+        ];
+        for (k, v, fix) in cases {
+            let m = namespaces_refused("lab up", Some((k, v.to_string())), Some("Operation not permitted"));
+            assert!(m.starts_with("lab up needs network namespaces"), "{m}");
+            assert!(m.contains(&format!("({k} = {v})")), "{m}");
+            assert!(m.contains("run it as root (sudo)") && m.contains(fix), "{m}");
+        }
+        let m = namespaces_refused("lab up", None, Some("Operation not permitted (os error 1)"));
+        assert!(m.contains("making a user namespace failed (Operation not permitted (os error 1))"), "{m}");
+        assert!(m.contains("run it as root (sudo)"), "{m}");
+    }
 
     #[test]
     fn sysctl_lines_split() {

@@ -54,6 +54,8 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
 
 fn main() {
     let cli = Cli::parse();
+    // before any thread starts: a user namespace of one's own for a rootless lab
+    gridperf::lab::prepare(cli.command.namespaces());
     match dispatch(cli.command) {
         Ok(None) => {}
         Ok(Some(code)) => std::process::exit(code),

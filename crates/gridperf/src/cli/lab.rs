@@ -17,8 +17,11 @@ pub enum LabCommand {
         gridperf lab up --profile wan --set loss=1% --set burst=3\n  \
         gridperf lab up --profile baltic --sysctl net.ipv4.tcp_rmem=\"4096 87380 174760\"\n  \
         gridperf lab exec a -- gridperf rtt 10.77.2.1       measure across it from host a to host b\n\n\
-        Hosts: a (10.77.1.1) and b (10.77.2.1), or a1.., b1.. with --hosts NxM; each is a network namespace\n\
-        named gp-NAME-HOST, so `ip netns exec gp-default-a CMD` works too. Needs root.")]
+        Hosts: a (10.77.1.1) and b (10.77.2.1), or a1.., b1.. with --hosts NxM; each is a network namespace.\n\
+        As root they are named gp-NAME-HOST, so `ip netns exec gp-default-a CMD` works too. Any other user's\n\
+        lab is rootless: its namespaces live in a user namespace of the user's own, held by the emulator,\n\
+        and only `gridperf lab exec` (as the same user) enters them; the emulator then runs at normal\n\
+        priority instead of SCHED_FIFO (lab calibrate says what that costs).")]
     Up(Box<LabUpArgs>),
     /// Stop a lab and remove its namespaces, devices and emulator (also after a crash).
     Down(LabNameArg),

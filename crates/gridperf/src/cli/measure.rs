@@ -74,11 +74,11 @@ pub struct EchoArgs {
     /// connection are slower for tens of milliseconds). 0s to skip.
     #[arg(long, default_value = "250ms", value_name = "DURATION")]
     pub warmup_time: String,
-    /// Run both ends in a new private network namespace whose loopback has this MTU (needs root; only without HOST).
+    /// Run both ends in a new private network namespace whose loopback has this MTU (only without HOST).
     #[arg(long, value_name = "BYTES")]
     pub loopback_mtu: Option<u32>,
     /// Run across a lab of this profile (gridperf lab profiles), brought up for the run and taken down
-    /// after it: the agent on host b, the client on host a (needs root; only without HOST).
+    /// after it: the agent on host b, the client on host a (only without HOST).
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
     /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1% (repeat).
@@ -242,7 +242,7 @@ pub struct StreamArgs {
     /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
     #[arg(long, value_name = "DURATION")]
     pub queue: Option<String>,
-    /// Run across a lab of this profile, brought up for the run: agent on host b, client on host a (root).
+    /// Run across a lab of this profile, brought up for the run: agent on host b, client on host a.
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
     /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1% (repeat).
@@ -297,7 +297,7 @@ pub struct FanoutArgs {
     /// Do not store this sweep.
     #[arg(long, conflicts_with = "db")]
     pub no_store: bool,
-    /// Across a lab of this profile (root): the server on host a1, one consumer per host on the far side.
+    /// Across a lab of this profile: the server on host a1, one consumer per host on the far side.
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
     /// Override one field of the --lab profile: rate=1G, rtt=20ms (repeat).

@@ -46,7 +46,7 @@ pub enum Command {
         gridperf rtt --proto tcp,udp --sizes 1,64,1k..64k*2   a list and a geometric range\n  \
         gridperf rtt --busy-poll --cpu 0,1                    spinning ends on two CPUs\n  \
         gridperf rtt --nodelay off --writes 2 --sizes 2000    the Nagle x delayed-ACK stall (~40 ms)\n  \
-        gridperf rtt --loopback-mtu 1500 --sizes 1000..6000+250   Ethernet MTU on loopback (root)\n  \
+        gridperf rtt --loopback-mtu 1500 --sizes 1000..6000+250   Ethernet MTU on loopback\n  \
         gridperf rtt 192.0.2.7 --json                         against `gridperf serve` on that host\n\n\
         Times are full round trips, never halved. See docs/json.md for the --json schema.")]
     Rtt(measure::RttArgs),
@@ -93,10 +93,10 @@ pub enum Command {
     /// The main job: rtt and transfer for TCP, UDP and sendfile on the documents' networks (a lab for each),
     /// every point stored, then the report and the best-protocol table.
     #[command(after_help = "Examples:\n  \
-        gridperf survey --quick                      the first document's five networks, a small sweep (root: the lab)\n  \
+        gridperf survey --quick                      the first document's five networks, a small sweep, in the lab (no root needed)\n  \
         gridperf survey                              the full sweep (1 B, then 128 B to 64000 B)\n  \
         gridperf survey --profiles man,wan --proto tcp,udp --sizes 1,1k,16k\n  \
-        gridperf survey local --quick                loopback in this process: no lab, no root\n  \
+        gridperf survey local --quick                loopback in this process: no lab\n  \
         gridperf survey 192.0.2.7                    a real path to `gridperf serve` there\n  \
         gridperf survey --quick --resume             go on with an interrupted survey, skipping stored points\n\n\
         Results go to the store (--db, default ~/.local/share/gridperf/results.db); the report to -o.")]
@@ -123,6 +123,26 @@ pub enum Command {
         gridperf man | man -l -\n  \
         gridperf man --dir ~/.local/share/man/man1")]
     Man(ManArgs),
+}
+
+impl Command {
+    /// What the command does with labs: `main` prepares the process's user
+    /// namespace for it while it is still single-threaded.
+    pub fn namespaces(&self) -> crate::lab::Namespaces {
+        use crate::lab::Namespaces;
+        let own = |yes: bool| if yes { Namespaces::Own } else { Namespaces::None };
+        match self {
+            Command::Rtt(a) => own(a.echo.lab.is_some() || a.echo.loopback_mtu.is_some()),
+            Command::Transfer(a) => own(a.echo.lab.is_some() || a.echo.loopback_mtu.is_some()),
+            Command::Stream(a) => own(a.lab.is_some()),
+            Command::Fanout(a) => own(a.lab.is_some()),
+            Command::Tune(a) => a.in_lab.clone().map_or(Namespaces::None, Namespaces::OfLab),
+            Command::Survey(_) => Namespaces::Own,
+            Command::Lab(lab::LabCommand::Up(_) | lab::LabCommand::Calibrate(_)) => Namespaces::Own,
+            Command::Lab(lab::LabCommand::Exec(a)) => Namespaces::OfLab(a.name.clone()),
+            _ => Namespaces::None,
+        }
+    }
 }
 
 #[derive(clap::Args)]

@@ -47,7 +47,7 @@ pub struct TuneArgs {
     #[arg(long, value_name = "NAME", conflicts_with_all = ["lab", "host"])]
     pub in_lab: Option<String>,
     /// With --in-lab: set the per-namespace changes in every host of the lab (global ones are named and left
-    /// alone), then read them back. Needs root.
+    /// alone), then read them back (as root, or as the user whose rootless lab it is).
     #[arg(long, requires = "in_lab")]
     pub apply: bool,
     /// The socket buffer the application sets (SO_RCVBUF / SO_SNDBUF, iperf's -w), if it does.

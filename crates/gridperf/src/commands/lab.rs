@@ -53,9 +53,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             ));
         }
         Opts::Status { name } => {
-            let st = lab::state(&name).ok_or_else(|| {
-                crate::error::Error::usage(format!("no lab named {name:?} is up: `gridperf lab up` first"))
-            })?;
+            let st = lab::running(&name)?;
             let health = lab::health(&name);
             match out.format {
                 Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": health }))?,

@@ -239,13 +239,7 @@ fn survey_network(
     }
     // the network made ready (a lab brought up for it, taken down when this returns)
     if let Network::Lab { profile, .. } = net {
-        if !crate::host::is_root() {
-            return Err(Error::usage(format!(
-                "the survey brings up a lab for {profile}, which needs root (network namespaces and TUN devices): \
-                 run it with sudo, or survey without a lab: `gridperf survey local` (loopback only, in this \
-                 process) or `gridperf survey HOST` (a remote `gridperf serve`)"
-            )));
-        }
+        crate::host::may_make_namespaces(&format!("the survey's lab for {profile}")).map_err(without_lab)?;
         progress(0, "bringing the lab up");
     }
     let prepared = net.prepare("sv", None, Default::default())?;
@@ -303,13 +297,17 @@ pub fn transfer_plan(quick: bool, none: bool) -> (Vec<u64>, u64) {
     (sizes, if quick { 64_000 } else { crate::engines::transfer::PAPER_TOTAL })
 }
 
+/// A survey that cannot bring its labs up says how to survey without one.
+fn without_lab(e: Error) -> Error {
+    Error::usage(format!(
+        "{e}; or survey without a lab: `gridperf survey local --quick` (loopback only, in this process) or \
+         `gridperf survey HOST` (a remote `gridperf serve`)"
+    ))
+}
+
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
-    if o.spec.networks.iter().any(|n| matches!(n, Network::Lab { .. })) && !crate::host::is_root() {
-        return Err(Error::usage(
-            "the survey brings up a lab for each network, which needs root (network namespaces and TUN \
-             devices): run it with sudo, or survey without a lab: `gridperf survey local --quick` \
-             (loopback only, in this process) or `gridperf survey HOST` (a remote `gridperf serve`)",
-        ));
+    if o.spec.networks.iter().any(|n| matches!(n, Network::Lab { .. })) {
+        crate::host::may_make_namespaces("the survey's labs").map_err(without_lab)?;
     }
     let store = Store::open(&o.db)?;
     let bar = out.bar();

@@ -109,11 +109,7 @@ fn from_host(o: &Opts, addr: SocketAddr, kernel: Option<String>, out: &mut Outpu
 }
 
 fn from_lab(o: &Opts, name: &str, kernel: Option<String>) -> Result<Path> {
-    let st = crate::lab::state(name).ok_or_else(|| {
-        Error::usage(format!(
-            "no lab named {name:?} is up: bring one up with `gridperf lab up --name {name} --profile baltic`"
-        ))
-    })?;
+    let st = crate::lab::running(name)?;
     let rate_bps = o
         .rate_bps
         .or(st.spec.ab.rate_bps)
@@ -195,10 +191,8 @@ fn sysctl_file(v: &TuneView) -> String {
 }
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
-    if o.apply && !host::is_root() {
-        return Err(Error::usage(
-            "tune --apply needs root (CAP_NET_ADMIN over the lab's namespaces): run it with sudo; nothing was changed",
-        ));
+    if o.apply {
+        host::may_make_namespaces("tune --apply").map_err(|e| Error::usage(format!("{e}; nothing was changed")))?;
     }
     let Path { tune: p, from, measured, mut records, lab_hosts } = path(&o, out)?;
     let mut share_probes = Vec::new();

@@ -110,6 +110,11 @@ pub struct Health {
     /// Super-packets cut into their surviving segments after a drop.
     pub split_packets: u64,
     pub uptime_s: f64,
+    /// Whether the emulator's thread runs under SCHED_FIFO (it needs
+    /// CAP_SYS_NICE in the machine's first user namespace: root, not a
+    /// rootless lab); None where nothing is emulated (the loopback lab).
+    #[serde(default)]
+    pub realtime: Option<bool>,
 }
 
 /// How long before a packet is due the emulator stops sleeping and spins.
@@ -228,6 +233,7 @@ impl Health {
             super_packets: self.super_packets.saturating_sub(before.super_packets),
             split_packets: self.split_packets.saturating_sub(before.split_packets),
             uptime_s: self.uptime_s - before.uptime_s,
+            realtime: self.realtime,
         }
     }
 
@@ -331,9 +337,13 @@ pub fn run(
     let _ = gridperf_sys::set_timer_slack_ns(1);
     // a real-time thread is not kept waiting behind the hosts' own work on
     // a small machine; without the privilege the lag counters will say so
-    if let Err(e) = gridperf_sys::set_realtime(50) {
-        eprintln!("gridperf lab emulator: cannot run as a real-time thread ({e}); lag may follow");
-    }
+    let realtime = match gridperf_sys::set_realtime(50) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("gridperf lab emulator: cannot run as a real-time thread ({e}); lag may follow");
+            false
+        }
+    };
     for p in &ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
@@ -367,7 +377,7 @@ pub fn run(
     let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
     let start = Instant::now();
     let now_ns = || start.elapsed().as_nanos() as u64;
-    let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], ..Health::default() };
+    let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], realtime: Some(realtime), ..Health::default() };
     let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
     let mut pace = Pace::default();

@@ -1,12 +1,20 @@
-//! `gridperf lab`: emulated networks on one machine. Each host is a named
-//! network namespace (`ip netns exec gp-NAME-a ...` works) with a TUN device
-//! `gp0`; one emulator process holds every TUN descriptor and joins the two
-//! sides of the bottleneck through the link model.
+//! `gridperf lab`: emulated networks on one machine. Each host is a network
+//! namespace with a TUN device `gp0`; one emulator process holds every TUN
+//! descriptor and joins the two sides of the bottleneck through the link
+//! model.
+//!
+//! As root, the namespaces are named (`ip netns exec gp-NAME-a ...` works)
+//! and the state lives under /run/gridperf. Any other user's lab is
+//! rootless: `main` moves the process into a user namespace of its own
+//! before anything else ([`prepare`]), in which it is root over what it
+//! makes and nothing more; the emulator holds the network namespaces open
+//! (`/proc/PID/fd/N`, no name), and the state lives in the user's own
+//! runtime directory ([`run_dir`]), where no other user can see or touch it.
 //!
 //! `lab up` starts the emulator in the background and waits until it says
 //! the lab is ready; the emulator writes its state and its health figures
-//! under /run/gridperf/lab-NAME/. `lab down` stops it, and removes by name
-//! whatever a crashed emulator left behind.
+//! under RUN_DIR/lab-NAME/. `lab down` stops it, and removes whatever a
+//! crashed emulator left behind.
 
 pub mod calibrate;
 pub mod emulator;
@@ -23,8 +31,83 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where labs keep their state.
+/// Where root's labs keep their state.
 pub const RUN_DIR: &str = "/run/gridperf";
+
+/// What a command does with labs, for [`prepare`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Namespaces {
+    /// Nothing (or only reads a lab's files, or signals its own processes).
+    None,
+    /// Makes namespaces: a lab, or a private loopback.
+    Own,
+    /// Enters a running lab's namespaces (`lab exec`, `tune --in-lab`).
+    OfLab(String),
+}
+
+/// Called first thing in `main`, while the process is single-threaded: a
+/// user who is not root moves into a user namespace of their own to make a
+/// lab, or into a lab's to enter it. Root stays where it is, and so does a
+/// process already inside (one that `lab exec` started). What fails is said
+/// when the command needs it ([`crate::host::may_make_namespaces`]).
+pub fn prepare(what: Namespaces) {
+    match what {
+        Namespaces::None => {}
+        Namespaces::Own => crate::host::make_own_userns(),
+        Namespaces::OfLab(name) => {
+            if let Ok(s) = running(&name) {
+                crate::host::enter_userns_of(s.pid);
+            }
+        }
+    }
+}
+
+/// Where this user's labs keep their state: /run/gridperf for root;
+/// otherwise $XDG_RUNTIME_DIR/gridperf when that directory is the user's
+/// own, else /tmp/gridperf-UID. Inside a rootless lab's user namespace it is
+/// the same directory as outside it.
+pub fn run_dir() -> PathBuf {
+    if crate::host::is_root() {
+        return PathBuf::from(RUN_DIR);
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        if x.is_absolute() && private(&x) {
+            return x.join("gridperf");
+        }
+    }
+    PathBuf::from(format!("/tmp/gridperf-{}", gridperf_sys::outside_uid()))
+}
+
+/// Whether a directory is this user's and closed to others' writes (not a
+/// symbolic link another user could have planted in /tmp).
+fn private(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == gridperf_sys::euid() && m.mode() & 0o022 == 0)
+}
+
+/// The run directory, made if missing (0700 for a user's own) and checked.
+fn ensure_run_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let d = run_dir();
+    if crate::host::is_root() {
+        std::fs::create_dir_all(&d).map_err(|e| Error::internal(format!("{}: {e}", d.display())))?;
+        return Ok(d);
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::internal(format!("making {}: {e}", d.display()))),
+    }
+    if !private(&d) {
+        return Err(Error::usage(format!(
+            "{} is not a directory of yours closed to others: remove it (or set XDG_RUNTIME_DIR to a directory \
+             of yours) so that labs can keep their state there",
+            d.display()
+        )));
+    }
+    Ok(d)
+}
 
 /// The environment variable `gridperf lab exec` sets for the command it
 /// runs: the lab that command's measurements cross. The command line reads
@@ -78,7 +161,13 @@ impl LabSpec {
 pub struct Host {
     /// a, b (two hosts) or a1, a2, b1, ... (a dumbbell).
     pub name: String,
+    /// Its network namespace: a name under /run/netns (root's labs), or
+    /// /proc/PID/fd/N, held open by the emulator (a rootless lab's).
     pub netns: String,
+    /// The namespace's inode, once made: how the processes still in it are
+    /// found after the emulator that held it is gone.
+    #[serde(default)]
+    pub ns_inode: Option<u64>,
     pub addr: Ipv4Addr,
     pub side: Side,
 }
@@ -92,7 +181,7 @@ pub struct LabState {
 }
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(RUN_DIR).join(format!("lab-{name}"))
+    run_dir().join(format!("lab-{name}"))
 }
 
 /// The hosts of a lab: names, namespaces and addresses (10.77.1.i on the A
@@ -104,6 +193,7 @@ pub fn hosts(name: &str, (na, nb): (usize, usize)) -> Vec<Host> {
             let hname = if na == 1 && nb == 1 { letter.to_string() } else { format!("{letter}{i}") };
             out.push(Host {
                 netns: format!("gp-{name}-{hname}"),
+                ns_inode: None,
                 name: hname,
                 addr: Ipv4Addr::new(10, 77, net, i as u8),
                 side,
@@ -118,8 +208,8 @@ pub fn hosts_of(spec: &LabSpec) -> Vec<Host> {
     if spec.loopback {
         let netns = format!("gp-{}-lo", spec.name);
         return vec![
-            Host { name: "a".into(), netns: netns.clone(), addr: Ipv4Addr::LOCALHOST, side: Side::A },
-            Host { name: "b".into(), netns, addr: Ipv4Addr::LOCALHOST, side: Side::B },
+            Host { name: "a".into(), netns: netns.clone(), ns_inode: None, addr: Ipv4Addr::LOCALHOST, side: Side::A },
+            Host { name: "b".into(), netns, ns_inode: None, addr: Ipv4Addr::LOCALHOST, side: Side::B },
         ];
     }
     hosts(&spec.name, spec.hosts)
@@ -132,38 +222,73 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn need_root(what: &str) -> Result<()> {
-    if !crate::host::is_root() {
-        return Err(Error::usage(format!(
-            "{what} needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN, for network namespaces and TUN devices): run it with sudo"
-        )));
-    }
+/// Whether this process may make a lab: root, or a user in a user
+/// namespace of their own; and a TUN device to make.
+fn may_make(what: &str) -> Result<()> {
+    crate::host::may_make_namespaces(what)?;
     if !std::path::Path::new("/dev/net/tun").exists() {
         return Err(Error::usage(format!("{what} needs /dev/net/tun (the tun kernel module)")));
     }
     Ok(())
 }
 
+/// A file of a lab's, read only from a run directory that is this user's own.
+fn read_lab_file(name: &str, file: &str) -> Option<String> {
+    let d = run_dir();
+    if !crate::host::is_root() && !private(&d) {
+        return None;
+    }
+    std::fs::read_to_string(d.join(format!("lab-{name}")).join(file)).ok()
+}
+
 /// Reads a lab's state; None when no lab of that name runs.
 pub fn state(name: &str) -> Option<LabState> {
-    let text = std::fs::read_to_string(dir(name).join("state.json")).ok()?;
-    serde_json::from_str(&text).ok()
+    serde_json::from_str(&read_lab_file(name, "state.json")?).ok()
+}
+
+/// A lab's state when its emulator runs; when it has gone (killed, or the
+/// machine's process table says otherwise), an error that says how to
+/// clean up after it.
+pub fn running(name: &str) -> Result<LabState> {
+    let flag = if name == "default" { String::new() } else { format!(" --name {name}") };
+    match state(name) {
+        Some(s) if emulator_alive(s.pid) => Ok(s),
+        Some(s) => Err(Error::usage(format!(
+            "lab {name:?} is not up: its emulator (pid {}) has gone; `gridperf lab down{flag}` removes what it left",
+            s.pid
+        ))),
+        None => Err(Error::usage(format!("no lab named {name:?} is up: `gridperf lab up{flag}` first"))),
+    }
 }
 
 /// The latest health figures the emulator wrote.
 pub fn health(name: &str) -> Option<Health> {
-    let text = std::fs::read_to_string(dir(name).join("health.json")).ok()?;
-    serde_json::from_str(&text).ok()
+    serde_json::from_str(&read_lab_file(name, "health.json")?).ok()
 }
 
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Ends the processes still running inside a namespace (what `lab exec`
-/// started there): SIGTERM, then SIGKILL after a second.
-fn end_processes_in(netns: &str, spare: Option<u32>) {
-    let Ok(pids) = gridperf_sys::netns_pids(netns) else { return };
+/// Whether `pid` is still a lab emulator (and not a process that took its
+/// number after it died).
+fn emulator_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+        args.windows(2).any(|w| w == [&b"lab"[..], &b"emulator"[..]])
+    })
+}
+
+/// Ends the processes still running inside a host's namespace (what `lab
+/// exec` started there): SIGTERM, then SIGKILL after a second. The
+/// namespace is found by its file while that is there (a name, or the
+/// emulator's descriptor), else by its inode.
+fn end_processes_in(h: &Host, spare: Option<u32>) {
+    let pids = match (gridperf_sys::netns_pids(&h.netns), h.ns_inode) {
+        (Ok(p), _) => p,
+        (Err(_), Some(inode)) => gridperf_sys::netns_inode_pids(inode).unwrap_or_default(),
+        (Err(_), None) => return,
+    };
     let me = std::process::id();
     let pids: Vec<u32> = pids.into_iter().filter(|&p| p != me && Some(p) != spare).collect();
     for &p in &pids {
@@ -184,18 +309,19 @@ fn end_processes_in(netns: &str, spare: Option<u32>) {
 /// left, and ends the processes still running in its namespaces.
 fn clean(name: &str, hosts_guess: &[Host]) {
     for h in hosts_guess {
+        end_processes_in(h, None);
         if gridperf_sys::netns_exists(&h.netns) {
-            end_processes_in(&h.netns, None);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }
-    // hosts of any shape this lab may have had
-    if let Ok(entries) = std::fs::read_dir(gridperf_sys::NETNS_DIR) {
+    // root's named hosts of any shape this lab may have had
+    if let (true, Ok(entries)) = (crate::host::is_root(), std::fs::read_dir(gridperf_sys::NETNS_DIR)) {
         let prefix = format!("gp-{name}-");
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(&prefix) {
-                end_processes_in(&n, None);
+                let h = Host { netns: n.clone(), ns_inode: None, name: n.clone(), addr: Ipv4Addr::UNSPECIFIED, side: Side::A };
+                end_processes_in(&h, None);
                 let _ = gridperf_sys::netns_delete(&n);
             }
         }
@@ -254,9 +380,9 @@ pub fn stop_child(child: &mut std::process::Child, grace: Duration) {
 /// Brings a lab up: starts the emulator and waits until it is ready.
 pub fn up(spec: LabSpec) -> Result<LabState> {
     check_name(&spec.name)?;
-    need_root("lab up")?;
+    may_make("lab up")?;
     if let Some(s) = state(&spec.name) {
-        if alive(s.pid) {
+        if emulator_alive(s.pid) {
             return Err(Error::usage(format!(
                 "a lab named {:?} is already up (emulator pid {}): `gridperf lab down{}` first, or give another --name",
                 spec.name,
@@ -272,8 +398,9 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
         let _ = signal_hook::flag::register(sig, interrupted.clone());
     }
     // whatever a crashed emulator left
-    clean(&spec.name, &hosts_of(&spec));
-    let d = dir(&spec.name);
+    let guess = state(&spec.name).map(|s| s.hosts).unwrap_or_else(|| hosts_of(&spec));
+    clean(&spec.name, &guess);
+    let d = ensure_run_dir()?.join(format!("lab-{}", spec.name));
     std::fs::create_dir_all(&d).map_err(|e| Error::internal(format!("{}: {e}", d.display())))?;
     std::fs::write(d.join("spec.json"), serde_json::to_vec_pretty(&spec).map_err(|e| Error::internal(e.to_string()))?)
         .map_err(|e| Error::internal(e.to_string()))?;
@@ -325,16 +452,15 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
 /// Stops a lab and removes everything it made. Works after a crash too.
 pub fn down(name: &str) -> Result<bool> {
     check_name(name)?;
-    need_root("lab down")?;
     let st = state(name);
     let mut was_up = false;
     if let Some(s) = &st {
         // what `lab exec` started in the lab goes first, while its
         // namespaces still have their names
         for h in &s.hosts {
-            end_processes_in(&h.netns, None);
+            end_processes_in(h, None);
         }
-        if alive(s.pid) {
+        if emulator_alive(s.pid) {
             was_up = true;
             let _ = gridperf_sys::signal(s.pid, libc::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -353,9 +479,8 @@ pub fn down(name: &str) -> Result<bool> {
 
 /// Runs a command on a lab host (in its namespace); returns its exit status.
 pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::ExitStatus> {
-    need_root("lab exec")?;
-    let st =
-        state(name).ok_or_else(|| Error::usage(format!("no lab named {name:?} is up: `gridperf lab up` first")))?;
+    let st = running(name)?;
+    may_make("lab exec")?;
     let h = st.hosts.iter().find(|h| h.name == host).ok_or_else(|| {
         let names: Vec<&str> = st.hosts.iter().map(|h| h.name.as_str()).collect();
         Error::usage(format!("lab {name:?} has no host {host:?}: its hosts are {}", names.join(", ")))
@@ -379,25 +504,57 @@ pub fn emulator_main(name: &str) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| Error::internal(e.to_string()))?;
     }
-    let hosts = hosts_of(&spec);
-    let result =
-        if spec.loopback { run_loopback(&spec, &hosts, &stop, &d) } else { build_and_run(&spec, &hosts, &stop, &d) };
+    let mut hosts = hosts_of(&spec);
+    // a rootless lab's namespaces, held open for as long as this runs
+    let mut held = Vec::new();
+    let result = if spec.loopback {
+        run_loopback(&spec, &mut hosts, &mut held, &stop, &d)
+    } else {
+        build_and_run(&spec, &mut hosts, &mut held, &stop, &d)
+    };
     // whatever happened, leave nothing behind
     for h in &hosts {
         if gridperf_sys::netns_exists(&h.netns) {
-            end_processes_in(&h.netns, spec.owner);
+            end_processes_in(h, spec.owner);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }
+    drop(held);
     let _ = std::fs::remove_file(d.join("state.json"));
     result
 }
 
+/// Makes a host's network namespace: named, for root; for anyone else a
+/// namespace this process holds open, which the host's `netns` then names
+/// as /proc/PID/fd/N (and which goes when this process does).
+fn make_netns(h: &mut Host, held: &mut Vec<std::os::fd::OwnedFd>) -> Result<()> {
+    if crate::host::is_root() {
+        gridperf_sys::netns_create(&h.netns)
+            .map_err(|e| Error::internal(format!("creating namespace {}: {e}", h.netns)))?;
+    } else {
+        use std::os::fd::AsRawFd;
+        let fd = gridperf_sys::netns_hold().map_err(|e| Error::internal(format!("creating a namespace: {e}")))?;
+        h.netns = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+        held.push(fd);
+    }
+    h.ns_inode = gridperf_sys::netns_inode(&h.netns).ok();
+    Ok(())
+}
+
 /// The loopback lab: one namespace, lo up (with the MTU asked for, if any);
 /// nothing to emulate, so the process only holds the lab's lifetime.
-fn run_loopback(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path::Path) -> Result<()> {
-    let ns = hosts[0].netns.clone();
-    gridperf_sys::netns_create(&ns).map_err(|e| Error::internal(format!("creating namespace {ns}: {e}")))?;
+fn run_loopback(
+    spec: &LabSpec,
+    hosts: &mut [Host],
+    held: &mut Vec<std::os::fd::OwnedFd>,
+    stop: &AtomicBool,
+    d: &std::path::Path,
+) -> Result<()> {
+    make_netns(&mut hosts[0], held)?;
+    let (ns, inode) = (hosts[0].netns.clone(), hosts[0].ns_inode);
+    for h in hosts.iter_mut().skip(1) {
+        (h.netns, h.ns_inode) = (ns.clone(), inode);
+    }
     let mtu = spec.mtu;
     gridperf_sys::in_netns(&ns, move || {
         if mtu > 0 {
@@ -418,11 +575,16 @@ fn run_loopback(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path
 /// Packets each host's TUN device holds before the emulator reads them.
 pub const HOST_TXQUEUELEN: u32 = 1000;
 
-fn build_and_run(spec: &LabSpec, hosts: &[Host], stop: &AtomicBool, d: &std::path::Path) -> Result<()> {
+fn build_and_run(
+    spec: &LabSpec,
+    hosts: &mut [Host],
+    held: &mut Vec<std::os::fd::OwnedFd>,
+    stop: &AtomicBool,
+    d: &std::path::Path,
+) -> Result<()> {
     let mut ports = Vec::new();
-    for h in hosts {
-        gridperf_sys::netns_create(&h.netns)
-            .map_err(|e| Error::internal(format!("creating namespace {}: {e}", h.netns)))?;
+    for h in hosts.iter_mut() {
+        make_netns(h, held)?;
         let (addr, mtu) = (h.addr, spec.mtu);
         let (fd, dev) = gridperf_sys::in_netns(&h.netns, move || {
             let fd = gridperf_sys::tun_create("gp0", true)?;

@@ -63,11 +63,22 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
     for h in &st.hosts {
         let _ = writeln!(out, "  {:<4} {:<12} namespace {}", h.name, h.addr, h.netns);
     }
+    if st.hosts.iter().any(|h| h.netns.starts_with("/proc/")) {
+        let _ = writeln!(
+            out,
+            "  rootless: the emulator holds the namespaces, in a user namespace of this user's own; `gridperf lab exec` enters them"
+        );
+    }
     for (k, v) in &s.sysctls {
         let _ = writeln!(out, "  every host, as set at lab up: {k} = {v}");
     }
     if let Some(h) = health {
-        let _ = writeln!(out, "emulator, up {:.1} s:", h.uptime_s);
+        let priority = match h.realtime {
+            Some(true) => ", real-time (SCHED_FIFO)",
+            Some(false) => ", at normal priority (SCHED_FIFO needs root: the lag figures below say what that costs)",
+            None => "",
+        };
+        let _ = writeln!(out, "emulator, up {:.1} s{priority}:", h.uptime_s);
         for (dir, c) in ["a -> b", "b -> a"].iter().zip(&h.links) {
             let _ = writeln!(
                 out,
