@@ -322,6 +322,19 @@ pub fn set_realtime(priority: i32) -> io::Result<()> {
     cvt_i(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
 }
 
+/// The highest real-time priority this process may take without
+/// privilege (RLIMIT_RTPRIO, which an administrator can raise for a user in
+/// /etc/security/limits.conf); 0 when it may take none.
+pub fn rtprio_limit() -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: r is a valid rlimit to write.
+    if unsafe { libc::getrlimit(libc::RLIMIT_RTPRIO, &mut r) } == 0 {
+        r.rlim_cur.min(99)
+    } else {
+        0
+    }
+}
+
 /// The calling thread's timer slack (how late the kernel may wake it), in ns.
 /// The default 50 us would blur the emulator's schedule.
 pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
@@ -477,7 +490,8 @@ pub fn set_link_txqueuelen(name: &str, len: u32) -> io::Result<()> {
     msg[34..36].copy_from_slice(&IFLA_TXQLEN.to_ne_bytes());
     msg[36..40].copy_from_slice(&len.to_ne_bytes());
     // SAFETY: plain socket(2) call.
-    let fd = cvt_i(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
+    let fd =
+        cvt_i(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
     // SAFETY: fresh descriptor, now owned.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
     // the kernel answers at once; a deadline all the same
@@ -847,6 +861,14 @@ pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
     cvt_i(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(drop)
 }
 
+/// Collects the exit status of a child of this process that has ended,
+/// without waiting (a no-op for a process that is not our child, or runs).
+pub fn reap(pid: u32) {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status to a valid int; WNOHANG never blocks.
+    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+}
+
 /// Runs `f` on a thread inside the named namespace and returns its result.
 pub fn in_netns<R: Send + 'static>(name: &str, f: impl FnOnce() -> io::Result<R> + Send + 'static) -> io::Result<R> {
     let name = name.to_string();
@@ -865,7 +887,9 @@ mod tests {
     #[test]
     fn held_namespace_paths() {
         assert!(held_path("/proc/123/fd/7"));
-        for bad in ["/proc/123/fd/", "/proc/self/fd/7", "/proc/1/fd/7/..", "/run/netns/x", "proc/1/fd/2", "/proc/1/ns/net"] {
+        for bad in
+            ["/proc/123/fd/", "/proc/self/fd/7", "/proc/1/fd/7/..", "/run/netns/x", "proc/1/fd/2", "/proc/1/ns/net"]
+        {
             assert!(!held_path(bad), "{bad}");
             assert!(netns_path(bad).is_err(), "{bad}");
         }

@@ -148,7 +148,9 @@ pub fn enter_userns_of(pid: u32) {
     if gridperf_sys::euid() == 0 {
         return;
     }
-    let _ = USERNS.set(gridperf_sys::enter_userns_of(pid).map_err(|e| format!("entering the user namespace of process {pid}: {e}")));
+    let _ = USERNS.set(
+        gridperf_sys::enter_userns_of(pid).map_err(|e| format!("entering the user namespace of process {pid}: {e}")),
+    );
 }
 
 /// Whether this process holds the privileges its own network namespaces
@@ -351,7 +353,11 @@ mod tests {
         let cases = [
             ("kernel.unprivileged_userns_clone", "0", "sudo sysctl -w kernel.unprivileged_userns_clone=1"),
             ("user.max_user_namespaces", "0", "sudo sysctl -w user.max_user_namespaces=15000"),
-            ("kernel.apparmor_restrict_unprivileged_userns", "1", "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+            (
+                "kernel.apparmor_restrict_unprivileged_userns",
+                "1",
+                "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+            ),
         ];
         for (k, v, fix) in cases {
             let m = namespaces_refused("lab up", Some((k, v.to_string())), Some("Operation not permitted"));

@@ -191,10 +191,10 @@ fn sysctl_file(v: &TuneView) -> String {
 }
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let Path { tune: p, from, measured, mut records, lab_hosts } = path(&o, out)?;
     if o.apply {
         host::may_make_namespaces("tune --apply").map_err(|e| Error::usage(format!("{e}; nothing was changed")))?;
     }
-    let Path { tune: p, from, measured, mut records, lab_hosts } = path(&o, out)?;
     let mut share_probes = Vec::new();
     if o.measure_share {
         let (here, there) = match &records[..] {

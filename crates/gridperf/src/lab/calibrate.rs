@@ -335,7 +335,8 @@ fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<su
         description: format!("calibration: {rate} bit/s, {delay_ns} ns one way"),
         loopback: false,
         access: Vec::new(),
-        owner: None,
+        // the calibration's own probes run in the hosts; the lab goes with this process
+        owner: Some(std::process::id()),
         sysctls: Vec::new(),
     })
 }
@@ -346,15 +347,19 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     // a 1-BDP queue, at least 64 packets
     let bdp = (rate as f64 / 8.0 * 2.0 * delay_ns as f64 / 1e9) as u64;
     let queue_bytes = bdp.max(64 * 1500);
-    let a = format!("gp-{name}-a");
-    let b = format!("gp-{name}-b");
+    // the hosts' namespaces, as each lab brought up names them
+    let ab = |st: &super::LabState| -> Result<(String, String)> {
+        let ns = |n: &str| st.hosts.iter().find(|h| h.name == n).map(|h| h.netns.clone());
+        ns("a").zip(ns("b")).ok_or_else(|| Error::internal("the calibration lab has no hosts a and b"))
+    };
     let b_addr = Ipv4Addr::new(10, 77, 2, 1);
     let stop = Arc::new(AtomicBool::new(false));
 
     // baseline: the same rate, no delay
     progress("baseline");
-    bring_up(&name, rate, 0, queue_bytes)?;
+    let st = bring_up(&name, rate, 0, queue_bytes)?;
     let guard = Down(name.clone());
+    let (a, b) = ab(&st)?;
     let sink = start_b(&b, stop.clone())?;
     let load = start_load(&a, b_addr, rate as f64 * 0.5, stop.clone(), Arc::default())?;
     let mut base = probe(&a, b_addr, Duration::from_millis(5), Duration::from_secs(2))?;
@@ -368,6 +373,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     progress("half load");
     let st = bring_up(&name, rate, delay_ns, queue_bytes)?;
     let guard = Down(name.clone());
+    let (a, b) = ab(&st)?;
     let before = super::health(&name).unwrap_or_default();
     let stop = Arc::new(AtomicBool::new(false));
     let sink = start_b(&b, stop.clone())?;

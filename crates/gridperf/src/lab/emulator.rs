@@ -337,10 +337,15 @@ pub fn run(
     let _ = gridperf_sys::set_timer_slack_ns(1);
     // a real-time thread is not kept waiting behind the hosts' own work on
     // a small machine; without the privilege the lag counters will say so
+    // root may; so may a user whose RLIMIT_RTPRIO allows it (limits.conf's rtprio)
+    let limit = gridperf_sys::rtprio_limit();
     let realtime = match gridperf_sys::set_realtime(50) {
         Ok(()) => true,
+        Err(_) if limit > 0 && gridperf_sys::set_realtime(limit as i32).is_ok() => true,
         Err(e) => {
-            eprintln!("gridperf lab emulator: cannot run as a real-time thread ({e}); lag may follow");
+            eprintln!(
+                "gridperf lab emulator: cannot run as a real-time thread ({e}; RLIMIT_RTPRIO {limit}); lag may follow"
+            );
             false
         }
     };

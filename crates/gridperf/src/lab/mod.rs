@@ -82,8 +82,7 @@ pub fn run_dir() -> PathBuf {
 /// symbolic link another user could have planted in /tmp).
 fn private(dir: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == gridperf_sys::euid() && m.mode() & 0o022 == 0)
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == gridperf_sys::euid() && m.mode() & 0o022 == 0)
 }
 
 /// The run directory, made if missing (0700 for a user's own) and checked.
@@ -320,7 +319,13 @@ fn clean(name: &str, hosts_guess: &[Host]) {
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(&prefix) {
-                let h = Host { netns: n.clone(), ns_inode: None, name: n.clone(), addr: Ipv4Addr::UNSPECIFIED, side: Side::A };
+                let h = Host {
+                    netns: n.clone(),
+                    ns_inode: None,
+                    name: n.clone(),
+                    addr: Ipv4Addr::UNSPECIFIED,
+                    side: Side::A,
+                };
                 end_processes_in(&h, None);
                 let _ = gridperf_sys::netns_delete(&n);
             }
@@ -463,12 +468,20 @@ pub fn down(name: &str) -> Result<bool> {
         if emulator_alive(s.pid) {
             was_up = true;
             let _ = gridperf_sys::signal(s.pid, libc::SIGTERM);
+            // gone, or a zombie: the emulator of a lab this process
+            // brought up is its child, collected here
+            let gone = |pid: u32| {
+                gridperf_sys::reap(pid);
+                !emulator_alive(pid)
+            };
             let deadline = Instant::now() + Duration::from_secs(5);
-            while alive(s.pid) && Instant::now() < deadline {
+            while !gone(s.pid) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            if alive(s.pid) {
+            if !gone(s.pid) {
                 let _ = gridperf_sys::signal(s.pid, libc::SIGKILL);
+                std::thread::sleep(Duration::from_millis(50));
+                gridperf_sys::reap(s.pid);
             }
         }
     }
@@ -504,6 +517,12 @@ pub fn emulator_main(name: &str) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| Error::internal(e.to_string()))?;
     }
+    // a lab brought up for one run goes when that run's process does, even
+    // one killed before it could take the lab down
+    let orphaned = Arc::new(AtomicBool::new(false));
+    if let Some(owner) = spec.owner {
+        watch_owner(owner, stop.clone(), orphaned.clone());
+    }
     let mut hosts = hosts_of(&spec);
     // a rootless lab's namespaces, held open for as long as this runs
     let mut held = Vec::new();
@@ -520,8 +539,45 @@ pub fn emulator_main(name: &str) -> Result<()> {
         }
     }
     drop(held);
-    let _ = std::fs::remove_file(d.join("state.json"));
+    if orphaned.load(std::sync::atomic::Ordering::SeqCst) {
+        // nobody is left to run `lab down`
+        let _ = std::fs::remove_dir_all(&d);
+    } else {
+        let _ = std::fs::remove_file(d.join("state.json"));
+    }
     result
+}
+
+/// When a running process started: /proc/PID/stat's 22nd field (with the
+/// PID, it names one process, even after the number is used again); None
+/// for a process that is gone or a zombie.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the fields after the command name, which is in parentheses and may hold anything
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    if rest.first() == Some(&"Z") {
+        return None;
+    }
+    rest.get(19)?.parse().ok()
+}
+
+/// Stops the emulator (sets `stop` and `orphaned`) once the process that
+/// owns the lab has gone; checked five times a second.
+fn watch_owner(owner: u32, stop: Arc<AtomicBool>, orphaned: Arc<AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    let born = start_time(owner);
+    std::thread::spawn(move || loop {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        if born.is_none() || start_time(owner) != born {
+            eprintln!("gridperf lab emulator: the run that owns this lab (pid {owner}) has gone: taking the lab down");
+            orphaned.store(true, Ordering::SeqCst);
+            stop.store(true, Ordering::SeqCst);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    });
 }
 
 /// Makes a host's network namespace: named, for root; for anyone else a

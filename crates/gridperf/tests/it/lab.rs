@@ -23,22 +23,71 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     crate::heavy()
 }
 
-/// The network namespaces whose names start with `prefix`.
-fn namespaces_named(prefix: &str) -> Vec<String> {
-    std::fs::read_dir("/run/netns")
+/// What is left of labs whose names start with `prefix`: their state
+/// directories (this user's run directory), root's named namespaces, and
+/// their emulators (a rootless lab's namespaces live as long as those).
+fn labs_named(prefix: &str) -> Vec<String> {
+    let entries = |dir: &std::path::Path, start: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(start))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = entries(&gridperf::lab::run_dir(), &format!("lab-{prefix}"));
+    out.extend(entries(std::path::Path::new("/run/netns"), &format!("gp-{prefix}")));
+    out.extend(emulators_named(prefix));
+    out.sort();
+    out
+}
+
+/// The lab emulators running for labs whose names start with `prefix`, as "emulator NAME PID".
+fn emulators_named(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
         .map(|d| {
             d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(prefix))
+                .filter_map(|e| {
+                    let c = std::fs::read(e.path().join("cmdline")).ok()?;
+                    let args: Vec<String> =
+                        c.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                    let i = args.windows(3).position(|w| w[0] == "emulator" && w[1] == "--name")?;
+                    let name = &args[i + 2];
+                    name.starts_with(prefix).then(|| format!("emulator {name} {}", e.file_name().to_string_lossy()))
+                })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The processes in a network namespace, by its inode.
+fn pids_in(inode: u64) -> Vec<String> {
+    let want = format!("net:[{inode}]");
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l.to_string_lossy() == want))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs a command on a lab's host (`lab exec`), its output.
+fn on_host(lab: &str, host: &str, cmd: &[&str]) -> Output {
+    let mut all = vec!["lab", "exec", "--name", lab, host, "--"];
+    all.extend_from_slice(cmd);
+    run(&all)
 }
 
 /// A lab that is taken down (and checked gone) when the test ends, pass or fail.
 struct Lab {
     name: String,
     agent: Option<Child>,
+    /// The hosts' namespace inodes, as `lab status` gave them.
+    inodes: Vec<(String, u64)>,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -50,7 +99,17 @@ impl Lab {
         args.extend_from_slice(settings);
         let o = run(&args);
         assert!(o.status.success(), "lab up: {}", stderr(&o));
-        Lab { name, agent: None, _serial: guard }
+        let mut lab = Lab { name, agent: None, inodes: Vec::new(), _serial: guard };
+        let st = lab.status();
+        for h in st["lab"]["hosts"].as_array().expect("hosts") {
+            let inode = h["ns_inode"].as_u64().expect("each host's namespace inode");
+            lab.inodes.push((h["name"].as_str().expect("name").to_string(), inode));
+        }
+        lab
+    }
+
+    fn inode(&self, host: &str) -> u64 {
+        self.inodes.iter().find(|(h, _)| h == host).map(|&(_, i)| i).expect("host")
     }
 
     /// Starts `gridperf serve --once` on host b and waits until it listens.
@@ -62,18 +121,15 @@ impl Lab {
             .spawn()
             .expect("serve on b");
         self.agent = Some(child);
-        let ns = format!("gp-{}-b", self.name);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let ns = ns.clone();
-            let listening = gridperf_sys::in_netns(&ns, || {
-                Ok(std::net::TcpStream::connect_timeout(
-                    &"127.0.0.1:5301".parse().expect("addr"),
-                    Duration::from_millis(200),
-                )
-                .is_ok())
-            })
-            .unwrap_or(false);
+            // a socket listening on port 5301 (14B5) in b: state 0A
+            let o = on_host(&self.name, "b", &["cat", "/proc/net/tcp6", "/proc/net/tcp"]);
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            let listening = text.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(":14B5") && f[3] == "0A"
+            });
             if listening {
                 break;
             }
@@ -109,37 +165,16 @@ impl Drop for Lab {
             let _ = a.kill();
             let _ = a.wait();
         }
-        let inodes: Vec<u64> = std::fs::read_dir("/run/netns")
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("gp-{}-", self.name)))
-                    .filter_map(|e| gridperf_sys::netns_inode(&e.file_name().to_string_lossy()).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
         let o = run(&["lab", "down", "--name", &self.name]);
         assert!(o.status.success(), "lab down: {}", stderr(&o));
         // no process is left in the lab's namespaces
-        for ino in inodes {
-            let want = format!("net:[{ino}]");
-            let left: Vec<String> = std::fs::read_dir("/proc")
-                .map(|d| {
-                    d.flatten()
-                        .filter(|e| {
-                            std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l.to_string_lossy() == want)
-                        })
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            assert!(left.is_empty(), "processes left in the lab: {left:?}");
+        for (host, inode) in &self.inodes {
+            let left = pids_in(*inode);
+            assert!(left.is_empty(), "processes left in host {host}: {left:?}");
         }
-        let left: Vec<String> = std::fs::read_dir("/run/netns")
-            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
-        let prefix = format!("gp-{}-", self.name);
-        assert!(!left.iter().any(|n| n.starts_with(&prefix)), "namespaces left: {left:?}");
-        assert!(!std::path::Path::new(&format!("/run/gridperf/lab-{}", self.name)).exists());
+        // no namespace name, state or emulator
+        let left = labs_named(&self.name);
+        assert!(left.is_empty(), "left of lab {}: {left:?}", self.name);
     }
 }
 
@@ -219,13 +254,12 @@ fn delay_measured_end_to_end_and_down_leaves_nothing() {
     assert_eq!(st["lab"]["hosts"].as_array().expect("hosts").len(), 2);
     // what lab exec started there is ended by lab down (checked in Drop:
     // no process may keep the namespace's inode)
-    let ns_b = format!("gp-{}-b", lab.name);
     let mut sleeper = Command::new(BIN)
         .args(["lab", "exec", "--name", &lab.name, "b", "--", "sleep", "30"])
         .spawn()
         .expect("sleep in b");
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!gridperf_sys::netns_pids(&ns_b).expect("pids").is_empty(), "sleep runs in b");
+    assert!(!pids_in(lab.inode("b")).is_empty(), "sleep runs in b");
     // the wrapper goes; the sleep it started stays in b until lab down
     let _ = sleeper.kill();
     let _ = sleeper.wait();
@@ -461,9 +495,9 @@ fn ctrl_c_during_lab_up_takes_it_down_again() {
         .spawn()
         .expect("lab up");
     // spec.json is written once `lab up` catches Ctrl-C, just before it starts the emulator
-    let spec = format!("/run/gridperf/lab-{name}/spec.json");
+    let spec = gridperf::lab::run_dir().join(format!("lab-{name}")).join("spec.json");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !std::path::Path::new(&spec).exists() {
+    while !spec.exists() {
         assert!(Instant::now() < deadline, "lab up made no spec.json");
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -473,24 +507,8 @@ fn ctrl_c_during_lab_up_takes_it_down_again() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("interrupted"), "{err}");
     // nothing is left: no namespace, no state, no emulator
-    let left: Vec<String> = std::fs::read_dir("/run/netns")
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    let prefix = format!("gp-{name}-");
-    assert!(!left.iter().any(|n| n.starts_with(&prefix)), "namespaces left: {left:?}");
-    assert!(!std::path::Path::new(&format!("/run/gridperf/lab-{name}")).exists(), "state left");
-    let emulators: Vec<String> = std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read(e.path().join("cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&format!("emulator\0--name\0{name}\0")))
-                })
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(emulators.is_empty(), "emulators left: {emulators:?}");
+    let left = labs_named(&name);
+    assert!(left.is_empty(), "left: {left:?}");
 }
 
 #[test]
@@ -499,7 +517,7 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
         return;
     }
     let _serial = serial();
-    let labs = || namespaces_named("gp-run");
+    let labs = || labs_named("run");
     let before = labs();
     // the man profile: 2 ms RTT at 100 Mbit/s; a 64-byte UDP exchange takes
     // 2 ms plus two 92-byte packet times (15 us) plus the hosts' own costs
@@ -524,7 +542,7 @@ fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
         return;
     }
     let _serial = serial();
-    let labs = || namespaces_named("gp-run");
+    let labs = || labs_named("run");
     let before = labs();
     let mut child = Command::new(BIN)
         .args(["stream", "--lab", "crossover-fe", "-t", "30"])
@@ -556,12 +574,60 @@ fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
 }
 
 #[test]
+fn a_lab_run_killed_outright_leaves_nothing_once_it_is_gone() {
+    if !privileged("a_lab_run_killed_outright_leaves_nothing_once_it_is_gone") {
+        return;
+    }
+    let _serial = serial();
+    let labs = || labs_named("run");
+    let before = labs();
+    let mut child = Command::new(BIN)
+        .args(["stream", "--lab", "crossover-fe", "-t", "30", "--no-store"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stream --lab");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while labs().len() <= before.len() {
+        assert!(Instant::now() < deadline, "the run's lab did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // the run's agent on host b: a child of the run
+    let parent = format!("PPid:\t{}", child.id());
+    let agents: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| s.lines().any(|l| l == parent)))
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.starts_with(BIN.as_bytes()) && c.windows(5).any(|w| w == b"serve"))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(agents.len(), 1, "the run's agent: {agents:?}");
+    // SIGKILL: the run cannot take its lab down; its emulator must notice
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // a zombie is gone too: its parent was the killed run
+    let running = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"))
+    };
+    while labs() != before || running(&agents[0]) {
+        assert!(Instant::now() < deadline, "left 10 s after the run was killed: {:?}, agent {}", labs(), agents[0]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback() {
     if !privileged("fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback") {
         return;
     }
     let _serial = serial();
-    let labs = || namespaces_named("gp-fo");
+    let labs = || labs_named("fo");
     let before = labs();
     let o = run(&[
         "fanout",
@@ -645,11 +711,9 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     let lab_name = lab.name.clone();
     let read = |host: &str, name: &str| {
         let p = format!("/proc/sys/{}", name.replace('.', "/"));
-        gridperf_sys::in_netns(&format!("gp-{lab_name}-{host}"), move || std::fs::read_to_string(p))
-            .expect("read in the namespace")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
+        let o = on_host(&lab_name, host, &["cat", &p]);
+        assert!(o.status.success(), "read in the namespace: {}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>().join(" ")
     };
     assert_eq!(read("a", "net.ipv4.tcp_wmem"), "4096 16384 131072");
     assert_eq!(read("b", "net.ipv4.tcp_rmem"), "4096 87380 174760");
@@ -687,14 +751,14 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     let want = (174_760.0 * r).floor().min((131_072.0 * s).floor()) * 8.0 / 0.02;
     assert!((cap - want).abs() < 8.0 / 0.02 + 1.0, "cap {cap}, from the shares {want}");
 
-    // --apply without root changes nothing and says what it needs
-    if Command::new("setpriv").arg("--version").output().is_ok() {
+    // another user cannot see this lab, let alone change it
+    if gridperf::host::is_root() && Command::new("setpriv").arg("--version").output().is_ok() {
         let o = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "tune", "--in-lab", &lab.name, "--apply"])
             .output()
             .expect("setpriv");
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        assert!(stderr(&o).contains("needs root") && stderr(&o).contains("nothing was changed"), "{}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("no lab named {:?} is up", lab.name)), "{}", stderr(&o));
         assert_eq!(read("b", "net.ipv4.tcp_rmem"), "4096 87380 174760");
     }
 
@@ -732,5 +796,5 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     let o = run(&["lab", "up", "--name", "tglobal", "--profile", "baltic", "--sysctl", "net.core.rmem_max=1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("global"), "{}", stderr(&o));
-    assert!(namespaces_named("gp-tglobal-").is_empty());
+    assert!(labs_named("tglobal").is_empty());
 }

@@ -8,8 +8,9 @@
 //! - `fanout`: the producer/consumer benchmark, its deadlock and the watchdog;
 //! - `store`: the results store, survey (killed and resumed), runs and report;
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
-//! - `netns`: runs in private network namespaces (need root);
-//! - `lab`: the lab across real namespaces and TUN devices (root for most);
+//! - `netns`: runs in private network namespaces (root, or a user namespace of one's own);
+//! - `lab`: the lab across real namespaces and TUN devices (root, or rootless: CI runs them both ways);
+//! - `isolation`: one user's rootless lab, out of another's reach (root, to be two users);
 //! - `layers`: which module of the binary crate may use which (the layer graph);
 //! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots.
 
@@ -17,6 +18,7 @@ mod agent;
 mod cli;
 mod echo;
 mod fanout;
+mod isolation;
 mod lab;
 mod layers;
 mod netns;

@@ -1,28 +1,32 @@
-//! Runs inside private network namespaces. They need root; in CI (CI=true)
-//! they must run, elsewhere they skip with a loud message.
+//! Runs inside private network namespaces: as root, or as any other user
+//! in a user namespace of their own (the rootless lab). In CI (CI=true)
+//! they must run, as root and again as an unprivileged user; elsewhere,
+//! where neither is possible, they skip with a loud message.
 
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
 
-/// Whether this process may create network namespaces; panics in CI if not.
+/// Whether this process may make network namespaces (as root, or in a user
+/// namespace of its own); panics in CI if not.
 pub fn privileged(test: &str) -> bool {
-    let root = is_root();
-    if root {
+    if gridperf::host::is_root() {
         return true;
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test} needs root for network namespaces, and CI must run it");
+    // what gridperf does as a user: a user namespace, and a network namespace in it
+    let userns = Command::new("unshare").args(["--user", "--map-root-user", "--net", "true"]).output();
+    if userns.as_ref().is_ok_and(|o| o.status.success()) {
+        return true;
     }
-    eprintln!("\n*** SKIPPED {test}: needs root (network namespaces); run the tests as root to include it ***\n");
+    let why = match gridperf_sys::userns_blocker() {
+        Some((k, v)) => format!("{k} = {v}"),
+        None => format!("unshare --user --net: {userns:?}"),
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} needs network namespaces (root, or user namespaces for users: {why}), and CI must run it");
+    }
+    eprintln!("\n*** SKIPPED {test}: needs root or user namespaces for users ({why}) ***\n");
     false
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
 }
 
 #[test]
