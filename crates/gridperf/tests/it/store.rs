@@ -280,27 +280,54 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
 }
 
 #[test]
-fn a_survey_without_root_says_what_it_needs_and_offers_the_loopback_survey() {
+fn a_survey_where_users_may_not_make_namespaces_names_the_setting_and_offers_the_loopback_survey() {
     let _heavy = crate::heavy();
-    // as an unprivileged user (setpriv drops root for the child)
-    if !gridperf::host::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("\n*** SKIPPED a_survey_without_root...: needs root and setpriv to become another user ***\n");
+    // a user namespace (all of root's first 65536 IDs mapped) whose
+    // user.max_user_namespaces is 0: inside it, a user is as on a machine
+    // that forbids users' namespaces, and nothing outside it changes
+    let tools = ["unshare", "nsenter", "setpriv"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    if !gridperf::host::is_root() || !tools {
+        assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI must run this, as root");
+        eprintln!(
+            "\n*** SKIPPED a_survey_where_users_may_not...: needs root and util-linux to make the namespace ***\n"
+        );
         return;
     }
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            BIN,
-            "survey",
-            "--quick",
-            "--db",
-            "/nonexistent/x.db",
-        ])
-        .output()
-        .expect("setpriv");
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert!(err.contains("needs root") && err.contains("gridperf survey local"), "{err}");
+    let mut holder = Command::new("unshare").args(["--user", "sleep", "30"]).spawn().expect("unshare");
+    let pid = holder.id();
+    let ours = std::fs::read_link("/proc/self/ns/user").expect("ns");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read_link(format!("/proc/{pid}/ns/user")).is_ok_and(|n| n == ours) {
+        assert!(std::time::Instant::now() < deadline, "unshare made no user namespace");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::write(format!("/proc/{pid}/uid_map"), "0 0 65536").expect("uid_map");
+    std::fs::write(format!("/proc/{pid}/gid_map"), "0 0 65536").expect("gid_map");
+    let target = pid.to_string();
+    let as_a_user_there = |args: &str| {
+        let script = format!(
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid=65534 --regid=65534 --clear-groups {BIN} {args}"
+        );
+        Command::new("nsenter")
+            .args(["--user", "-t", &target, "--setuid", "0", "--setgid", "0", "sh", "-c", &script])
+            .output()
+            .expect("nsenter")
+    };
+    let survey = as_a_user_there("survey --quick --db /nonexistent/x.db");
+    let lab = as_a_user_there("lab up --profile man");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    for (o, what) in [(&survey, "the survey's labs"), (&lab, "lab up")] {
+        let err = stderr(o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        for want in [
+            &format!("{what} needs network namespaces"),
+            "(user.max_user_namespaces = 0)",
+            "run it as root (sudo)",
+            "sudo sysctl -w user.max_user_namespaces=15000",
+        ] {
+            assert!(err.contains(want), "{want:?} in {err}");
+        }
+    }
+    assert!(stderr(&survey).contains("gridperf survey local --quick"), "{}", stderr(&survey));
 }
