@@ -536,6 +536,26 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
     assert!(stderr(&o).contains("leave out HOST"), "{}", stderr(&o));
 }
 
+/// Starts `gridperf stream --lab crossover-fe` for 30 s and waits until
+/// its lab is up and the stream has flowed a second; the run and the labs
+/// there were before it.
+fn stream_across_a_lab(stderr: Stdio) -> (Child, Vec<String>) {
+    let before = labs_named("run");
+    let child = Command::new(BIN)
+        .args(["stream", "--lab", "crossover-fe", "-t", "30", "--no-store"])
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("stream --lab");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while labs_named("run").len() <= before.len() {
+        assert!(Instant::now() < deadline, "the run's lab did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    (child, before)
+}
+
 #[test]
 fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
     if !privileged("ctrl_c_during_a_lab_run_takes_the_lab_down") {
@@ -543,20 +563,8 @@ fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
     }
     let _serial = serial();
     let labs = || labs_named("run");
-    let before = labs();
-    let mut child = Command::new(BIN)
-        .args(["stream", "--lab", "crossover-fe", "-t", "30"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("stream --lab");
-    // wait until the run's lab is up and the stream flows
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while labs().len() <= before.len() {
-        assert!(Instant::now() < deadline, "the run's lab did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_secs(2));
+    let (mut child, before) = stream_across_a_lab(Stdio::piped());
+    std::thread::sleep(Duration::from_secs(1));
     gridperf_sys::signal(child.id(), libc::SIGINT).expect("SIGINT");
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
@@ -580,19 +588,7 @@ fn a_lab_run_killed_outright_leaves_nothing_once_it_is_gone() {
     }
     let _serial = serial();
     let labs = || labs_named("run");
-    let before = labs();
-    let mut child = Command::new(BIN)
-        .args(["stream", "--lab", "crossover-fe", "-t", "30", "--no-store"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("stream --lab");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while labs().len() <= before.len() {
-        assert!(Instant::now() < deadline, "the run's lab did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_secs(1));
+    let (mut child, before) = stream_across_a_lab(Stdio::null());
     // the run's agent on host b: a child of the run
     let parent = format!("PPid:\t{}", child.id());
     let agents: Vec<String> = std::fs::read_dir("/proc")
