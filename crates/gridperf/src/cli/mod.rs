@@ -192,13 +192,21 @@ pub fn duration(s: &str, what: &'static str) -> Result<Duration> {
     Ok(Duration::from_nanos(ns))
 }
 
+/// The longest duration any flag takes, in seconds (as the unit parser's
+/// 10^18 ns): beyond it a figure would overflow the milliseconds and
+/// nanoseconds it becomes. Each command's own limit is then checked.
+const MAX_SECONDS: f64 = 1e9;
+
 /// A duration where a bare number means seconds (as iperf's -t).
 pub fn seconds_or(s: &str, what: &'static str) -> Result<Duration> {
     if s.trim_start().starts_with('-') {
         return Err(Error::usage(format!("{what} {s}: a duration cannot be negative")));
     }
     match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() => Ok(Duration::from_secs_f64(v.max(0.0))),
+        Ok(v) if v.is_finite() && v <= MAX_SECONDS => Ok(Duration::from_secs_f64(v.max(0.0))),
+        Ok(v) if !v.is_nan() => Err(Error::usage(format!(
+            "{what} {s}: too long (at most {MAX_SECONDS:e} s; each command states its own, shorter limit)"
+        ))),
         _ => Ok(Duration::from_nanos(parse_duration_ns(s, what)?)),
     }
 }

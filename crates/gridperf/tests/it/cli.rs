@@ -51,6 +51,14 @@ fn usage_errors_exit_2_and_show_the_valid_forms() {
         (vec!["rtt", "--timeout", "2m"], "at most 60s"),
         (vec!["rtt", "--warmup", "999999999999"], "--warmup"),
         (vec!["transfer", "--total", "1M", "--sizes", "1", "--repeat", "0"], "--repeat"),
+        // a duration past any limit is refused, not a panic (exit 101) or a wrap to 5 s
+        (vec!["stream", "127.0.0.1", "-t", "1e99"], "--time 1e99: too long"),
+        (vec!["stream", "127.0.0.1", "-t", "18446744073709556.616"], "too long"),
+        (vec!["stream", "127.0.0.1", "--linger", "1e99"], "--linger 1e99: too long"),
+        (vec!["stream", "127.0.0.1", "--omit", "1e99"], "--omit 1e99: too long"),
+        (vec!["stream", "127.0.0.1", "--sample", "1e99"], "--sample 1e99: too long"),
+        (vec!["stream", "127.0.0.1", "-i", "1e99"], "1e99: too long"),
+        (vec!["stream", "127.0.0.1", "-t", "inf"], "--time inf"),
     ] {
         let o = run(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
