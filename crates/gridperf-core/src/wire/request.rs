@@ -24,6 +24,14 @@ pub const MAX_WRITE: u64 = 16 << 20;
 pub const MAX_DURATION_MS: u64 = 3_600_000;
 /// The shortest TCP_INFO sampling and report interval.
 pub const MIN_SAMPLE_MS: u64 = 10;
+/// The longest sampling or report interval, and the longest linger after a
+/// stream's time (ms).
+pub const MAX_PERIOD_MS: u64 = 60_000;
+/// The longest sleep between a sender's writes (--gap), in microseconds.
+pub const MAX_GAP_US: u64 = 1_000_000;
+/// The highest rate a stream may be paced at or a UDP stream sent at, in
+/// bits per second (400 Gbit/s: beyond any NIC).
+pub const MAX_RATE_BPS: u64 = 400_000_000_000;
 /// TCP_INFO samples kept per stream (10 ms for an hour would be 360 000).
 pub const MAX_SAMPLES: usize = 100_000;
 /// The bytes of a UDP stream datagram's header (stream, sequence, send time).
@@ -367,6 +375,24 @@ impl StreamSpec {
         if self.sample_ms < MIN_SAMPLE_MS || self.interval_ms < MIN_SAMPLE_MS {
             return Err(format!("sampling and report intervals of at least {MIN_SAMPLE_MS} ms"));
         }
+        for (what, v) in
+            [("sampling interval", self.sample_ms), ("report interval", self.interval_ms), ("linger", self.linger_ms)]
+        {
+            if v > MAX_PERIOD_MS {
+                return Err(format!("a {what} of {v} ms: at most {MAX_PERIOD_MS} ms"));
+            }
+        }
+        if self.omit_ms > MAX_DURATION_MS {
+            return Err(format!("{} ms omitted: at most 1 hour", self.omit_ms));
+        }
+        if let Some(g) = self.gap_us.filter(|&g| g > MAX_GAP_US) {
+            return Err(format!("a gap of {g} us between writes: at most {MAX_GAP_US} us (1 s)"));
+        }
+        for (what, r) in [("pacing rate", self.pacing_bps), ("UDP rate", self.udp_rate_bps)] {
+            if let Some(r) = r.filter(|&r| r > MAX_RATE_BPS) {
+                return Err(format!("a {what} of {r} bit/s: at most {MAX_RATE_BPS} (400 Gbit/s)"));
+            }
+        }
         if let Some(z) = &self.zerocopy {
             if z != "sendfile" && z != "msg" {
                 return Err(format!("zero-copy {z:?}: give sendfile or msg"));
@@ -419,6 +445,54 @@ impl StreamSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_stream_field_has_an_upper_bound() {
+        let host = HostLimits::default();
+        let udp = |f: fn(&mut StreamSpec)| {
+            let mut s = StreamSpec {
+                proto: "udp".into(),
+                udp_rate_bps: Some(1_000_000),
+                write_size: 1400,
+                ..StreamSpec::tcp(Direction::Down, 1000)
+            };
+            f(&mut s);
+            s.validate(&host)
+        };
+        let tcp = |f: fn(&mut StreamSpec)| {
+            let mut s = StreamSpec::tcp(Direction::Down, 1000);
+            f(&mut s);
+            s.validate(&host)
+        };
+        assert!(tcp(|_| {}).is_ok() && udp(|_| {}).is_ok());
+        let cases: [(&str, Result<Proto, String>); 8] = [
+            ("gap", tcp(|s| s.gap_us = Some(u64::MAX))),
+            ("linger", tcp(|s| s.linger_ms = u64::MAX)),
+            ("report interval", tcp(|s| s.interval_ms = u64::MAX)),
+            ("sampling interval", tcp(|s| s.sample_ms = u64::MAX)),
+            ("pacing rate", tcp(|s| s.pacing_bps = Some(u64::MAX))),
+            ("UDP rate", udp(|s| s.udp_rate_bps = Some(u64::MAX))),
+            ("omitted", tcp(|s| s.omit_ms = u64::MAX)),
+            (
+                "1 hour",
+                tcp(|s| {
+                    s.duration_ms = u64::MAX;
+                    s.omit_ms = 2;
+                }),
+            ),
+        ];
+        for (what, r) in cases {
+            let e = r.expect_err(what);
+            assert!(e.contains(what), "{what}: {e}");
+        }
+        // the largest allowed pass
+        assert!(tcp(|s| {
+            s.gap_us = Some(MAX_GAP_US);
+            s.linger_ms = MAX_PERIOD_MS;
+            s.pacing_bps = Some(MAX_RATE_BPS)
+        })
+        .is_ok());
+    }
     use crate::wire::{decode, encode, ClientMsg};
 
     fn echo(protos: &[Proto]) -> EchoSpec {

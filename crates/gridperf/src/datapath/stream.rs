@@ -83,6 +83,9 @@ struct Timing {
     send_until: Instant,
     /// When a receiver stops waiting for the end of its stream.
     recv_until: Instant,
+    /// Set when the test is abandoned (its client went away, the agent
+    /// stops): every stream thread ends at its next turn.
+    abort: AtomicBool,
 }
 
 fn ns_since(start: Instant) -> u64 {
@@ -90,6 +93,22 @@ fn ns_since(start: Instant) -> u64 {
 }
 
 impl Timing {
+    fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps `d`, in slices, unless the test is abandoned meanwhile.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.aborted() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+
     /// Counts `n` bytes moved now on a stream: its first and last times,
     /// its total, what fell in --omit, and the live counter the intervals read.
     fn moved(&self, end: &mut StreamEnd, n: usize, live: &Live) {
@@ -133,7 +152,7 @@ fn send_tcp(
     let budget = spec.bytes.unwrap_or(u64::MAX);
     let gap = spec.gap_us.map(Duration::from_micros);
     let mut file_off = 0u64;
-    while end.bytes < budget && Instant::now() < t.send_until {
+    while end.bytes < budget && Instant::now() < t.send_until && !t.aborted() {
         let want = (budget - end.bytes).min(size as u64) as usize;
         let r = match (memfd, msg_zc) {
             (Some(f), _) => {
@@ -177,7 +196,7 @@ fn send_tcp(
             }
         }
         if let Some(g) = gap {
-            std::thread::sleep(g);
+            t.sleep(g);
         }
     }
     if msg_zc {
@@ -197,7 +216,7 @@ fn send_tcp(
     // the last TCP_INFO sample covers the whole transfer
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
     let mut sink = [0u8; 256];
-    while Instant::now() < t.recv_until {
+    while Instant::now() < t.recv_until && !t.aborted() {
         match s.read(&mut sink) {
             Ok(0) => break,
             Ok(_) => {}
@@ -221,7 +240,7 @@ fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf, break_after
     // from the socket cost twice as much per byte (0.44 against 0.19 ns/B)
     let mut buf = vec![0u8; 128 << 10];
     let mut closed = false;
-    while Instant::now() < t.recv_until {
+    while Instant::now() < t.recv_until && !t.aborted() {
         match s.read(&mut buf) {
             Ok(0) => {
                 closed = true;
@@ -272,7 +291,7 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
     let (mut seq, mut n) = (0u64, 0u64);
     let _ = gridperf_sys::set_timer_slack_ns(1);
     let go = Instant::now();
-    'run: while end.bytes < budget && Instant::now() < t.send_until {
+    'run: while end.bytes < budget && Instant::now() < t.send_until && !t.aborted() {
         let due = (go.elapsed().as_secs_f64() / per_datagram_s) as u64;
         n = n.max(due.saturating_sub(most));
         while n < due {
@@ -313,6 +332,7 @@ fn recv_udp(s: UdpSocket, index: u32, t: &Timing, live: &Live, info: InfoOf) -> 
     // UDP has no end marker: once the senders' time is up, a receiver stops
     // after a quiet spell (or at the linger deadline)
     while Instant::now() < t.recv_until
+        && !t.aborted()
         && !(Instant::now() > t.send_until && last_seen.elapsed() > Duration::from_millis(UDP_QUIET_MS))
     {
         match s.recv(&mut buf) {
@@ -347,6 +367,7 @@ pub type Timelines = Vec<(u32, Vec<TcpSample>)>;
 
 /// One end's running streams.
 pub struct Running {
+    timing: Arc<Timing>,
     threads: Vec<(u32, bool, JoinHandle<StreamEnd>)>,
     pub live: Vec<(u32, bool, Live)>,
     sampler: Option<(Arc<AtomicBool>, JoinHandle<Timelines>)>,
@@ -369,8 +390,13 @@ pub fn launch(
 ) -> std::io::Result<Running> {
     let start = Instant::now();
     let send_until = start + omit + Duration::from_millis(spec.duration_ms);
-    let t =
-        Arc::new(Timing { start, omit, send_until, recv_until: send_until + Duration::from_millis(spec.linger_ms) });
+    let t = Arc::new(Timing {
+        start,
+        omit,
+        send_until,
+        recv_until: send_until + Duration::from_millis(spec.linger_ms),
+        abort: AtomicBool::new(false),
+    });
     let memfd = if spec.zerocopy.as_deref() == Some("sendfile") {
         Some(Arc::new(gridperf_sys::memfd_pattern(spec.write_size as usize)?))
     } else {
@@ -432,7 +458,12 @@ pub fn launch(
                 next += every;
                 let now = Instant::now();
                 if next > now {
-                    std::thread::sleep(next - now);
+                    // in slices: a stop is seen within 50 ms, whatever the period
+                    while !stop2.load(Ordering::Relaxed) && Instant::now() < next {
+                        std::thread::sleep(
+                            next.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)),
+                        );
+                    }
                 } else {
                     next = now;
                 }
@@ -444,6 +475,7 @@ pub fn launch(
     let interval = Duration::from_millis(spec.interval_ms);
     let n = live.len();
     Ok(Running {
+        timing: t,
         threads,
         live,
         sampler,
@@ -453,6 +485,23 @@ pub fn launch(
         interval,
         next_cut: start + interval,
     })
+}
+
+/// A test abandoned before [`Running::finish`] (its client went away, the
+/// agent stops, an error) still ends every thread it started: the streams
+/// stop at their next turn and are joined, and so is the sampler, with the
+/// socket clones it holds.
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.timing.abort.store(true, Ordering::Relaxed);
+        for (_, _, h) in self.threads.drain(..) {
+            let _ = h.join();
+        }
+        if let Some((stop, h)) = self.sampler.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+    }
 }
 
 impl Running {

@@ -298,3 +298,17 @@ fn a_client_trickling_a_frame_is_cut_off_at_the_control_deadline() {
     t.join().expect("writer");
     still_serves(&agent);
 }
+
+#[test]
+fn a_stream_request_past_any_bound_is_refused_before_anything_is_made() {
+    use gridperf_core::wire::{Direction, StreamSpec};
+    let agent = TestAgent::loopback();
+    // one request of this shape held 256 MB and 18 threads for good
+    let spec = StreamSpec { streams: 8, gap_us: Some(u64::MAX), ..StreamSpec::tcp(Direction::Down, 1000) };
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Stream(spec) })).expect("send");
+    let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
+    assert!(m.contains("gap") && m.contains("at most 1000000 us"), "{m}");
+    still_serves(&agent);
+}
