@@ -26,6 +26,7 @@ pub struct Opts {
 }
 
 pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
+    o.store.check()?;
     let prepared = o.place.prepare("run")?;
     o.stream.notes.extend(prepared.notes.iter().cloned());
     if o.stream.path_rate_bps.is_none() {

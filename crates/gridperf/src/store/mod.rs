@@ -22,6 +22,10 @@ use std::time::Duration;
 /// The schema this gridperf writes.
 pub const SCHEMA_VERSION: i64 = 1;
 
+/// SQLite's application_id of a gridperf store ("GPF1"): a database without
+/// it, with tables of its own, is another application's and is not touched.
+pub const APPLICATION_ID: i64 = 0x4750_4631;
+
 const MIGRATIONS: &[&str] = &[
     // 0 -> 1
     "CREATE TABLE surveys (
@@ -230,8 +234,32 @@ impl Store {
                 path.display()
             )));
         }
+        // another application's database is left as it was: not a table
+        // added, not its journal mode changed
+        let app: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(e)?;
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .and_then(|mut q| q.query_map([], |r| r.get(0))?.collect())
+            .map_err(e)?;
+        let ours = app == APPLICATION_ID
+            || (app == 0 && tables.is_empty() && version == 0)
+            // written by a gridperf from before the mark
+            || (app == 0 && version > 0 && tables.iter().any(|t| t == "runs") && tables.iter().any(|t| t == "points"));
+        if !ours {
+            let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+            return Err(Error::usage(format!(
+                "{} is another application's SQLite database (application_id {app}, tables {}{}): gridperf left it \
+                 untouched; give --db a file of its own",
+                path.display(),
+                if shown.is_empty() { "none".to_string() } else { shown.join(", ") },
+                if tables.len() > shown.len() { ", ..." } else { "" }
+            )));
+        }
         conn.pragma_update(None, "journal_mode", "WAL").map_err(e)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(e)?;
+        if app != APPLICATION_ID {
+            conn.pragma_update(None, "application_id", APPLICATION_ID).map_err(e)?;
+        }
         let mut store = Store { conn, path: path.to_path_buf() };
         store.migrate(version)?;
         Ok(store)

@@ -124,6 +124,16 @@ impl StoreChoice {
         }
     }
 
+    /// Opens (and makes, if need be) a database named with --db before a
+    /// measurement, so that a bad one is said before the run, not after it
+    /// is lost. The default database's troubles stay warnings at the end.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            StoreChoice::At(p) => Store::open(p).map(drop),
+            _ => Ok(()),
+        }
+    }
+
     /// The database's path (the default one when none was named).
     pub fn path(&self) -> PathBuf {
         match self {

@@ -331,3 +331,39 @@ fn a_survey_where_users_may_not_make_namespaces_names_the_setting_and_offers_the
     }
     assert!(stderr(&survey).contains("gridperf survey local --quick"), "{}", stderr(&survey));
 }
+
+#[test]
+fn another_applications_database_is_left_untouched_and_said_before_a_stream_runs() {
+    let d = tmpdir("foreign");
+    let db = d.join("other_app.db");
+    {
+        let c = rusqlite::Connection::open(&db).expect("create");
+        c.execute_batch(
+            "CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL); INSERT INTO invoices (total) VALUES (12.5);",
+        )
+        .expect("the other application's table");
+    }
+    let before = std::fs::read(&db).expect("read");
+    // a stream with --db: refused before it measures (no agent needed to find out)
+    let p = db.to_string_lossy().into_owned();
+    let o = Command::new(BIN).args(["stream", "127.0.0.1", "-p", "9", "-t", "1", "--db", &p]).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("another application's SQLite database") && err.contains("invoices"), "{err}");
+    assert!(!err.contains("cannot connect"), "the store is checked before the agent: {err}");
+    // and runs list, survey local alike; the file is byte for byte as it was
+    let o = Command::new(BIN).args(["runs", "list", "--db", &p]).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&db).expect("read"), before, "the other application's file changed");
+    assert!(!d.join("other_app.db-wal").exists(), "switched to WAL");
+    // gridperf's own database, made by gridperf, is marked and opens again
+    let mine = d.join("mine.db");
+    drop(gridperf::store::Store::open(&mine).expect("a new store"));
+    let app: i64 = rusqlite::Connection::open(&mine)
+        .and_then(|c| c.query_row("PRAGMA application_id", [], |r| r.get(0)))
+        .expect("application_id");
+    assert_eq!(app, gridperf::store::APPLICATION_ID);
+    let o = Command::new(BIN).args(["runs", "list", "--db", &mine.to_string_lossy()]).output().expect("run");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
