@@ -67,7 +67,7 @@ fn main() {
                 Kind::Refused => "refused",
                 Kind::Internal => "error",
             };
-            eprintln!("gridperf: {kind}: {e}");
+            eprintln!("gridperf: {kind}: {}", gridperf_core::wire::printable_lines(&e.to_string()));
             std::process::exit(e.kind.exit_code());
         }
     }

@@ -32,6 +32,39 @@ pub const MAX_FRAME: usize = 1 << 20;
 /// The agent's default TCP port for the control channel.
 pub const DEFAULT_PORT: u16 = 5301;
 
+/// The most characters of a peer's text shown or logged.
+pub const MAX_PEER_TEXT: usize = 2000;
+
+/// A peer's text (an agent's error, a client's abort reason) made safe for
+/// a terminal or a log line: every control character, newlines included
+/// (a forged log line) and ESC (a terminal's escape sequences), is shown
+/// as `\u{..}`, and at most [`MAX_PEER_TEXT`] characters are kept.
+pub fn printable(s: &str) -> String {
+    escape_controls(s, |_| false)
+}
+
+/// The same for text of several lines (a table, an error with a log in
+/// it): newlines and tabs stay, every other control character is escaped.
+pub fn printable_lines(s: &str) -> String {
+    escape_controls(s, |c| c == '\n' || c == '\t')
+}
+
+fn escape_controls(s: &str, keep: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(s.len().min(MAX_PEER_TEXT * 2));
+    for (n, c) in s.chars().enumerate() {
+        if n == MAX_PEER_TEXT && !keep('\n') {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() && !keep(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// What went wrong on the control channel.
 #[derive(Debug, Error)]
 pub enum WireError {
@@ -210,6 +243,21 @@ pub enum AgentMsg {
         code: ErrorCode,
         message: String,
     },
+}
+
+#[cfg(test)]
+mod printable_tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_escape_codes_and_forged_lines_are_shown_not_obeyed() {
+        assert_eq!(printable("busy\x1b[2J\x1b[31mpwned"), "busy\\u{1b}[2J\\u{1b}[31mpwned");
+        assert_eq!(printable("ok\ngridperf serve: 10.0.0.1: rtt"), "ok\\u{a}gridperf serve: 10.0.0.1: rtt");
+        assert_eq!(printable("a\rb\u{7}c"), "a\\u{d}b\\u{7}c");
+        assert_eq!(printable("plain words, ünïcode"), "plain words, ünïcode");
+        assert_eq!(printable(&"x".repeat(5000)).len(), MAX_PEER_TEXT + 3);
+        assert_eq!(printable_lines("row 1\trow\nrow 2\x1b]0;title\x07"), "row 1\trow\nrow 2\\u{1b}]0;title\\u{7}");
+    }
 }
 
 #[cfg(test)]

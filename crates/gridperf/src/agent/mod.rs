@@ -226,7 +226,8 @@ impl Agent {
                     let shared = guard.shared.clone();
                     if let Err(e) = session::serve(&shared, stream, peer) {
                         if shared.cfg.log {
-                            eprintln!("gridperf serve: {peer}: {e}");
+                            // a client's words in the log: one line, no escape codes
+                            eprintln!("gridperf serve: {peer}: {}", gridperf_core::wire::printable(&e.to_string()));
                         }
                     }
                     drop(guard);

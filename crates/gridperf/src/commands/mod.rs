@@ -86,6 +86,9 @@ impl Output {
         if self.closed {
             return Ok(());
         }
+        // what a peer said may be in it (its kernel, its software, its
+        // errors): control characters are shown, never sent to a terminal
+        let text = &gridperf_core::wire::printable_lines(text);
         match &mut self.sink {
             Sink::Buffer { out, .. } => {
                 out.extend_from_slice(text.as_bytes());
@@ -113,6 +116,7 @@ impl Output {
 
     /// Says something on stderr ("gridperf: ..."): warnings, where a run was stored.
     pub fn note(&mut self, text: &str) {
+        let text = &gridperf_core::wire::printable_lines(text);
         match &mut self.sink {
             Sink::Buffer { err, .. } => {
                 err.extend_from_slice(text.as_bytes());

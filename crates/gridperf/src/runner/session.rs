@@ -12,6 +12,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 fn refused(code: ErrorCode, message: String) -> Error {
+    // the agent's words reach a terminal: shown, never obeyed
+    let message = gridperf_core::wire::printable(&message);
     match code {
         ErrorCode::Busy | ErrorCode::VersionMismatch | ErrorCode::TooLarge | ErrorCode::Unsupported => {
             Error::refused(format!("the agent refused: {message}"))
@@ -197,7 +199,7 @@ impl Session {
     /// What the agent said before it went (an error frame), if anything.
     pub fn last_words(&mut self) -> Option<String> {
         match crate::ctl::read_msg_within::<AgentMsg>(&self.ctl, Duration::from_millis(200)) {
-            Ok(AgentMsg::Error { message, .. }) => Some(message),
+            Ok(AgentMsg::Error { message, .. }) => Some(gridperf_core::wire::printable(&message)),
             _ => None,
         }
     }

@@ -537,3 +537,53 @@ fn stream_clients_killed_mid_test_leave_the_agent_as_it_was() {
         assert_eq!(after, idle, "threads and descriptors after a {proto} client was killed mid-test");
     }
 }
+
+#[test]
+fn a_peers_escape_codes_and_newlines_reach_neither_terminal_nor_log() {
+    use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode};
+    // the agent's log: a client whose software name would clear the screen and forge a line
+    let log = std::env::temp_dir().join(format!("gridperf-test-log-{}", std::process::id()));
+    let port = free_port();
+    let p = port.to_string();
+    let _agent = crate::Served(
+        Command::new(BIN)
+            .args(["serve", "--bind", "127.0.0.1", "--port", &p])
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("serve"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut s = loop {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the agent did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let forged = "x\ngridperf serve: 6.6.6.6:1: rtt tcp up to 1 B\u{1b}[2J";
+    wire::write_msg(&mut s, &ClientMsg::Hello { magic: wire::MAGIC.into(), version: 999, software: forged.into() })
+        .expect("hello");
+    let _ = wire::read_msg::<_, AgentMsg>(&mut s);
+    std::thread::sleep(Duration::from_millis(300));
+    let text = std::fs::read_to_string(&log).expect("read log");
+    let _ = std::fs::remove_file(&log);
+    assert!(text.contains("version mismatch"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("gridperf serve: 6.6.6.6")), "a forged log line: {text}");
+    assert!(!text.contains('\u{1b}'), "an escape code in the log: {text:?}");
+
+    // the client's terminal: an agent whose error would do the same
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let fake = l.local_addr().expect("addr").port().to_string();
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().expect("accept");
+        let _ = wire::read_msg::<_, ClientMsg>(&mut c);
+        let message = "busy\u{1b}]0;owned\u{7}\u{1b}[31m\nrm -rf".to_string();
+        wire::write_msg(&mut c, &AgentMsg::Error { code: ErrorCode::Busy, message }).expect("error");
+    });
+    let o = run(&["rtt", "127.0.0.1", "-p", &fake, "--no-store"]);
+    let _ = t.join();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("busy\\u{1b}]0;owned\\u{7}\\u{1b}[31m\\u{a}rm -rf"), "{err:?}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+}
