@@ -21,7 +21,7 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 /// The control-channel protocol version. Both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The word every Hello carries, so a stray client is told apart from an old gridperf.
 pub const MAGIC: &str = "gridperf";
@@ -31,6 +31,24 @@ pub const MAX_FRAME: usize = 1 << 20;
 
 /// The agent's default TCP port for the control channel.
 pub const DEFAULT_PORT: u16 = 5301;
+
+/// The most interval figures one StreamIntervals frame carries (each at
+/// most 21 bytes of JSON: 840 kB, within [`MAX_FRAME`]).
+pub const INTERVALS_PER_FRAME: usize = 40_000;
+
+/// The messages that carry a finished stream test's ends to the client:
+/// each end's intervals in frames of their own, then the ends without them.
+pub fn stream_done_messages(mut ends: Vec<crate::model::StreamEnd>) -> Vec<AgentMsg> {
+    let mut out = Vec::new();
+    for e in &mut ends {
+        let intervals = std::mem::take(&mut e.intervals);
+        for chunk in intervals.chunks(INTERVALS_PER_FRAME) {
+            out.push(AgentMsg::StreamIntervals { index: e.index, intervals: chunk.to_vec() });
+        }
+    }
+    out.push(AgentMsg::StreamDone { ends });
+    out
+}
 
 /// The most characters of a peer's text shown or logged.
 pub const MAX_PEER_TEXT: usize = 2000;
@@ -235,6 +253,14 @@ pub enum AgentMsg {
         index: u32,
         samples: Vec<crate::flow::TcpSample>,
     },
+    /// After a stream test: part of the intervals of one of the agent's
+    /// streams (bytes per interval), in order, before StreamDone, whose ends
+    /// then carry none (a test of 128 streams in 10 ms intervals has more
+    /// figures than one frame holds).
+    StreamIntervals {
+        index: u32,
+        intervals: Vec<u64>,
+    },
     /// After a stream test: the agent's figures for each stream.
     StreamDone {
         ends: Vec<crate::model::StreamEnd>,
@@ -248,6 +274,32 @@ pub enum AgentMsg {
 #[cfg(test)]
 mod printable_tests {
     use super::*;
+
+    #[test]
+    fn a_stream_done_of_128_streams_in_10_ms_intervals_fits_the_frames() {
+        // 128 streams, an hour in 10 ms intervals of 20-digit figures: 1.1 GB of JSON in one frame before
+        let ends: Vec<crate::model::StreamEnd> = (0..128)
+            .map(|i| crate::model::StreamEnd { index: i, intervals: vec![u64::MAX; 3_000], ..Default::default() })
+            .collect();
+        let whole = encode(&AgentMsg::StreamDone { ends: ends.clone() });
+        assert!(matches!(whole, Err(WireError::TooLarge { .. })), "the defect: one frame cannot hold it");
+        let msgs = stream_done_messages(ends.clone());
+        for m in &msgs {
+            let body = encode(m).expect("every frame fits");
+            assert!(body.len() <= MAX_FRAME);
+        }
+        // and the client gets every figure back, in order
+        let mut back: Vec<Vec<u64>> = vec![Vec::new(); 128];
+        for m in &msgs {
+            if let AgentMsg::StreamIntervals { index, intervals } = m {
+                back[*index as usize].extend(intervals);
+            }
+        }
+        assert!(back.iter().zip(&ends).all(|(b, e)| *b == e.intervals));
+        assert!(
+            matches!(msgs.last(), Some(AgentMsg::StreamDone { ends }) if ends.iter().all(|e| e.intervals.is_empty()))
+        );
+    }
 
     #[test]
     fn a_peers_escape_codes_and_forged_lines_are_shown_not_obeyed() {

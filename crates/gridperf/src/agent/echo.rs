@@ -197,6 +197,9 @@ pub struct Faults {
     /// Stream tests: the agent's receiver of stream 0 resets its connection
     /// after this many bytes (a connection that breaks mid-run).
     pub break_stream_after: Option<u64>,
+    /// Stream tests: the agent answers StreamGo with TCP_INFO samples
+    /// without end (a hostile agent, for the client's bounds).
+    pub flood_stream_samples: bool,
 }
 
 /// The agent's side of one step: echo messages of `size` bytes until

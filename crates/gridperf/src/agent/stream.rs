@@ -138,6 +138,17 @@ fn stream_both(
     slots: Vec<Slot>,
     ipv6: bool,
 ) -> Result<Vec<gridperf_core::model::SocketInfo>, Fail> {
+    if shared.cfg.faults.flood_stream_samples {
+        // the test seam: samples until the client gives up (or a minute)
+        let chunk = vec![gridperf_core::flow::TcpSample::default(); 2_000];
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            if wire::write_msg(ctl, &AgentMsg::StreamSamples { index: 0, samples: chunk.clone() }).is_err() {
+                break;
+            }
+        }
+        return Err(Fail::Untold("flooded the client with samples (test fault)".into()));
+    }
     let omit = Duration::from_millis(spec.omit_ms);
     let mut running =
         launch(slots, spec, omit, ipv6, shared.cfg.faults.break_stream_after, spec.cpu).map_err(|e| e.to_string())?;
@@ -174,7 +185,9 @@ fn stream_both(
         }
     }
     let sockets = ends.iter().map(|e| e.socket.clone()).collect();
-    wire::write_msg(ctl, &AgentMsg::StreamDone { ends }).map_err(|e| e.to_string())?;
+    for m in wire::stream_done_messages(ends) {
+        wire::write_msg(ctl, &m).map_err(|e| e.to_string())?;
+    }
     Ok(sockets)
 }
 

@@ -197,6 +197,12 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
     let hard = Duration::from_millis(spec.duration_ms + spec.linger_ms) + opts.omit + opts.deadlines.control * 2;
     let deadline = Instant::now() + hard;
     let mut agent_ends: Option<Vec<StreamEnd>> = None;
+    let mut agent_intervals: Vec<(u32, Vec<u64>)> = Vec::new();
+    // what an agent can rightly send, and no more: a broken or hostile one
+    // does not grow this process without bound
+    let max_rows = (hard.as_millis() as u64 / spec.interval_ms.max(1)) as usize + 16;
+    let hostile = |what: String| Error::network(format!("{what}: a broken or hostile agent; the run was abandoned"));
+    let ours = |index: u32| layout.iter().any(|(i, _)| *i == index);
     let receiving_here: Vec<u32> = layout.iter().filter(|(_, up)| !up).map(|(i, _)| *i).collect();
     // until both ends are done: the client's own intervals are cut here, the
     // agent's arrive over the control channel
@@ -230,6 +236,15 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
         }
         match session.next(opts.deadlines.control)? {
             AgentMsg::StreamInterval { t_ms, bytes } => {
+                if bytes.len() != layout.len() || agent_rows.len() >= max_rows {
+                    session.abort("too many intervals, or of the wrong shape");
+                    return Err(hostile(format!(
+                        "the agent sent interval {} of {} streams; the test has at most {max_rows} of {}",
+                        agent_rows.len() + 1,
+                        bytes.len(),
+                        layout.len()
+                    )));
+                }
                 let shown: Vec<(u32, u64)> =
                     layout.iter().zip(&bytes).filter(|((_, up), _)| *up).map(|((i, _), b)| (*i, *b)).collect();
                 if !shown.is_empty() {
@@ -237,11 +252,61 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
                 }
                 agent_rows.push((t_ms, bytes));
             }
-            AgentMsg::StreamSamples { index, samples } => match agent_samples.iter_mut().find(|(i, _)| *i == index) {
-                Some((_, v)) => v.extend(samples),
-                None => agent_samples.push((index, samples)),
-            },
-            AgentMsg::StreamDone { ends } => agent_ends = Some(ends),
+            AgentMsg::StreamSamples { index, samples } => {
+                let v = match agent_samples.iter_mut().position(|(i, _)| *i == index) {
+                    Some(k) => &mut agent_samples[k].1,
+                    None if ours(index) => {
+                        agent_samples.push((index, Vec::new()));
+                        &mut agent_samples.last_mut().expect("pushed").1
+                    }
+                    None => {
+                        session.abort("samples of a stream this test does not have");
+                        return Err(hostile(format!(
+                            "the agent sent TCP_INFO samples of stream {index}, not in this test"
+                        )));
+                    }
+                };
+                if v.len() + samples.len() > gridperf_core::wire::MAX_SAMPLES {
+                    session.abort("too many TCP_INFO samples");
+                    return Err(hostile(format!(
+                        "the agent sent more than {} TCP_INFO samples of stream {index}",
+                        gridperf_core::wire::MAX_SAMPLES
+                    )));
+                }
+                v.extend(samples);
+            }
+            AgentMsg::StreamIntervals { index, intervals } => {
+                let v = match agent_intervals.iter_mut().position(|(i, _)| *i == index) {
+                    Some(k) => &mut agent_intervals[k].1,
+                    None if ours(index) => {
+                        agent_intervals.push((index, Vec::new()));
+                        &mut agent_intervals.last_mut().expect("pushed").1
+                    }
+                    None => {
+                        session.abort("intervals of a stream this test does not have");
+                        return Err(hostile(format!("the agent sent intervals of stream {index}, not in this test")));
+                    }
+                };
+                if v.len() + intervals.len() > max_rows {
+                    session.abort("too many intervals");
+                    return Err(hostile(format!(
+                        "the agent sent more than {max_rows} intervals of stream {index}, more than the test can have"
+                    )));
+                }
+                v.extend(intervals);
+            }
+            AgentMsg::StreamDone { mut ends } => {
+                if ends.len() > layout.len() {
+                    session.abort("more ends than streams");
+                    return Err(hostile(format!("the agent sent {} ends for {} streams", ends.len(), layout.len())));
+                }
+                for e in &mut ends {
+                    if let Some(k) = agent_intervals.iter().position(|(i, _)| *i == e.index) {
+                        e.intervals = agent_intervals.swap_remove(k).1;
+                    }
+                }
+                agent_ends = Some(ends)
+            }
             other => return Err(Error::network(format!("unexpected message from the agent mid-stream: {other:?}"))),
         }
     }

@@ -276,3 +276,23 @@ fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
     };
     assert!(r.runs[0].streams[0].receiver.bytes > 0);
 }
+
+#[test]
+fn a_flood_of_samples_from_a_hostile_agent_ends_the_run_within_its_bound() {
+    use gridperf::engines::stream::{self, StreamOptions};
+    use gridperf::runner::Target;
+    use gridperf_core::wire::{Direction, StreamSpec, MAX_SAMPLES};
+    let agent = crate::TestAgent::with(|c| c.faults.flood_stream_samples = true);
+    let opts = StreamOptions {
+        spec: StreamSpec::tcp(Direction::Up, 1000),
+        omit: std::time::Duration::ZERO,
+        repeat: 1,
+        deadlines: crate::opts(&[], &[]).deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+        client_cpu: None,
+    };
+    let e = stream::run(&Target::remote(agent.addr), &opts, &mut |_, _, _| {}).expect_err("a flood is refused");
+    assert!(e.message.contains(&format!("more than {MAX_SAMPLES} TCP_INFO samples")), "{e}");
+    assert!(e.message.contains("hostile agent"), "{e}");
+}
