@@ -493,24 +493,6 @@ fn loopback_is_one_network_however_it_is_reached() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An agent process's threads and open descriptors.
-fn threads_and_fds(pid: u32) -> (usize, usize) {
-    let count = |d: String| std::fs::read_dir(d).map(|d| d.count()).unwrap_or(0);
-    (count(format!("/proc/{pid}/task")), count(format!("/proc/{pid}/fd")))
-}
-
-/// Waits up to `limit` for an agent to come back to `want` threads and descriptors.
-fn settles_at(pid: u32, want: (usize, usize), limit: Duration) -> (usize, usize) {
-    let deadline = Instant::now() + limit;
-    loop {
-        let now = threads_and_fds(pid);
-        if now == want || Instant::now() > deadline {
-            return now;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn stream_clients_killed_mid_test_leave_the_agent_as_it_was() {
     let _heavy = crate::heavy();
@@ -519,7 +501,7 @@ fn stream_clients_killed_mid_test_leave_the_agent_as_it_was() {
     // one whole test first: whatever the agent makes once and keeps is made
     let o = run(&["stream", "127.0.0.1", "-p", &p, "-P", "4", "-t", "0.3", "--no-store", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let idle = settles_at(agent.id(), (0, 0), Duration::from_millis(500));
+    let idle = crate::settles_at(agent.id(), (0, 0), Duration::from_millis(500));
     for proto in ["tcp", "udp", "tcp"] {
         let mut client = Command::new(BIN)
             .args(["stream", "127.0.0.1", "-p", &p, "-P", "4", "-t", "30", "--no-store"])
@@ -529,11 +511,11 @@ fn stream_clients_killed_mid_test_leave_the_agent_as_it_was() {
             .spawn()
             .expect("stream");
         std::thread::sleep(Duration::from_millis(1500));
-        let busy = threads_and_fds(agent.id());
+        let busy = crate::threads_and_fds(agent.id());
         assert!(busy.0 > idle.0, "the test was running: {busy:?} against {idle:?}");
         client.kill().expect("kill the client");
         let _ = client.wait();
-        let after = settles_at(agent.id(), idle, Duration::from_secs(10));
+        let after = crate::settles_at(agent.id(), idle, Duration::from_secs(10));
         assert_eq!(after, idle, "threads and descriptors after a {proto} client was killed mid-test");
     }
 }

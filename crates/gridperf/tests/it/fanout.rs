@@ -105,6 +105,7 @@ fn consumers_on_an_agent_deadlock_and_drain_the_same() {
     let _heavy = crate::heavy();
     let (mut agent, port) = crate::serve_on("127.0.0.1", &[]);
     let at = format!("127.0.0.1:{port}");
+    let idle = crate::settles_at(agent.id(), (0, 0), Duration::from_millis(300));
     let (o, took) = fanout(&[
         "--agents",
         &at,
@@ -125,9 +126,14 @@ fn consumers_on_an_agent_deadlock_and_drain_the_same() {
         "--no-store",
         "--json",
     ]);
+    // every consumer thread and its connection went with its point (they
+    // lingered for their idle time, 6 s here: 16 per test took the agent
+    // from 262 to 775 MB)
+    let after = crate::settles_at(agent.id(), idle, Duration::from_secs(1));
     let _ = agent.kill();
     let _ = agent.wait();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(after, idle, "the agent's threads and descriptors after the sweep");
     assert!(took < Duration::from_secs(30), "{took:?}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let p = v["points"].as_array().expect("points");
@@ -148,4 +154,44 @@ fn an_agent_that_is_not_there_fails_the_sweep_at_once() {
     assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot connect to the agent"));
     assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn a_fanout_client_that_leaves_its_consumers_hanging_leaves_nothing_behind() {
+    use gridperf_core::wire::{self, AgentMsg, ClientMsg, DataHello, DataKind, FanoutSpec, Test, TestRequest};
+    use std::io::Write;
+    use std::net::TcpStream;
+    let _heavy = crate::heavy();
+    let (agent, port) = crate::serve_on("127.0.0.1", &[]);
+    let idle = crate::settles_at(agent.id(), (0, 0), Duration::from_millis(300));
+    for round in 0..3 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        crate::agent::hello(&mut s, wire::PROTOCOL_VERSION);
+        // consumers told to wait ten minutes for requests of 1 MiB
+        let spec = FanoutSpec { size: 1 << 20, messages: 4, buffer: None, nodelay: true, idle_ms: 600_000 };
+        wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Fanout(spec) }))
+            .expect("request");
+        let (data_port, token) = match wire::read_msg(&mut s).expect("answer") {
+            AgentMsg::Ready { tcp_port: Some(p), token, .. } => (p, token),
+            other => panic!("expected ready, got {other:?}"),
+        };
+        let conns: Vec<TcpStream> = (0..16)
+            .map(|k| {
+                let mut c = TcpStream::connect(("127.0.0.1", data_port)).expect("data connection");
+                c.write_all(&DataHello::new(token, DataKind::Fanout, k).encode()).expect("hello");
+                c
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while crate::threads_and_fds(agent.id()).0 < idle.0 + 16 {
+            assert!(Instant::now() < deadline, "the agent did not take the 16 consumers");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // the control connection goes; the consumers' connections stay open, silent
+        drop(s);
+        let after = crate::settles_at(agent.id(), idle, Duration::from_secs(3));
+        assert_eq!(after, idle, "round {round}: the agent's threads and descriptors once the client left");
+        drop(conns);
+    }
 }

@@ -146,3 +146,21 @@ pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
 pub fn faults(drop_every: Option<u64>, delay_every: Option<u64>, delay: Duration) -> Faults {
     Faults { drop_udp_every: drop_every, delay_udp_every: delay_every, delay, ..Faults::default() }
 }
+
+/// An agent process's threads and open descriptors.
+pub fn threads_and_fds(pid: u32) -> (usize, usize) {
+    let count = |d: String| std::fs::read_dir(d).map(|d| d.count()).unwrap_or(0);
+    (count(format!("/proc/{pid}/task")), count(format!("/proc/{pid}/fd")))
+}
+
+/// Waits up to `limit` for an agent to come back to `want` threads and descriptors.
+pub fn settles_at(pid: u32, want: (usize, usize), limit: Duration) -> (usize, usize) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let now = threads_and_fds(pid);
+        if now == want || std::time::Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
