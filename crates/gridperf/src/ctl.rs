@@ -4,7 +4,7 @@
 //! byte just inside each timeout would keep a plain `read_msg` going for
 //! ever. Here every read gets the time left until the message's deadline.
 
-use gridperf_core::wire::{self, WireError};
+use gridperf_core::wire::{self, Framed, WireError};
 use serde::de::DeserializeOwned;
 use std::io::{self, Read};
 use std::net::TcpStream;
@@ -27,17 +27,17 @@ impl Read for Until<'_> {
     }
 }
 
-/// Reads one control frame's body, all of it before `until`.
-pub fn read_frame_by(s: &TcpStream, until: Instant) -> Result<Vec<u8>, WireError> {
-    wire::read_frame(&mut Until { s, until })
+/// Reads one control frame's body of a `T`, all of it before `until`.
+pub fn read_frame_by<T: Framed>(s: &TcpStream, until: Instant) -> Result<Vec<u8>, WireError> {
+    wire::read_frame_max(&mut Until { s, until }, T::MAX_FRAME)
 }
 
 /// Reads one control message, all of it before `until`.
-pub fn read_msg_by<T: DeserializeOwned>(s: &TcpStream, until: Instant) -> Result<T, WireError> {
+pub fn read_msg_by<T: DeserializeOwned + Framed>(s: &TcpStream, until: Instant) -> Result<T, WireError> {
     wire::read_msg(&mut Until { s, until })
 }
 
 /// Reads one control message within `within` from now.
-pub fn read_msg_within<T: DeserializeOwned>(s: &TcpStream, within: Duration) -> Result<T, WireError> {
+pub fn read_msg_within<T: DeserializeOwned + Framed>(s: &TcpStream, within: Duration) -> Result<T, WireError> {
     read_msg_by(s, Instant::now() + within)
 }

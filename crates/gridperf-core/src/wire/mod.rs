@@ -29,6 +29,24 @@ pub const MAGIC: &str = "gridperf";
 /// Largest control frame accepted, in bytes (1 MiB).
 pub const MAX_FRAME: usize = 1 << 20;
 
+/// Largest frame a client may send (16 KiB): every client message is a few
+/// hundred bytes, and a JSON parser holds many times a frame while it reads
+/// one (60 clients' 1 MiB hellos took an agent to 883 MB).
+pub const MAX_CLIENT_FRAME: usize = 16 << 10;
+
+/// The largest frame a message type comes in: what a reader of it allows.
+pub trait Framed {
+    const MAX_FRAME: usize;
+}
+
+impl Framed for ClientMsg {
+    const MAX_FRAME: usize = MAX_CLIENT_FRAME;
+}
+
+impl Framed for AgentMsg {
+    const MAX_FRAME: usize = MAX_FRAME;
+}
+
 /// The agent's default TCP port for the control channel.
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -135,6 +153,12 @@ pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), WireE
 
 /// Reads one frame's body. The reader's own timeout (SO_RCVTIMEO) is the deadline.
 pub fn read_frame<R: Read>(r: &mut R) -> Result<Vec<u8>, WireError> {
+    read_frame_max(r, MAX_FRAME)
+}
+
+/// Reads one frame's body of at most `max` bytes: a longer one is refused
+/// before anything is allocated.
+pub fn read_frame_max<R: Read>(r: &mut R, max: usize) -> Result<Vec<u8>, WireError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -146,17 +170,18 @@ pub fn read_frame<R: Read>(r: &mut R) -> Result<Vec<u8>, WireError> {
         }
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(WireError::TooLarge { len, max: MAX_FRAME });
+    if len > max {
+        return Err(WireError::TooLarge { len, max });
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).map_err(map_io)?;
     Ok(body)
 }
 
-/// Reads one message. The reader's own timeout (SO_RCVTIMEO) is the deadline.
-pub fn read_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, WireError> {
-    decode(&read_frame(r)?)
+/// Reads one message, in a frame no longer than its type allows. The
+/// reader's own timeout (SO_RCVTIMEO) is the deadline.
+pub fn read_msg<R: Read, T: DeserializeOwned + Framed>(r: &mut R) -> Result<T, WireError> {
+    decode(&read_frame_max(r, T::MAX_FRAME)?)
 }
 
 /// One point of a test: the agent echoes messages of `size` bytes.

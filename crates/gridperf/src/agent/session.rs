@@ -61,7 +61,7 @@ pub(crate) fn new_token(peer: SocketAddr) -> u64 {
 /// "unsupported", with serde's words for what was expected; anything else
 /// out of turn is a bad message.
 fn read_request(ctl: &mut TcpStream, until: Instant) -> Result<TestRequest, Fail> {
-    let body = match ctl::read_frame_by(ctl, until) {
+    let body = match ctl::read_frame_by::<ClientMsg>(ctl, until) {
         Ok(b) => b,
         Err(e) => return Err(send_error(ctl, wire_code(&e), format!("reading the request: {e}"))),
     };

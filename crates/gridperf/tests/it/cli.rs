@@ -569,3 +569,45 @@ fn a_peers_escape_codes_and_newlines_reach_neither_terminal_nor_log() {
     assert!(err.contains("busy\\u{1b}]0;owned\\u{7}\\u{1b}[31m\\u{a}rm -rf"), "{err:?}");
     assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
 }
+
+/// An agent process's peak resident memory (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
+    kb.unwrap_or(0) * 1024
+}
+
+#[test]
+fn sixty_clients_sending_1_mib_hellos_at_once_cost_the_agent_little() {
+    use std::io::Write;
+    let _heavy = crate::heavy();
+    let (agent, port) = serve(&[]);
+    let before = peak_rss(agent.id());
+    // a hello padded with an array of half a million numbers, 1 MiB in all
+    let mut body = br#"{"type":"hello","magic":"gridperf","version":3,"software":"x","pad":["#.to_vec();
+    while body.len() < (1 << 20) - 8 {
+        body.extend_from_slice(b"0,");
+    }
+    body.extend_from_slice(b"0]}");
+    let body = std::sync::Arc::new(body);
+    let clients: Vec<_> = (0..60)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+                let _ = s.write_all(&(body.len() as u32).to_be_bytes());
+                let _ = s.write_all(&body);
+                let mut answer = Vec::new();
+                let _ = s.read_to_end(&mut answer);
+                answer
+            })
+        })
+        .collect();
+    let answers: Vec<Vec<u8>> = clients.into_iter().map(|c| c.join().expect("client")).collect();
+    let grew = peak_rss(agent.id()).saturating_sub(before);
+    assert!(grew < 32 << 20, "the agent's peak memory grew by {} MB", grew >> 20);
+    for a in answers {
+        assert!(String::from_utf8_lossy(&a).contains("too-large"), "{}", String::from_utf8_lossy(&a));
+    }
+}
