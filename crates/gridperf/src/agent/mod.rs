@@ -41,6 +41,12 @@ pub struct AgentConfig {
     pub queue_len: usize,
     /// Control connections open at once; more are refused at once.
     pub max_connections: usize,
+    /// Control connections open at once from one address: a client that
+    /// opens many (and stays silent) cannot keep every other one out.
+    pub max_per_address: usize,
+    /// Whether a client may ask the agent to busy-poll (it burns a CPU for
+    /// the whole test).
+    pub allow_busy_poll: bool,
     /// Exit after the first test has finished.
     pub once: bool,
     /// How long a client may take to say hello or send its next control message.
@@ -58,6 +64,8 @@ impl Default for AgentConfig {
             max_tests: 1,
             queue_len: 8,
             max_connections: 64,
+            max_per_address: 8,
+            allow_busy_poll: true,
             once: false,
             control_timeout: Duration::from_secs(10),
             faults: Faults::default(),
@@ -71,6 +79,8 @@ pub(crate) struct Shared {
     slots: Mutex<Slots>,
     freed: Condvar,
     connections: AtomicUsize,
+    /// Control connections open per client address.
+    per_address: Mutex<HashMap<IpAddr, usize>>,
     tests_done: AtomicUsize,
     stop: Arc<AtomicBool>,
     /// A clone of every open control connection, to shut them down on stop.
@@ -92,13 +102,36 @@ impl Shared {
 struct ConnGuard {
     shared: Arc<Shared>,
     id: u64,
+    ip: IpAddr,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
         self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+        self.shared.release_address(self.ip);
     }
+}
+
+impl Shared {
+    /// One control connection of `ip` fewer.
+    fn release_address(&self, ip: IpAddr) {
+        let mut per = self.per_address.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = per.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                per.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Tells a client it is refused before its session begins, and closes.
+fn refuse_at_once(stream: TcpStream, message: String) {
+    let mut s = stream;
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = wire::write_msg(&mut s, &AgentMsg::Error { code: ErrorCode::Busy, message });
 }
 
 /// A bound agent, ready to [`Agent::run`].
@@ -152,6 +185,7 @@ impl Agent {
             slots: Mutex::new(Slots { running: 0, waiting: 0 }),
             freed: Condvar::new(),
             connections: AtomicUsize::new(0),
+            per_address: Mutex::new(HashMap::new()),
             tests_done: AtomicUsize::new(0),
             stop: Arc::new(AtomicBool::new(false)),
             live: Mutex::new(HashMap::new()),
@@ -200,20 +234,33 @@ impl Agent {
                     }
                 };
                 let shared = self.shared.clone();
+                let ip = peer.ip().to_canonical();
+                {
+                    let mut per = shared.per_address.lock().unwrap_or_else(PoisonError::into_inner);
+                    let n = per.entry(ip).or_insert(0);
+                    if *n >= shared.cfg.max_per_address {
+                        let open = *n;
+                        drop(per);
+                        refuse_at_once(
+                            stream,
+                            format!(
+                                "{ip} has {open} control connections open here, the agent's limit per address \
+                                 (serve --max-per-address); try again later"
+                            ),
+                        );
+                        continue;
+                    }
+                    *n += 1;
+                }
                 if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
                     shared.connections.fetch_sub(1, Ordering::SeqCst);
-                    let mut s = stream;
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                    let _ = wire::write_msg(
-                        &mut s,
-                        &AgentMsg::Error {
-                            code: ErrorCode::Busy,
-                            message: format!(
-                                "the agent has {} control connections open, its limit; try again later",
-                                shared.cfg.max_connections
-                            ),
-                        },
+                    shared.release_address(ip);
+                    refuse_at_once(
+                        stream,
+                        format!(
+                            "the agent has {} control connections open, its limit (serve --max-connections); try again later",
+                            shared.cfg.max_connections
+                        ),
                     );
                     continue;
                 }
@@ -221,7 +268,7 @@ impl Agent {
                 if let Ok(clone) = stream.try_clone() {
                     shared.live.lock().unwrap_or_else(PoisonError::into_inner).insert(id, clone);
                 }
-                let guard = ConnGuard { shared, id };
+                let guard = ConnGuard { shared, id, ip };
                 let spawned = thread::Builder::new().name(format!("gridperf-client-{peer}")).spawn(move || {
                     let shared = guard.shared.clone();
                     if let Err(e) = session::serve(&shared, stream, peer) {

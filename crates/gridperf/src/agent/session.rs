@@ -121,6 +121,17 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
     if let Err(r) = req.test.validate(&host::limits()) {
         return Err(send_error(&mut ctl, r.code, r.message));
     }
+    if let (Test::Rtt(e) | Test::Transfer(e), false) = (&req.test, shared.cfg.allow_busy_poll) {
+        if e.busy_poll {
+            return Err(send_error(
+                &mut ctl,
+                ErrorCode::Unsupported,
+                "busy-polling is off on this agent (it burns a CPU for the whole test): its operator may allow it \
+                 with `gridperf serve --allow-busy-poll`"
+                    .into(),
+            ));
+        }
+    }
     let _slot = slots::take(shared, &mut ctl, req.queue_ms)?;
     if shared.cfg.log {
         eprintln!("gridperf serve: {peer}: {}", req.test.describe());

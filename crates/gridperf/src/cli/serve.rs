@@ -21,6 +21,16 @@ pub struct ServeArgs {
     /// Clients that may wait for a free test slot.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub queue_len: usize,
+    /// Control connections open at once; more are told "busy" at once.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub max_connections: usize,
+    /// Control connections open at once from one client address: one address's silent connections cannot keep
+    /// everyone else out.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_per_address: usize,
+    /// Let clients ask the agent to busy-poll (rtt --busy-poll): it burns a CPU for the whole test.
+    #[arg(long)]
+    pub allow_busy_poll: bool,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -41,6 +51,9 @@ impl TryFrom<ServeArgs> for AgentConfig {
             max_tests: a.max_tests.max(1),
             queue_len: a.queue_len,
             once: a.once,
+            max_connections: a.max_connections.max(1),
+            max_per_address: a.max_per_address.max(1),
+            allow_busy_poll: a.allow_busy_poll,
             control_timeout: duration(&a.control_timeout, "--control-timeout")?,
             faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },
             ..AgentConfig::default()

@@ -113,7 +113,8 @@ pub fn start_agent(host: &super::Host, port: u16) -> Result<std::process::Child>
     let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
     let mut child = gridperf_sys::in_netns(&host.netns, move || {
         Command::new(exe)
-            .args(["serve", "--max-tests", "1", "--port", &port.to_string()])
+            // the lab's own agent: busy-polling is the user's to ask for
+            .args(["serve", "--max-tests", "1", "--allow-busy-poll", "--port", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -581,7 +581,8 @@ fn peak_rss(pid: u32) -> u64 {
 fn sixty_clients_sending_1_mib_hellos_at_once_cost_the_agent_little() {
     use std::io::Write;
     let _heavy = crate::heavy();
-    let (agent, port) = serve(&[]);
+    // all 60 from one address, let in: each must be read to be refused
+    let (agent, port) = serve(&["--max-per-address", "64"]);
     let before = peak_rss(agent.id());
     // a hello padded with an array of half a million numbers, 1 MiB in all
     let mut body = br#"{"type":"hello","magic":"gridperf","version":3,"software":"x","pad":["#.to_vec();
@@ -610,4 +611,63 @@ fn sixty_clients_sending_1_mib_hellos_at_once_cost_the_agent_little() {
     for a in answers {
         assert!(String::from_utf8_lossy(&a).contains("too-large"), "{}", String::from_utf8_lossy(&a));
     }
+}
+
+/// A control connection from `source` to the agent, left silent.
+fn silent_from(source: &str, port: u16) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    let src: std::net::SocketAddr = format!("{source}:0").parse().expect("source");
+    s.bind(&src.into()).expect("bind the source address");
+    let to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("agent");
+    s.connect(&to.into()).expect("connect");
+    s.into()
+}
+
+#[test]
+fn silent_connections_from_one_address_keep_no_one_else_out() {
+    let _heavy = crate::heavy();
+    let (_agent, port) = serve(&[]);
+    let p = port.to_string();
+    // 64 silent connections from 127.0.0.2 (the agent's limit in all was 64)
+    let mut silent: Vec<std::net::TcpStream> = (0..64).map(|_| silent_from("127.0.0.2", port)).collect();
+    // beyond 8 (--max-per-address) they are told so at once
+    let mut refused = 0;
+    for s in &mut silent {
+        s.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        let mut buf = [0u8; 512];
+        if let Ok(n) = s.read(&mut buf) {
+            if n > 0 && String::from_utf8_lossy(&buf[..n]).contains("--max-per-address") {
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 56, "all but 8 of the 64 are refused at once");
+    // a client from another address gets its test while they stay
+    let o = run(&["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-n", "20", "--no-store"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(silent);
+}
+
+#[test]
+fn busy_polling_is_the_agents_operator_to_allow() {
+    let _heavy = crate::heavy();
+    let args = |p: &str| {
+        let p = p.to_string();
+        move |extra: &[&str]| {
+            let mut a = vec!["rtt", "127.0.0.1", "-p", &p, "--proto", "udp", "--sizes", "64", "-n", "20", "--no-store"];
+            a.extend_from_slice(extra);
+            run(&a)
+        }
+    };
+    let (_agent, port) = serve(&[]);
+    let o = args(&port.to_string())(&["--busy-poll"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("busy-polling is off on this agent") && stderr(&o).contains("--allow-busy-poll"),
+        "{}",
+        stderr(&o)
+    );
+    let (_agent2, port2) = serve(&["--allow-busy-poll"]);
+    let o = args(&port2.to_string())(&["--busy-poll"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
