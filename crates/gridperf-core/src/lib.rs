@@ -16,6 +16,7 @@
 //! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
 //! - [`svg`]: self-contained SVG line charts for reports.
 
+pub mod auth;
 pub mod compare;
 pub mod emu;
 pub mod flow;

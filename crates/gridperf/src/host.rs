@@ -222,6 +222,14 @@ pub fn give_back(path: &std::path::Path) {
     }
 }
 
+/// 32 bytes from the kernel's random source (a nonce, a new key).
+pub fn random_32() -> std::io::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut b = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
 /// Whether this process runs as the machine's root: effective UID 0 in the
 /// first user namespace. Root of a user namespace of one's own (the
 /// rootless lab) is not: it has no privilege beyond the namespaces it made.

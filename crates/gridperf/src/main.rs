@@ -45,6 +45,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             let mut out = Output::stdout(c.format());
             commands::lab::run(commands::lab::Opts::try_from(c)?, &mut out)
         }
+        Command::Keygen(a) => commands::keygen(a.name, a.out, &mut Output::stdout(table)).map(|()| None),
         Command::Completions(a) => Output::stdout(table).print(&gridperf::cli::completions(a.shell)).map(|()| None),
         Command::Man(a) => {
             gridperf::cli::man_pages().and_then(|p| commands::man(p, a.dir, &mut Output::stdout(table))).map(|()| None)
@@ -56,7 +57,13 @@ fn main() {
     let cli = Cli::parse();
     // before any thread starts: a user namespace of one's own for a rootless lab
     gridperf::lab::prepare(cli.command.namespaces());
-    match dispatch(cli.command) {
+    let key =
+        if cli.command.reaches_agents() { gridperf::runner::load_client_key(cli.key.as_deref()) } else { Ok(None) };
+    let result = key.and_then(|k| {
+        gridperf::runner::set_client_key(k);
+        dispatch(cli.command)
+    });
+    match result {
         Ok(None) => {}
         Ok(Some(code)) => std::process::exit(code),
         Err(e) => {

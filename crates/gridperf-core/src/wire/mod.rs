@@ -205,6 +205,13 @@ pub enum ClientMsg {
         version: u32,
         software: String,
     },
+    /// The answer to an agent's challenge (crate::auth): the key's name,
+    /// the client's nonce and its proof, in hex.
+    Auth {
+        key: String,
+        nonce: String,
+        proof: String,
+    },
     Request(TestRequest),
     Step(StepRequest),
     /// Ends a step that has no exchange count.
@@ -229,6 +236,9 @@ pub enum ErrorCode {
     TooLarge,
     Timeout,
     Internal,
+    /// The client is not allowed: no key, a wrong key, an address or a
+    /// request beyond the agent's limits.
+    Refused,
     /// Anything a newer agent says that this client does not know.
     #[serde(other)]
     Other,
@@ -242,6 +252,14 @@ pub enum AgentMsg {
         magic: String,
         version: u32,
         software: String,
+        /// A fresh nonce (hex) when this agent wants a key (serve --auth):
+        /// the client answers with Auth before anything else.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        challenge: Option<String>,
+    },
+    /// The key was accepted; the agent's own proof that it holds it (hex).
+    AuthOk {
+        proof: String,
     },
     /// The test waits in the agent's queue; `ahead` tests are before it.
     Queued {
@@ -354,6 +372,10 @@ mod tests {
     fn a_4gb_length_is_refused_without_allocating() {
         let frame = [0xff, 0xff, 0xff, 0xff, b'{'];
         match read_msg::<_, ClientMsg>(&mut &frame[..]) {
+            Err(WireError::TooLarge { len, max }) => assert_eq!((len, max), (u32::MAX as usize, MAX_CLIENT_FRAME)),
+            other => panic!("{other:?}"),
+        }
+        match read_msg::<_, AgentMsg>(&mut &frame[..]) {
             Err(WireError::TooLarge { len, max }) => assert_eq!((len, max), (u32::MAX as usize, MAX_FRAME)),
             other => panic!("{other:?}"),
         }

@@ -47,6 +47,8 @@ pub struct AgentConfig {
     /// Whether a client may ask the agent to busy-poll (it burns a CPU for
     /// the whole test).
     pub allow_busy_poll: bool,
+    /// The keys a client must prove it holds (serve --auth); None: anyone.
+    pub auth: Option<Arc<Vec<gridperf_core::auth::Key>>>,
     /// Exit after the first test has finished.
     pub once: bool,
     /// How long a client may take to say hello or send its next control message.
@@ -66,6 +68,7 @@ impl Default for AgentConfig {
             max_connections: 64,
             max_per_address: 8,
             allow_busy_poll: true,
+            auth: None,
             once: false,
             control_timeout: Duration::from_secs(10),
             faults: Faults::default(),

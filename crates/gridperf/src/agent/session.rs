@@ -5,6 +5,7 @@
 
 use super::{echo, fanout, slots, stream, Shared};
 use crate::{ctl, host};
+use gridperf_core::auth;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, Test, TestRequest, WireError};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -78,6 +79,39 @@ fn read_request(ctl: &mut TcpStream, until: Instant) -> Result<TestRequest, Fail
     }
 }
 
+/// Checks a client's answer to the challenge before anything else is
+/// spent on it; answers with the agent's own proof.
+fn authenticate(
+    ctl: &mut TcpStream,
+    keys: &[auth::Key],
+    nonce: &[u8; auth::KEY_LEN],
+    until: Instant,
+) -> Result<(), Fail> {
+    let refused = |ctl: &mut TcpStream, why: String| send_error(ctl, ErrorCode::Refused, why);
+    match ctl::read_msg_by::<ClientMsg>(ctl, until) {
+        Ok(ClientMsg::Auth { key, nonce: theirs, proof }) => {
+            let found = keys.iter().find(|k| k.name == key);
+            let theirs = auth::unhex(&theirs);
+            match (found, theirs) {
+                (Some(k), Some(cn)) if k.client_proves(nonce, &cn, &proof) => {
+                    wire::write_msg(ctl, &AgentMsg::AuthOk { proof: k.agent_proof(nonce, &cn) })
+                        .map_err(|e| e.to_string().into())
+                }
+                // one answer for an unknown name and a wrong proof: nothing learnt
+                _ => Err(refused(
+                    ctl,
+                    format!("authentication failed for key {:?}: not a key this agent accepts, or not its secret", wire::printable(&key)),
+                )),
+            }
+        }
+        Ok(ClientMsg::Hello { .. } | ClientMsg::Request(_)) | Ok(_) => Err(refused(
+            ctl,
+            "this agent serves only clients with a key (serve --auth): give the client --key FILE (gridperf keygen makes one)".into(),
+        )),
+        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for the key: {e}"))),
+    }
+}
+
 /// Serves one control connection, start to end.
 pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result<(), Fail> {
     let setup = |ctl: &TcpStream| -> io::Result<()> {
@@ -111,11 +145,23 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
         }
         Err(e) => return Err(send_error(&mut ctl, wire_code(&e), format!("before hello: {e}"))),
     }
+    let nonce = match &shared.cfg.auth {
+        Some(_) => Some(host::random_32().map_err(|e| format!("no random nonce: {e}"))?),
+        None => None,
+    };
     wire::write_msg(
         &mut ctl,
-        &AgentMsg::Welcome { magic: wire::MAGIC.into(), version: wire::PROTOCOL_VERSION, software: host::software() },
+        &AgentMsg::Welcome {
+            magic: wire::MAGIC.into(),
+            version: wire::PROTOCOL_VERSION,
+            software: host::software(),
+            challenge: nonce.map(|n| auth::hex(&n)),
+        },
     )
     .map_err(|e| e.to_string())?;
+    if let (Some(keys), Some(nonce)) = (&shared.cfg.auth, nonce) {
+        authenticate(&mut ctl, keys, &nonce, until)?;
+    }
 
     let req = read_request(&mut ctl, until)?;
     if let Err(r) = req.test.validate(&host::limits()) {

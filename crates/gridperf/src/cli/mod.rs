@@ -28,6 +28,9 @@ use std::time::Duration;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The key to prove to an agent that asks for one (serve --auth); default ~/.config/gridperf/key if it exists.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub key: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -118,6 +121,15 @@ pub enum Command {
         gridperf completions bash > ~/.local/share/bash-completion/completions/gridperf\n  \
         gridperf completions zsh > ~/.zfunc/_gridperf")]
     Completions(CompletionsArgs),
+    /// Make a key for agents that serve only clients with one (serve --auth).
+    #[command(after_help = "Examples:\n  \
+        gridperf keygen alice@site-a                      writes ~/.config/gridperf/key (0600), prints the agent's line\n  \
+        gridperf keygen ci -o ci.key >> authorized        a key file of its own; its line into the agent's file\n\n\
+        The agent's operator adds the printed line to the file given to `gridperf serve --auth FILE` (0600: the\n\
+        line is a secret shared by the two ends). The client proves it holds the key, and the agent proves it\n\
+        holds it too, without sending it (BLAKE3 keyed MACs over a fresh challenge: a recorded answer is no\n\
+        use on another connection).")]
+    Keygen(KeygenArgs),
     /// Manual pages: gridperf.1 on stdout, or one page per command into --dir.
     #[command(after_help = "Examples:\n  \
         gridperf man | man -l -\n  \
@@ -128,6 +140,19 @@ pub enum Command {
 impl Command {
     /// What the command does with labs: `main` prepares the process's user
     /// namespace for it while it is still single-threaded.
+    /// Whether the command talks to agents as a client (and so may need a key).
+    pub fn reaches_agents(&self) -> bool {
+        matches!(
+            self,
+            Command::Rtt(_)
+                | Command::Transfer(_)
+                | Command::Stream(_)
+                | Command::Fanout(_)
+                | Command::Tune(_)
+                | Command::Survey(_)
+        )
+    }
+
     pub fn namespaces(&self) -> crate::lab::Namespaces {
         use crate::lab::Namespaces;
         let own = |yes: bool| if yes { Namespaces::Own } else { Namespaces::None };
@@ -143,6 +168,15 @@ impl Command {
             _ => Namespaces::None,
         }
     }
+}
+
+#[derive(clap::Args)]
+pub struct KeygenArgs {
+    /// The key's name, as the agent's log and refusals show it: 1 to 64 letters, digits, - _ . @
+    pub name: String,
+    /// Where to write the key (0600); default ~/.config/gridperf/key. An existing file is not overwritten.
+    #[arg(short, long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]

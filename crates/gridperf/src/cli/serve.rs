@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// Let clients ask the agent to busy-poll (rtt --busy-poll): it burns a CPU for the whole test.
     #[arg(long)]
     pub allow_busy_poll: bool,
+    /// Serve only clients that prove they hold one of the keys in FILE (0600; lines `NAME HEX`, as
+    /// `gridperf keygen` prints them). Without it anyone who can reach the agent may use it.
+    #[arg(long, value_name = "FILE")]
+    pub auth: Option<std::path::PathBuf>,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -46,6 +50,10 @@ impl TryFrom<ServeArgs> for AgentConfig {
     type Error = Error;
     fn try_from(a: ServeArgs) -> Result<AgentConfig> {
         let ips = if a.bind.is_empty() { vec![std::net::IpAddr::from([0u16; 8])] } else { a.bind };
+        let auth = match &a.auth {
+            Some(path) => Some(std::sync::Arc::new(authorized_keys(path)?)),
+            None => None,
+        };
         Ok(AgentConfig {
             bind: ips.into_iter().map(|ip| SocketAddr::new(ip, a.port)).collect(),
             max_tests: a.max_tests.max(1),
@@ -54,9 +62,22 @@ impl TryFrom<ServeArgs> for AgentConfig {
             max_connections: a.max_connections.max(1),
             max_per_address: a.max_per_address.max(1),
             allow_busy_poll: a.allow_busy_poll,
+            auth,
             control_timeout: duration(&a.control_timeout, "--control-timeout")?,
             faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },
             ..AgentConfig::default()
         })
     }
+}
+
+/// The agent's authorized keys: a file only its owner may read.
+fn authorized_keys(path: &std::path::Path) -> Result<Vec<gridperf_core::auth::Key>> {
+    use std::os::unix::fs::PermissionsExt;
+    let what = |e: String| Error::usage(format!("--auth {}: {e}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| what(e.to_string()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(what("others may read it, and its lines are secrets: chmod 600 it".into()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
+    gridperf_core::auth::Key::parse_authorized(&text).map_err(what)
 }

@@ -152,6 +152,31 @@ impl Output {
 
 /// `gridperf man`: gridperf.1 on stdout, or every page into `dir`
 /// (`pages` as cli rendered them, the top page first).
+/// `gridperf keygen NAME`: a new key, written 0600 (never over an existing
+/// file), and the line for the agent's authorized file printed.
+pub fn keygen(name: String, out_file: Option<std::path::PathBuf>, out: &mut Output) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let secret = crate::host::random_32().map_err(|e| Error::internal(format!("no random bytes: {e}")))?;
+    let key = gridperf_core::auth::Key::new(&name, secret).map_err(Error::usage)?;
+    let path = out_file.unwrap_or_else(crate::runner::default_key_path);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("{}: {e}", dir.display())))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| Error::usage(format!("{}: {e} (an existing key is never overwritten)", path.display())))?;
+    f.write_all(key.client_line().as_bytes()).map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
+    out.note(&format!(
+        "gridperf keygen: key {name:?} written to {} (0600); add this line to the agent's serve --auth file:",
+        path.display()
+    ));
+    out.print(&key.authorized_line())
+}
+
 pub fn man(pages: Vec<(String, Vec<u8>)>, dir: Option<std::path::PathBuf>, out: &mut Output) -> Result<()> {
     match dir {
         None => out.print(&String::from_utf8_lossy(&pages[0].1)),

@@ -6,6 +6,8 @@ use crate::error::{Error, Result};
 
 pub fn run(cfg: AgentConfig, out: &mut Output) -> Result<()> {
     let max_tests = cfg.max_tests;
+    let keys = cfg.auth.as_ref().map(|k| k.len());
+    let open_wide = cfg.bind.iter().any(|a| !a.ip().is_loopback());
     let agent = Agent::bind(cfg).map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
     let stop = agent.stop_handle();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -20,6 +22,14 @@ pub fn run(cfg: AgentConfig, out: &mut Output) -> Result<()> {
         addrs.join(", "),
         gridperf_core::wire::PROTOCOL_VERSION,
     ));
+    match keys {
+        Some(n) => out.note(&format!("gridperf serve: clients must prove one of {n} key(s) (--auth)")),
+        None if open_wide => out.note(
+            "gridperf serve: warning: listening beyond loopback without --auth: anyone who can reach this port may \
+             run tests here; give --auth FILE (gridperf keygen makes the keys)",
+        ),
+        None => {}
+    }
     agent.run().map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
     out.note("gridperf serve: stopped");
     Ok(())

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::host;
+use gridperf_core::auth;
 use gridperf_core::model::{EndInfo, StepFigures};
 use gridperf_core::plan::Proto;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, Test, TestRequest};
@@ -15,11 +16,51 @@ fn refused(code: ErrorCode, message: String) -> Error {
     // the agent's words reach a terminal: shown, never obeyed
     let message = gridperf_core::wire::printable(&message);
     match code {
-        ErrorCode::Busy | ErrorCode::VersionMismatch | ErrorCode::TooLarge | ErrorCode::Unsupported => {
-            Error::refused(format!("the agent refused: {message}"))
-        }
+        ErrorCode::Busy
+        | ErrorCode::VersionMismatch
+        | ErrorCode::TooLarge
+        | ErrorCode::Unsupported
+        | ErrorCode::Refused => Error::refused(format!("the agent refused: {message}")),
         _ => Error::network(format!("the agent reported an error: {message}")),
     }
+}
+
+/// The key this process proves itself with, when an agent asks: set once,
+/// before any test, from --key or the default file (`main`).
+static CLIENT_KEY: std::sync::OnceLock<Option<auth::Key>> = std::sync::OnceLock::new();
+
+/// Where a key is looked for when --key is not given.
+pub fn default_key_path() -> std::path::PathBuf {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    home.join(".config/gridperf/key")
+}
+
+/// Reads the client's key: the file given, or the default one if it
+/// exists. A key file others may read is refused, as ssh refuses one.
+pub fn load_client_key(given: Option<&std::path::Path>) -> Result<Option<auth::Key>> {
+    use std::os::unix::fs::PermissionsExt;
+    let default = default_key_path();
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None if default.exists() => default,
+        None => return Ok(None),
+    };
+    let what = |e: String| Error::usage(format!("--key {}: {e}", path.display()));
+    let meta = std::fs::metadata(&path).map_err(|e| what(e.to_string()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(what("others may read it: chmod 600 it".into()));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| what(e.to_string()))?;
+    auth::Key::parse_client_file(&text).map(Some).map_err(what)
+}
+
+/// Sets the key for every session of this process (once; later calls do nothing).
+pub fn set_client_key(key: Option<auth::Key>) {
+    let _ = CLIENT_KEY.set(key);
+}
+
+fn client_key() -> Option<&'static auth::Key> {
+    CLIENT_KEY.get().and_then(Option::as_ref)
 }
 
 /// Deadlines on the client's side.
@@ -72,7 +113,7 @@ impl Session {
             software: host::software(),
         })?;
         match s.recv()? {
-            AgentMsg::Welcome { magic, version, software } => {
+            AgentMsg::Welcome { magic, version, software, challenge } => {
                 if magic != wire::MAGIC {
                     return Err(Error::network(format!("{addr} is not a gridperf agent")));
                 }
@@ -84,10 +125,44 @@ impl Session {
                     )));
                 }
                 s.agent_software = software;
+                if let Some(c) = challenge {
+                    s.authenticate(&c)?;
+                }
                 Ok(s)
             }
             AgentMsg::Error { code, message } => Err(refused(code, message)),
             other => Err(Error::network(format!("unexpected answer to hello: {other:?}"))),
+        }
+    }
+
+    /// Answers an agent's challenge with this client's key, and checks the
+    /// agent's own proof: it holds the key too.
+    fn authenticate(&mut self, challenge: &str) -> Result<()> {
+        let addr = self.addr;
+        let key = client_key().ok_or_else(|| {
+            Error::refused(format!(
+                "the agent at {addr} serves only clients with a key: give --key FILE (or keep one at {}); \
+                 `gridperf keygen NAME` makes one, and the agent's operator adds its line to serve --auth",
+                default_key_path().display()
+            ))
+        })?;
+        let agent_nonce = auth::unhex(challenge).ok_or_else(|| {
+            Error::network(format!("the agent at {addr} sent a challenge that is not 32 bytes of hex"))
+        })?;
+        let nonce = host::random_32().map_err(|e| Error::internal(format!("no random nonce: {e}")))?;
+        self.send(&ClientMsg::Auth {
+            key: key.name.clone(),
+            nonce: auth::hex(&nonce),
+            proof: key.client_proof(&agent_nonce, &nonce),
+        })?;
+        match self.recv()? {
+            AgentMsg::AuthOk { proof } if key.agent_proves(&agent_nonce, &nonce, &proof) => Ok(()),
+            AgentMsg::AuthOk { .. } => Err(Error::refused(format!(
+                "the agent at {addr} accepted key {:?} but could not prove it holds it: not the agent you meant?",
+                key.name
+            ))),
+            AgentMsg::Error { code, message } => Err(refused(code, message)),
+            other => Err(Error::network(format!("unexpected answer to the key: {other:?}"))),
         }
     }
 

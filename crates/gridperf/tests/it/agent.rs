@@ -112,7 +112,12 @@ fn version_mismatch_is_explained_on_both_sides() {
         let _: ClientMsg = wire::read_msg(&mut c).expect("hello");
         wire::write_msg(
             &mut c,
-            &AgentMsg::Welcome { magic: wire::MAGIC.into(), version: 99, software: "gridperf 9".into() },
+            &AgentMsg::Welcome {
+                magic: wire::MAGIC.into(),
+                version: 99,
+                software: "gridperf 9".into(),
+                challenge: None,
+            },
         )
         .expect("welcome");
     });
@@ -311,4 +316,47 @@ fn a_stream_request_past_any_bound_is_refused_before_anything_is_made() {
     let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Unsupported);
     assert!(m.contains("gap") && m.contains("at most 1000000 us"), "{m}");
     still_serves(&agent);
+}
+
+#[test]
+fn with_auth_a_client_needs_the_key_and_a_replayed_answer_is_refused() {
+    use gridperf_core::auth::{hex, unhex, Key};
+    let key = Key::new("alice", [7u8; 32]).expect("key");
+    let k = key.clone();
+    let agent = TestAgent::with(move |c| c.auth = Some(std::sync::Arc::new(vec![k])));
+    let challenge = |m: AgentMsg| match m {
+        AgentMsg::Welcome { challenge: Some(c), .. } => unhex(&c).expect("32 bytes of hex"),
+        other => panic!("expected a challenge, got {other:?}"),
+    };
+    // a client that asks for a test without the key spends nothing: refused at once
+    let mut s = raw(&agent);
+    challenge(hello(&mut s, PROTOCOL_VERSION));
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&[Proto::Tcp], 64))).expect("send");
+    let m = expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Refused);
+    assert!(m.contains("--key FILE"), "{m}");
+    // the right answer is accepted, and the agent proves the key too
+    let mut s = raw(&agent);
+    let agent_nonce = challenge(hello(&mut s, PROTOCOL_VERSION));
+    let mine = [9u8; 32];
+    let answer =
+        ClientMsg::Auth { key: "alice".into(), nonce: hex(&mine), proof: key.client_proof(&agent_nonce, &mine) };
+    wire::write_msg(&mut s, &answer).expect("auth");
+    match wire::read_msg(&mut s).expect("answer") {
+        AgentMsg::AuthOk { proof } => assert!(key.agent_proves(&agent_nonce, &mine, &proof)),
+        other => panic!("expected auth-ok, got {other:?}"),
+    }
+    // the same answer, recorded and played on another connection: refused
+    let mut s2 = raw(&agent);
+    let second = challenge(hello(&mut s2, PROTOCOL_VERSION));
+    assert_ne!(second, agent_nonce, "every connection gets a fresh challenge");
+    wire::write_msg(&mut s2, &answer).expect("replay");
+    let m = expect_error(wire::read_msg(&mut s2).expect("answer"), ErrorCode::Refused);
+    assert!(m.contains("authentication failed for key \"alice\""), "{m}");
+    // a wrong secret under the right name: the same refusal
+    let mut s3 = raw(&agent);
+    let n3 = challenge(hello(&mut s3, PROTOCOL_VERSION));
+    let wrong = Key::new("alice", [8u8; 32]).expect("key");
+    let bad = ClientMsg::Auth { key: "alice".into(), nonce: hex(&mine), proof: wrong.client_proof(&n3, &mine) };
+    wire::write_msg(&mut s3, &bad).expect("auth");
+    expect_error(wire::read_msg(&mut s3).expect("answer"), ErrorCode::Refused);
 }

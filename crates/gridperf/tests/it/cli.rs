@@ -671,3 +671,39 @@ fn busy_polling_is_the_agents_operator_to_allow() {
     let o = args(&port2.to_string())(&["--busy-poll"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn serve_auth_refuses_a_client_without_the_key_and_serves_one_with_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = std::env::temp_dir().join(format!("gridperf-test-auth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let (alice, bob, authorized) = (d.join("alice.key"), d.join("bob.key"), d.join("authorized"));
+    let o = run(&["keygen", "alice", "-o", &alice.to_string_lossy()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&authorized, &o.stdout).expect("authorized");
+    assert!(run(&["keygen", "bob", "-o", &bob.to_string_lossy()]).status.success());
+    assert_eq!(std::fs::metadata(&alice).expect("key").permissions().mode() & 0o777, 0o600);
+    // an authorized file others may read is refused
+    std::fs::set_permissions(&authorized, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let o = run(&["serve", "--port", "1", "--auth", &authorized.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+    std::fs::set_permissions(&authorized, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (_agent, port) = serve(&["--auth", &authorized.to_string_lossy()]);
+    let p = port.to_string();
+    let rtt = |extra: &[&str]| {
+        let mut a = vec!["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-n", "10", "--no-store"];
+        a.extend_from_slice(extra);
+        Command::new(BIN).args(&a).env("HOME", &d).output().expect("rtt")
+    };
+    let o = rtt(&[]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("serves only clients with a key: give --key FILE"), "{}", stderr(&o));
+    let o = rtt(&["--key", &bob.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("authentication failed for key \"bob\""), "{}", stderr(&o));
+    let o = rtt(&["--key", &alice.to_string_lossy()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
