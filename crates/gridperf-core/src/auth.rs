@@ -189,3 +189,68 @@ mod tests {
         assert!(!key("b", 1).client_proves(&an, &cn, &p), "the name is in the proof");
     }
 }
+
+/// An address block, as `--allow` takes it: `10.0.0.0/8`, `2001:db8::/32`,
+/// or one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        let bad = || format!("{s:?}: give an address block such as 10.0.0.0/8, 2001:db8::/32 or 192.0.2.7");
+        let (a, p) = match s.trim().split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s.trim(), None),
+        };
+        let addr: std::net::IpAddr = a.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.parse::<u8>().ok().filter(|&p| p <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Cidr { addr: addr.to_canonical(), prefix })
+    }
+}
+
+impl Cidr {
+    /// Whether `ip` (an IPv4-mapped IPv6 address counts as IPv4) is in the block.
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let bits = |a: u128, b: u128, width: u32| {
+            let p = u32::from(self.prefix);
+            p == 0 || (a ^ b) >> (width - p) == 0
+        };
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => bits(u32::from(n).into(), u32::from(i).into(), 32),
+            (IpAddr::V6(n), IpAddr::V6(i)) => bits(u128::from(n), u128::from(i), 128),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod cidr_tests {
+    use super::Cidr;
+
+    #[test]
+    fn blocks_hold_what_they_say_and_bad_ones_say_what_is_valid() {
+        let c: Cidr = "10.0.0.0/8".parse().expect("cidr");
+        assert!(c.contains("10.200.1.2".parse().expect("ip")));
+        assert!(c.contains("::ffff:10.1.1.1".parse().expect("ip")), "an IPv4-mapped client");
+        assert!(!c.contains("11.0.0.1".parse().expect("ip")));
+        assert!(!c.contains("::1".parse().expect("ip")));
+        let one: Cidr = "127.0.0.1".parse().expect("one address");
+        assert!(one.contains("127.0.0.1".parse().expect("ip")) && !one.contains("127.0.0.2".parse().expect("ip")));
+        let v6: Cidr = "2001:db8::/32".parse().expect("cidr");
+        assert!(v6.contains("2001:db8:1::5".parse().expect("ip")) && !v6.contains("2001:db9::1".parse().expect("ip")));
+        let all: Cidr = "0.0.0.0/0".parse().expect("cidr");
+        assert!(all.contains("192.0.2.1".parse().expect("ip")));
+        for bad in ["10.0.0.0/33", "10.0.0/8", "x", "::/129"] {
+            assert!(bad.parse::<Cidr>().expect_err(bad).contains("address block"), "{bad}");
+        }
+    }
+}

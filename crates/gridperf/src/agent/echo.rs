@@ -92,7 +92,8 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &
         s.set_mode(req.busy_poll, AGENT_POLL_SLICE).map_err(|e| e.to_string())?;
     }
     // wait longer than the client does, so that the client reports first
-    let idle_limit = timeout * 2 + Duration::from_secs(5);
+    // what the client asked for, at most what the agent allows (serve --max-idle)
+    let idle_limit = (timeout * 2 + Duration::from_secs(5)).min(shared.cfg.max_idle);
     let mut buf = vec![0u8; (req.max_size as usize).max(65_536)];
     loop {
         if shared.stopping() {

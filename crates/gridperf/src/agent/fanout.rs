@@ -23,7 +23,8 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, f: &Fa
     let listener = data::listener(local_ip, f.buffer, f.buffer, 128).map_err(|e| e.to_string())?;
     let token = new_token(peer);
     data::ready(ctl, Some(&listener), Vec::new(), token, host::end_info(None, false))?;
-    let idle = Duration::from_millis(f.idle_ms.clamp(100, 600_000));
+    // what the client asked for, at most what the agent allows (serve --max-idle)
+    let idle = Duration::from_millis(f.idle_ms.max(100)).min(shared.cfg.max_idle);
     let mut consumers = Consumers(Vec::new());
     // until Finish: accept the client's data connections, a consumer for each
     let until_quiet = || Instant::now() + shared.cfg.control_timeout + idle;

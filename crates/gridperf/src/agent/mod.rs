@@ -49,6 +49,14 @@ pub struct AgentConfig {
     pub allow_busy_poll: bool,
     /// The keys a client must prove it holds (serve --auth); None: anyone.
     pub auth: Option<Arc<Vec<gridperf_core::auth::Key>>>,
+    /// The address blocks clients may come from (serve --allow); empty: any.
+    pub allow: Vec<gridperf_core::auth::Cidr>,
+    /// The longest a client may keep the agent waiting on a test's next
+    /// message, whatever it asked for (its per-message timeout, a fanout
+    /// consumer's idle time).
+    pub max_idle: Duration,
+    /// The site's limits on what a test may ask for (serve --max-*).
+    pub limits: SiteLimits,
     /// Exit after the first test has finished.
     pub once: bool,
     /// How long a client may take to say hello or send its next control message.
@@ -69,10 +77,67 @@ impl Default for AgentConfig {
             max_per_address: 8,
             allow_busy_poll: true,
             auth: None,
+            allow: Vec::new(),
+            max_idle: Duration::from_secs(30),
+            limits: SiteLimits::default(),
             once: false,
             control_timeout: Duration::from_secs(10),
             faults: Faults::default(),
             log: true,
+        }
+    }
+}
+
+/// What a site lets one test ask for, beyond the protocol's own ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteLimits {
+    /// A stream test's time, omitted part included.
+    pub max_duration: Duration,
+    /// Streams per direction.
+    pub max_streams: u32,
+    /// The sum of a stream test's paced or UDP rates, bits per second.
+    pub max_rate_bps: Option<u64>,
+}
+
+impl Default for SiteLimits {
+    fn default() -> Self {
+        SiteLimits {
+            max_duration: Duration::from_millis(gridperf_core::wire::MAX_DURATION_MS),
+            max_streams: gridperf_core::wire::MAX_STREAMS,
+            max_rate_bps: None,
+        }
+    }
+}
+
+impl SiteLimits {
+    /// Why this site refuses a test, naming the limit and its flag.
+    pub fn refuses(&self, test: &gridperf_core::wire::Test) -> Option<String> {
+        let gridperf_core::wire::Test::Stream(s) = test else { return None };
+        let ms = s.duration_ms.saturating_add(s.omit_ms);
+        if ms > self.max_duration.as_millis() as u64 {
+            return Some(format!(
+                "a stream test of {ms} ms: this agent allows at most {} ms (serve --max-duration)",
+                self.max_duration.as_millis()
+            ));
+        }
+        if s.streams > self.max_streams {
+            return Some(format!(
+                "{} streams: this agent allows at most {} (serve --max-streams)",
+                s.streams, self.max_streams
+            ));
+        }
+        let per = s.pacing_bps.or(s.udp_rate_bps);
+        let ways = if s.direction == gridperf_core::wire::Direction::Both { 2 } else { 1 };
+        match (self.max_rate_bps, per) {
+            (Some(max), Some(r)) if r.saturating_mul(u64::from(s.streams) * ways) > max => Some(format!(
+                "{} streams at {r} bit/s: this agent allows at most {max} bit/s in all (serve --max-rate)",
+                s.streams * ways as u32
+            )),
+            (Some(max), None) => Some(format!(
+                "an unpaced stream test: this agent allows at most {max} bit/s in all (serve --max-rate): \
+                 give --pacing (TCP) or -b (UDP)"
+            )),
+            _ => None,
         }
     }
 }
@@ -130,11 +195,11 @@ impl Shared {
 }
 
 /// Tells a client it is refused before its session begins, and closes.
-fn refuse_at_once(stream: TcpStream, message: String) {
+fn refuse_at_once(stream: TcpStream, message: String, code: ErrorCode) {
     let mut s = stream;
     let _ = s.set_nonblocking(false);
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-    let _ = wire::write_msg(&mut s, &AgentMsg::Error { code: ErrorCode::Busy, message });
+    let _ = wire::write_msg(&mut s, &AgentMsg::Error { code, message });
 }
 
 /// A bound agent, ready to [`Agent::run`].
@@ -238,6 +303,14 @@ impl Agent {
                 };
                 let shared = self.shared.clone();
                 let ip = peer.ip().to_canonical();
+                if !shared.cfg.allow.is_empty() && !shared.cfg.allow.iter().any(|c| c.contains(ip)) {
+                    refuse_at_once(
+                        stream,
+                        format!("{ip} is not among the addresses this agent serves (serve --allow)"),
+                        ErrorCode::Refused,
+                    );
+                    continue;
+                }
                 {
                     let mut per = shared.per_address.lock().unwrap_or_else(PoisonError::into_inner);
                     let n = per.entry(ip).or_insert(0);
@@ -250,6 +323,7 @@ impl Agent {
                                 "{ip} has {open} control connections open here, the agent's limit per address \
                                  (serve --max-per-address); try again later"
                             ),
+                            ErrorCode::Busy,
                         );
                         continue;
                     }
@@ -264,6 +338,7 @@ impl Agent {
                             "the agent has {} control connections open, its limit (serve --max-connections); try again later",
                             shared.cfg.max_connections
                         ),
+                        ErrorCode::Busy,
                     );
                     continue;
                 }

@@ -167,6 +167,9 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
     if let Err(r) = req.test.validate(&host::limits()) {
         return Err(send_error(&mut ctl, r.code, r.message));
     }
+    if let Some(why) = shared.cfg.limits.refuses(&req.test) {
+        return Err(send_error(&mut ctl, ErrorCode::Refused, why));
+    }
     if let (Test::Rtt(e) | Test::Transfer(e), false) = (&req.test, shared.cfg.allow_busy_poll) {
         if e.busy_poll {
             return Err(send_error(

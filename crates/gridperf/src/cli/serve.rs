@@ -35,6 +35,23 @@ pub struct ServeArgs {
     /// `gridperf keygen` prints them). Without it anyone who can reach the agent may use it.
     #[arg(long, value_name = "FILE")]
     pub auth: Option<std::path::PathBuf>,
+    /// Serve only clients from these address blocks (comma-separated: 10.0.0.0/8,2001:db8::/32); others are
+    /// refused at once.
+    #[arg(long, value_name = "CIDRS", value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// The longest a client may keep the agent waiting on a test's next message, whatever it asks for.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub max_idle: String,
+    /// The longest stream test this agent runs (omitted part included).
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub max_duration: String,
+    /// Streams per direction a stream test may have here.
+    #[arg(long, default_value_t = gridperf_core::wire::MAX_STREAMS, value_name = "N")]
+    pub max_streams: u32,
+    /// The most a stream test may send in all (its streams' paced or UDP rates summed), e.g. 10G; an unpaced TCP
+    /// test is then refused.
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -63,6 +80,17 @@ impl TryFrom<ServeArgs> for AgentConfig {
             max_per_address: a.max_per_address.max(1),
             allow_busy_poll: a.allow_busy_poll,
             auth,
+            allow: a
+                .allow
+                .iter()
+                .map(|c| c.parse().map_err(|e: String| Error::usage(format!("--allow {e}"))))
+                .collect::<Result<_>>()?,
+            max_idle: duration(&a.max_idle, "--max-idle")?,
+            limits: crate::agent::SiteLimits {
+                max_duration: duration(&a.max_duration, "--max-duration")?,
+                max_streams: a.max_streams.max(1),
+                max_rate_bps: a.max_rate.as_deref().map(|r| super::rate(r, "--max-rate")).transpose()?,
+            },
             control_timeout: duration(&a.control_timeout, "--control-timeout")?,
             faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },
             ..AgentConfig::default()

@@ -360,3 +360,27 @@ fn with_auth_a_client_needs_the_key_and_a_replayed_answer_is_refused() {
     wire::write_msg(&mut s3, &bad).expect("auth");
     expect_error(wire::read_msg(&mut s3).expect("answer"), ErrorCode::Refused);
 }
+
+#[test]
+fn a_silent_client_holds_a_test_no_longer_than_the_agents_max_idle() {
+    use gridperf_core::wire::StepRequest;
+    let agent = TestAgent::with(|c| c.max_idle = Duration::from_secs(1));
+    let mut s = raw(&agent);
+    hello(&mut s, PROTOCOL_VERSION);
+    // it asks for a 60 s per-message timeout (which let it hold the slot 125 s), then says nothing
+    let mut r = request(&[Proto::Udp], 64);
+    if let Test::Rtt(e) = &mut r.test {
+        e.timeout_ms = 60_000;
+    }
+    wire::write_msg(&mut s, &ClientMsg::Request(r)).expect("request");
+    assert!(matches!(wire::read_msg(&mut s).expect("ready"), AgentMsg::Ready { .. }));
+    let step = StepRequest { proto: "udp".into(), size: 64, exchanges: None };
+    wire::write_msg(&mut s, &ClientMsg::Step(step)).expect("step");
+    assert!(matches!(wire::read_msg(&mut s).expect("step-ready"), AgentMsg::StepReady));
+    let t0 = Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let m = expect_error(wire::read_msg(&mut s).expect("the agent gives up"), ErrorCode::Timeout);
+    let held = t0.elapsed();
+    assert!(held < Duration::from_secs(4), "the slot was held {held:?} ({m})");
+    still_serves(&agent);
+}

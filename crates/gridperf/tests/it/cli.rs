@@ -707,3 +707,41 @@ fn serve_auth_refuses_a_client_without_the_key_and_serves_one_with_it() {
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_sites_limits_refuse_what_is_beyond_them_and_say_which() {
+    let _heavy = crate::heavy();
+    let (_agent, port) =
+        serve(&["--allow", "127.0.0.1/32,::1", "--max-duration", "2s", "--max-streams", "2", "--max-rate", "1G"]);
+    let p = port.to_string();
+    // an address outside --allow is refused at once
+    let mut s = silent_from("127.0.0.2", port);
+    s.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.contains("127.0.0.2 is not among the addresses this agent serves (serve --allow)"), "{answer}");
+    let stream = |extra: &[&str]| {
+        let mut a = vec!["stream", "127.0.0.1", "-p", &p, "--no-store"];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    for (args, want) in [
+        (&["-t", "5", "--pacing", "100M"][..], "at most 2000 ms (serve --max-duration)"),
+        (
+            &["-t", "1", "-P", "4", "--pacing", "100M"][..],
+            "4 streams: this agent allows at most 2 (serve --max-streams)",
+        ),
+        (&["-t", "1", "-P", "2", "--pacing", "600M"][..], "at most 1000000000 bit/s in all (serve --max-rate)"),
+        (&["-t", "1"][..], "an unpaced stream test"),
+    ] {
+        let o = stream(args);
+        assert_eq!(o.status.code(), Some(5), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    // within them, the test runs
+    let o = stream(&["-t", "0.5", "-P", "2", "--pacing", "400M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["serve", "--allow", "10.0.0.0/33"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("address block"), "{}", stderr(&o));
+}

@@ -178,6 +178,20 @@ impl Drop for Lab {
     }
 }
 
+/// Runs a measurement again, up to three times in all, while the lab's
+/// emulator marks it INVALID (exit 4: it fell behind on a busy machine,
+/// and rightly says so; CI saw one packet 15 ms late in 281).
+fn unless_invalid(mut measure: impl FnMut() -> Output) -> Output {
+    let mut o = measure();
+    for _ in 0..2 {
+        if o.status.code() != Some(4) {
+            break;
+        }
+        o = measure();
+    }
+    o
+}
+
 fn medians(o: &Output) -> Vec<(String, f64, u64, u64)> {
     assert!(o.status.success(), "{}", stderr(o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("rtt json");
@@ -449,26 +463,28 @@ fn access_links_add_to_the_shared_bottleneck() {
     );
     std::thread::sleep(Duration::from_millis(300));
     for (host, lo, hi) in [("a1", 14.0e6, 15.0e6), ("a2", 22.0e6, 23.0e6)] {
-        let o = run(&[
-            "lab",
-            "exec",
-            "--name",
-            &lab.name,
-            host,
-            "--",
-            BIN,
-            "rtt",
-            "10.77.2.1",
-            "--proto",
-            "udp",
-            "--sizes",
-            "64",
-            "-n",
-            "30",
-            "--warmup-time",
-            "0s",
-            "--json",
-        ]);
+        let o = unless_invalid(|| {
+            run(&[
+                "lab",
+                "exec",
+                "--name",
+                &lab.name,
+                host,
+                "--",
+                BIN,
+                "rtt",
+                "10.77.2.1",
+                "--proto",
+                "udp",
+                "--sizes",
+                "64",
+                "-n",
+                "30",
+                "--warmup-time",
+                "0s",
+                "--json",
+            ])
+        });
         let (_, median, _, _) = medians(&o)[0].clone();
         assert!((lo..hi).contains(&median), "{host}: median {median} ns");
     }
