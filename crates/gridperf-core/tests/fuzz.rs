@@ -255,7 +255,7 @@ fn write_the_corpus() {
     let stream =
         StreamSpec { pacing_bps: Some(1_000_000_000), gap_us: Some(5), ..StreamSpec::tcp(Direction::Both, 10_000) };
     let fan = FanoutSpec { size: 4096, messages: 256, buffer: Some(16_384), nodelay: true, idle_ms: 6000 };
-    let client = vec![
+    let client = [
         ClientMsg::Hello {
             magic: "gridperf".into(),
             version: wire::PROTOCOL_VERSION,
@@ -272,7 +272,7 @@ fn write_the_corpus() {
         ClientMsg::StreamGo,
         ClientMsg::Abort { reason: "interrupted".into() },
     ];
-    let agent = vec![
+    let agent = [
         AgentMsg::Welcome {
             magic: "gridperf".into(),
             version: 3,
