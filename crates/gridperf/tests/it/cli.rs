@@ -745,3 +745,115 @@ fn a_sites_limits_refuse_what_is_beyond_them_and_say_which() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("address block"), "{}", stderr(&o));
 }
+
+/// An agent process's resident memory now (VmRSS), in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
+    kb.unwrap_or(0) * 1024
+}
+
+#[test]
+fn soak_legitimate_clients_get_their_tests_among_hostile_ones_and_the_agent_stays_flat() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let _heavy = crate::heavy();
+    let seconds: f64 = std::env::var("SOAK_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(8.0);
+    let (agent, port) = serve(&[]);
+    let p = port.to_string();
+    let legit = |n: &str| {
+        run(&[
+            "rtt",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "--proto",
+            "tcp,udp",
+            "--sizes",
+            "64",
+            "-n",
+            n,
+            "--queue",
+            "10s",
+            "--no-store",
+        ])
+    };
+    assert!(legit("50").status.success(), "a first test");
+    let idle = crate::settles_at(agent.id(), (0, 0), Duration::from_millis(300));
+    let rss0 = rss(agent.id());
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicU64::new(0));
+    // hostile clients from eight other loopback addresses, each in a loop of
+    // one misdeed per connection
+    let hostile: Vec<_> = (2..10u8)
+        .map(|a| {
+            let (stop, made) = (stop.clone(), made.clone());
+            std::thread::spawn(move || {
+                let source = format!("127.0.0.{a}");
+                let mut k = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut s = silent_from(&source, port);
+                    let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+                    match k % 6 {
+                        0 => {
+                            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+                        }
+                        1 => {
+                            let _ = s.write_all(&u32::MAX.to_be_bytes());
+                        }
+                        2 => {
+                            // a frame that promises 100 bytes and sends 3, then vanishes
+                            let _ = s.write_all(&100u32.to_be_bytes());
+                            let _ = s.write_all(b"{\"t");
+                        }
+                        3 => {
+                            let hello = br#"{"type":"hello","magic":"gridperf","version":3,"software":"x"}"#;
+                            let _ = s.write_all(&(hello.len() as u32).to_be_bytes());
+                            let _ = s.write_all(hello);
+                            // then silence, held for a while
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        4 => {
+                            let body = br#"{"type":"request","queue_ms":0,"test":{"kind":"stream","proto":"tcp","streams":999}}"#;
+                            let _ = s.write_all(&(body.len() as u32).to_be_bytes());
+                            let _ = s.write_all(body);
+                        }
+                        _ => {}
+                    }
+                    let mut sink = [0u8; 256];
+                    let _ = std::io::Read::read(&mut s, &mut sink);
+                    drop(s);
+                    made.fetch_add(1, Ordering::Relaxed);
+                    k += 1;
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut tests = 0;
+    let mut peak_threads = 0;
+    while t0.elapsed().as_secs_f64() < seconds {
+        let o = legit("200");
+        assert!(o.status.success(), "a legitimate client among hostile ones: {}", stderr(&o));
+        tests += 1;
+        peak_threads = peak_threads.max(crate::threads_and_fds(agent.id()).0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in hostile {
+        let _ = h.join();
+    }
+    let hostile_made = made.load(Ordering::Relaxed);
+    let after = crate::settles_at(agent.id(), idle, Duration::from_secs(15));
+    let grew = rss(agent.id()) as i64 - rss0 as i64;
+    eprintln!(
+        "soak: {seconds} s, {tests} legitimate tests, {hostile_made} hostile connections; agent threads/fds {idle:?} -> {after:?} (peak {peak_threads} threads), RSS {} -> {} kB",
+        rss0 >> 10,
+        (rss0 as i64 + grew) >> 10
+    );
+    assert!(hostile_made >= 1000, "only {hostile_made} hostile connections");
+    assert!(tests >= 1);
+    assert_eq!(after, idle, "the agent's threads and descriptors after the soak");
+    assert!(grew < 16 << 20, "the agent's memory grew {} MB", grew >> 20);
+}
