@@ -54,7 +54,14 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let args = match gridperf::cli::serve::expand_config(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("gridperf: usage error: {e}");
+            std::process::exit(e.kind.exit_code());
+        }
+    };
+    let cli = Cli::parse_from(args);
     // before any thread starts: a user namespace of one's own for a rootless lab
     gridperf::lab::prepare(cli.command.namespaces());
     let key =

@@ -97,6 +97,11 @@ pub struct SiteLimits {
     pub max_streams: u32,
     /// The sum of a stream test's paced or UDP rates, bits per second.
     pub max_rate_bps: Option<u64>,
+    /// The largest message (rtt, transfer, fanout) or write (stream) a test
+    /// may ask for: what the agent allocates per socket.
+    pub max_message: Option<u64>,
+    /// Tests one client address may start in a minute.
+    pub max_tests_per_minute: Option<u32>,
 }
 
 impl Default for SiteLimits {
@@ -105,6 +110,8 @@ impl Default for SiteLimits {
             max_duration: Duration::from_millis(gridperf_core::wire::MAX_DURATION_MS),
             max_streams: gridperf_core::wire::MAX_STREAMS,
             max_rate_bps: None,
+            max_message: None,
+            max_tests_per_minute: None,
         }
     }
 }
@@ -112,7 +119,16 @@ impl Default for SiteLimits {
 impl SiteLimits {
     /// Why this site refuses a test, naming the limit and its flag.
     pub fn refuses(&self, test: &gridperf_core::wire::Test) -> Option<String> {
-        let gridperf_core::wire::Test::Stream(s) = test else { return None };
+        use gridperf_core::wire::Test;
+        let size = match test {
+            Test::Rtt(e) | Test::Transfer(e) => e.max_size,
+            Test::Stream(s) => s.write_size,
+            Test::Fanout(f) => f.size,
+        };
+        if let Some(max) = self.max_message.filter(|&m| size > m) {
+            return Some(format!("messages of {size} bytes: this agent allows at most {max} (serve --max-message)"));
+        }
+        let Test::Stream(s) = test else { return None };
         let ms = s.duration_ms.saturating_add(s.omit_ms);
         if ms > self.max_duration.as_millis() as u64 {
             return Some(format!(
@@ -149,6 +165,8 @@ pub(crate) struct Shared {
     connections: AtomicUsize,
     /// Control connections open per client address.
     per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// When each client address started its tests of the last minute.
+    started: Mutex<HashMap<IpAddr, std::collections::VecDeque<Instant>>>,
     tests_done: AtomicUsize,
     stop: Arc<AtomicBool>,
     /// A clone of every open control connection, to shut them down on stop.
@@ -182,6 +200,28 @@ impl Drop for ConnGuard {
 }
 
 impl Shared {
+    /// Counts a test `ip` starts; why not, when it has started its minute's worth.
+    pub(crate) fn may_start(&self, ip: IpAddr) -> Option<String> {
+        let max = self.cfg.limits.max_tests_per_minute?;
+        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        started.retain(|_, v| {
+            while v.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60)) {
+                v.pop_front();
+            }
+            !v.is_empty()
+        });
+        let v = started.entry(ip).or_default();
+        if v.len() >= max as usize {
+            return Some(format!(
+                "{ip} started {} tests in the last minute, this agent's limit (serve --max-tests-per-minute); try again later",
+                v.len()
+            ));
+        }
+        v.push_back(now);
+        None
+    }
+
     /// One control connection of `ip` fewer.
     fn release_address(&self, ip: IpAddr) {
         let mut per = self.per_address.lock().unwrap_or_else(PoisonError::into_inner);
@@ -254,6 +294,7 @@ impl Agent {
             freed: Condvar::new(),
             connections: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
+            started: Mutex::new(HashMap::new()),
             tests_done: AtomicUsize::new(0),
             stop: Arc::new(AtomicBool::new(false)),
             live: Mutex::new(HashMap::new()),

@@ -170,6 +170,9 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
     if let Some(why) = shared.cfg.limits.refuses(&req.test) {
         return Err(send_error(&mut ctl, ErrorCode::Refused, why));
     }
+    if let Some(why) = shared.may_start(peer.ip().to_canonical()) {
+        return Err(send_error(&mut ctl, ErrorCode::Busy, why));
+    }
     if let (Test::Rtt(e) | Test::Transfer(e), false) = (&req.test, shared.cfg.allow_busy_poll) {
         if e.busy_poll {
             return Err(send_error(

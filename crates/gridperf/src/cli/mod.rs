@@ -19,6 +19,7 @@ use std::time::Duration;
 #[command(
     name = "gridperf",
     version,
+    args_override_self = true,
     about = "Measure, emulate and move data across LAN, MAN and WAN networks",
     long_about = "gridperf compares TCP, UDP and zero-copy sendfile by round-trip and transfer time across message sizes, \
                   with full distributions. Without a HOST it starts its own agent on loopback, so you can try it with no set-up:\n\n  \

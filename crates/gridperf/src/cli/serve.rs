@@ -7,8 +7,77 @@ use clap::Args;
 use gridperf_core::wire::DEFAULT_PORT;
 use std::net::SocketAddr;
 
+/// The settings a `serve --config FILE` may hold: serve's own flags.
+const CONFIG_KEYS: &[(&str, bool)] = &[
+    ("bind", false),
+    ("port", false),
+    ("max-tests", false),
+    ("queue-len", false),
+    ("control-timeout", false),
+    ("max-connections", false),
+    ("max-per-address", false),
+    ("allow-busy-poll", true),
+    ("auth", false),
+    ("allow", false),
+    ("max-idle", false),
+    ("max-duration", false),
+    ("max-streams", false),
+    ("max-rate", false),
+    ("max-message", false),
+    ("max-tests-per-minute", false),
+];
+
+/// `gridperf serve --config FILE`: the file's settings (`name = value`
+/// per line, serve's flag names, `#` comments; `true`/`false` for a switch)
+/// become flags placed before the command line's own, which win.
+pub fn expand_config(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>> {
+    let Some(serve) = args.iter().position(|a| a == "serve") else { return Ok(args) };
+    let mut path = None;
+    for (k, a) in args.iter().enumerate().skip(serve + 1) {
+        let a = a.to_string_lossy();
+        if a == "--config" {
+            path = args.get(k + 1).map(std::path::PathBuf::from);
+        } else if let Some(p) = a.strip_prefix("--config=") {
+            path = Some(std::path::PathBuf::from(p));
+        }
+    }
+    let Some(path) = path else { return Ok(args) };
+    let what = |line: usize, e: String| Error::usage(format!("--config {} line {line}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::usage(format!("--config {}: {e}", path.display())))?;
+    let mut from_file: Vec<std::ffi::OsString> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = line.split_once('=').map(|(k, v)| (k.trim(), v.trim())).unwrap_or((line, "true"));
+        let Some(&(key, switch)) = CONFIG_KEYS.iter().find(|(k, _)| *k == key) else {
+            let valid: Vec<&str> = CONFIG_KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(what(n + 1, format!("{key:?} is not a setting; valid are {}", valid.join(", "))));
+        };
+        match (switch, value) {
+            (true, "true") => from_file.push(format!("--{key}").into()),
+            (true, "false") => {}
+            (true, v) => return Err(what(n + 1, format!("{key} = {v:?}: give true or false"))),
+            (false, "") => return Err(what(n + 1, format!("{key} needs a value"))),
+            (false, v) => {
+                from_file.push(format!("--{key}").into());
+                from_file.push(v.into());
+            }
+        }
+    }
+    let mut out = args[..=serve].to_vec();
+    out.extend(from_file);
+    out.extend_from_slice(&args[serve + 1..]);
+    Ok(out)
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
+    /// Read settings from FILE: `name = value` per line with serve's flag names (max-rate = 10G, allow =
+    /// 10.0.0.0/8, allow-busy-poll = true); flags on the command line win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// Address to listen on (repeat for several). The default [::] takes IPv4 and IPv6 clients.
     #[arg(long, value_name = "ADDR")]
     pub bind: Vec<std::net::IpAddr>,
@@ -52,6 +121,12 @@ pub struct ServeArgs {
     /// test is then refused.
     #[arg(long, value_name = "RATE")]
     pub max_rate: Option<String>,
+    /// The largest message (rtt, transfer, fanout) or write (stream) a test may ask for, e.g. 1M.
+    #[arg(long, value_name = "SIZE")]
+    pub max_message: Option<String>,
+    /// Tests one client address may start in a minute.
+    #[arg(long, value_name = "N")]
+    pub max_tests_per_minute: Option<u32>,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -90,6 +165,12 @@ impl TryFrom<ServeArgs> for AgentConfig {
                 max_duration: duration(&a.max_duration, "--max-duration")?,
                 max_streams: a.max_streams.max(1),
                 max_rate_bps: a.max_rate.as_deref().map(|r| super::rate(r, "--max-rate")).transpose()?,
+                max_message: a
+                    .max_message
+                    .as_deref()
+                    .map(|m| gridperf_core::units::parse_bytes(m, "--max-message"))
+                    .transpose()?,
+                max_tests_per_minute: a.max_tests_per_minute.map(|n| n.max(1)),
             },
             control_timeout: duration(&a.control_timeout, "--control-timeout")?,
             faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },

@@ -607,6 +607,7 @@ fn sixty_clients_sending_1_mib_hellos_at_once_cost_the_agent_little() {
         .collect();
     let answers: Vec<Vec<u8>> = clients.into_iter().map(|c| c.join().expect("client")).collect();
     let grew = peak_rss(agent.id()).saturating_sub(before);
+    eprintln!("sixty 1 MiB hellos: the agent's peak memory grew by {} kB", grew >> 10);
     assert!(grew < 32 << 20, "the agent's peak memory grew by {} MB", grew >> 20);
     for a in answers {
         assert!(String::from_utf8_lossy(&a).contains("too-large"), "{}", String::from_utf8_lossy(&a));
@@ -856,4 +857,62 @@ fn soak_legitimate_clients_get_their_tests_among_hostile_ones_and_the_agent_stay
     assert!(tests >= 1);
     assert_eq!(after, idle, "the agent's threads and descriptors after the soak");
     assert!(grew < 16 << 20, "the agent's memory grew {} MB", grew >> 20);
+}
+
+#[test]
+fn a_site_limits_message_sizes_and_tests_per_address_per_minute() {
+    let _heavy = crate::heavy();
+    let (_agent, port) = serve(&["--max-message", "4K", "--max-tests-per-minute", "2"]);
+    let p = port.to_string();
+    let rtt =
+        |size: &str| run(&["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", size, "-n", "5", "--no-store"]);
+    let o = rtt("8K");
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("messages of 8192 bytes: this agent allows at most 4096 (serve --max-message)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(rtt("1K").status.success());
+    assert!(rtt("1K").status.success());
+    let o = rtt("1K");
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("started 2 tests in the last minute") && stderr(&o).contains("--max-tests-per-minute"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn serve_takes_its_limits_from_a_config_file_and_the_command_line_wins() {
+    let _heavy = crate::heavy();
+    let d = std::env::temp_dir().join(format!("gridperf-test-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("dir");
+    let conf = d.join("serve.conf");
+    std::fs::write(
+        &conf,
+        "# a DTN's limits\nmax-message = 4K\nmax-per-address = 2\nallow = 127.0.0.0/8, ::1\nallow-busy-poll = false\n",
+    )
+    .expect("conf");
+    let c = conf.to_string_lossy().into_owned();
+    let (_agent, port) = serve(&["--config", &c]);
+    let p = port.to_string();
+    let rtt =
+        |size: &str| run(&["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", size, "-n", "5", "--no-store"]);
+    let o = rtt("8K");
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(serve --max-message)"), "{}", stderr(&o));
+    assert!(rtt("1K").status.success());
+    // the command line's own flag wins over the file's
+    let (_agent2, port2) = serve(&["--config", &c, "--max-message", "16K"]);
+    let p2 = port2.to_string();
+    let o = run(&["rtt", "127.0.0.1", "-p", &p2, "--proto", "tcp", "--sizes", "8K", "-n", "5", "--no-store"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // a setting that does not exist is named, with the valid ones
+    std::fs::write(&conf, "max-speed = 10G\n").expect("conf");
+    let o = run(&["serve", "--config", &c]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("line 1: \"max-speed\" is not a setting; valid are bind, port"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
 }
