@@ -102,6 +102,37 @@ pub struct SiteLimits {
     pub max_message: Option<u64>,
     /// Tests one client address may start in a minute.
     pub max_tests_per_minute: Option<u32>,
+    /// The memory one test may make the agent hold: its own buffers, the
+    /// socket buffers it asks the kernel for, its timelines ([`test_memory`]).
+    pub max_test_memory: Option<u64>,
+}
+
+/// What a test makes the agent hold, at most, in bytes: the buffers it
+/// allocates for each socket, the socket buffers it asks the kernel for
+/// (twice what is asked: the kernel doubles it), the intervals and the
+/// TCP_INFO timelines it keeps.
+pub fn test_memory(test: &gridperf_core::wire::Test) -> u64 {
+    use gridperf_core::wire::{Test, MAX_SAMPLES};
+    let kernel = |b: Option<u64>| 2 * b.unwrap_or(0);
+    match test {
+        Test::Rtt(e) | Test::Transfer(e) => {
+            let files = if e.protos.contains(&gridperf_core::plan::Proto::Sendfile) { e.max_size } else { 0 };
+            let sockets = e.protos.len() as u64 * (kernel(e.sndbuf) + kernel(e.rcvbuf));
+            e.max_size.max(65_536) + files + sockets
+        }
+        Test::Stream(s) => {
+            let n = s.layout().len() as u64;
+            let time_ms = s.omit_ms.saturating_add(s.duration_ms).saturating_add(s.linger_ms);
+            let samples = (time_ms / s.sample_ms.max(1)).min(MAX_SAMPLES as u64)
+                * std::mem::size_of::<gridperf_core::flow::TcpSample>() as u64;
+            let intervals = time_ms / s.interval_ms.max(1) * 8;
+            let (snd, rcv) = s.buffers(None);
+            // a sender's pattern (and its file), a receiver's 128 KiB reads
+            let own = s.write_size.saturating_mul(2).max(128 << 10);
+            n.saturating_mul(own + samples + intervals + kernel(snd) + kernel(rcv))
+        }
+        Test::Fanout(f) => fanout::MAX_CONSUMERS as u64 * (f.size + kernel(f.buffer) * 2),
+    }
 }
 
 impl Default for SiteLimits {
@@ -112,6 +143,7 @@ impl Default for SiteLimits {
             max_rate_bps: None,
             max_message: None,
             max_tests_per_minute: None,
+            max_test_memory: None,
         }
     }
 }
@@ -127,6 +159,13 @@ impl SiteLimits {
         };
         if let Some(max) = self.max_message.filter(|&m| size > m) {
             return Some(format!("messages of {size} bytes: this agent allows at most {max} (serve --max-message)"));
+        }
+        let memory = test_memory(test);
+        if let Some(max) = self.max_test_memory.filter(|&m| memory > m) {
+            return Some(format!(
+                "this test would hold up to {memory} bytes here (buffers, socket buffers, timelines): this agent \
+                 allows at most {max} per test (serve --max-test-memory); ask for fewer streams, smaller writes or buffers"
+            ));
         }
         let Test::Stream(s) = test else { return None };
         let ms = s.duration_ms.saturating_add(s.omit_ms);

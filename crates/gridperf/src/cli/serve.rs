@@ -25,6 +25,7 @@ const CONFIG_KEYS: &[(&str, bool)] = &[
     ("max-rate", false),
     ("max-message", false),
     ("max-tests-per-minute", false),
+    ("max-test-memory", false),
 ];
 
 /// `gridperf serve --config FILE`: the file's settings (`name = value`
@@ -127,6 +128,10 @@ pub struct ServeArgs {
     /// Tests one client address may start in a minute.
     #[arg(long, value_name = "N")]
     pub max_tests_per_minute: Option<u32>,
+    /// The memory one test may make the agent hold (its buffers, the socket buffers it asks for, its
+    /// timelines), e.g. 512M.
+    #[arg(long, value_name = "SIZE")]
+    pub max_test_memory: Option<String>,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -171,6 +176,11 @@ impl TryFrom<ServeArgs> for AgentConfig {
                     .map(|m| gridperf_core::units::parse_bytes(m, "--max-message"))
                     .transpose()?,
                 max_tests_per_minute: a.max_tests_per_minute.map(|n| n.max(1)),
+                max_test_memory: a
+                    .max_test_memory
+                    .as_deref()
+                    .map(|m| gridperf_core::units::parse_bytes(m, "--max-test-memory"))
+                    .transpose()?,
             },
             control_timeout: duration(&a.control_timeout, "--control-timeout")?,
             faults: Faults { drop_udp_every: a.fault_drop_udp, ..Faults::default() },

@@ -916,3 +916,16 @@ fn serve_takes_its_limits_from_a_config_file_and_the_command_line_wins() {
     assert!(stderr(&o).contains("line 1: \"max-speed\" is not a setting; valid are bind, port"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_test_that_would_hold_more_memory_than_the_site_allows_is_refused() {
+    let _heavy = crate::heavy();
+    let (_agent, port) = serve(&["--max-test-memory", "64M"]);
+    let p = port.to_string();
+    // 64 streams with 4 MB buffers each way: over 1 GB of socket buffers alone
+    let o = run(&["stream", "127.0.0.1", "-p", &p, "-P", "64", "-w", "4M", "-t", "1", "--no-store"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("allows at most 67108864 per test (serve --max-test-memory)"), "{}", stderr(&o));
+    let o = run(&["stream", "127.0.0.1", "-p", &p, "-P", "2", "-t", "0.5", "--no-store"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
