@@ -253,47 +253,17 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
                 agent_rows.push((t_ms, bytes));
             }
             AgentMsg::StreamSamples { index, samples } => {
-                let v = match agent_samples.iter_mut().position(|(i, _)| *i == index) {
-                    Some(k) => &mut agent_samples[k].1,
-                    None if ours(index) => {
-                        agent_samples.push((index, Vec::new()));
-                        &mut agent_samples.last_mut().expect("pushed").1
-                    }
-                    None => {
-                        session.abort("samples of a stream this test does not have");
-                        return Err(hostile(format!(
-                            "the agent sent TCP_INFO samples of stream {index}, not in this test"
-                        )));
-                    }
-                };
-                if v.len() + samples.len() > gridperf_core::wire::MAX_SAMPLES {
-                    session.abort("too many TCP_INFO samples");
-                    return Err(hostile(format!(
-                        "the agent sent more than {} TCP_INFO samples of stream {index}",
-                        gridperf_core::wire::MAX_SAMPLES
-                    )));
+                let most = gridperf_core::wire::MAX_SAMPLES;
+                if let Err(why) = gather(&mut agent_samples, index, samples, most, &ours, "TCP_INFO samples") {
+                    session.abort(&why);
+                    return Err(hostile(why));
                 }
-                v.extend(samples);
             }
             AgentMsg::StreamIntervals { index, intervals } => {
-                let v = match agent_intervals.iter_mut().position(|(i, _)| *i == index) {
-                    Some(k) => &mut agent_intervals[k].1,
-                    None if ours(index) => {
-                        agent_intervals.push((index, Vec::new()));
-                        &mut agent_intervals.last_mut().expect("pushed").1
-                    }
-                    None => {
-                        session.abort("intervals of a stream this test does not have");
-                        return Err(hostile(format!("the agent sent intervals of stream {index}, not in this test")));
-                    }
-                };
-                if v.len() + intervals.len() > max_rows {
-                    session.abort("too many intervals");
-                    return Err(hostile(format!(
-                        "the agent sent more than {max_rows} intervals of stream {index}, more than the test can have"
-                    )));
+                if let Err(why) = gather(&mut agent_intervals, index, intervals, max_rows, &ours, "intervals") {
+                    session.abort(&why);
+                    return Err(hostile(why));
                 }
-                v.extend(intervals);
             }
             AgentMsg::StreamDone { mut ends } => {
                 if ends.len() > layout.len() {
@@ -315,6 +285,32 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
     let agent_final = session.finish()?;
     let env = opened.environment(host::end_info(None, false), Some(agent_final), opts.notes.clone());
     Ok(assemble(spec, opts, &layout, client_ends, client_samples, agent_ends, agent_samples, env))
+}
+
+/// Adds what the agent sent of stream `index` to what came before it: of
+/// this test's streams only, and at most `most` in all per stream.
+fn gather<T>(
+    got: &mut Vec<(u32, Vec<T>)>,
+    index: u32,
+    more: Vec<T>,
+    most: usize,
+    ours: &dyn Fn(u32) -> bool,
+    what: &str,
+) -> std::result::Result<(), String> {
+    let k = match got.iter().position(|(i, _)| *i == index) {
+        Some(k) => k,
+        None if ours(index) => {
+            got.push((index, Vec::new()));
+            got.len() - 1
+        }
+        None => return Err(format!("the agent sent {what} of stream {index}, not in this test")),
+    };
+    let v = &mut got[k].1;
+    if v.len() + more.len() > most {
+        return Err(format!("the agent sent more than {most} {what} of stream {index}, more than the test can have"));
+    }
+    v.extend(more);
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

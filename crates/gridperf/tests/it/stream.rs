@@ -166,6 +166,19 @@ fn bad_input_is_refused_with_what_is_valid() {
 
 /// Connects to the agent, says hello and asks for a stream test: the
 /// control connection, and the agent's answer.
+/// A stream run's options for `spec`: one run, no omit, the tests' deadlines.
+fn options(spec: gridperf_core::wire::StreamSpec) -> gridperf::engines::stream::StreamOptions {
+    gridperf::engines::stream::StreamOptions {
+        spec,
+        omit: std::time::Duration::ZERO,
+        repeat: 1,
+        deadlines: crate::opts(&[], &[]).deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+        client_cpu: None,
+    }
+}
+
 fn ask(
     agent: &crate::TestAgent,
     spec: gridperf_core::wire::StreamSpec,
@@ -245,7 +258,7 @@ fn the_last_interval_is_as_long_as_it_lasted() {
 #[test]
 fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
     let _heavy = crate::heavy();
-    use gridperf::engines::stream::{self, StreamOptions};
+    use gridperf::engines::stream;
     use gridperf::runner::Target;
     use gridperf_core::wire::{AgentMsg, Direction, StreamSpec};
     let agent = crate::TestAgent::with(|c| c.control_timeout = std::time::Duration::from_secs(10));
@@ -254,15 +267,7 @@ fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
     assert!(matches!(answer, AgentMsg::Ready { .. }), "{answer:?}");
     drop(s);
     let t0 = std::time::Instant::now();
-    let opts = StreamOptions {
-        spec,
-        omit: std::time::Duration::ZERO,
-        repeat: 1,
-        deadlines: crate::opts(&[], &[]).deadlines,
-        path_rate_bps: None,
-        notes: Vec::new(),
-        client_cpu: None,
-    };
+    let opts = options(spec);
     // the agent notices within its 100 ms poll; allow for a slow machine
     let r = loop {
         match stream::run(&Target::remote(agent.addr), &opts, &mut |_, _, _| {}) {
@@ -279,19 +284,11 @@ fn a_stream_client_that_hangs_up_after_ready_frees_the_slot_at_once() {
 
 #[test]
 fn a_flood_of_samples_from_a_hostile_agent_ends_the_run_within_its_bound() {
-    use gridperf::engines::stream::{self, StreamOptions};
+    use gridperf::engines::stream;
     use gridperf::runner::Target;
     use gridperf_core::wire::{Direction, StreamSpec, MAX_SAMPLES};
     let agent = crate::TestAgent::with(|c| c.faults.flood_stream_samples = true);
-    let opts = StreamOptions {
-        spec: StreamSpec::tcp(Direction::Up, 1000),
-        omit: std::time::Duration::ZERO,
-        repeat: 1,
-        deadlines: crate::opts(&[], &[]).deadlines,
-        path_rate_bps: None,
-        notes: Vec::new(),
-        client_cpu: None,
-    };
+    let opts = options(StreamSpec::tcp(Direction::Up, 1000));
     let e = stream::run(&Target::remote(agent.addr), &opts, &mut |_, _, _| {}).expect_err("a flood is refused");
     assert!(e.message.contains(&format!("more than {MAX_SAMPLES} TCP_INFO samples")), "{e}");
     assert!(e.message.contains("hostile agent"), "{e}");
