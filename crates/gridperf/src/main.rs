@@ -17,7 +17,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
     }
     let table = Format::Table;
     match command {
-        Command::Serve(a) => go(a, table, commands::serve::run),
+        Command::Serve(a) => go(*a, table, commands::serve::run),
         Command::Rtt(a) => {
             let f = gridperf::cli::format(a.echo.json, a.echo.csv);
             go(a, f, commands::rtt::run)
@@ -26,7 +26,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             let f = gridperf::cli::format(a.echo.json, a.echo.csv);
             go(a, f, commands::transfer::run)
         }
-        Command::Stream(a) => go(a, table, commands::stream::run),
+        Command::Stream(a) => go(*a, table, commands::stream::run),
         Command::Fanout(a) => {
             let f = gridperf::cli::format(a.json, a.csv);
             go(a, f, commands::fanout::run)

@@ -260,6 +260,14 @@ pub struct StreamArgs {
     /// Test seam: the local agent resets stream 0's connection after this many bytes.
     #[arg(long, hide = true, value_name = "BYTES")]
     pub fault_break_stream: Option<u64>,
+    /// Sweep one setting over a list; repeat for a grid, every combination a stored run: w=1M..16M*2,
+    /// pacing=0,400M,600M, gap=0,10us, P=1,2, C=cubic,bbr, length=64K,1M, profile=lambda,internet, or a
+    /// lab field with --lab (rtt=8ms,20ms,35ms, queue=128KB,2bdp, rate=1G,10G, loss=0,0.1%).
+    #[arg(long = "sweep", value_name = "FIELD=LIST")]
+    pub sweep: Vec<String>,
+    /// Go ahead with a sweep that would take more than an hour.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Args)]
@@ -564,9 +572,86 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             timeline: a.timeline.clone(),
             store: StoreChoice::new(a.db.clone(), a.no_store),
             json: a.json,
+            sweep: a.sweep.iter().map(|s| parse_axis(s)).collect::<Result<_>>()?,
+            yes: a.yes,
             units: a.units.as_deref().map(units).transpose()?.unwrap_or_default(),
         })
     }
+}
+
+/// Parses `FIELD=LIST`, checking the field and every value.
+pub fn parse_axis(s: &str) -> Result<commands::sweep::Axis> {
+    let (field, list) = s.split_once('=').ok_or_else(|| {
+        Error::usage(format!("--sweep {s:?}: give FIELD=LIST, e.g. w=1M..16M*2, pacing=0,400M or rtt=8ms,20ms"))
+    })?;
+    let field = field.trim().to_string();
+    let items: Vec<&str> = list.split(',').map(str::trim).filter(|v| !v.is_empty()).collect();
+    if items.is_empty() {
+        return Err(Error::usage(format!("--sweep {field}=: give at least one value")));
+    }
+    let bad = |v: &str, e: String| Error::usage(format!("--sweep {field}={v}: {e}"));
+    let values: Vec<String> = match field.as_str() {
+        "w" | "length" => {
+            let mut out = Vec::new();
+            for v in &items {
+                if field == "w" && *v == "auto" {
+                    out.push("auto".into());
+                    continue;
+                }
+                let sizes = gridperf_core::plan::parse_sizes(v).map_err(|e| bad(v, e.to_string()))?;
+                out.extend(sizes.iter().map(u64::to_string));
+            }
+            out
+        }
+        "pacing" => {
+            for v in &items {
+                if *v != "0" && *v != "off" {
+                    gridperf_core::labcfg::parse_rate_bps(v).map_err(|e| bad(v, e.to_string()))?;
+                }
+            }
+            items.iter().map(|v| v.to_string()).collect()
+        }
+        "gap" => {
+            // normalised to microseconds, as the agent takes it
+            let mut out = Vec::new();
+            for v in &items {
+                let d = seconds_or(v, "gap").map_err(|e| bad(v, e.to_string()))?;
+                out.push(format!("{}us", d.as_micros()));
+            }
+            out
+        }
+        "P" => {
+            for v in &items {
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| bad(v, "give a count of streams, 1 or more".into()))?;
+            }
+            items.iter().map(|v| v.to_string()).collect()
+        }
+        "C" => items.iter().map(|v| v.to_string()).collect(),
+        "profile" => {
+            for v in &items {
+                gridperf_core::labcfg::profile(v).map_err(|e| bad(v, e.to_string()))?;
+            }
+            items.iter().map(|v| v.to_string()).collect()
+        }
+        lab => {
+            // a lab field: as `lab up --set` takes it, checked on a profile's settings
+            let prof = gridperf_core::labcfg::profile("man").map_err(|e| Error::internal(e.to_string()))?;
+            for v in &items {
+                let mut set = prof.settings();
+                gridperf_core::labcfg::apply_set(&mut set, &format!("{lab}={v}")).map_err(|e| {
+                    Error::usage(format!(
+                        "--sweep {lab}={v}: {e} (stream's settings to sweep are {}; the lab's, any field of lab up --set)",
+                        commands::sweep::STREAM_FIELDS.join(", ")
+                    ))
+                })?;
+            }
+            items.iter().map(|v| v.to_string()).collect()
+        }
+    };
+    Ok(commands::sweep::Axis { field, values })
 }
 
 impl TryFrom<FanoutArgs> for commands::fanout::Opts {
@@ -639,4 +724,28 @@ fn units(s: &str) -> Result<crate::commands::stream::Units> {
             "-f {s}: give k, m, g or t (kilo- to terabits per second) or K, M, G or T (bytes per second)"
         ))
     })
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+
+    #[test]
+    fn axes_expand_and_bad_ones_say_what_is_valid() {
+        let w = parse_axis("w=1M..16M*2").expect("w");
+        assert_eq!(w.values, ["1048576", "2097152", "4194304", "8388608", "16777216"]);
+        assert_eq!(parse_axis("pacing=0,400M").expect("pacing").values, ["0", "400M"]);
+        assert_eq!(parse_axis("rtt=8ms,20ms,35ms").expect("lab field").values.len(), 3);
+        for (bad, want) in [
+            ("w", "FIELD=LIST"),
+            ("P=0", "1 or more"),
+            ("pacing=fast", "pacing=fast"),
+            ("profile=mars", "mars"),
+            ("colour=blue", "stream's settings to sweep are w, pacing"),
+            ("rtt=", "at least one value"),
+        ] {
+            let e = parse_axis(bad).expect_err(bad).to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
 }

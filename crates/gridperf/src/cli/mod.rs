@@ -43,7 +43,7 @@ pub enum Command {
         gridperf serve --once                            one test, then exit\n\n\
         A client that finds every test slot taken is told \"busy\" at once, unless it asked to wait (rtt --queue 30s).\n\
         SIGINT or SIGTERM stops the agent cleanly; a second one exits at once.")]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Round-trip time per protocol and message size (Hockney ping-pong): S bytes out, S bytes back.
     #[command(after_help = "Examples:\n  \
         gridperf rtt --cpu 0                                  all protocols, both ends on CPU 0\n  \
@@ -72,7 +72,7 @@ pub enum Command {
         Throughput is what the receiver got after --omit, per second; rates are bits per second (decimal SI: 1G = 10^9).\n\
         Each TCP stream gets a verdict from its sender's TCP_INFO: receive window, send buffer, congestion (loss or\n\
         not), or the application. See docs/json.md for the --json schema.")]
-    Stream(measure::StreamArgs),
+    Stream(Box<measure::StreamArgs>),
     /// The many-to-one producer/consumer benchmark (Gigabit/Myrinet study), its four variants, and deadlock detection.
     #[command(after_help = "Examples:\n  \
         gridperf fanout                                     every variant, 2 consumers, messages 1..4096, sizes 256..8192\n  \

@@ -23,9 +23,41 @@ pub struct Opts {
     pub json: bool,
     /// The unit rates are printed in (-f).
     pub units: render::stream::Units,
+    /// The settings swept (--sweep), in the order given; empty: one test.
+    pub sweep: Vec<super::sweep::Axis>,
+    /// Go ahead with a sweep over an hour long.
+    pub yes: bool,
 }
 
-pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    if !o.sweep.is_empty() {
+        return super::sweep::run(o, out);
+    }
+    let live = !o.json;
+    let r = measure(&o, out, live)?;
+    if let Some(path) = &o.timeline {
+        std::fs::write(path, render::stream::timeline(&r, path.extension().is_some_and(|e| e == "csv")))
+            .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
+    }
+    if o.json {
+        out.json(&r)?;
+    } else {
+        out.print(&render::stream::table(&r, o.best, o.units))?;
+    }
+    out.warnings(&r.warnings);
+    for run in &r.runs {
+        lab_valid(&run.env)?;
+    }
+    if r.runs.iter().all(|run| run.streams.iter().all(|s| s.receiver.bytes == 0)) {
+        return Err(Error::measurement("no stream moved any data"));
+    }
+    Ok(())
+}
+
+/// Runs the test (`repeat` times) where `o.place` says, prints its
+/// intervals as they pass when `live`, and stores it.
+pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
+    let mut o = o.clone();
     o.store.check()?;
     let prepared = o.place.prepare("run")?;
     o.stream.notes.extend(prepared.notes.iter().cloned());
@@ -33,7 +65,6 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
         o.stream.path_rate_bps = prepared.path_rate_bps;
     }
     let opts = &o.stream;
-    let live = !o.json;
     let sending_ms = (opts.omit.as_millis() as u64) + opts.spec.duration_ms;
     let mut headed = false;
     let result = stream::run(&prepared.target, opts, &mut |run, t_ms, rows| {
@@ -63,23 +94,7 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
         }
     };
     store(&o, &r, out)?;
-    if let Some(path) = &o.timeline {
-        std::fs::write(path, render::stream::timeline(&r, path.extension().is_some_and(|e| e == "csv")))
-            .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
-    }
-    if o.json {
-        out.json(&r)?;
-    } else {
-        out.print(&render::stream::table(&r, o.best, o.units))?;
-    }
-    out.warnings(&r.warnings);
-    for run in &r.runs {
-        lab_valid(&run.env)?;
-    }
-    if r.runs.iter().all(|run| run.streams.iter().all(|s| s.receiver.bytes == 0)) {
-        return Err(Error::measurement("no stream moved any data"));
-    }
-    Ok(())
+    Ok(r)
 }
 
 fn new_run<'a>(o: &'a Opts, network: &'a str, target: &'a str, r: Option<&StreamReport>) -> NewRun<'a> {

@@ -293,3 +293,54 @@ fn a_flood_of_samples_from_a_hostile_agent_ends_the_run_within_its_bound() {
     assert!(e.message.contains(&format!("more than {MAX_SAMPLES} TCP_INFO samples")), "{e}");
     assert!(e.message.contains("hostile agent"), "{e}");
 }
+
+#[test]
+fn a_sweep_runs_every_combination_and_says_each_points_figures() {
+    let _heavy = crate::heavy();
+    let bin = env!("CARGO_BIN_EXE_gridperf");
+    let o = std::process::Command::new(bin)
+        .args([
+            "stream",
+            "--sweep",
+            "P=1,2",
+            "--sweep",
+            "pacing=0,800M",
+            "-t",
+            "0.5",
+            "--repeat",
+            "2",
+            "--no-store",
+            "--json",
+        ])
+        .output()
+        .expect("sweep");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["schema"], "gridperf.sweep/1");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4, "every combination");
+    for p in points {
+        assert_eq!(p["runs_bps"].as_array().map(Vec::len), Some(2), "{p}");
+        assert_eq!(p["verdicts"].as_array().map(Vec::len), Some(2), "{p}");
+    }
+    // paced at 800 Mbit/s a stream, the sum follows the streams: P x 800M within 5%
+    for (k, streams) in [(1, 1.0), (3, 2.0)] {
+        let median = points[k]["median_bps"].as_f64().expect("median");
+        assert!((median / (streams * 800e6) - 1.0).abs() < 0.05, "{}", points[k]);
+        assert_eq!(points[k]["settings"][1], serde_json::json!(["pacing", "800M"]));
+    }
+    // bad input is refused before anything runs, with what is valid
+    for (args, want) in [
+        (&["--sweep", "colour=blue"][..], "stream's settings to sweep are w, pacing"),
+        (&["--sweep", "rtt=2ms,20ms"][..], "a lab field needs a lab"),
+        (
+            &["--sweep", "w=1K..1G*2", "--sweep", "P=1,2,4,8,16,32,64,128", "-t", "60", "--repeat", "5"][..],
+            "give --yes",
+        ),
+    ] {
+        let o =
+            std::process::Command::new(bin).args(["stream"]).args(args).args(["--no-store"]).output().expect("sweep");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}

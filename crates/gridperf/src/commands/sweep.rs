@@ -1,0 +1,260 @@
+//! `gridperf stream --sweep FIELD=LIST ...`: stream's settings and the
+//! lab's, swept over a grid. Every combination is a stream test of its own
+//! (stored as such, `--repeat` runs of it), run quietly; the table has a
+//! row per point with its best or median and the verdict of each run.
+
+use super::stream::{measure, Opts};
+use super::{Format, Output};
+use crate::error::{Error, Result};
+use crate::runner::Network;
+use gridperf_core::model::StreamReport;
+use gridperf_core::units::fmt_bps;
+use serde::Serialize;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// The JSON schema of a sweep's output.
+pub const SWEEP_SCHEMA: &str = "gridperf.sweep/1";
+
+/// One swept setting and its values, as given (sizes expanded).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Axis {
+    pub field: String,
+    pub values: Vec<String>,
+}
+
+/// Stream's settings a sweep can vary (the lab's are any field `lab up --set` takes).
+pub const STREAM_FIELDS: &[&str] = &["w", "pacing", "gap", "P", "C", "length", "profile"];
+
+/// The most points a sweep may have.
+const MAX_POINTS: usize = 10_000;
+
+/// Every combination of the axes' values, the first axis slowest.
+pub fn grid(axes: &[Axis]) -> Vec<Vec<(String, String)>> {
+    let mut points: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for a in axes {
+        points = points
+            .into_iter()
+            .flat_map(|p| {
+                a.values.iter().map(move |v| {
+                    let mut q = p.clone();
+                    q.push((a.field.clone(), v.clone()));
+                    q
+                })
+            })
+            .collect();
+    }
+    points
+}
+
+/// The stream test of one point: the base options with its settings.
+pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
+    let mut o = base.clone();
+    o.sweep.clear();
+    let spec = &mut o.stream.spec;
+    for (field, v) in point {
+        match field.as_str() {
+            "w" => spec.window = if v == "auto" { None } else { v.parse().ok() },
+            "length" => spec.write_size = v.parse().map_err(|_| Error::internal("checked size"))?,
+            "pacing" => {
+                spec.pacing_bps = match v.as_str() {
+                    "0" | "off" => None,
+                    r => Some(gridperf_core::labcfg::parse_rate_bps(r).map_err(|e| Error::usage(e.to_string()))?),
+                }
+            }
+            "gap" => {
+                // microseconds, as the command line normalised it
+                let us: u64 = v.trim_end_matches("us").parse().map_err(|_| Error::internal("checked gap"))?;
+                spec.gap_us = (us > 0).then_some(us);
+            }
+            "P" => spec.streams = v.parse().map_err(|_| Error::internal("checked count"))?,
+            "C" => spec.congestion = Some(v.clone()),
+            "profile" => {
+                let sets = match &o.place.network {
+                    Network::Lab { sets, .. } => sets.clone(),
+                    _ => Vec::new(),
+                };
+                o.place.network = Network::Lab { profile: v.clone(), sets };
+            }
+            lab => match &mut o.place.network {
+                Network::Lab { sets, .. } => sets.push(format!("{lab}={v}")),
+                _ => {
+                    return Err(Error::usage(format!(
+                        "--sweep {lab}=...: a lab field needs a lab: give --lab PROFILE, or sweep profile=..."
+                    )))
+                }
+            },
+        }
+    }
+    crate::engines::stream::validate(&o.stream.spec)
+        .map_err(|m| Error::usage(format!("--sweep at {}: {m}", words(point))))?;
+    Ok(o)
+}
+
+fn words(point: &[(String, String)]) -> String {
+    point.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+/// One point's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepPoint {
+    pub settings: Vec<(String, String)>,
+    /// Each run's throughput, both directions summed, bits per second.
+    pub runs_bps: Vec<f64>,
+    pub best_bps: Option<f64>,
+    pub median_bps: Option<f64>,
+    /// Each run's verdict: what limited its first stream.
+    pub verdicts: Vec<String>,
+    /// Why the lab's emulator could not vouch for it (after reruns), if so.
+    pub invalid: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Runs a lab point again while its emulator marks it INVALID, this many times more.
+const RERUNS: u32 = 2;
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let points = grid(&o.sweep);
+    if points.len() > MAX_POINTS {
+        return Err(Error::usage(format!("a sweep of {} points: at most {MAX_POINTS}", points.len())));
+    }
+    // every point checked before the first runs
+    let tests: Vec<Opts> = points.iter().map(|p| apply(&o, p)).collect::<Result<_>>()?;
+    let per_run = Duration::from_millis(o.stream.spec.omit_ms + o.stream.spec.duration_ms + 300);
+    let lab = if tests.iter().any(|t| matches!(t.place.network, Network::Lab { .. })) { 2 } else { 0 };
+    let estimate = (per_run * o.stream.repeat + Duration::from_secs(lab)) * points.len() as u32;
+    if estimate > Duration::from_secs(3600) && !o.yes {
+        return Err(Error::usage(format!(
+            "a sweep of {} points x {} runs would take about {:.1} hours: give --yes to go ahead",
+            points.len(),
+            o.stream.repeat,
+            estimate.as_secs_f64() / 3600.0
+        )));
+    }
+    out.note(&format!(
+        "gridperf sweep: {} points x {} runs, about {:.0} s",
+        points.len(),
+        o.stream.repeat,
+        estimate.as_secs_f64()
+    ));
+    let bar = out.bar();
+    bar.set_length(points.len() as u64);
+    let mut rows = Vec::new();
+    for (point, test) in points.iter().zip(&tests) {
+        bar.set_message(words(point));
+        let mut quiet = Output::capture(Format::Table);
+        let mut result = measure(test, &mut quiet, false);
+        for _ in 0..RERUNS {
+            match &result {
+                Ok(r) if invalid(r).is_some() => result = measure(test, &mut quiet, false),
+                _ => break,
+            }
+        }
+        rows.push(match result {
+            Ok(r) => point_of(point, &r, o.best),
+            Err(e) if e.kind == crate::error::Kind::Usage => return Err(e),
+            Err(e) => SweepPoint {
+                settings: point.clone(),
+                runs_bps: Vec::new(),
+                best_bps: None,
+                median_bps: None,
+                verdicts: Vec::new(),
+                invalid: None,
+                error: Some(e.to_string()),
+            },
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if o.json {
+        out.json(
+            &serde_json::json!({ "schema": SWEEP_SCHEMA, "axes": o.sweep, "repeat": o.stream.repeat, "points": rows }),
+        )?;
+    } else {
+        out.print(&table(&o.sweep, &rows, o.best))?;
+    }
+    let failed = rows.iter().filter(|r| r.error.is_some() || r.invalid.is_some()).count();
+    if failed > 0 {
+        return Err(Error::measurement(format!("{failed} of {} points failed or stayed INVALID", rows.len())));
+    }
+    Ok(())
+}
+
+fn invalid(r: &StreamReport) -> Option<String> {
+    r.runs.iter().find_map(|run| run.env.lab.as_ref().and_then(|l| l.invalid.clone()))
+}
+
+fn point_of(settings: &[(String, String)], r: &StreamReport, _best: bool) -> SweepPoint {
+    let runs_bps: Vec<f64> = r.runs.iter().map(|run| run.up_bps.unwrap_or(0.0) + run.down_bps.unwrap_or(0.0)).collect();
+    let verdicts = r
+        .runs
+        .iter()
+        .map(|run| {
+            run.streams
+                .first()
+                .and_then(|s| s.verdict.as_ref())
+                .and_then(|v| serde_json::to_value(v.limit).ok())
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "-".into())
+        })
+        .collect();
+    SweepPoint {
+        settings: settings.to_vec(),
+        best_bps: runs_bps.iter().copied().reduce(f64::max),
+        median_bps: gridperf_core::stats::median(&runs_bps),
+        runs_bps,
+        verdicts,
+        invalid: invalid(r),
+        error: None,
+    }
+}
+
+/// One row per point: its settings, the best or median of its runs, the
+/// spread, and each run's verdict.
+pub fn table(axes: &[Axis], rows: &[SweepPoint], best: bool) -> String {
+    let mut out = String::new();
+    let mut head: Vec<String> = axes.iter().map(|a| format!("{:>10}", a.field)).collect();
+    head.push(format!("{:>14}", if best { "best" } else { "median" }));
+    head.push(format!("{:>26}", "runs: least .. most"));
+    head.push("  verdicts".into());
+    let _ = writeln!(out, "{}", head.join(" "));
+    for r in rows {
+        let mut cells: Vec<String> = r.settings.iter().map(|(_, v)| format!("{v:>10}")).collect();
+        match &r.error {
+            Some(e) => {
+                cells.push(format!("failed: {e}"));
+            }
+            None => {
+                let shown = if best { r.best_bps } else { r.median_bps };
+                cells.push(format!("{:>14}", shown.map(fmt_bps).unwrap_or_else(|| "-".into())));
+                let lo = r.runs_bps.iter().copied().reduce(f64::min);
+                let spread = match (lo, r.best_bps) {
+                    (Some(a), Some(b)) => format!("{} .. {}", fmt_bps(a), fmt_bps(b)),
+                    _ => "-".into(),
+                };
+                cells.push(format!("{spread:>26}"));
+                cells.push(format!("  {}", r.verdicts.join(", ")));
+                if let Some(why) = &r.invalid {
+                    cells.push(format!("  INVALID: {why}"));
+                }
+            }
+        }
+        let _ = writeln!(out, "{}", cells.join(" "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_is_every_combination_first_axis_slowest() {
+        let a = Axis { field: "w".into(), values: vec!["1".into(), "2".into()] };
+        let b = Axis { field: "P".into(), values: vec!["1".into(), "2".into(), "3".into()] };
+        let g = grid(&[a, b]);
+        assert_eq!(g.len(), 6);
+        assert_eq!(g[0], [("w".to_string(), "1".to_string()), ("P".to_string(), "1".to_string())]);
+        assert_eq!(g[3], [("w".to_string(), "2".to_string()), ("P".to_string(), "1".to_string())]);
+    }
+}
