@@ -261,8 +261,9 @@ pub struct StreamArgs {
     #[arg(long, hide = true, value_name = "BYTES")]
     pub fault_break_stream: Option<u64>,
     /// Sweep one setting over a list; repeat for a grid, every combination a stored run: w=1M..16M*2,
-    /// pacing=0,400M,600M, gap=0,10us, P=1,2, C=cubic,bbr, length=64K,1M, profile=lambda,internet, or a
-    /// lab field with --lab (rtt=8ms,20ms,35ms, queue=128KB,2bdp, rate=1G,10G, loss=0,0.1%).
+    /// pacing=0,400M,600M, delay=0,5us,10us (a per-packet delay, as the DataTAG kernel's: the pacing it
+    /// implies at the link's rate), gap=0,10us (a sleep between writes), P=1,2, C=cubic,bbr, length=64K,1M,
+    /// profile=lambda,internet, or a lab field with --lab (rtt=8ms,20ms,35ms, queue=128KB,2bdp, loss=0,0.1%).
     #[arg(long = "sweep", value_name = "FIELD=LIST")]
     pub sweep: Vec<String>,
     /// Go ahead with a sweep that would take more than an hour.
@@ -611,7 +612,7 @@ pub fn parse_axis(s: &str) -> Result<commands::sweep::Axis> {
             }
             items.iter().map(|v| v.to_string()).collect()
         }
-        "gap" => {
+        "gap" | "delay" => {
             // normalised to microseconds, as the agent takes it
             let mut out = Vec::new();
             for v in &items {

@@ -24,7 +24,7 @@ pub struct Axis {
 }
 
 /// Stream's settings a sweep can vary (the lab's are any field `lab up --set` takes).
-pub const STREAM_FIELDS: &[&str] = &["w", "pacing", "gap", "P", "C", "length", "profile"];
+pub const STREAM_FIELDS: &[&str] = &["w", "pacing", "delay", "gap", "P", "C", "length", "profile"];
 
 /// The most points a sweep may have.
 const MAX_POINTS: usize = 10_000;
@@ -69,6 +69,8 @@ pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
             }
             "P" => spec.streams = v.parse().map_err(|_| Error::internal("checked count"))?,
             "C" => spec.congestion = Some(v.clone()),
+            // after the other fields: it needs the link's rate and MTU
+            "delay" => {}
             "profile" => {
                 let sets = match &o.place.network {
                     Network::Lab { sets, .. } => sets.clone(),
@@ -86,9 +88,50 @@ pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
             },
         }
     }
+    if let Some((_, v)) = point.iter().find(|(f, _)| f == "delay") {
+        let us: u64 = v.trim_end_matches("us").parse().map_err(|_| Error::internal("checked delay"))?;
+        // no delay: the unmodified kernel, which does not pace
+        o.stream.spec.pacing_bps = match us {
+            0 => None,
+            _ => {
+                let (rate, mtu) = link_of(&o)?;
+                Some(delay_pacing(us, rate, mtu))
+            }
+        };
+    }
     crate::engines::stream::validate(&o.stream.spec)
         .map_err(|m| Error::usage(format!("--sweep at {}: {m}", words(point))))?;
     Ok(o)
+}
+
+/// The sending rate a per-packet delay implies, as the DataTAG kernel's
+/// udelay in the transmit path made it: each MTU-sized packet takes its
+/// time on the wire at the link's rate plus the delay, so the sender
+/// keeps to `mtu x 8 / (mtu x 8 / rate + delay)` bits per second. The
+/// rate is the lab's bottleneck (or --expect's): where the sender's NIC was
+/// faster than the path, as DataTAG's 1 GbE hosts on a 622 Mbit/s lambda,
+/// the figure is lower than the document's kernel allowed. (A sleep
+/// between the application's large writes, --gap, is another thing.)
+pub fn delay_pacing(delay_us: u64, rate_bps: u64, mtu: u32) -> u64 {
+    let bits = f64::from(mtu) * 8.0;
+    (bits / (bits / rate_bps as f64 + delay_us as f64 * 1e-6)).round() as u64
+}
+
+/// The link a delay is reckoned against: the lab's bottleneck rate and MTU
+/// (or --expect's rate and 1500 bytes off the lab).
+fn link_of(o: &Opts) -> Result<(u64, u32)> {
+    if let Network::Lab { profile, sets } = &o.place.network {
+        let mut s = gridperf_core::labcfg::profile(profile).map_err(|e| Error::usage(e.to_string()))?.settings();
+        for set in sets {
+            gridperf_core::labcfg::apply_set(&mut s, set).map_err(|e| Error::usage(e.to_string()))?;
+        }
+        if let Some(r) = s.rate_bps {
+            return Ok((r, s.mtu));
+        }
+    }
+    o.stream.path_rate_bps.map(|r| (r, 1500)).ok_or_else(|| {
+        Error::usage("--sweep delay=...: a per-packet delay is reckoned against the link's rate: give --lab with a rate, or --expect RATE")
+    })
 }
 
 fn words(point: &[(String, String)]) -> String {
@@ -150,11 +193,16 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                 _ => break,
             }
         }
+        let mut shown = point.clone();
+        if point.iter().any(|(f, _)| f == "delay") {
+            let paced = test.stream.spec.pacing_bps.map(|b| fmt_bps(b as f64)).unwrap_or_else(|| "no".into());
+            shown.push(("paced".into(), paced));
+        }
         rows.push(match result {
-            Ok(r) => point_of(point, &r, o.best),
+            Ok(r) => point_of(&shown, &r, o.best),
             Err(e) if e.kind == crate::error::Kind::Usage => return Err(e),
             Err(e) => SweepPoint {
-                settings: point.clone(),
+                settings: shown.clone(),
                 runs_bps: Vec::new(),
                 best_bps: None,
                 median_bps: None,
@@ -213,7 +261,11 @@ fn point_of(settings: &[(String, String)], r: &StreamReport, _best: bool) -> Swe
 /// spread, and each run's verdict.
 pub fn table(axes: &[Axis], rows: &[SweepPoint], best: bool) -> String {
     let mut out = String::new();
-    let mut head: Vec<String> = axes.iter().map(|a| format!("{:>10}", a.field)).collect();
+    let fields: Vec<String> = match rows.first() {
+        Some(r) => r.settings.iter().map(|(f, _)| f.clone()).collect(),
+        None => axes.iter().map(|a| a.field.clone()).collect(),
+    };
+    let mut head: Vec<String> = fields.iter().map(|f| format!("{f:>10}")).collect();
     head.push(format!("{:>14}", if best { "best" } else { "median" }));
     head.push(format!("{:>26}", "runs: least .. most"));
     head.push("  verdicts".into());
@@ -247,6 +299,15 @@ pub fn table(axes: &[Axis], rows: &[SweepPoint], best: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_per_packet_delay_is_the_rate_it_leaves_the_link() {
+        // 1500-byte packets at 1 Gbit/s take 12 us; 5 us more each: 1500 x 8 / 17 us
+        assert_eq!(delay_pacing(5, 1_000_000_000, 1500), 705_882_353);
+        assert_eq!(delay_pacing(0, 1_000_000_000, 1500), 1_000_000_000);
+        // at 10 Gbit/s the same delay matters far more: 1.2 us on the wire
+        assert_eq!(delay_pacing(5, 10_000_000_000, 1500), 1_935_483_871);
+    }
 
     #[test]
     fn the_grid_is_every_combination_first_axis_slowest() {

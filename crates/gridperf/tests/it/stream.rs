@@ -329,8 +329,21 @@ fn a_sweep_runs_every_combination_and_says_each_points_figures() {
         assert!((median / (streams * 800e6) - 1.0).abs() < 0.05, "{}", points[k]);
         assert_eq!(points[k]["settings"][1], serde_json::json!(["pacing", "800M"]));
     }
+    // a per-packet delay of 5 us on a 1 Gbit/s link: paced at 1500 x 8 / 17 us = 705.9 Mbit/s
+    let o = std::process::Command::new(bin)
+        .args(["stream", "--sweep", "delay=0,5us", "--expect", "1G", "-t", "0.5", "--no-store", "--json"])
+        .output()
+        .expect("sweep");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points[0]["settings"][1], serde_json::json!(["paced", "no"]), "no delay: not paced");
+    assert_eq!(points[1]["settings"][1], serde_json::json!(["paced", "705.88 Mbit/s"]));
+    let paced = points[1]["median_bps"].as_f64().expect("median");
+    assert!((paced / 705.88e6 - 1.0).abs() < 0.05, "{}", points[1]);
     // bad input is refused before anything runs, with what is valid
     for (args, want) in [
+        (&["--sweep", "delay=5us"][..], "reckoned against the link's rate"),
         (&["--sweep", "colour=blue"][..], "stream's settings to sweep are w, pacing"),
         (&["--sweep", "rtt=2ms,20ms"][..], "a lab field needs a lab"),
         (
