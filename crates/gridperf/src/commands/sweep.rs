@@ -174,6 +174,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             estimate.as_secs_f64() / 3600.0
         )));
     }
+    if let Some(w) = cap_warning(&tests) {
+        out.note(&w);
+    }
     out.note(&format!(
         "gridperf sweep: {} points x {} runs, about {:.0} s",
         points.len(),
@@ -226,6 +229,23 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         return Err(Error::measurement(format!("{failed} of {} points failed or stayed INVALID", rows.len())));
     }
     Ok(())
+}
+
+/// The one warning, before a sweep starts, for windows beyond what this
+/// host's kernel grants a socket (SO_SNDBUF/SO_RCVBUF are capped at
+/// net.core.wmem_max/rmem_max, global settings a lab's hosts share).
+fn cap_warning(tests: &[Opts]) -> Option<String> {
+    let widest = tests.iter().filter_map(|t| t.stream.spec.window).max()?;
+    let max = |k: &str| crate::host::sysctl(k).and_then(|v| v.trim().parse::<u64>().ok());
+    let (r, w) = (max("net.core.rmem_max")?, max("net.core.wmem_max")?);
+    let cap = r.min(w);
+    (widest > cap).then(|| {
+        format!(
+            "gridperf sweep: warning: windows up to {widest} bytes, but this kernel grants a socket at most \
+             net.core.rmem_max {r} / wmem_max {w}: the larger windows will be capped (their points look alike); \
+             raise them first: sudo sysctl -w net.core.rmem_max={widest} net.core.wmem_max={widest}"
+        )
+    })
 }
 
 fn invalid(r: &StreamReport) -> Option<String> {

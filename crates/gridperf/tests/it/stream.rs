@@ -329,6 +329,17 @@ fn a_sweep_runs_every_combination_and_says_each_points_figures() {
         assert!((median / (streams * 800e6) - 1.0).abs() < 0.05, "{}", points[k]);
         assert_eq!(points[k]["settings"][1], serde_json::json!(["pacing", "800M"]));
     }
+    // a window past net.core.rmem_max is said once, before the sweep, with the sysctl to raise
+    let rmem: u64 =
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max").expect("rmem_max").trim().parse().expect("n");
+    let too_wide = format!("w=64K,{}", rmem * 4);
+    let o = std::process::Command::new(bin)
+        .args(["stream", "--sweep", &too_wide, "-t", "0.3", "--no-store"])
+        .output()
+        .expect("sweep");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("will be capped").count(), 1, "{err}");
+    assert!(err.contains(&format!("sudo sysctl -w net.core.rmem_max={}", rmem * 4)), "{err}");
     // a per-packet delay of 5 us on a 1 Gbit/s link: paced at 1500 x 8 / 17 us = 705.9 Mbit/s
     let o = std::process::Command::new(bin)
         .args(["stream", "--sweep", "delay=0,5us", "--expect", "1G", "-t", "0.5", "--no-store", "--json"])
