@@ -107,6 +107,9 @@ pub struct VerdictContext {
     pub core_rmem_max: Option<u64>,
     #[serde(default)]
     pub core_wmem_max: Option<u64>,
+    /// The rate the sender was paced at (--pacing, a sweep's delay), if any.
+    #[serde(default)]
+    pub pacing_bps: Option<u64>,
 }
 
 /// What limited a stream, most binding first.
@@ -226,7 +229,19 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     let window_allows = min_rtt_us.filter(|&r| r > 0).map(|r| widest as f64 * 8.0 / (r as f64 / 1e6));
     let slow_reader = window_allows.is_some_and(|w| ctx.throughput_bps > 0.0 && w >= 2.0 * ctx.throughput_bps);
     let at_link = ctx.path_rate_bps.is_some_and(|r| r > 0 && ctx.throughput_bps >= 0.9 * r as f64);
-    if at_link && retrans_ratio < 0.001 {
+    // paced below the path and carried near its pace: the pacing is the limit
+    let paced = ctx.pacing_bps.filter(|&p| {
+        p > 0 && ctx.throughput_bps >= 0.9 * p as f64 && ctx.path_rate_bps.is_none_or(|r| (p as f64) < 0.9 * r as f64)
+    });
+    if let Some(p) = paced {
+        v.limit = Limit::Application;
+        v.share = busy_share;
+        v.text = format!(
+            "paced: the sender kept to its pacing rate of {} ({} of it); pacing, not the path, set the rate",
+            fmt_bps(p as f64),
+            fmt_pct(ctx.throughput_bps / p as f64)
+        );
+    } else if at_link && retrans_ratio < 0.001 {
         let rate = ctx.path_rate_bps.unwrap_or(1);
         v.limit = Limit::Congestion;
         v.text = format!(
@@ -998,6 +1013,22 @@ mod tests {
         // the same window at the throughput it allows is the window's limit
         let v = verdict(&[a, b], &VerdictContext { throughput_bps: 300e9, ..ctx });
         assert_eq!(v.limit, Limit::ReceiveWindow, "{}", v.text);
+    }
+
+    #[test]
+    fn a_stream_that_kept_to_its_pacing_is_limited_by_it() {
+        let a = sample(0, 0, 0, 0, 0, 0);
+        let b = sample(10, 10_000_000, 0, 0, 1_000_000, 0);
+        let paced = VerdictContext { throughput_bps: 1.99e9, pacing_bps: Some(2_000_000_000), ..ctx10s() };
+        let v = verdict(&[a, b], &paced);
+        assert_eq!(v.limit, Limit::Application, "{}", v.text);
+        assert!(v.text.contains("paced") && v.text.contains("of 2.00 Gbit/s (100% of it)"), "{}", v.text);
+        // pacing above the path's rate: the path is the limit, as before
+        let above = VerdictContext { path_rate_bps: Some(1_000_000_000), throughput_bps: 0.95e9, ..paced };
+        assert_ne!(verdict(&[a, b], &above).limit, Limit::Application);
+        // a stream that fell well short of its pacing: something else limited it
+        let short = VerdictContext { throughput_bps: 1.0e9, ..paced };
+        assert!(!verdict(&[a, b], &short).text.contains("paced"));
     }
 
     #[test]

@@ -239,6 +239,7 @@ fn tcp_stream(index: u32, bytes: u64, cwnd0: u32) -> StreamResult {
             window_requested: Some(4 << 20),
             core_rmem_max: Some(212_992),
             core_wmem_max: Some(212_992),
+            pacing_bps: None,
         },
     );
     let receiver = stream_end(index, false, bytes, Proto::Tcp);
