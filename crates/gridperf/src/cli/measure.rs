@@ -269,6 +269,10 @@ pub struct StreamArgs {
     /// Go ahead with a sweep that would take more than an hour.
     #[arg(long)]
     pub yes: bool,
+    /// The sender's NIC rate a swept per-packet delay is reckoned against (DataTAG's hosts: 1G on a 622
+    /// Mbit/s lambda); default the lab's bottleneck rate, or --expect.
+    #[arg(long, value_name = "RATE", requires = "sweep")]
+    pub nic_rate: Option<String>,
 }
 
 #[derive(Args)]
@@ -575,6 +579,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             json: a.json,
             sweep: a.sweep.iter().map(|s| parse_axis(s)).collect::<Result<_>>()?,
             yes: a.yes,
+            nic_rate_bps: a.nic_rate.as_deref().map(|r| rate(r, "--nic-rate")).transpose()?,
             units: a.units.as_deref().map(units).transpose()?.unwrap_or_default(),
         })
     }

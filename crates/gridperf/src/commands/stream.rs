@@ -27,6 +27,8 @@ pub struct Opts {
     pub sweep: Vec<super::sweep::Axis>,
     /// Go ahead with a sweep over an hour long.
     pub yes: bool,
+    /// The sender's NIC rate a swept per-packet delay is reckoned against.
+    pub nic_rate_bps: Option<u64>,
 }
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {

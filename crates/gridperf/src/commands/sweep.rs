@@ -108,9 +108,8 @@ pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
 /// udelay in the transmit path made it: each MTU-sized packet takes its
 /// time on the wire at the link's rate plus the delay, so the sender
 /// keeps to `mtu x 8 / (mtu x 8 / rate + delay)` bits per second. The
-/// rate is the lab's bottleneck (or --expect's): where the sender's NIC was
-/// faster than the path, as DataTAG's 1 GbE hosts on a 622 Mbit/s lambda,
-/// the figure is lower than the document's kernel allowed. (A sleep
+/// rate is the sender's NIC's (--nic-rate: DataTAG's 1 GbE hosts on a 622
+/// Mbit/s lambda), else the lab's bottleneck, else --expect's. (A sleep
 /// between the application's large writes, --gap, is another thing.)
 pub fn delay_pacing(delay_us: u64, rate_bps: u64, mtu: u32) -> u64 {
     let bits = f64::from(mtu) * 8.0;
@@ -125,12 +124,15 @@ fn link_of(o: &Opts) -> Result<(u64, u32)> {
         for set in sets {
             gridperf_core::labcfg::apply_set(&mut s, set).map_err(|e| Error::usage(e.to_string()))?;
         }
-        if let Some(r) = s.rate_bps {
+        if let Some(r) = o.nic_rate_bps.or(s.rate_bps) {
             return Ok((r, s.mtu));
         }
     }
+    if let Some(r) = o.nic_rate_bps {
+        return Ok((r, 1500));
+    }
     o.stream.path_rate_bps.map(|r| (r, 1500)).ok_or_else(|| {
-        Error::usage("--sweep delay=...: a per-packet delay is reckoned against the link's rate: give --lab with a rate, or --expect RATE")
+        Error::usage("--sweep delay=...: a per-packet delay is reckoned against the sender's NIC rate: give --nic-rate RATE (or --lab with a rate, or --expect RATE)")
     })
 }
 

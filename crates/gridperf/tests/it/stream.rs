@@ -342,7 +342,7 @@ fn a_sweep_runs_every_combination_and_says_each_points_figures() {
     assert!(err.contains(&format!("sudo sysctl -w net.core.rmem_max={}", rmem * 4)), "{err}");
     // a per-packet delay of 5 us on a 1 Gbit/s link: paced at 1500 x 8 / 17 us = 705.9 Mbit/s
     let o = std::process::Command::new(bin)
-        .args(["stream", "--sweep", "delay=0,5us", "--expect", "1G", "-t", "0.5", "--no-store", "--json"])
+        .args(["stream", "--sweep", "delay=0,5us", "--nic-rate", "1G", "-t", "0.5", "--no-store", "--json"])
         .output()
         .expect("sweep");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -354,7 +354,7 @@ fn a_sweep_runs_every_combination_and_says_each_points_figures() {
     assert!((paced / 705.88e6 - 1.0).abs() < 0.05, "{}", points[1]);
     // bad input is refused before anything runs, with what is valid
     for (args, want) in [
-        (&["--sweep", "delay=5us"][..], "reckoned against the link's rate"),
+        (&["--sweep", "delay=5us"][..], "reckoned against the sender's NIC rate: give --nic-rate"),
         (&["--sweep", "colour=blue"][..], "stream's settings to sweep are w, pacing"),
         (&["--sweep", "rtt=2ms,20ms"][..], "a lab field needs a lab"),
         (
