@@ -222,6 +222,17 @@ pub fn give_back(path: &std::path::Path) {
     }
 }
 
+/// A secret file's text (a key), refused when others may read it, as ssh
+/// refuses a private key.
+pub fn read_secret(path: &std::path::Path) -> std::result::Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err("others may read it, and it holds secrets: chmod 600 it".into());
+    }
+    std::fs::read_to_string(path).map_err(|e| e.to_string())
+}
+
 /// 32 bytes from the kernel's random source (a nonce, a new key).
 pub fn random_32() -> std::io::Result<[u8; 32]> {
     use std::io::Read;

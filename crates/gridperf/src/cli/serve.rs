@@ -191,12 +191,7 @@ impl TryFrom<ServeArgs> for AgentConfig {
 
 /// The agent's authorized keys: a file only its owner may read.
 fn authorized_keys(path: &std::path::Path) -> Result<Vec<gridperf_core::auth::Key>> {
-    use std::os::unix::fs::PermissionsExt;
     let what = |e: String| Error::usage(format!("--auth {}: {e}", path.display()));
-    let meta = std::fs::metadata(path).map_err(|e| what(e.to_string()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(what("others may read it, and its lines are secrets: chmod 600 it".into()));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
+    let text = crate::host::read_secret(path).map_err(what)?;
     gridperf_core::auth::Key::parse_authorized(&text).map_err(what)
 }

@@ -204,7 +204,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             shown.push(("paced".into(), paced));
         }
         rows.push(match result {
-            Ok(r) => point_of(&shown, &r, o.best),
+            Ok(r) => point_of(&shown, &r),
             Err(e) if e.kind == crate::error::Kind::Usage => return Err(e),
             Err(e) => SweepPoint {
                 settings: shown.clone(),
@@ -254,7 +254,7 @@ fn invalid(r: &StreamReport) -> Option<String> {
     r.runs.iter().find_map(|run| run.env.lab.as_ref().and_then(|l| l.invalid.clone()))
 }
 
-fn point_of(settings: &[(String, String)], r: &StreamReport, _best: bool) -> SweepPoint {
+fn point_of(settings: &[(String, String)], r: &StreamReport) -> SweepPoint {
     let runs_bps: Vec<f64> = r.runs.iter().map(|run| run.up_bps.unwrap_or(0.0) + run.down_bps.unwrap_or(0.0)).collect();
     let verdicts = r
         .runs

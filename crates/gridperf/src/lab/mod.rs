@@ -282,8 +282,8 @@ fn emulator_alive(pid: u32) -> bool {
 /// exec` started there): SIGTERM, then SIGKILL after a second. The
 /// namespace is found by its file while that is there (a name, or the
 /// emulator's descriptor), else by its inode.
-fn end_processes_in(h: &Host, spare: Option<u32>) {
-    let pids = match (gridperf_sys::netns_pids(&h.netns), h.ns_inode) {
+fn end_processes_in(netns: &str, ns_inode: Option<u64>, spare: Option<u32>) {
+    let pids = match (gridperf_sys::netns_pids(netns), ns_inode) {
         (Ok(p), _) => p,
         (Err(_), Some(inode)) => gridperf_sys::netns_inode_pids(inode).unwrap_or_default(),
         (Err(_), None) => return,
@@ -308,7 +308,7 @@ fn end_processes_in(h: &Host, spare: Option<u32>) {
 /// left, and ends the processes still running in its namespaces.
 fn clean(name: &str, hosts_guess: &[Host]) {
     for h in hosts_guess {
-        end_processes_in(h, None);
+        end_processes_in(&h.netns, h.ns_inode, None);
         if gridperf_sys::netns_exists(&h.netns) {
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
@@ -319,14 +319,7 @@ fn clean(name: &str, hosts_guess: &[Host]) {
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(&prefix) {
-                let h = Host {
-                    netns: n.clone(),
-                    ns_inode: None,
-                    name: n.clone(),
-                    addr: Ipv4Addr::UNSPECIFIED,
-                    side: Side::A,
-                };
-                end_processes_in(&h, None);
+                end_processes_in(&n, None, None);
                 let _ = gridperf_sys::netns_delete(&n);
             }
         }
@@ -463,7 +456,7 @@ pub fn down(name: &str) -> Result<bool> {
         // what `lab exec` started in the lab goes first, while its
         // namespaces still have their names
         for h in &s.hosts {
-            end_processes_in(h, None);
+            end_processes_in(&h.netns, h.ns_inode, None);
         }
         if emulator_alive(s.pid) {
             was_up = true;
@@ -534,7 +527,7 @@ pub fn emulator_main(name: &str) -> Result<()> {
     // whatever happened, leave nothing behind
     for h in &hosts {
         if gridperf_sys::netns_exists(&h.netns) {
-            end_processes_in(h, spec.owner);
+            end_processes_in(&h.netns, h.ns_inode, spec.owner);
             let _ = gridperf_sys::netns_delete(&h.netns);
         }
     }

@@ -38,7 +38,6 @@ pub fn default_key_path() -> std::path::PathBuf {
 /// Reads the client's key: the file given, or the default one if it
 /// exists. A key file others may read is refused, as ssh refuses one.
 pub fn load_client_key(given: Option<&std::path::Path>) -> Result<Option<auth::Key>> {
-    use std::os::unix::fs::PermissionsExt;
     let default = default_key_path();
     let path = match given {
         Some(p) => p.to_path_buf(),
@@ -46,11 +45,7 @@ pub fn load_client_key(given: Option<&std::path::Path>) -> Result<Option<auth::K
         None => return Ok(None),
     };
     let what = |e: String| Error::usage(format!("--key {}: {e}", path.display()));
-    let meta = std::fs::metadata(&path).map_err(|e| what(e.to_string()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(what("others may read it: chmod 600 it".into()));
-    }
-    let text = std::fs::read_to_string(&path).map_err(|e| what(e.to_string()))?;
+    let text = host::read_secret(&path).map_err(what)?;
     auth::Key::parse_client_file(&text).map(Some).map_err(what)
 }
 

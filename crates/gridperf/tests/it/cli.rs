@@ -570,11 +570,12 @@ fn a_peers_escape_codes_and_newlines_reach_neither_terminal_nor_log() {
     assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
 }
 
-/// An agent process's peak resident memory (VmHWM), in bytes.
-fn peak_rss(pid: u32) -> u64 {
+/// A memory figure of an agent process from /proc/PID/status (VmHWM: its
+/// peak resident memory, VmRSS: now), in bytes.
+fn memory(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
-    kb.unwrap_or(0) * 1024
+    let line = status.lines().find(|l| l.split(':').next() == Some(field));
+    line.and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
 #[test]
@@ -583,7 +584,7 @@ fn sixty_clients_sending_1_mib_hellos_at_once_cost_the_agent_little() {
     let _heavy = crate::heavy();
     // all 60 from one address, let in: each must be read to be refused
     let (agent, port) = serve(&["--max-per-address", "64"]);
-    let before = peak_rss(agent.id());
+    let before = memory(agent.id(), "VmHWM");
     // a hello padded with an array of half a million numbers, 1 MiB in all
     let mut body = br#"{"type":"hello","magic":"gridperf","version":3,"software":"x","pad":["#.to_vec();
     while body.len() < (1 << 20) - 8 {
@@ -606,7 +607,7 @@ fn sixty_clients_sending_1_mib_hellos_at_once_cost_the_agent_little() {
         })
         .collect();
     let answers: Vec<Vec<u8>> = clients.into_iter().map(|c| c.join().expect("client")).collect();
-    let grew = peak_rss(agent.id()).saturating_sub(before);
+    let grew = memory(agent.id(), "VmHWM").saturating_sub(before);
     eprintln!("sixty 1 MiB hellos: the agent's peak memory grew by {} kB", grew >> 10);
     assert!(grew < 32 << 20, "the agent's peak memory grew by {} MB", grew >> 20);
     for a in answers {
@@ -747,13 +748,6 @@ fn a_sites_limits_refuse_what_is_beyond_them_and_say_which() {
     assert!(stderr(&o).contains("address block"), "{}", stderr(&o));
 }
 
-/// An agent process's resident memory now (VmRSS), in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
-    kb.unwrap_or(0) * 1024
-}
-
 #[test]
 fn soak_legitimate_clients_get_their_tests_among_hostile_ones_and_the_agent_stays_flat() {
     use std::io::Write;
@@ -782,7 +776,7 @@ fn soak_legitimate_clients_get_their_tests_among_hostile_ones_and_the_agent_stay
     };
     assert!(legit("50").status.success(), "a first test");
     let idle = crate::settles_at(agent.id(), (0, 0), Duration::from_millis(300));
-    let rss0 = rss(agent.id());
+    let rss0 = memory(agent.id(), "VmRSS");
     let stop = Arc::new(AtomicBool::new(false));
     let made = Arc::new(AtomicU64::new(0));
     // hostile clients from eight other loopback addresses, each in a loop of
@@ -847,7 +841,7 @@ fn soak_legitimate_clients_get_their_tests_among_hostile_ones_and_the_agent_stay
     }
     let hostile_made = made.load(Ordering::Relaxed);
     let after = crate::settles_at(agent.id(), idle, Duration::from_secs(15));
-    let grew = rss(agent.id()) as i64 - rss0 as i64;
+    let grew = memory(agent.id(), "VmRSS") as i64 - rss0 as i64;
     eprintln!(
         "soak: {seconds} s, {tests} legitimate tests, {hostile_made} hostile connections; agent threads/fds {idle:?} -> {after:?} (peak {peak_threads} threads), RSS {} -> {} kB",
         rss0 >> 10,
