@@ -52,10 +52,20 @@ pub struct Chart {
     pub series: Vec<Series>,
     /// Vertical dashed lines at x with a label (thresholds, MTU multiples).
     pub marks: Vec<(f64, String)>,
+    /// Lines that were not measured but reckoned (a link's rate, a
+    /// window's W/RTT limit): drawn dashed, without markers or whiskers,
+    /// class `reference`, in the legend after the measured series.
+    pub references: Vec<Series>,
 }
 
 /// Colour-blind-safe (Okabe and Ito), in the order series take them.
 const PALETTE: [&str; 8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#999999"];
+
+/// The palette's colour number `i` (wrapping), for lines that must match
+/// (a measured series and its reference line).
+pub fn palette(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
 
 /// Series with more points than this get no point markers (they would hide the line).
 const MARKER_MAX_POINTS: usize = 60;
@@ -280,13 +290,16 @@ fn points_attr(coords: impl Iterator<Item = (f64, f64)>) -> String {
 /// scripts, no ids (several charts can share a page).
 pub fn render(chart: &Chart, width: u32, height: u32) -> String {
     let (w, h) = (f64::from(width.max(120)), f64::from(height.max(80)));
-    let drawn: Vec<(usize, Vec<SeriesPoint>)> = chart
-        .series
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (i, drawable(s, chart)))
-        .filter(|(_, pts)| !pts.is_empty())
-        .collect();
+    // the measured series, then the reference lines: an index past
+    // `measured` is a reference
+    let all: Vec<Series> = chart.series.iter().chain(&chart.references).cloned().collect();
+    let measured = chart.series.len();
+    let mut drawn: Vec<(usize, Vec<SeriesPoint>)> =
+        all.iter().enumerate().map(|(i, s)| (i, drawable(s, chart))).filter(|(_, pts)| !pts.is_empty()).collect();
+    // reference lines alone are no data
+    if drawn.iter().all(|(i, _)| *i >= measured) {
+        drawn.clear();
+    }
     let legend_width = if drawn.is_empty() { 0.0 } else { (w * 0.25).clamp(60.0, 170.0) };
     let frame =
         Frame { left: 64.0, top: 34.0, right: (w - 16.0 - legend_width).max(80.0), bottom: (h - 44.0).max(50.0) };
@@ -338,10 +351,11 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
     let (xa, ya) = axes(chart, &drawn);
     write_ticks(&mut out, &frame, &xa, &ya);
     for (i, pts) in &drawn {
-        write_series(&mut out, &frame, &xa, &ya, &chart.series[*i].label, color_of(&chart.series, *i), pts);
+        let line = Line { label: &all[*i].label, color: color_of(&all, *i), reference: *i >= measured };
+        write_series(&mut out, &frame, &xa, &ya, &line, pts);
     }
     write_marks(&mut out, &frame, &xa, &chart.marks);
-    write_legend(&mut out, &frame, &chart.series, &drawn);
+    write_legend(&mut out, &frame, &all, measured, &drawn);
     out.push_str("</svg>");
     out
 }
@@ -380,10 +394,26 @@ fn color_of(series: &[Series], i: usize) -> &'static str {
     series[i].color.unwrap_or(PALETTE[i % PALETTE.len()])
 }
 
+/// How a line is drawn: its label, its colour, and whether it is a
+/// reference (dashed, no markers) rather than measured.
+struct Line<'a> {
+    label: &'a str,
+    color: &'a str,
+    reference: bool,
+}
+
 /// One series: a whisker at each point with a band, its line, and point
-/// markers when the points are few.
-fn write_series(out: &mut String, frame: &Frame, xa: &Axis, ya: &Axis, label: &str, color: &str, pts: &[SeriesPoint]) {
-    let label = escape(label);
+/// markers when the points are few; a reference line dashed, alone.
+fn write_series(out: &mut String, frame: &Frame, xa: &Axis, ya: &Axis, line: &Line, pts: &[SeriesPoint]) {
+    let (label, color) = (escape(line.label), line.color);
+    if line.reference {
+        let _ = write!(
+            out,
+            r##"<polyline class="reference" data-label="{label}" points="{}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="6 4"/>"##,
+            points_attr(pts.iter().map(|p| (frame.px(xa, p.x), frame.py(ya, p.y))))
+        );
+        return;
+    }
     for p in pts {
         let Some((lo, hi)) = p.band else { continue };
         let (x, y1, y2) = (frame.px(xa, p.x), frame.py(ya, lo), frame.py(ya, hi));
@@ -448,13 +478,20 @@ fn write_marks(out: &mut String, frame: &Frame, xa: &Axis, marks: &[(f64, String
 }
 
 /// The legend, right of the plot: a swatch and the label of each drawn series.
-fn write_legend(out: &mut String, frame: &Frame, series: &[Series], drawn: &[(usize, Vec<SeriesPoint>)]) {
+fn write_legend(
+    out: &mut String,
+    frame: &Frame,
+    series: &[Series],
+    measured: usize,
+    drawn: &[(usize, Vec<SeriesPoint>)],
+) {
     out.push_str(r#"<g class="legend">"#);
     for (row, (i, _)) in drawn.iter().enumerate() {
         let (x, y) = (frame.right + 12.0, frame.top + 8.0 + row as f64 * 16.0);
+        let (width, dash) = if *i >= measured { (1.5, r#" stroke-dasharray="4 2""#) } else { (3.0, "") };
         let _ = write!(
             out,
-            r##"<line x1="{x:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"##,
+            r##"<line x1="{x:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{}" stroke-width="{width}"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"##,
             x + 16.0,
             color_of(series, *i),
             x + 21.0,
@@ -541,6 +578,30 @@ mod tests {
             marks: vec![(2920.0, "2 x MTU".into()), (1e9, "far outside".into())],
             ..Chart::default()
         }
+    }
+
+    #[test]
+    fn reference_lines_are_dashed_in_the_legend_and_alone_are_no_data() {
+        let mut chart = Chart {
+            title: "throughput by delay".into(),
+            series: vec![series("4 MB", &[(0.0, 300.0), (5.0, 350.0), (10.0, 330.0)])],
+            references: vec![series("link 622M", &[(0.0, 622.0), (10.0, 622.0)]), series("empty", &[])],
+            ..Chart::default()
+        };
+        let svg = render(&chart, 800, 400);
+        check_balanced(&svg);
+        assert_eq!(count(&svg, "series"), 1);
+        assert_eq!(count(&svg, "reference"), 1, "the one with points");
+        assert!(
+            svg.contains(r#"class="reference" data-label="link 622M""#) && svg.contains("stroke-dasharray=\"6 4\"")
+        );
+        assert_eq!(svg.matches("<circle").count(), 3, "markers on the measured points only");
+        // the y axis reaches the reference: its top tick is at least 622
+        let top: f64 = texts(&svg, "tick").iter().filter_map(|t| t.parse().ok()).fold(0.0, f64::max);
+        assert!(top >= 622.0, "{top}");
+        chart.series.clear();
+        let svg = render(&chart, 800, 400);
+        assert_eq!((count(&svg, "empty"), count(&svg, "reference")), (1, 0), "references without data: no data");
     }
 
     #[test]

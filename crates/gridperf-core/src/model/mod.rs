@@ -8,11 +8,13 @@
 mod echo;
 mod fanout;
 mod stream;
+mod sweep;
 mod tune;
 
 pub use echo::*;
 pub use fanout::*;
 pub use stream::*;
+pub use sweep::*;
 pub use tune::*;
 
 use crate::plan::Proto;
@@ -25,6 +27,8 @@ use std::fmt;
 pub const RTT_SCHEMA: &str = "gridperf.rtt/1";
 pub const TRANSFER_SCHEMA: &str = "gridperf.transfer/1";
 pub const STREAM_SCHEMA: &str = "gridperf.stream/1";
+/// `gridperf stream --sweep --json`: every point of a sweep.
+pub const SWEEP_SCHEMA: &str = "gridperf.sweep/1";
 pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
 pub const TUNE_SCHEMA: &str = "gridperf.tune/2";
 /// `gridperf survey --json`: the conclusions per network.

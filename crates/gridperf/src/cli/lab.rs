@@ -248,15 +248,7 @@ impl TryFrom<LabUpArgs> for LabSpec {
             sysctls: a
                 .sysctls
                 .iter()
-                .map(|l| {
-                    let (k, v) = crate::host::split_line(l)?;
-                    if gridperf_core::tune::per_namespace(&k) == Some(false) {
-                        return Err(Error::usage(format!(
-                            "--sysctl {k}: global on Linux, not per network namespace; a lab host cannot have its own"
-                        )));
-                    }
-                    Ok((k, v))
-                })
+                .map(|l| crate::lab::host_sysctl(l).map_err(|e| Error::usage(format!("--sysctl {e}"))))
                 .collect::<Result<_>>()?,
             description: if description.is_empty() {
                 "no impairment".into()

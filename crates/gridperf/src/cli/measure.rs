@@ -81,7 +81,8 @@ pub struct EchoArgs {
     /// after it: the agent on host b, the client on host a (only without HOST).
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
-    /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1% (repeat).
+    /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1%; or give
+    /// both hosts a per-namespace sysctl: net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     pub lab_sets: Vec<String>,
     /// The results database every point is written to (default ~/.local/share/gridperf/results.db).
@@ -158,9 +159,10 @@ pub struct StreamArgs {
     /// Parallel streams (per direction with --bidir), each on its own thread at both ends.
     #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
     pub parallel: u32,
-    /// How long the senders send, after --omit: 10 (seconds) or a duration such as 500ms, 2m.
-    #[arg(short = 't', long, default_value = "10", allow_hyphen_values = true, value_name = "DURATION")]
-    pub time: String,
+    /// How long the senders send, after --omit: 10 (seconds) or a duration such as 500ms, 2m [default: 10,
+    /// or the --preset's].
+    #[arg(short = 't', long, allow_hyphen_values = true, value_name = "DURATION")]
+    pub time: Option<String>,
     /// Send this many bytes per stream instead (SIZE as dd: 1G = 2^30, 1GB = 10^9); --time then caps the test.
     #[arg(short = 'n', long, value_name = "SIZE")]
     pub bytes: Option<String>,
@@ -224,11 +226,12 @@ pub struct StreamArgs {
     /// Write every stream's TCP_INFO timeline (the sender's) here: CSV if the name ends in .csv, else JSON lines.
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<std::path::PathBuf>,
-    /// Run the test N times; report each run and the median and spread of the total (or the best, with --best).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub repeat: u32,
+    /// Run the test N times; report each run and the median and spread of the total (or the best, with --best)
+    /// [default: 1, or the --preset's].
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<u32>,
     /// With --repeat: report the best run's total, as the DataTAG study did.
-    #[arg(long, requires = "repeat")]
+    #[arg(long)]
     pub best: bool,
     /// The path's bottleneck rate, for the verdict's BDP (taken from the lab with --lab).
     #[arg(long, value_name = "RATE")]
@@ -245,7 +248,8 @@ pub struct StreamArgs {
     /// Run across a lab of this profile, brought up for the run: agent on host b, client on host a.
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
-    /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1% (repeat).
+    /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1%; or give both hosts a
+    /// per-namespace sysctl, e.g. a 2.6.9 kernel's buffers: net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     pub lab_sets: Vec<String>,
     /// Print JSON (schema in docs/json.md) instead of the table (iperf3's -J).
@@ -266,12 +270,22 @@ pub struct StreamArgs {
     /// profile=lambda,internet, or a lab field with --lab (rtt=8ms,20ms,35ms, queue=128KB,2bdp, loss=0,0.1%).
     #[arg(long = "sweep", value_name = "FIELD=LIST")]
     pub sweep: Vec<String>,
+    /// A source document's sweep: datatag (004: throughput against a per-packet delay, windows 4-16 MB,
+    /// lambda and Internet, best of 5 x 5 s; about 25 minutes) or baltic (003: throughput against RTT 2-35 ms
+    /// for a 2.6.9 kernel's buffers, the tuned ones and this kernel's; about 6 minutes). -t, --repeat, -C and
+    /// --nic-rate given on the command line win over the preset's.
+    #[arg(long, value_name = "NAME", conflicts_with = "sweep")]
+    pub preset: Option<String>,
+    /// Go on with the latest unfinished sweep of the same settings: the points it stored are kept, the rest
+    /// (and any that failed or stayed INVALID) measured.
+    #[arg(long)]
+    pub resume: bool,
     /// Go ahead with a sweep that would take more than an hour.
     #[arg(long)]
     pub yes: bool,
     /// The sender's NIC rate a swept per-packet delay is reckoned against (DataTAG's hosts: 1G on a 622
     /// Mbit/s lambda); default the lab's bottleneck rate, or --expect.
-    #[arg(long, value_name = "RATE", requires = "sweep")]
+    #[arg(long, value_name = "RATE")]
     pub nic_rate: Option<String>,
 }
 
@@ -313,7 +327,8 @@ pub struct FanoutArgs {
     /// Across a lab of this profile: the server on host a1, one consumer per host on the far side.
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
-    /// Override one field of the --lab profile: rate=1G, rtt=20ms (repeat).
+    /// Override one field of the --lab profile: rate=1G, rtt=20ms; or a per-namespace sysctl of every host:
+    /// net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     pub lab_sets: Vec<String>,
     /// With --lab: hosts on each side, 1xM (default 1 x the most --nodes, at most 8).
@@ -487,7 +502,25 @@ impl TryFrom<TransferArgs> for commands::transfer::Opts {
 impl TryFrom<StreamArgs> for commands::stream::Opts {
     type Error = Error;
     fn try_from(a: StreamArgs) -> Result<Self> {
-        let time = seconds_or(&a.time, "--time")?;
+        let preset = a.preset.as_deref().map(commands::sweep::preset).transpose()?;
+        let time = seconds_or(a.time.as_deref().or(preset.map(|p| p.time)).unwrap_or("10"), "--time")?;
+        let repeat = a.repeat.or(preset.map(|p| p.repeat)).unwrap_or(1);
+        let best = a.best || preset.is_some_and(|p| p.best);
+        if a.best && repeat == 1 {
+            return Err(Error::usage("--best picks the best of --repeat N runs: give --repeat too"));
+        }
+        let sweep: Vec<commands::sweep::Axis> = match preset {
+            Some(p) => p.axes.iter().map(|s| parse_axis(s)).collect::<Result<_>>()?,
+            None => a.sweep.iter().map(|s| parse_axis(s)).collect::<Result<_>>()?,
+        };
+        if sweep.is_empty() {
+            for (given, flag) in [(a.resume, "--resume"), (a.yes, "--yes"), (a.nic_rate.is_some(), "--nic-rate")] {
+                if given {
+                    return Err(Error::usage(format!("{flag} is for a sweep: give --sweep FIELD=LIST or --preset")));
+                }
+            }
+        }
+        let nic_rate = a.nic_rate.as_deref().or(preset.and_then(|p| p.nic_rate));
         if time.is_zero() {
             return Err(Error::usage("--time must be more than zero"));
         }
@@ -512,7 +545,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             bytes: a.bytes.as_deref().map(|b| parse_bytes(b, "--bytes")).transpose()?,
             write_size,
             window: buffer(&a.window, "--window")?,
-            congestion: a.congestion.clone(),
+            congestion: a.congestion.clone().or(preset.and_then(|p| p.congestion.map(str::to_string))),
             pacing_bps: a.pacing.as_deref().map(|p| rate(p, "--pacing")).transpose()?,
             gap_us: a.gap.as_deref().map(|g| seconds_or(g, "--gap").map(|d| d.as_micros() as u64)).transpose()?,
             zerocopy: if a.sendfile { Some("sendfile".into()) } else { a.zerocopy.clone() },
@@ -540,7 +573,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
         if spec.pacing_bps.is_some() && udp {
             return Err(Error::usage("--pacing is for TCP; a UDP stream is paced by -b"));
         }
-        if a.repeat == 0 || a.repeat > 1000 {
+        if repeat == 0 || repeat > 1000 {
             return Err(Error::usage("--repeat takes 1 to 1000"));
         }
         crate::engines::stream::validate(&spec).map_err(|m| Error::usage(format!("gridperf stream: {m}")))?;
@@ -567,19 +600,22 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             stream: StreamOptions {
                 spec,
                 omit,
-                repeat: a.repeat,
+                repeat,
                 deadlines,
                 path_rate_bps: a.expect.as_deref().map(|r| rate(r, "--expect")).transpose()?,
                 notes: Vec::new(),
                 client_cpu: cpus.map(|c| c.0),
             },
-            best: a.best,
+            best,
             timeline: a.timeline.clone(),
             store: StoreChoice::new(a.db.clone(), a.no_store),
             json: a.json,
-            sweep: a.sweep.iter().map(|s| parse_axis(s)).collect::<Result<_>>()?,
+            sweep,
             yes: a.yes,
-            nic_rate_bps: a.nic_rate.as_deref().map(|r| rate(r, "--nic-rate")).transpose()?,
+            nic_rate_bps: nic_rate.map(|r| rate(r, "--nic-rate")).transpose()?,
+            preset: preset.map(|p| p.name.to_string()),
+            resume: a.resume,
+            in_sweep: None,
             units: a.units.as_deref().map(units).transpose()?.unwrap_or_default(),
         })
     }
@@ -636,6 +672,22 @@ pub fn parse_axis(s: &str) -> Result<commands::sweep::Axis> {
             items.iter().map(|v| v.to_string()).collect()
         }
         "C" => items.iter().map(|v| v.to_string()).collect(),
+        "buffers" => {
+            for v in &items {
+                if !commands::sweep::BUFFERS.iter().any(|(n, _, _)| n == v) {
+                    let names: Vec<String> =
+                        commands::sweep::BUFFERS.iter().map(|(n, about, _)| format!("{n} ({about})")).collect();
+                    return Err(bad(v, format!("the buffers a sweep knows are {}", names.join("; "))));
+                }
+            }
+            items.iter().map(|v| v.to_string()).collect()
+        }
+        sysctl if sysctl.starts_with("net.") => {
+            for v in &items {
+                crate::lab::host_sysctl(&format!("{sysctl}={v}")).map_err(|e| bad(v, e.to_string()))?;
+            }
+            items.iter().map(|v| v.to_string()).collect()
+        }
         "profile" => {
             for v in &items {
                 gridperf_core::labcfg::profile(v).map_err(|e| bad(v, e.to_string()))?;
@@ -752,6 +804,54 @@ mod sweep_tests {
         ] {
             let e = parse_axis(bad).expect_err(bad).to_string();
             assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_kernels_buffers_and_host_sysctls_are_axes_and_global_ones_are_refused() {
+        assert_eq!(parse_axis("buffers=2.6.9,this").expect("buffers").values, ["2.6.9", "this"]);
+        let e = parse_axis("buffers=2.4").expect_err("unknown").to_string();
+        assert!(e.contains("2.6.9 (") && e.contains("tuned (") && e.contains("this ("), "{e}");
+        let rmem = parse_axis("net.ipv4.tcp_rmem=4096 87380 174760,4096 131072 6291456").expect("sysctl");
+        assert_eq!(rmem.values, ["4096 87380 174760", "4096 131072 6291456"]);
+        let e = parse_axis("net.core.rmem_max=8738000").expect_err("global").to_string();
+        assert!(e.contains("global on Linux"), "{e}");
+    }
+
+    fn stream_opts(args: &[&str]) -> Result<commands::stream::Opts> {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(["gridperf", "stream"].iter().chain(args))
+            .map_err(|e| Error::usage(e.to_string()))?;
+        match cli.command {
+            crate::cli::Command::Stream(a) => (*a).try_into(),
+            _ => Err(Error::internal("not stream")),
+        }
+    }
+
+    #[test]
+    fn a_preset_is_the_documents_sweep_and_the_command_line_wins_over_it() {
+        let o = stream_opts(&["--preset", "datatag"]).expect("datatag");
+        let fields: Vec<&str> = o.sweep.iter().map(|a| a.field.as_str()).collect();
+        assert_eq!(fields, ["profile", "w", "delay"]);
+        assert_eq!(commands::sweep::grid(&o.sweep).len(), 2 * 4 * 5);
+        assert_eq!((o.stream.repeat, o.best, o.stream.spec.duration_ms), (5, true, 5000));
+        assert_eq!((o.nic_rate_bps, o.stream.spec.congestion.as_deref()), (Some(1_000_000_000), Some("reno")));
+        assert_eq!(o.preset.as_deref(), Some("datatag"));
+        let o = stream_opts(&["--preset", "datatag", "-t", "2", "--repeat", "2", "-C", "bbr"]).expect("overridden");
+        assert_eq!((o.stream.repeat, o.stream.spec.duration_ms), (2, 2000));
+        assert_eq!(o.stream.spec.congestion.as_deref(), Some("bbr"));
+        let o = stream_opts(&["--preset", "baltic"]).expect("baltic");
+        assert_eq!(commands::sweep::grid(&o.sweep).len(), 3 * 5);
+        assert_eq!((o.stream.repeat, o.best), (3, false));
+        for (args, want) in [
+            (&["--preset", "iperf"][..], "the presets are datatag, baltic"),
+            (&["--preset", "baltic", "--sweep", "P=1,2"][..], "cannot be used with"),
+            (&["--resume"][..], "--resume is for a sweep"),
+            (&["--nic-rate", "1G"][..], "--nic-rate is for a sweep"),
+            (&["--best"][..], "--best picks the best of --repeat N runs"),
+        ] {
+            let e = stream_opts(args).expect_err(&format!("{args:?}")).to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
         }
     }
 }

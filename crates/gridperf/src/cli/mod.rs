@@ -139,8 +139,6 @@ pub enum Command {
 }
 
 impl Command {
-    /// What the command does with labs: `main` prepares the process's user
-    /// namespace for it while it is still single-threaded.
     /// Whether the command talks to agents as a client (and so may need a key).
     pub fn reaches_agents(&self) -> bool {
         matches!(
@@ -154,13 +152,18 @@ impl Command {
         )
     }
 
+    /// What the command does with labs: `main` prepares the process's user
+    /// namespace for it while it is still single-threaded.
     pub fn namespaces(&self) -> crate::lab::Namespaces {
         use crate::lab::Namespaces;
         let own = |yes: bool| if yes { Namespaces::Own } else { Namespaces::None };
         match self {
             Command::Rtt(a) => own(a.echo.lab.is_some() || a.echo.loopback_mtu.is_some()),
             Command::Transfer(a) => own(a.echo.lab.is_some() || a.echo.loopback_mtu.is_some()),
-            Command::Stream(a) => own(a.lab.is_some()),
+            // a sweep over profiles (and every preset) brings labs up without --lab
+            Command::Stream(a) => own(a.lab.is_some()
+                || a.preset.is_some()
+                || a.sweep.iter().any(|s| s.trim_start().starts_with("profile="))),
             Command::Fanout(a) => own(a.lab.is_some()),
             Command::Tune(a) => a.in_lab.clone().map_or(Namespaces::None, Namespaces::OfLab),
             Command::Survey(_) => Namespaces::Own,

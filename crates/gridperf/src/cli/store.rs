@@ -84,6 +84,9 @@ pub struct RunsListArgs {
     /// Only the runs of this survey.
     #[arg(long)]
     pub survey: Option<i64>,
+    /// Only the runs of this sweep (stream --sweep).
+    #[arg(long)]
+    pub sweep: Option<i64>,
     #[arg(long)]
     pub json: bool,
 }
@@ -117,11 +120,16 @@ pub struct RunsExportArgs {
 
 #[derive(Args)]
 pub struct ReportArgs {
-    /// Runs to draw (default: the latest survey's).
+    /// Runs to draw (default: the latest survey or sweep, whichever is newer).
     pub runs: Vec<i64>,
     /// Draw this survey's runs.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sweep")]
     pub survey: Option<i64>,
+    /// Draw this sweep's figures (stream --sweep; its id is printed at its end): throughput against the
+    /// swept setting, a line per window (or other setting), a chart per profile, with the link's rate and
+    /// each window's W/RTT drawn dashed.
+    #[arg(long, conflicts_with = "runs")]
+    pub sweep: Option<i64>,
     #[command(flatten)]
     pub db: DbArg,
     #[arg(short, long, default_value = "gridperf-report.html", value_name = "FILE")]
@@ -186,6 +194,7 @@ impl TryFrom<RunsCommand> for commands::runs::Opts {
                         .map(|s| duration(s, "--since").map(|d| crate::runner::unix_now() - d.as_secs_f64()))
                         .transpose()?,
                     survey: a.survey,
+                    sweep: a.sweep,
                 },
             },
             RunsCommand::Show(a) => Opts::Show { db: db_path(&a.db.db), id: a.id },
@@ -220,6 +229,7 @@ impl TryFrom<ReportArgs> for commands::report::Opts {
             db: db_path(&a.db.db),
             runs: a.runs,
             survey: a.survey,
+            sweep: a.sweep,
             output: a.output,
             svg_dir: a.svg_dir,
         })

@@ -91,6 +91,7 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
         &o.store,
         &NewRun {
             survey_id: None,
+            sweep_id: None,
             kind: Measure::Fanout,
             network: &network,
             target: &network,

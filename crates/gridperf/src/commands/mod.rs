@@ -253,6 +253,7 @@ pub(crate) fn echo_measure<R, P: Stored>(
         store,
         &NewRun {
             survey_id: None,
+            sweep_id: None,
             kind,
             network: &network,
             target: &target,

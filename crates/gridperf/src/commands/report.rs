@@ -14,6 +14,8 @@ pub struct Opts {
     /// These runs; none: the survey's, or the latest survey's.
     pub runs: Vec<i64>,
     pub survey: Option<i64>,
+    /// This sweep's figures (stream --sweep).
+    pub sweep: Option<i64>,
     pub output: PathBuf,
     pub svg_dir: Option<PathBuf>,
 }
@@ -29,6 +31,27 @@ pub fn load(store: &Store, runs: &[RunRow]) -> Result<Vec<(RunRow, Vec<PointRow>
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     let store = Store::open_existing(&o.db)?;
+    // a sweep asked for, or (nothing asked for) the latest sweep when it is newer than the latest survey
+    let sweep = match (o.sweep, o.runs.is_empty() && o.survey.is_none()) {
+        (Some(id), _) => Some(id),
+        (None, true) => match (store.latest_sweep()?, store.latest_survey_started()?) {
+            (Some((id, swept)), survey) if survey.is_none_or(|s| swept > s) => Some(id),
+            _ => None,
+        },
+        (None, false) => None,
+    };
+    if let Some(id) = sweep {
+        let row = store.sweep(id)?;
+        let (html, svgs) = render::sweep::html(&row);
+        write(&o, &html, &svgs)?;
+        out.note(&format!(
+            "gridperf report: sweep {id}, {} points, {} plots -> {}",
+            row.points.len(),
+            svgs.len(),
+            o.output.display()
+        ));
+        return Ok(());
+    }
     let rows: Vec<RunRow> = if !o.runs.is_empty() {
         o.runs.iter().rev().map(|&id| store.run(id)).collect::<Result<_>>()?
     } else {
@@ -50,15 +73,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     }
     let runs = load(&store, &rows)?;
     let (html, svgs) = render::html::render(&runs);
-    std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
-    crate::host::give_back(&o.output);
-    if let Some(dir) = &o.svg_dir {
-        std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
-        for (name, svg) in &svgs {
-            std::fs::write(dir.join(name), svg)
-                .map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
-        }
-    }
+    write(&o, &html, &svgs)?;
     out.note(&format!("gridperf report: {} runs, {} plots -> {}", runs.len(), svgs.len(), o.output.display()));
     // the conclusions the report draws, on the terminal as the survey printed them
     let analysis = render::survey::analyse(&runs);
@@ -68,6 +83,20 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             render::survey::best_table_text(&analysis),
             render::survey::thresholds_text(&analysis)
         ))?;
+    }
+    Ok(())
+}
+
+/// Writes the report, and every plot as an SVG file with --svg-dir.
+fn write(o: &Opts, html: &str, svgs: &[(String, String)]) -> Result<()> {
+    std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
+    crate::host::give_back(&o.output);
+    if let Some(dir) = &o.svg_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
+        for (name, svg) in svgs {
+            std::fs::write(dir.join(name), svg)
+                .map_err(|e| Error::usage(format!("--svg-dir {}: {e}", dir.display())))?;
+        }
     }
     Ok(())
 }

@@ -29,6 +29,12 @@ pub struct Opts {
     pub yes: bool,
     /// The sender's NIC rate a swept per-packet delay is reckoned against.
     pub nic_rate_bps: Option<u64>,
+    /// The preset the sweep came from (--preset), if any.
+    pub preset: Option<String>,
+    /// Go on with the latest unfinished sweep of these settings.
+    pub resume: bool,
+    /// The stored sweep this test is a point of.
+    pub in_sweep: Option<i64>,
 }
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
@@ -102,6 +108,7 @@ pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
 fn new_run<'a>(o: &'a Opts, network: &'a str, target: &'a str, r: Option<&StreamReport>) -> NewRun<'a> {
     NewRun {
         survey_id: None,
+        sweep_id: o.in_sweep,
         kind: Measure::Stream,
         network,
         target,

@@ -177,6 +177,7 @@ fn survey_network(
             db,
             &NewRun {
                 survey_id: Some(survey),
+                sweep_id: None,
                 kind,
                 network: &name,
                 target: &target,

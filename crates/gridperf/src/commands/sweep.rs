@@ -1,30 +1,91 @@
-//! `gridperf stream --sweep FIELD=LIST ...`: stream's settings and the
-//! lab's, swept over a grid. Every combination is a stream test of its own
-//! (stored as such, `--repeat` runs of it), run quietly; the table has a
-//! row per point with its best or median and the verdict of each run.
+//! `gridperf stream --sweep FIELD=LIST ...` (and `--preset`): stream's
+//! settings and the lab's, swept over a grid. Every combination is a
+//! stream test of its own (stored as such, `--repeat` runs of it, each run
+//! marked as the sweep's), run quietly; each point's outcome is stored as
+//! it ends, so that `--resume` goes on after an interruption; the table
+//! has a row per point with its best or median and the verdict of each
+//! run; `gridperf report --sweep ID` draws it.
 
 use super::stream::{measure, Opts};
 use super::{Format, Output};
 use crate::error::{Error, Result};
 use crate::runner::Network;
+use crate::store::Store;
 use gridperf_core::model::StreamReport;
+pub use gridperf_core::model::{Axis, SweepPoint, SWEEP_SCHEMA};
 use gridperf_core::units::fmt_bps;
-use serde::Serialize;
-use std::fmt::Write;
 use std::time::Duration;
 
-/// The JSON schema of a sweep's output.
-pub const SWEEP_SCHEMA: &str = "gridperf.sweep/1";
+/// Stream's settings a sweep can vary (the lab's are any field `lab up
+/// --set` takes, and any per-namespace net.* sysctl of its hosts).
+pub const STREAM_FIELDS: &[&str] = &["w", "pacing", "delay", "gap", "P", "C", "length", "profile", "buffers"];
 
-/// One swept setting and its values, as given (sizes expanded).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Axis {
-    pub field: String,
-    pub values: Vec<String>,
+/// `buffers=NAME`: a kernel's socket buffer limits, set in a lab's hosts
+/// (tcp_rmem / tcp_wmem are per network namespace; autotuning stays within
+/// their maximum when -w is not given).
+pub const BUFFERS: &[(&str, &str, &[&str])] = &[
+    (
+        "2.6.9",
+        "Scientific Linux 4's kernel 2.6.9 as installed (BalticGrid's 'default')",
+        &["net.ipv4.tcp_rmem=4096 87380 174760", "net.ipv4.tcp_wmem=4096 16384 131072"],
+    ),
+    (
+        "tuned",
+        "BalticGrid's four lines (their rmem_max/wmem_max are global: they cap only -w, which autotuning does not use)",
+        &["net.ipv4.tcp_rmem=8192 4369000 8738000", "net.ipv4.tcp_wmem=8192 4369000 8738000"],
+    ),
+    ("this", "this kernel's own, untouched", &[]),
+];
+
+/// A preset: a sweep that reproduces a source document's figure.
+#[derive(Debug, Clone, Copy)]
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub axes: &'static [&'static str],
+    /// Each run's sending time, as -t takes it.
+    pub time: &'static str,
+    pub repeat: u32,
+    pub best: bool,
+    pub nic_rate: Option<&'static str>,
+    pub congestion: Option<&'static str>,
 }
 
-/// Stream's settings a sweep can vary (the lab's are any field `lab up --set` takes).
-pub const STREAM_FIELDS: &[&str] = &["w", "pacing", "delay", "gap", "P", "C", "length", "profile"];
+/// The documents' sweeps (README: what they show, and how they compare).
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "datatag",
+        about: "004 DataTAG: throughput against the sender's per-packet delay (0-20 us, as the pacing it implies on \
+                the hosts' 1 GbE) for windows of 4-16 MB, over the lambda and the Internet; Reno, as Linux 2.4; \
+                best of 5 runs of 5 s",
+        axes: &["profile=lambda,internet", "w=4M,8M,12M,16M", "delay=0,5us,10us,15us,20us"],
+        time: "5",
+        repeat: 5,
+        best: true,
+        nic_rate: Some("1G"),
+        congestion: Some("reno"),
+    },
+    Preset {
+        name: "baltic",
+        about: "003 BalticGrid: throughput against RTT (2-35 ms) on a 1 Gbit/s path with a 2.6.9 kernel's buffers, \
+                the document's four tuned lines and this kernel's, autotuned (no -w); CUBIC (BIC's successor); \
+                median of 3 runs of 5 s",
+        axes: &["profile=baltic", "buffers=2.6.9,tuned,this", "rtt=2ms,8ms,15ms,25ms,35ms"],
+        time: "5",
+        repeat: 3,
+        best: false,
+        nic_rate: None,
+        congestion: Some("cubic"),
+    },
+];
+
+/// The preset of that name; an unknown one lists them.
+pub fn preset(name: &str) -> Result<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        Error::usage(format!("--preset {name}: the presets are {}", names.join(", ")))
+    })
+}
 
 /// The most points a sweep may have.
 const MAX_POINTS: usize = 10_000;
@@ -68,6 +129,18 @@ pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
                 spec.gap_us = (us > 0).then_some(us);
             }
             "P" => spec.streams = v.parse().map_err(|_| Error::internal("checked count"))?,
+            "buffers" => {
+                let (_, _, lines) =
+                    BUFFERS.iter().find(|(n, _, _)| n == v).ok_or_else(|| Error::internal("checked buffers"))?;
+                match &mut o.place.network {
+                    Network::Lab { sets, .. } => sets.extend(lines.iter().map(|l| l.to_string())),
+                    _ => {
+                        return Err(Error::usage(
+                            "--sweep buffers=...: a kernel's buffers are set in a lab's hosts: give --lab PROFILE, or sweep profile=...",
+                        ))
+                    }
+                }
+            }
             "C" => spec.congestion = Some(v.clone()),
             // after the other fields: it needs the link's rate and MTU
             "delay" => {}
@@ -78,6 +151,7 @@ pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
                 };
                 o.place.network = Network::Lab { profile: v.clone(), sets };
             }
+            // a lab field, or a sysctl of its hosts (net.*): both go to the lab as sets
             lab => match &mut o.place.network {
                 Network::Lab { sets, .. } => sets.push(format!("{lab}={v}")),
                 _ => {
@@ -121,7 +195,7 @@ pub fn delay_pacing(delay_us: u64, rate_bps: u64, mtu: u32) -> u64 {
 fn link_of(o: &Opts) -> Result<(u64, u32)> {
     if let Network::Lab { profile, sets } = &o.place.network {
         let mut s = gridperf_core::labcfg::profile(profile).map_err(|e| Error::usage(e.to_string()))?.settings();
-        for set in sets {
+        for set in sets.iter().filter(|s| !s.trim_start().starts_with("net.")) {
             gridperf_core::labcfg::apply_set(&mut s, set).map_err(|e| Error::usage(e.to_string()))?;
         }
         if let Some(r) = o.nic_rate_bps.or(s.rate_bps) {
@@ -138,21 +212,6 @@ fn link_of(o: &Opts) -> Result<(u64, u32)> {
 
 fn words(point: &[(String, String)]) -> String {
     point.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join(" ")
-}
-
-/// One point's outcome.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepPoint {
-    pub settings: Vec<(String, String)>,
-    /// Each run's throughput, both directions summed, bits per second.
-    pub runs_bps: Vec<f64>,
-    pub best_bps: Option<f64>,
-    pub median_bps: Option<f64>,
-    /// Each run's verdict: what limited its first stream.
-    pub verdicts: Vec<String>,
-    /// Why the lab's emulator could not vouch for it (after reruns), if so.
-    pub invalid: Option<String>,
-    pub error: Option<String>,
 }
 
 /// Runs a lab point again while its emulator marks it INVALID, this many times more.
@@ -176,25 +235,40 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             estimate.as_secs_f64() / 3600.0
         )));
     }
+    let (store, sweep_id, mut done) = begin(&o)?;
     if let Some(w) = cap_warning(&tests) {
         out.note(&w);
     }
+    let todo = points.iter().filter(|p| !done.contains_key(&words(p))).count();
     out.note(&format!(
-        "gridperf sweep: {} points x {} runs, about {:.0} s",
+        "gridperf sweep{}: {} points x {} runs{}, about {:.0} s",
+        sweep_id.map(|i| format!(" {i}")).unwrap_or_default(),
         points.len(),
         o.stream.repeat,
-        estimate.as_secs_f64()
+        match points.len() - todo {
+            0 => String::new(),
+            n => format!(" ({n} stored: {todo} to go)"),
+        },
+        estimate.as_secs_f64() * todo as f64 / points.len().max(1) as f64
     ));
     let bar = out.bar();
     bar.set_length(points.len() as u64);
     let mut rows = Vec::new();
-    for (point, test) in points.iter().zip(&tests) {
-        bar.set_message(words(point));
+    for (idx, (point, test)) in points.iter().zip(&tests).enumerate() {
+        let key = words(point);
+        if let Some(stored) = done.remove(&key) {
+            rows.push(stored);
+            bar.inc(1);
+            continue;
+        }
+        bar.set_message(key.clone());
+        let mut test = test.clone();
+        test.in_sweep = sweep_id;
         let mut quiet = Output::capture(Format::Table);
-        let mut result = measure(test, &mut quiet, false);
+        let mut result = measure(&test, &mut quiet, false);
         for _ in 0..RERUNS {
             match &result {
-                Ok(r) if invalid(r).is_some() => result = measure(test, &mut quiet, false),
+                Ok(r) if invalid(r).is_some() => result = measure(&test, &mut quiet, false),
                 _ => break,
             }
         }
@@ -203,7 +277,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             let paced = test.stream.spec.pacing_bps.map(|b| fmt_bps(b as f64)).unwrap_or_else(|| "no".into());
             shown.push(("paced".into(), paced));
         }
-        rows.push(match result {
+        let mut row = match result {
             Ok(r) => point_of(&shown, &r),
             Err(e) if e.kind == crate::error::Kind::Usage => return Err(e),
             Err(e) => SweepPoint {
@@ -214,23 +288,150 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                 verdicts: Vec::new(),
                 invalid: None,
                 error: Some(e.to_string()),
+                link_bps: None,
+                rtt_ns: None,
+                window_bytes: None,
+                pacing_bps: None,
             },
-        });
+        };
+        (row.link_bps, row.rtt_ns, row.window_bytes) = reference(&test);
+        row.pacing_bps = test.stream.spec.pacing_bps;
+        if let (Some(s), Some(id)) = (&store, sweep_id) {
+            let json = serde_json::to_value(&row).map_err(|e| Error::internal(e.to_string()))?;
+            s.put_sweep_point(id, idx, &key, &json)?;
+        }
+        rows.push(row);
         bar.inc(1);
     }
     bar.finish_and_clear();
-    if o.json {
-        out.json(
-            &serde_json::json!({ "schema": SWEEP_SCHEMA, "axes": o.sweep, "repeat": o.stream.repeat, "points": rows }),
-        )?;
-    } else {
-        out.print(&table(&o.sweep, &rows, o.best))?;
+    let failed = rows.iter().filter(|r| !r.good()).count();
+    if let (Some(s), Some(id)) = (&store, sweep_id) {
+        s.finish_sweep(id, if failed > 0 { "incomplete" } else { "done" })?;
     }
-    let failed = rows.iter().filter(|r| r.error.is_some() || r.invalid.is_some()).count();
+    if o.json {
+        out.json(&serde_json::json!({
+            "schema": SWEEP_SCHEMA,
+            "sweep_id": sweep_id,
+            "preset": o.preset,
+            "axes": o.sweep,
+            "repeat": o.stream.repeat,
+            "points": rows
+        }))?;
+    } else {
+        out.print(&crate::render::sweep::table(&o.sweep, &rows, o.best))?;
+    }
+    if let Some(id) = sweep_id {
+        out.note(&format!("gridperf: stored as sweep {id}: gridperf report --sweep {id} draws it"));
+    }
     if failed > 0 {
-        return Err(Error::measurement(format!("{failed} of {} points failed or stayed INVALID", rows.len())));
+        return Err(Error::measurement(format!(
+            "{failed} of {} points failed or stayed INVALID{}",
+            rows.len(),
+            if sweep_id.is_some() { " (--resume measures them again)" } else { "" }
+        )));
     }
     Ok(())
+}
+
+/// What a sweep measures, as stored: a resumed sweep must match it.
+fn spec_of(o: &Opts) -> serde_json::Value {
+    let network = match &o.place.network {
+        Network::Lab { profile, sets } => serde_json::json!({ "lab": profile, "sets": sets }),
+        Network::Host { label, .. } => serde_json::json!({ "host": label }),
+        Network::Local => serde_json::json!("local"),
+    };
+    serde_json::json!({
+        "preset": o.preset,
+        "axes": o.sweep,
+        "network": network,
+        "stream": o.stream.spec,
+        "repeat": o.stream.repeat,
+        "best": o.best,
+        "nic_rate_bps": o.nic_rate_bps,
+        "expect_bps": o.stream.path_rate_bps,
+    })
+}
+
+/// The store the sweep goes to, its id there, and (resuming) the points
+/// it already holds that stand, by key. The default store's troubles are a
+/// warning (the sweep runs unstored); a named one's are errors.
+#[allow(clippy::type_complexity)]
+fn begin(o: &Opts) -> Result<(Option<Store>, Option<i64>, std::collections::HashMap<String, SweepPoint>)> {
+    use crate::store::StoreChoice;
+    let mut done = std::collections::HashMap::new();
+    let store = match &o.store {
+        StoreChoice::Off if o.resume => {
+            return Err(Error::usage("--resume goes on with a stored sweep: leave out --no-store"))
+        }
+        StoreChoice::Off => return Ok((None, None, done)),
+        c => match Store::open(&c.path()) {
+            Ok(s) => s,
+            Err(e) if o.resume || matches!(c, StoreChoice::At(_)) => return Err(e),
+            Err(e) => {
+                eprintln!("gridperf: warning: not storing this sweep: {e} (--no-store to say so, --db PATH to choose)");
+                return Ok((None, None, done));
+            }
+        },
+    };
+    let spec = spec_of(o);
+    let id = if o.resume {
+        let id = store.unfinished_sweep(&spec)?.ok_or_else(|| {
+            Error::usage(format!(
+                "--resume: no unfinished sweep with these settings in {}; run it without --resume",
+                store.path.display()
+            ))
+        })?;
+        for (key, point) in store.sweep(id)?.points {
+            if let Ok(p) = serde_json::from_value::<SweepPoint>(point) {
+                if p.good() {
+                    done.insert(key, p);
+                }
+            }
+        }
+        id
+    } else {
+        store.begin_sweep(&spec)?
+    };
+    Ok((Some(store), Some(id), done))
+}
+
+/// The reference figures of a point: the lab's bottleneck rate (else
+/// --expect's), its round-trip time, and the window: -w, else (autotuned)
+/// the smaller of the tcp_rmem and tcp_wmem maxima its lab's hosts have
+/// (a buffers= point's, else this host's, which a new namespace copies).
+fn reference(o: &Opts) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let mut link = o.stream.path_rate_bps;
+    let mut rtt = None;
+    let mut window = o.stream.spec.window;
+    if let Network::Lab { profile, sets } = &o.place.network {
+        if let Ok(p) = gridperf_core::labcfg::profile(profile) {
+            let mut s = p.settings();
+            let max = |name: &str| {
+                sets.iter()
+                    .filter_map(|l| l.strip_prefix(name))
+                    .filter_map(|v| v.split_whitespace().nth(2)?.parse::<u64>().ok())
+                    .next_back()
+            };
+            let (r, w) = (max("net.ipv4.tcp_rmem="), max("net.ipv4.tcp_wmem="));
+            for set in sets.iter().filter(|s| !s.trim_start().starts_with("net.")) {
+                let _ = gridperf_core::labcfg::apply_set(&mut s, set);
+            }
+            link = s.rate_bps.or(link);
+            rtt = Some(s.delay_ns * 2);
+            if window.is_none() {
+                // a lab's hosts start with this host's tcp_rmem / tcp_wmem
+                let here = |name: &str| {
+                    crate::host::sysctl(name).and_then(|v| v.split_whitespace().nth(2)?.parse::<u64>().ok())
+                };
+                let (r, w) = (r.or_else(|| here("net.ipv4.tcp_rmem")), w.or_else(|| here("net.ipv4.tcp_wmem")));
+                window = match (r, w) {
+                    (Some(r), Some(w)) => Some(r.min(w)),
+                    (r, w) => r.or(w),
+                };
+            }
+        }
+    }
+    (link, rtt, window)
 }
 
 /// The one warning, before a sweep starts, for windows beyond what this
@@ -276,46 +477,11 @@ fn point_of(settings: &[(String, String)], r: &StreamReport) -> SweepPoint {
         verdicts,
         invalid: invalid(r),
         error: None,
+        link_bps: None,
+        rtt_ns: None,
+        window_bytes: None,
+        pacing_bps: None,
     }
-}
-
-/// One row per point: its settings, the best or median of its runs, the
-/// spread, and each run's verdict.
-pub fn table(axes: &[Axis], rows: &[SweepPoint], best: bool) -> String {
-    let mut out = String::new();
-    let fields: Vec<String> = match rows.first() {
-        Some(r) => r.settings.iter().map(|(f, _)| f.clone()).collect(),
-        None => axes.iter().map(|a| a.field.clone()).collect(),
-    };
-    let mut head: Vec<String> = fields.iter().map(|f| format!("{f:>10}")).collect();
-    head.push(format!("{:>14}", if best { "best" } else { "median" }));
-    head.push(format!("{:>26}", "runs: least .. most"));
-    head.push("  verdicts".into());
-    let _ = writeln!(out, "{}", head.join(" "));
-    for r in rows {
-        let mut cells: Vec<String> = r.settings.iter().map(|(_, v)| format!("{v:>10}")).collect();
-        match &r.error {
-            Some(e) => {
-                cells.push(format!("failed: {e}"));
-            }
-            None => {
-                let shown = if best { r.best_bps } else { r.median_bps };
-                cells.push(format!("{:>14}", shown.map(fmt_bps).unwrap_or_else(|| "-".into())));
-                let lo = r.runs_bps.iter().copied().reduce(f64::min);
-                let spread = match (lo, r.best_bps) {
-                    (Some(a), Some(b)) => format!("{} .. {}", fmt_bps(a), fmt_bps(b)),
-                    _ => "-".into(),
-                };
-                cells.push(format!("{spread:>26}"));
-                cells.push(format!("  {}", r.verdicts.join(", ")));
-                if let Some(why) = &r.invalid {
-                    cells.push(format!("  INVALID: {why}"));
-                }
-            }
-        }
-        let _ = writeln!(out, "{}", cells.join(" "));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -146,6 +146,19 @@ pub struct LabSpec {
     pub sysctls: Vec<(String, String)>,
 }
 
+/// A sysctl every host of a lab gets (`lab up --sysctl`, `--lab-set
+/// net.*=...`): a net.* name and value; a global one is refused, as a host
+/// cannot have its own.
+pub fn host_sysctl(line: &str) -> Result<(String, String)> {
+    let (k, v) = crate::host::split_line(line)?;
+    if gridperf_core::tune::per_namespace(&k) == Some(false) {
+        return Err(Error::usage(format!(
+            "{k}: global on Linux, not per network namespace; a lab host cannot have its own"
+        )));
+    }
+    Ok((k, v))
+}
+
 impl LabSpec {
     /// The access link of one host, if any.
     pub fn access_of(&self, host: &str) -> Option<LinkConfig> {

@@ -36,8 +36,14 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
     let prof = labcfg::profile(profile).map_err(lab_err)?;
     let mut s = prof.settings();
     let mut words = vec![format!("profile {} ({})", prof.name, prof.source)];
+    let mut sysctls = Vec::new();
     for set in sets {
-        labcfg::apply_set(&mut s, set).map_err(lab_err)?;
+        // a net.* sysctl is the hosts' (an old kernel's buffers), the rest the link's
+        if set.trim_start().starts_with("net.") {
+            sysctls.push(super::host_sysctl(set)?);
+        } else {
+            labcfg::apply_set(&mut s, set).map_err(lab_err)?;
+        }
         words.push(set.clone());
     }
     let loopback = prof.name == "loopback";
@@ -61,7 +67,7 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         loopback,
         access: Vec::new(),
         owner: Some(std::process::id()),
-        sysctls: Vec::new(),
+        sysctls,
     })
 }
 

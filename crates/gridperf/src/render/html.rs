@@ -84,6 +84,7 @@ fn rtt_chart(a: &NetworkAnalysis, curves: &[Curve], title: &str, zoom: Option<f6
             .filter(|t| protos.contains(&t.proto.as_str()) && zoom.is_none_or(|m| t.size as f64 <= m))
             .map(|t| (t.size as f64, mark(t)))
             .collect(),
+        references: Vec::new(),
     }
 }
 

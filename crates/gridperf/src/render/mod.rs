@@ -12,6 +12,7 @@ pub mod rtt;
 pub mod runs;
 pub mod stream;
 pub mod survey;
+pub mod sweep;
 pub mod transfer;
 pub mod tune;
 

@@ -20,13 +20,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema this gridperf writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// SQLite's application_id of a gridperf store ("GPF1"): a database without
 /// it, with tables of its own, is another application's and is not touched.
 pub const APPLICATION_ID: i64 = 0x4750_4631;
 
-const MIGRATIONS: &[&str] = &[
+/// The schema's steps, oldest first: step i takes user_version i to i + 1.
+pub const MIGRATIONS: &[&str] = &[
     // 0 -> 1
     "CREATE TABLE surveys (
         id INTEGER PRIMARY KEY,
@@ -69,6 +70,25 @@ const MIGRATIONS: &[&str] = &[
         created REAL NOT NULL,
         UNIQUE(run_id, proto, size, setting)
     );",
+    // 1 -> 2: sweeps (stream --sweep), each point's outcome, and the runs they hold
+    "CREATE TABLE sweeps (
+        id INTEGER PRIMARY KEY,
+        started REAL NOT NULL,
+        finished REAL,
+        command_line TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        status TEXT NOT NULL
+    );
+    CREATE TABLE sweep_points (
+        sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        point TEXT NOT NULL,
+        created REAL NOT NULL,
+        PRIMARY KEY (sweep_id, key)
+    );
+    ALTER TABLE runs ADD COLUMN sweep_id INTEGER REFERENCES sweeps(id) ON DELETE SET NULL;
+    CREATE INDEX runs_by_sweep ON runs(sweep_id);",
 ];
 
 /// The name runs on a network are stored under, for a name a user may
@@ -101,6 +121,9 @@ pub fn default_path() -> PathBuf {
 pub struct RunRow {
     pub id: i64,
     pub survey_id: Option<i64>,
+    /// The sweep (`stream --sweep`) the run is a point of, if any.
+    #[serde(default)]
+    pub sweep_id: Option<i64>,
     /// What was measured: a [`Measure`]'s name (a newer gridperf may store others).
     pub kind: String,
     /// The network: a lab profile's name, or the agent's address.
@@ -159,6 +182,7 @@ pub struct PointRow {
 #[derive(Debug, Clone)]
 pub struct NewRun<'a> {
     pub survey_id: Option<i64>,
+    pub sweep_id: Option<i64>,
     pub kind: Measure,
     pub network: &'a str,
     pub target: &'a str,
@@ -338,8 +362,8 @@ impl Store {
         self.conn
             .execute(
                 "INSERT INTO runs (survey_id, kind, network, target, command_line, version, started, settings,
-                                   lab_profile, mtu, status)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')",
+                                   lab_profile, mtu, sweep_id, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'running')",
                 params![
                     r.survey_id,
                     r.kind.name(),
@@ -351,6 +375,7 @@ impl Store {
                     r.settings.to_string(),
                     r.lab_profile,
                     r.mtu,
+                    r.sweep_id,
                 ],
             )
             .map_err(self.e())?;
@@ -422,6 +447,7 @@ impl Store {
         Ok(RunRow {
             id: r.get("id")?,
             survey_id: r.get("survey_id")?,
+            sweep_id: r.get("sweep_id")?,
             kind: r.get("kind")?,
             network: r.get("network")?,
             target: r.get("target")?,
@@ -447,13 +473,13 @@ impl Store {
     pub fn runs(&self, f: &RunFilter) -> Result<Vec<RunRow>> {
         let sql = format!(
             "{} WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR network = ?2) AND (?3 IS NULL OR started >= ?3)
-               AND (?4 IS NULL OR survey_id = ?4) ORDER BY id DESC",
+               AND (?4 IS NULL OR survey_id = ?4) AND (?5 IS NULL OR sweep_id = ?5) ORDER BY id DESC",
             Self::RUN_SELECT
         );
         let mut st = self.conn.prepare(&sql).map_err(self.e())?;
         let rows = st
             .query_map(
-                params![f.kind.map(Measure::name), f.network.as_deref().map(network_alias), f.since, f.survey],
+                params![f.kind.map(Measure::name), f.network.as_deref().map(network_alias), f.since, f.survey, f.sweep],
                 Self::run_from,
             )
             .map_err(self.e())?
@@ -525,6 +551,131 @@ impl Store {
     pub fn latest_survey(&self) -> Result<Option<i64>> {
         self.conn.query_row("SELECT MAX(id) FROM surveys", [], |r| r.get(0)).map_err(self.e())
     }
+
+    /// Begins a sweep: what it measures (`spec`, which a resumed sweep must match).
+    pub fn begin_sweep(&self, spec: &serde_json::Value) -> Result<i64> {
+        self.conn
+            .execute(
+                "INSERT INTO sweeps (started, command_line, spec, status) VALUES (?1, ?2, ?3, 'running')",
+                params![now(), std::env::args().collect::<Vec<_>>().join(" "), spec.to_string()],
+            )
+            .map_err(self.e())?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Ends a sweep: done, or incomplete (some points failed: --resume measures them again).
+    pub fn finish_sweep(&self, id: i64, status: &str) -> Result<()> {
+        self.conn
+            .execute("UPDATE sweeps SET finished = ?1, status = ?2 WHERE id = ?3", params![now(), status, id])
+            .map_err(self.e())?;
+        Ok(())
+    }
+
+    /// The latest sweep with this spec that did not finish (for --resume).
+    pub fn unfinished_sweep(&self, spec: &serde_json::Value) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT id FROM sweeps WHERE status != 'done' AND spec = ?1 ORDER BY id DESC LIMIT 1",
+                params![spec.to_string()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.e())
+    }
+
+    /// Stores (or replaces) one point's outcome: its place in the grid,
+    /// its key (the settings in words), the point as JSON.
+    pub fn put_sweep_point(&self, sweep: i64, idx: usize, key: &str, point: &serde_json::Value) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO sweep_points (sweep_id, idx, key, point, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![sweep, idx as i64, key, point.to_string(), now()],
+            )
+            .map_err(self.e())?;
+        Ok(())
+    }
+
+    /// A sweep as stored: the row and its points in grid order.
+    pub fn sweep(&self, id: i64) -> Result<SweepRow> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT id, started, finished, command_line, spec, status FROM sweeps WHERE id = ?1",
+                params![id],
+                |r| {
+                    let spec: String = r.get(4)?;
+                    Ok(SweepRow {
+                        id: r.get(0)?,
+                        started: r.get(1)?,
+                        finished: r.get(2)?,
+                        command_line: r.get(3)?,
+                        spec: serde_json::from_str(&spec).unwrap_or_default(),
+                        status: r.get(5)?,
+                        points: Vec::new(),
+                    })
+                },
+            )
+            .optional()
+            .map_err(self.e())?;
+        let Some(mut row) = row else {
+            let ids: Vec<i64> = self
+                .conn
+                .prepare("SELECT id FROM sweeps ORDER BY id DESC LIMIT 20")
+                .and_then(|mut q| q.query_map([], |r| r.get(0))?.collect())
+                .map_err(self.e())?;
+            return Err(Error::usage(match ids.is_empty() {
+                true => format!("no sweep {id}: {} holds no sweeps (stream --sweep makes one)", self.path.display()),
+                false => format!(
+                    "no sweep {id} in {}; the latest are {}",
+                    self.path.display(),
+                    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            }));
+        };
+        let mut st = self
+            .conn
+            .prepare("SELECT key, point FROM sweep_points WHERE sweep_id = ?1 ORDER BY idx")
+            .map_err(self.e())?;
+        row.points = st
+            .query_map(params![id], |r| {
+                let point: String = r.get(1)?;
+                Ok((r.get(0)?, serde_json::from_str(&point).unwrap_or_default()))
+            })
+            .map_err(self.e())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.e())?;
+        Ok(row)
+    }
+
+    /// The newest sweep's id and start time, if any.
+    pub fn latest_sweep(&self) -> Result<Option<(i64, f64)>> {
+        self.conn
+            .query_row("SELECT id, started FROM sweeps ORDER BY id DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(self.e())
+    }
+
+    /// The newest survey's start time, if any.
+    pub fn latest_survey_started(&self) -> Result<Option<f64>> {
+        self.conn.query_row("SELECT MAX(started) FROM surveys", [], |r| r.get(0)).map_err(self.e())
+    }
+}
+
+/// A sweep as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepRow {
+    pub id: i64,
+    #[serde(rename = "started_unix")]
+    pub started: f64,
+    #[serde(rename = "finished_unix")]
+    pub finished: Option<f64>,
+    pub command_line: String,
+    /// What it measures (axes, the base test, the network).
+    pub spec: serde_json::Value,
+    /// running, done, incomplete (a point failed) or interrupted.
+    pub status: String,
+    /// (key, point) in grid order: the settings in words and the point's outcome.
+    pub points: Vec<(String, serde_json::Value)>,
 }
 
 impl Drop for Store {
@@ -544,4 +695,5 @@ pub struct RunFilter {
     pub network: Option<String>,
     pub since: Option<f64>,
     pub survey: Option<i64>,
+    pub sweep: Option<i64>,
 }

@@ -810,3 +810,63 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
     assert!(stderr(&o).contains("global"), "{}", stderr(&o));
     assert!(labs_named("tglobal").is_empty());
 }
+
+#[test]
+fn a_sweep_over_a_kernels_buffers_sets_them_in_the_labs_hosts() {
+    if !privileged("a_sweep_over_a_kernels_buffers_sets_them_in_the_labs_hosts") {
+        return;
+    }
+    let _serial = serial();
+    let before = labs_named("run");
+    // BalticGrid's figure in small: a 2.6.9 kernel's buffers and this one's, at 8 and 35 ms on 1 Gbit/s
+    // (the profile swept, not --lab: the labs come up without root all the same)
+    let args = [
+        "stream",
+        "--sweep",
+        "profile=baltic",
+        "--sweep",
+        "buffers=2.6.9,this",
+        "--sweep",
+        "rtt=8ms,35ms",
+        "-t",
+        "1.5",
+        "-C",
+        "cubic",
+        "--no-store",
+        "--json",
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4);
+    let at = |buffers: &str, rtt: &str| {
+        points
+            .iter()
+            .find(|p| p["settings"][1][1] == buffers && p["settings"][2][1] == rtt)
+            .unwrap_or_else(|| panic!("{buffers} {rtt}: {v}"))
+            .clone()
+    };
+    for rtt in ["8ms", "35ms"] {
+        let old = at("2.6.9", rtt);
+        // the old kernel's tcp_wmem max (131072) binds below its tcp_rmem max (174760)
+        assert_eq!(old["window_bytes"], 131_072, "{old}");
+        assert_eq!(old["link_bps"], 1_000_000_000u64, "{old}");
+        let rtt_s = old["rtt_ns"].as_f64().expect("rtt") / 1e9;
+        let limit = 131_072.0 * 8.0 / rtt_s;
+        let got = old["median_bps"].as_f64().expect("median");
+        // window-limited: at most W/RTT (the kernel keeps part of the buffer), and not starved
+        assert!(got <= limit * 1.05 && got > limit * 0.3, "{rtt}: {got} against W/RTT {limit}: {old}");
+        let verdict = old["verdicts"][0].as_str().unwrap_or_default();
+        assert!(verdict == "send-buffer" || verdict == "receive-window", "{old}");
+    }
+    // this kernel's buffers carry many times more at 35 ms (BalticGrid: 10-20 times after tuning)
+    let (old, new) = (at("2.6.9", "35ms")["median_bps"].as_f64(), at("this", "35ms")["median_bps"].as_f64());
+    let (old, new) = (old.expect("old"), new.expect("new"));
+    assert!(new > 5.0 * old, "this kernel {new} against 2.6.9's {old}");
+    assert_eq!(labs_named("run"), before, "the sweep's labs were left behind");
+    // a sysctl that is global on Linux cannot be a lab host's own
+    let o = run(&["stream", "--lab", "man", "--lab-set", "net.core.rmem_max=8738000", "-t", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("global on Linux, not per network namespace"), "{}", stderr(&o));
+}

@@ -645,6 +645,7 @@ fn run_row(id: i64, kind: &str, network: &str, env: Option<Environment>) -> stor
     store_fixture::RunRow {
         id,
         survey_id: Some(3),
+        sweep_id: None,
         kind: kind.into(),
         network: network.into(),
         target: network.into(),
@@ -761,4 +762,87 @@ fn survey_tables_and_html_report() {
     let names: Vec<&str> = svgs.iter().map(|(n, _)| n.as_str()).collect();
     insta::assert_snapshot!("report_svg_names", names.join("\n"));
     insta::assert_snapshot!("report_html", html);
+}
+
+/// A DataTAG-like sweep as stored: two profiles, two windows, three delays.
+fn datatag_sweep() -> gridperf::store::SweepRow {
+    use gridperf_core::model::SweepPoint;
+    let mut points = Vec::new();
+    for (profile, link) in [("lambda", 622_000_000u64), ("internet", 1_000_000_000)] {
+        for w in ["4194304", "16777216"] {
+            for (delay, paced) in [("0us", None), ("5us", Some(705_882_353u64)), ("20us", Some(375_000_000))] {
+                let base = if w == "4194304" { 300e6 } else { 450e6 };
+                let p = SweepPoint {
+                    settings: vec![
+                        ("profile".into(), profile.into()),
+                        ("w".into(), w.into()),
+                        ("delay".into(), delay.into()),
+                        ("paced".into(), paced.map(|b| format!("{b}")).unwrap_or_else(|| "no".into())),
+                    ],
+                    runs_bps: vec![base * 0.9, base],
+                    best_bps: Some(base),
+                    median_bps: Some(base * 0.95),
+                    verdicts: vec!["congestion".into(), "congestion".into()],
+                    invalid: None,
+                    error: None,
+                    link_bps: Some(link),
+                    rtt_ns: Some(100_000_000),
+                    window_bytes: w.parse().ok(),
+                    pacing_bps: paced,
+                };
+                points
+                    .push((format!("profile={profile} w={w} delay={delay}"), serde_json::to_value(&p).expect("json")));
+            }
+        }
+    }
+    gridperf::store::SweepRow {
+        id: 7,
+        started: 1_795_000_000.0,
+        finished: Some(1_795_001_000.0),
+        command_line: "gridperf stream --preset datatag".into(),
+        spec: serde_json::json!({
+            "preset": "datatag",
+            "axes": [
+                { "field": "profile", "values": ["lambda", "internet"] },
+                { "field": "w", "values": ["4194304", "16777216"] },
+                { "field": "delay", "values": ["0us", "5us", "20us"] },
+            ],
+            "repeat": 2,
+            "best": true,
+        }),
+        status: "done".into(),
+        points,
+    }
+}
+
+#[test]
+fn a_sweep_is_drawn_as_the_documents_did_a_chart_per_profile_a_line_per_window() {
+    let sweep = datatag_sweep();
+    let charts = render::sweep::charts(&sweep);
+    let names: Vec<&str> = charts.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["sweep7-delay-lambda.svg", "sweep7-delay-internet.svg"]);
+    let (_, lambda) = &charts[0];
+    assert_eq!(lambda.title, "datatag sweep 7: throughput on lambda");
+    assert_eq!(lambda.x_label, "per-packet delay on the sender (us)");
+    assert!(lambda.y_label.contains("best of 2 runs"), "{}", lambda.y_label);
+    let labels: Vec<&str> = lambda.series.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["w 4 MiB", "w 16 MiB"]);
+    // the best of each point, in Mbit/s, with the runs' spread
+    let p = lambda.series[0].points[1];
+    assert_eq!((p.x, p.y, p.band), (5.0, 300.0, Some((270.0, 300.0))));
+    let refs: Vec<(&str, Vec<(f64, f64)>)> =
+        lambda.references.iter().map(|r| (r.label.as_str(), r.points.iter().map(|p| (p.x, p.y)).collect())).collect();
+    // 4 MiB per 100 ms is 335.5 Mbit/s; 16 MiB's 1342 is past 1.3 x the link's 622: left out
+    let w4 = 4194304.0 * 8.0 / 0.1 / 1e6;
+    assert_eq!(refs[0], ("W/RTT, W 4 MiB", vec![(0.0, w4), (5.0, w4), (20.0, w4)]));
+    assert_eq!(refs[1], ("W/RTT, W 16 MiB", vec![]));
+    assert_eq!(refs[2], ("link 622.00 Mbit/s", vec![(0.0, 622.0), (20.0, 622.0)]));
+    // the delays' pacing: none at 0 (unpaced); 705.9 above the link and 375 below it
+    assert_eq!(refs[3], ("the delay's pacing", vec![(5.0, 705.882353), (20.0, 375.0)]));
+    // the page: the figures and a row per point, self-contained
+    let (page, svgs) = render::sweep::html(&sweep);
+    assert_eq!(svgs.len(), 2);
+    assert_eq!(page.matches("<tr>").count() + page.matches("<tr class").count(), 13, "a header and 12 points");
+    assert!(page.contains("gridperf sweep 7 (preset datatag)"));
+    assert!(!page.contains("<script") && !page.contains("href=\"http"));
 }

@@ -45,6 +45,7 @@ fn points_written_one_by_one_survive_a_reopen_and_a_second_reader() {
     let id = store
         .begin_run(&NewRun {
             survey_id: None,
+            sweep_id: None,
             kind: gridperf_core::model::Measure::Rtt,
             network: "man",
             target: "man",
@@ -365,5 +366,126 @@ fn another_applications_database_is_left_untouched_and_said_before_a_stream_runs
     assert_eq!(app, gridperf::store::APPLICATION_ID);
     let o = Command::new(BIN).args(["runs", "list", "--db", &mine.to_string_lossy()]).output().expect("run");
     assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_version_1_store_is_migrated_with_its_runs_kept() {
+    let d = tmpdir("v1");
+    let db = d.join("v1.db");
+    {
+        // a store as gridperf wrote it before sweeps were stored
+        let c = rusqlite::Connection::open(&db).expect("sqlite");
+        c.execute_batch(gridperf::store::MIGRATIONS[0]).expect("v1 schema");
+        c.pragma_update(None, "user_version", 1).expect("pragma");
+        c.pragma_update(None, "application_id", gridperf::store::APPLICATION_ID).expect("pragma");
+        c.execute(
+            "INSERT INTO runs (kind, network, target, command_line, version, started, settings, status)
+             VALUES ('stream', 'man', 'man', 'gridperf stream --lab man', 'gridperf 0.1.0', 1.0, '{}', 'done')",
+            [],
+        )
+        .expect("a v1 run");
+    }
+    let store = Store::open(&db).expect("migrated");
+    let runs = store.runs(&RunFilter::default()).expect("runs");
+    assert_eq!(runs.len(), 1, "the v1 run is kept");
+    assert_eq!((runs[0].network.as_str(), runs[0].sweep_id), ("man", None));
+    let v: i64 = rusqlite::Connection::open(&db)
+        .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
+        .expect("version");
+    assert_eq!(v, gridperf::store::SCHEMA_VERSION);
+    // and it holds sweeps now: a point put twice is replaced, not doubled
+    let spec = serde_json::json!({ "axes": [] });
+    let id = store.begin_sweep(&spec).expect("sweep");
+    store.put_sweep_point(id, 0, "w=65536", &serde_json::json!({ "error": "first" })).expect("point");
+    store.put_sweep_point(id, 0, "w=65536", &serde_json::json!({ "error": "again" })).expect("point");
+    assert_eq!(store.unfinished_sweep(&spec).expect("unfinished"), Some(id));
+    let row = store.sweep(id).expect("row");
+    assert_eq!(row.points, vec![("w=65536".to_string(), serde_json::json!({ "error": "again" }))]);
+    store.finish_sweep(id, "done").expect("finish");
+    assert_eq!(store.unfinished_sweep(&spec).expect("unfinished"), None, "a done sweep is not resumed");
+    let e = store.sweep(id + 7).expect_err("unknown sweep");
+    assert!(e.to_string().contains(&format!("the latest are {id}")), "{e}");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_sweep_killed_mid_run_resumes_without_measuring_its_stored_points_again() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("sweep");
+    let db = d.join("s.db");
+    let dbs = db.to_str().expect("path").to_string();
+    let args = ["stream", "--sweep", "P=1,2,3", "--sweep", "pacing=300M,600M", "-t", "0.5", "--db", &dbs];
+    let mut child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("sweep");
+    // kill it once two points are stored
+    let stored = || {
+        Store::open_existing(&db)
+            .and_then(|s| s.latest_sweep()?.map(|(id, _)| s.sweep(id)).transpose())
+            .ok()
+            .flatten()
+            .map(|s| s.points.len())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stored() < 2 {
+        assert!(Instant::now() < deadline, "no points stored within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let store = Store::open_existing(&db).expect("reopen after the kill");
+    let (id, _) = store.latest_sweep().expect("sweeps").expect("a sweep");
+    let kept = store.sweep(id).expect("sweep");
+    assert_eq!(kept.status, "running", "the killed sweep is not marked done");
+    let kept_keys: Vec<String> = kept.points.iter().map(|(k, _)| k.clone()).collect();
+    let runs_before = store.runs(&RunFilter { sweep: Some(id), ..Default::default() }).expect("runs").len();
+    assert!(runs_before >= kept_keys.len(), "each stored point has its run");
+    drop(store);
+    // other settings are another sweep: nothing to resume
+    let o = run(&["stream", "--sweep", "P=1,2", "-t", "0.5", "--db", &dbs, "--resume"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no unfinished sweep with these settings"), "{}", stderr(&o));
+    // the same sweep, resumed: the stored points come back as they were
+    let mut more = args.to_vec();
+    more.extend_from_slice(&["--resume", "--json"]);
+    let o = run(&more);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("({} stored: {} to go)", kept_keys.len(), 6 - kept_keys.len())),
+        "{}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["sweep_id"], id);
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 6);
+    let store = Store::open_existing(&db).expect("reopen");
+    let done = store.sweep(id).expect("sweep");
+    assert_eq!(done.status, "done");
+    for (key, p) in &kept.points {
+        let now = done.points.iter().find(|(k, _)| k == key).map(|(_, p)| p).expect("kept point");
+        assert_eq!(now, p, "{key} was measured again");
+    }
+    // every point has one run of the sweep; none made twice (the killed point's may be left failed)
+    let runs = store.runs(&RunFilter { sweep: Some(id), ..Default::default() }).expect("runs");
+    let good = runs.iter().filter(|r| r.status == "done").count();
+    assert_eq!(good, 6, "{runs:?}");
+    // paced at 300M or 600M a stream, each point's total follows its streams
+    for p in points {
+        let streams: f64 = p["settings"][0][1].as_str().and_then(|s| s.parse().ok()).expect("P");
+        let pace: f64 = if p["settings"][1][1] == "300M" { 300e6 } else { 600e6 };
+        let median = p["median_bps"].as_f64().expect("median");
+        assert!((median / (streams * pace) - 1.0).abs() < 0.06, "{p}");
+    }
+    // the report draws it: one chart, a line per stream count, pacing along x
+    let html = d.join("sweep.html");
+    let svgs = d.join("svg");
+    let o = run(&["report", "--db", &dbs, "-o", html.to_str().expect("path"), "--svg-dir", svgs.to_str().expect("p")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("sweep {id}, 6 points, 1 plots")), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).expect("report");
+    assert_eq!(page.matches("class=\"series\"").count(), 3, "P 1, 2, 3");
+    assert!(page.contains("pacing rate (Mbit/s"), "x is the pacing");
     let _ = std::fs::remove_dir_all(&d);
 }
