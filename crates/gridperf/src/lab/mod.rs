@@ -471,6 +471,9 @@ pub fn down(name: &str) -> Result<bool> {
         for h in &s.hosts {
             end_processes_in(&h.netns, h.ns_inode, None);
         }
+        // an emulator of this process's that already ended is a zombie
+        // until collected (emulator_alive counts it gone): collect it
+        gridperf_sys::reap(s.pid);
         if emulator_alive(s.pid) {
             was_up = true;
             let _ = gridperf_sys::signal(s.pid, libc::SIGTERM);

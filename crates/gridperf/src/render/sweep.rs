@@ -257,10 +257,10 @@ pub fn html(sweep: &SweepRow) -> (String, Vec<(String, String)>) {
         );
     }
     h.push_str(
-        "<p>Dashed: not measured but reckoned. The link's rate; each window's limit W/RTT (W the window asked \
-         for, or the buffers' maximum autotuning stays within; the kernel keeps part of a buffer for overhead, so \
-         a stream reaches somewhat less); a per-packet delay's pacing rate (MTU x 8 / (MTU x 8 / NIC rate + \
-         delay)).</p>\n<div class=\"charts\">\n",
+        "<p>Dashed: not measured but reckoned. The link's rate; each window's W/RTT, a guide rather than a cap \
+         (W the window asked for with -w, which the kernel doubles and makes part of into window, or the maximum \
+         autotuned buffers may grow to, of which the kernel keeps part for overhead); a per-packet delay's pacing \
+         rate (MTU x 8 / (MTU x 8 / NIC rate + delay)).</p>\n<div class=\"charts\">\n",
     );
     for (name, chart) in charts(sweep) {
         let s = svg::render(&chart, 900, 440);
