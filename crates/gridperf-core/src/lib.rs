@@ -18,6 +18,7 @@
 
 pub mod auth;
 pub mod compare;
+pub mod copy;
 pub mod emu;
 pub mod flow;
 pub mod gso;

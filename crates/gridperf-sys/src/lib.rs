@@ -1006,6 +1006,101 @@ mod root_tests {
 
 // ---------------------------------------------------------------- bulk streams
 
+/// Opens `path` relative to the directory `dir`, never leaving it:
+/// openat2 with RESOLVE_BENEATH (no `..` above it, no absolute path, no
+/// symbolic link that points out of it) and RESOLVE_NO_MAGICLINKS
+/// (/proc/PID/fd links). `flags` are open(2)'s (O_CLOEXEC is added).
+pub fn open_beneath(dir: &impl AsRawFd, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    // SAFETY: open_how is plain integers; all zero is a valid value
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { u64::from(mode) } else { 0 };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    loop {
+        // SAFETY: c is a NUL-terminated path; how lives across the call and its size is passed
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel returned a new descriptor this process owns
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// mkdirat(2): a directory `name` (one plain name) in `dir`; one that
+/// exists already is fine.
+pub fn mkdir_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    // SAFETY: c is NUL-terminated
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) } == 0 {
+        return Ok(());
+    }
+    match io::Error::last_os_error() {
+        e if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// renameat(2) within one directory: `from` to `to`, both plain names.
+pub fn rename_in(dir: &impl AsRawFd, from: &str, to: &str) -> io::Result<()> {
+    let bad = |_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte");
+    let (f, t) = (CString::new(from).map_err(bad)?, CString::new(to).map_err(bad)?);
+    // SAFETY: both are NUL-terminated and the same directory descriptor is valid
+    if unsafe { libc::renameat(dir.as_raw_fd(), f.as_ptr(), dir.as_raw_fd(), t.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// unlinkat(2) of a plain name in `dir`; one that is gone already is fine.
+pub fn unlink_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    // SAFETY: c is NUL-terminated
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    match io::Error::last_os_error() {
+        e if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// fallocate(2) the first `len` bytes of a file (space reserved now: a full
+/// disk is found before the copy, not in the middle of it).
+pub fn preallocate(file: &impl AsRawFd, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: a valid descriptor and a length
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    // a filesystem without fallocate: extend it instead
+    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        // SAFETY: as above
+        if unsafe { libc::ftruncate(file.as_raw_fd(), len as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        return Err(io::Error::last_os_error());
+    }
+    Err(e)
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process on a host
 /// (what a UDP stream's send timestamps are read from).
 pub fn monotonic_ns() -> u64 {

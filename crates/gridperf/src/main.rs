@@ -31,6 +31,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             let f = gridperf::cli::format(a.json, a.csv);
             go(a, f, commands::fanout::run)
         }
+        Command::Copy(a) => go(*a, table, commands::copy::run),
         Command::Tune(a) => go(a, table, commands::tune::run),
         Command::Survey(a) => {
             let f = gridperf::cli::format(a.json, false);

@@ -5,12 +5,14 @@
 //! measurement records (the environment) and the [`Measure`] that names
 //! each kind are here.
 
+mod copy;
 mod echo;
 mod fanout;
 mod stream;
 mod sweep;
 mod tune;
 
+pub use copy::*;
 pub use echo::*;
 pub use fanout::*;
 pub use stream::*;
@@ -27,6 +29,8 @@ use std::fmt;
 pub const RTT_SCHEMA: &str = "gridperf.rtt/1";
 pub const TRANSFER_SCHEMA: &str = "gridperf.transfer/1";
 pub const STREAM_SCHEMA: &str = "gridperf.stream/1";
+/// `gridperf copy --json`: a copy's files and figures.
+pub const COPY_SCHEMA: &str = "gridperf.copy/1";
 /// `gridperf stream --sweep --json`: every point of a sweep.
 pub const SWEEP_SCHEMA: &str = "gridperf.sweep/1";
 pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
@@ -62,11 +66,13 @@ pub enum Measure {
     Stream,
     /// The many-to-one benchmark (`gridperf fanout`).
     Fanout,
+    /// Files moved, verified (`gridperf copy`).
+    Copy,
 }
 
 impl Measure {
-    pub const ALL: [Measure; 4] = [Measure::Rtt, Measure::Transfer, Measure::Stream, Measure::Fanout];
-    pub const VALID: &'static str = "rtt, transfer, stream, fanout";
+    pub const ALL: [Measure; 5] = [Measure::Rtt, Measure::Transfer, Measure::Stream, Measure::Fanout, Measure::Copy];
+    pub const VALID: &'static str = "rtt, transfer, stream, fanout, copy";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -74,6 +80,7 @@ impl Measure {
             Measure::Transfer => "transfer",
             Measure::Stream => "stream",
             Measure::Fanout => "fanout",
+            Measure::Copy => "copy",
         }
     }
 
@@ -88,6 +95,7 @@ impl Measure {
             Measure::Transfer => TRANSFER_SCHEMA,
             Measure::Stream => STREAM_SCHEMA,
             Measure::Fanout => FANOUT_SCHEMA,
+            Measure::Copy => COPY_SCHEMA,
         }
     }
 }

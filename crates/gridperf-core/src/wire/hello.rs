@@ -26,6 +26,8 @@ pub enum DataKind {
     Fanout,
     /// One UDP stream of a stream test (its first datagram).
     UdpStream,
+    /// One data connection of a copy.
+    Copy,
 }
 
 impl DataKind {
@@ -36,6 +38,7 @@ impl DataKind {
             DataKind::Stream => 3,
             DataKind::Fanout => 4,
             DataKind::UdpStream => 5,
+            DataKind::Copy => 6,
         }
     }
 
@@ -46,6 +49,7 @@ impl DataKind {
             3 => DataKind::Stream,
             4 => DataKind::Fanout,
             5 => DataKind::UdpStream,
+            6 => DataKind::Copy,
             _ => return None,
         })
     }
@@ -103,7 +107,9 @@ mod tests {
 
     #[test]
     fn hellos_round_trip() {
-        for kind in [DataKind::Tcp, DataKind::Sendfile, DataKind::Stream, DataKind::Fanout, DataKind::UdpStream] {
+        for kind in
+            [DataKind::Tcp, DataKind::Sendfile, DataKind::Stream, DataKind::Fanout, DataKind::UdpStream, DataKind::Copy]
+        {
             let h = DataHello::new(0x0123_4567_89ab_cdef, kind, 77);
             let b = h.encode();
             assert_eq!(b.len(), HELLO_LEN);

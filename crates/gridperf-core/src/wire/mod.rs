@@ -8,9 +8,11 @@
 //! without a version bump; a new message type or a changed meaning bumps
 //! [`PROTOCOL_VERSION`].
 
+mod copy;
 mod hello;
 mod request;
 
+pub use copy::*;
 pub use hello::*;
 pub use request::*;
 
@@ -220,6 +222,20 @@ pub enum ClientMsg {
     Finish,
     /// Starts a stream test's data transfer (all data connections are open).
     StreamGo,
+    /// A copy's files, in order (push: where each goes, its size and time;
+    /// pull: what to read, a file or a directory).
+    CopyFiles {
+        files: Vec<CopyFile>,
+    },
+    /// Pull: the blocks the client still needs of each file; `last` on the final part.
+    CopyNeeds {
+        needs: Vec<CopyNeed>,
+        last: bool,
+    },
+    /// Push: every block is sent; these files' sources changed meanwhile.
+    CopyDone {
+        changed: Vec<u32>,
+    },
     Abort {
         reason: String,
     },
@@ -307,6 +323,26 @@ pub enum AgentMsg {
     /// After a stream test: the agent's figures for each stream.
     StreamDone {
         ends: Vec<crate::model::StreamEnd>,
+    },
+    /// Pull: the files the agent will send, what the client named expanded
+    /// (`path` relative to the named path's parent); `last` on the final part.
+    CopySources {
+        files: Vec<CopyFile>,
+        last: bool,
+    },
+    /// Push: the blocks the agent still needs of each file.
+    CopyNeeds {
+        needs: Vec<CopyNeed>,
+        last: bool,
+    },
+    /// Pull: every block is sent; these files' sources changed meanwhile.
+    CopySent {
+        changed: Vec<u32>,
+    },
+    /// Push: how each file ended at the agent.
+    CopyResults {
+        files: Vec<CopyOutcome>,
+        last: bool,
     },
     Error {
         code: ErrorCode,

@@ -63,6 +63,8 @@ pub enum Test {
     Stream(StreamSpec),
     /// The agent is a fanout consumer: it echoes on every data connection.
     Fanout(FanoutSpec),
+    /// Files moved to or from beneath the agent's root (`serve --root`).
+    Copy(super::CopySpec),
 }
 
 /// Why an agent will not run a request: the code for the client's exit
@@ -107,6 +109,7 @@ impl Test {
             Test::Transfer(_) => Measure::Transfer,
             Test::Stream(_) => Measure::Stream,
             Test::Fanout(_) => Measure::Fanout,
+            Test::Copy(_) => Measure::Copy,
         }
     }
 
@@ -116,6 +119,7 @@ impl Test {
             Test::Rtt(e) | Test::Transfer(e) => e.validate(),
             Test::Stream(s) => s.validate(host).map(|_| ()).map_err(Refusal::unsupported),
             Test::Fanout(f) => f.validate(),
+            Test::Copy(c) => c.validate(),
         }
     }
 
@@ -128,6 +132,7 @@ impl Test {
             }
             Test::Stream(s) => format!("stream {} x {} {:?}", s.streams, s.proto, s.direction),
             Test::Fanout(f) => format!("fanout consumer, {} x {} B", f.messages, f.size),
+            Test::Copy(c) => format!("copy {:?} of {} files, {} streams", c.direction, c.files, c.streams),
         }
     }
 }

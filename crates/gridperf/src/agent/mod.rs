@@ -9,6 +9,7 @@
 //! own: [`echo`] (rtt, transfer), [`stream`], [`fanout`]. Any failure of
 //! one client ends that client's connection only; the accept loop goes on.
 
+pub(crate) mod copy;
 mod data;
 pub mod echo;
 mod fanout;
@@ -57,6 +58,10 @@ pub struct AgentConfig {
     pub max_idle: Duration,
     /// The site's limits on what a test may ask for (serve --max-*).
     pub limits: SiteLimits,
+    /// The directory copies read from and write into (serve --root); None: no copies.
+    pub root: Option<std::path::PathBuf>,
+    /// Copies may only read (serve --read-only).
+    pub read_only: bool,
     /// Exit after the first test has finished.
     pub once: bool,
     /// How long a client may take to say hello or send its next control message.
@@ -80,6 +85,8 @@ impl Default for AgentConfig {
             allow: Vec::new(),
             max_idle: Duration::from_secs(30),
             limits: SiteLimits::default(),
+            root: None,
+            read_only: false,
             once: false,
             control_timeout: Duration::from_secs(10),
             faults: Faults::default(),
@@ -132,6 +139,9 @@ pub fn test_memory(test: &gridperf_core::wire::Test) -> u64 {
             n.saturating_mul(own + samples + intervals + kernel(snd) + kernel(rcv))
         }
         Test::Fanout(f) => fanout::MAX_CONSUMERS as u64 * (f.size + kernel(f.buffer) * 2),
+        // a block buffer per stream, the socket buffers, the file list
+        // (at most a few hundred bytes a file)
+        Test::Copy(c) => u64::from(c.streams).saturating_mul(c.block + 2 * kernel(c.window)) + u64::from(c.files) * 512,
     }
 }
 
@@ -156,6 +166,7 @@ impl SiteLimits {
             Test::Rtt(e) | Test::Transfer(e) => e.max_size,
             Test::Stream(s) => s.write_size,
             Test::Fanout(f) => f.size,
+            Test::Copy(c) => c.block,
         };
         if let Some(max) = self.max_message.filter(|&m| size > m) {
             return Some(format!("messages of {size} bytes: this agent allows at most {max} (serve --max-message)"));
@@ -166,6 +177,24 @@ impl SiteLimits {
                 "this test would hold up to {memory} bytes here (buffers, socket buffers, timelines): this agent \
                  allows at most {max} per test (serve --max-test-memory); ask for fewer streams, smaller writes or buffers"
             ));
+        }
+        if let Test::Copy(c) = test {
+            if c.streams > self.max_streams {
+                return Some(format!(
+                    "{} streams: this agent allows at most {} (serve --max-streams)",
+                    c.streams, self.max_streams
+                ));
+            }
+            return match (self.max_rate_bps, c.pacing_bps) {
+                (Some(max), Some(r)) if r.saturating_mul(u64::from(c.streams)) > max => Some(format!(
+                    "{} streams at {r} bit/s: this agent allows at most {max} bit/s in all (serve --max-rate)",
+                    c.streams
+                )),
+                (Some(max), None) => Some(format!(
+                    "an unpaced copy: this agent allows at most {max} bit/s in all (serve --max-rate): give --pacing"
+                )),
+                _ => None,
+            };
         }
         let Test::Stream(s) = test else { return None };
         let ms = s.duration_ms.saturating_add(s.omit_ms);
@@ -472,12 +501,17 @@ pub struct LocalAgent {
 
 impl LocalAgent {
     pub fn start(faults: Faults) -> io::Result<LocalAgent> {
-        let cfg = AgentConfig {
-            bind: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
-            faults,
-            log: false,
-            ..AgentConfig::default()
-        };
+        Self::with(AgentConfig { faults, ..AgentConfig::default() })
+    }
+
+    /// An agent of this process whose copies read and write beneath `root`
+    /// (a local copy: the destination directory).
+    pub fn with_root(root: std::path::PathBuf) -> io::Result<LocalAgent> {
+        Self::with(AgentConfig { root: Some(root), ..AgentConfig::default() })
+    }
+
+    fn with(cfg: AgentConfig) -> io::Result<LocalAgent> {
+        let cfg = AgentConfig { bind: vec![SocketAddr::from(([127, 0, 0, 1], 0))], log: false, ..cfg };
         let agent = Agent::bind(cfg)?;
         let addr = agent.local_addrs()[0];
         let stop = agent.stop_handle();

@@ -3,7 +3,7 @@
 //! has the control deadline; every refusal is told to the client with what
 //! is valid.
 
-use super::{echo, fanout, slots, stream, Shared};
+use super::{copy, echo, fanout, slots, stream, Shared};
 use crate::{ctl, host};
 use gridperf_core::auth;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, Test, TestRequest, WireError};
@@ -192,6 +192,7 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
         Test::Rtt(spec) | Test::Transfer(spec) => echo::run(shared, &mut ctl, peer, spec),
         Test::Stream(spec) => stream::run(shared, &mut ctl, peer, spec),
         Test::Fanout(spec) => fanout::run(shared, &mut ctl, peer, spec),
+        Test::Copy(spec) => copy::run(shared, &mut ctl, peer, spec),
     };
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
     match result {

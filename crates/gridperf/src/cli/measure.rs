@@ -267,7 +267,9 @@ pub struct StreamArgs {
     /// Sweep one setting over a list; repeat for a grid, every combination a stored run: w=1M..16M*2,
     /// pacing=0,400M,600M, delay=0,5us,10us (a per-packet delay, as the DataTAG kernel's: the pacing it
     /// implies at the link's rate), gap=0,10us (a sleep between writes), P=1,2, C=cubic,bbr, length=64K,1M,
-    /// profile=lambda,internet, or a lab field with --lab (rtt=8ms,20ms,35ms, queue=128KB,2bdp, loss=0,0.1%).
+    /// profile=lambda,internet, buffers=2.6.9,tuned,this (a kernel's tcp_rmem/tcp_wmem in the lab's hosts), or a
+    /// lab field with --lab (rtt=8ms,20ms,35ms, queue=128KB,2bdp, loss=0,0.1%, net.ipv4.tcp_rmem=4096 87380 174760).
+    /// Each sweep is stored as it goes: --resume goes on after an interruption; report --sweep ID draws it.
     #[arg(long = "sweep", value_name = "FIELD=LIST")]
     pub sweep: Vec<String>,
     /// A source document's sweep: datatag (004: throughput against a per-packet delay, windows 4-16 MB,

@@ -4,6 +4,7 @@
 //! user can get wrong is checked here, once, with a message that says what
 //! is valid. The options are the `Opts` of each `commands` module.
 
+pub mod copy;
 pub mod lab;
 pub mod measure;
 pub mod serve;
@@ -82,6 +83,18 @@ pub enum Command {
         A point where no byte moves for --watchdog is reported as DEADLOCK, with who was blocked in which call\n\
         and the bytes queued in every socket; the connections are torn down and the sweep goes on.")]
     Fanout(measure::FanoutArgs),
+    /// Move files across the network in blocks over parallel streams, each block verified as it arrives, resumable.
+    #[command(after_help = "Examples:\n  \
+        gridperf copy run1/ dtn2:incoming/                push a directory to `gridperf serve --root DIR` there\n  \
+        gridperf copy dtn2:archive/big.dat ./             pull a file beneath that agent's root\n  \
+        gridperf copy -P 8 -w 32M big.dat dtn2:in/        8 streams, 32 MB socket buffers\n  \
+        gridperf copy --resume run1/ dtn2:incoming/       after an interruption: what arrived is hashed again, kept\n  \
+        gridperf copy /data/a.dat /scratch/b.dat          disk to disk on this host, through an agent of this process\n\n\
+        A file is written as .NAME.gridperf-partial beside its destination, with a journal of its verified blocks\n\
+        (.NAME.gridperf-manifest), and renamed into place only when every block is verified; its BLAKE3 is printed.\n\
+        A partial file is always resumed: each block the journal names is hashed again and kept only if it still holds.\n\
+        Exit codes: 0 every file in place, 4 some files not (the summary says which and why).")]
+    Copy(Box<copy::CopyArgs>),
     /// What caps a single TCP stream on a path (rate x RTT), from this host's settings or both ends', and what to set.
     #[command(after_help = "Examples:\n  \
         gridperf tune --rate 1G --rtt 35ms                 the BDP, what each setting caps, the fix\n  \
@@ -147,6 +160,7 @@ impl Command {
                 | Command::Transfer(_)
                 | Command::Stream(_)
                 | Command::Fanout(_)
+                | Command::Copy(_)
                 | Command::Tune(_)
                 | Command::Survey(_)
         )

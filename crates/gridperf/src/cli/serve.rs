@@ -132,6 +132,14 @@ pub struct ServeArgs {
     /// timelines), e.g. 512M.
     #[arg(long, value_name = "SIZE")]
     pub max_test_memory: Option<String>,
+    /// The directory copies read from and write into (gridperf copy HOST:PATH): every path a client names is
+    /// resolved beneath it (no '..', no absolute path, no symbolic link out of it, no device). Without it the
+    /// agent refuses every copy.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<std::path::PathBuf>,
+    /// Copies may read beneath --root, never write.
+    #[arg(long, requires = "root")]
+    pub read_only: bool,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -166,6 +174,16 @@ impl TryFrom<ServeArgs> for AgentConfig {
                 .map(|c| c.parse().map_err(|e: String| Error::usage(format!("--allow {e}"))))
                 .collect::<Result<_>>()?,
             max_idle: duration(&a.max_idle, "--max-idle")?,
+            root: match &a.root {
+                Some(r) => Some(
+                    std::fs::canonicalize(r)
+                        .ok()
+                        .filter(|p| p.is_dir())
+                        .ok_or_else(|| Error::usage(format!("--root {}: not a directory", r.display())))?,
+                ),
+                None => None,
+            },
+            read_only: a.read_only,
             limits: crate::agent::SiteLimits {
                 max_duration: duration(&a.max_duration, "--max-duration")?,
                 max_streams: a.max_streams.max(1),

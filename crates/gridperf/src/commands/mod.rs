@@ -4,6 +4,7 @@
 //! here, through the [`Output`], does anything reach stdout; progress bars
 //! and warnings go to stderr.
 
+pub mod copy;
 pub mod fanout;
 pub mod lab;
 pub mod report;

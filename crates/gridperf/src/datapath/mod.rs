@@ -3,6 +3,7 @@
 //! [`stream`]) the stream threads. The client side of each measurement is
 //! in `engines`, the agent's in `agent`; what both run is here, once.
 
+pub mod copy;
 pub mod stream;
 
 use gridperf_core::plan::Proto;

@@ -453,7 +453,8 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
                 fanout_charts(&slug, &pts)
             }
-            None => Vec::new(),
+            // a copy has no chart yet: its files' table follows
+            Some(Measure::Copy) | None => Vec::new(),
         };
         for (name, chart) in charts {
             let s = svg::render(&chart, 900, 420);

@@ -5,6 +5,7 @@
 //! measures, so each is tested on constructed results (tests/it/render.rs
 //! pins their output with snapshots).
 
+pub mod copy;
 pub mod fanout;
 pub mod html;
 pub mod lab;

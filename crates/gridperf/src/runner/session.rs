@@ -201,6 +201,11 @@ impl Session {
         }
     }
 
+    /// Sends a message of the test's own conversation (a copy's lists).
+    pub fn tell(&mut self, msg: &ClientMsg) -> Result<()> {
+        self.send(msg)
+    }
+
     /// Starts a stream test's transfer.
     pub fn go(&mut self) -> Result<()> {
         self.send(&ClientMsg::StreamGo)

@@ -227,3 +227,19 @@ impl Recorder {
         }
     }
 }
+
+/// One file of a copy: keyed by its path, its figures as JSON.
+impl Stored for gridperf_core::model::CopyFileResult {
+    fn row(&self) -> PointRow {
+        PointRow {
+            proto: "copy".into(),
+            size: self.size,
+            setting: self.path.clone(),
+            median_ns: None,
+            q1_ns: None,
+            q3_ns: None,
+            figures: figures(self),
+            samples: None,
+        }
+    }
+}

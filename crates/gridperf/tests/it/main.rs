@@ -7,6 +7,7 @@
 //! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
 //! - `fanout`: the producer/consumer benchmark, its deadlock and the watchdog;
 //! - `store`: the results store, survey (killed and resumed), runs and report;
+//! - `copy`: gridperf copy through the binary: local, push and pull, refusals, damage, resume;
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (root, or a user namespace of one's own);
 //! - `lab`: the lab across real namespaces and TUN devices (root, or rootless: CI runs them both ways);
@@ -16,6 +17,7 @@
 
 mod agent;
 mod cli;
+mod copy;
 mod echo;
 mod fanout;
 mod isolation;

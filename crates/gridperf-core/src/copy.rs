@@ -1,0 +1,338 @@
+//! `gridperf copy`'s pure parts: how a file is cut into blocks, each
+//! block's BLAKE3 chaining value (so that the whole file's BLAKE3 follows
+//! from the blocks' values in any order, without reading it again), the
+//! manifest kept beside a partial file, and the frames a data connection
+//! carries.
+//!
+//! A block is `block` bytes (a power of two, at least BLAKE3's 1 KiB
+//! chunk) at an offset that is a multiple of it; the last one may be
+//! shorter. Such a block is a complete BLAKE3 subtree, so its chaining
+//! value can be computed alone (`hazmat::set_input_offset`) and the
+//! values merged into the root hash in BLAKE3's own tree order.
+
+use blake3::hazmat::{merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode};
+use serde::{Deserialize, Serialize};
+
+pub use blake3::Hash;
+
+/// The plain BLAKE3 of some bytes (a one-block file's whole hash).
+pub fn whole_hash(data: &[u8]) -> Hash {
+    blake3::hash(data)
+}
+
+/// Block sizes a copy may use.
+pub const MIN_BLOCK: u64 = 64 << 10;
+pub const MAX_BLOCK: u64 = 64 << 20;
+pub const DEFAULT_BLOCK: u64 = 4 << 20;
+
+/// Blocks a file of `size` bytes has (none for an empty file).
+pub fn block_count(size: u64, block: u64) -> u64 {
+    size.div_ceil(block)
+}
+
+/// The length of block `index` of a file of `size` bytes.
+pub fn block_len(size: u64, block: u64, index: u64) -> u64 {
+    block.min(size.saturating_sub(index * block))
+}
+
+/// Whether `block` is a size a copy may use: a power of two from 64 KiB to 64 MiB.
+pub fn check_block(block: u64) -> Result<(), String> {
+    if !block.is_power_of_two() || !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
+        return Err(format!("a block of {block} bytes: give a power of two from 64K to 64M (e.g. 4M)"));
+    }
+    Ok(())
+}
+
+/// A block's chaining value: BLAKE3 of its bytes as the subtree at `offset`.
+pub fn block_cv(data: &[u8], offset: u64) -> ChainingValue {
+    let mut h = blake3::Hasher::new();
+    h.set_input_offset(offset);
+    h.update(data);
+    h.finalize_non_root()
+}
+
+/// The whole file's BLAKE3 from its blocks' chaining values, in order.
+/// A file of one block (or none) has no parent node: its hash is the
+/// plain hash of its bytes, which the caller gives as `single`.
+pub fn file_hash(cvs: &[ChainingValue], size: u64, block: u64, single: Option<blake3::Hash>) -> Option<blake3::Hash> {
+    if cvs.len() <= 1 {
+        return match (size, single) {
+            (0, _) => Some(blake3::hash(b"")),
+            (_, s) => s,
+        };
+    }
+    // the root splits at BLAKE3's left subtree length: a power of two of
+    // bytes, so a whole number of blocks
+    let left = blake3::hazmat::left_subtree_len(size);
+    let n = (left / block) as usize;
+    let (l, r) = (subtree(&cvs[..n], left, block), subtree(&cvs[n..], size - left, block));
+    Some(merge_subtrees_root(&l, &r, Mode::Hash))
+}
+
+fn subtree(cvs: &[ChainingValue], len: u64, block: u64) -> ChainingValue {
+    if cvs.len() == 1 {
+        return cvs[0];
+    }
+    let left = blake3::hazmat::left_subtree_len(len);
+    let n = (left / block) as usize;
+    merge_subtrees_non_root(&subtree(&cvs[..n], left, block), &subtree(&cvs[n..], len - left, block), Mode::Hash)
+}
+
+/// Lowercase hex of a hash or chaining value.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What is known of a partial file, kept beside it (`.NAME.gridperf-manifest`):
+/// the source it is a copy of (size and modification time: another source
+/// starts the copy over), the block size, and each block's chaining value
+/// once it arrived verified. A resume re-hashes each such block in the
+/// partial file against it: a size is never trusted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub block: u64,
+    /// Per block: its chaining value (hex) once verified; null before.
+    pub blocks: Vec<Option<String>>,
+    /// The whole file's BLAKE3 of a one-block file (it has no tree).
+    #[serde(default)]
+    pub single: Option<String>,
+}
+
+impl Manifest {
+    pub const VERSION: u32 = 1;
+
+    pub fn new(size: u64, mtime_ns: i128, block: u64) -> Manifest {
+        Manifest {
+            version: Self::VERSION,
+            size,
+            mtime_ns,
+            block,
+            blocks: vec![None; block_count(size, block) as usize],
+            single: None,
+        }
+    }
+
+    /// Whether it describes a copy of this source with these blocks.
+    pub fn matches(&self, size: u64, mtime_ns: i128, block: u64) -> bool {
+        self.version == Self::VERSION
+            && self.size == size
+            && self.mtime_ns == mtime_ns
+            && self.block == block
+            && self.blocks.len() as u64 == block_count(size, block)
+    }
+
+    /// The chaining values, if every block has one.
+    pub fn cvs(&self) -> Option<Vec<ChainingValue>> {
+        self.blocks.iter().map(|b| b.as_deref().and_then(unhex32)).collect()
+    }
+}
+
+/// 32 bytes from 64 hex digits.
+pub fn unhex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Ranges of block indexes [start, end), from a list of indexes in order.
+pub fn ranges(indexes: impl IntoIterator<Item = u64>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for i in indexes {
+        match out.last_mut() {
+            Some((_, end)) if *end == i => *end += 1,
+            _ => out.push((i, i + 1)),
+        }
+    }
+    out
+}
+
+/// The length of a data frame's header: magic, file, block index, length, chaining value.
+pub const FRAME_HEADER: usize = 4 + 4 + 8 + 4 + 32;
+/// A block frame's magic ("GPCB").
+pub const FRAME_MAGIC: u32 = 0x4750_4342;
+/// The file number of the frame that ends a stream's blocks.
+pub const END_OF_BLOCKS: u32 = u32::MAX;
+/// The length of an acknowledgment: file, block index, verdict.
+pub const ACK_LEN: usize = 4 + 8 + 4;
+
+/// A block on a data connection: which file, which block, its length and
+/// its chaining value as the sender computed it; `len` bytes follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    pub file: u32,
+    pub index: u64,
+    pub len: u32,
+    pub cv: ChainingValue,
+}
+
+impl BlockHeader {
+    pub fn end() -> BlockHeader {
+        BlockHeader { file: END_OF_BLOCKS, index: 0, len: 0, cv: [0; 32] }
+    }
+
+    pub fn encode(&self) -> [u8; FRAME_HEADER] {
+        let mut b = [0u8; FRAME_HEADER];
+        b[0..4].copy_from_slice(&FRAME_MAGIC.to_be_bytes());
+        b[4..8].copy_from_slice(&self.file.to_be_bytes());
+        b[8..16].copy_from_slice(&self.index.to_be_bytes());
+        b[16..20].copy_from_slice(&self.len.to_be_bytes());
+        b[20..52].copy_from_slice(&self.cv);
+        b
+    }
+
+    pub fn decode(b: &[u8; FRAME_HEADER]) -> Result<BlockHeader, String> {
+        let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if word(0) != FRAME_MAGIC {
+            return Err(format!("not a block frame (magic {:08x})", word(0)));
+        }
+        let mut index = [0u8; 8];
+        index.copy_from_slice(&b[8..16]);
+        let mut cv = [0u8; 32];
+        cv.copy_from_slice(&b[20..52]);
+        Ok(BlockHeader { file: word(4), index: u64::from_be_bytes(index), len: word(16), cv })
+    }
+}
+
+/// The receiver's word on a block: it arrived whole and verified (written),
+/// or not (the sender sends it again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub file: u32,
+    pub index: u64,
+    pub ok: bool,
+}
+
+impl Ack {
+    pub fn encode(&self) -> [u8; ACK_LEN] {
+        let mut b = [0u8; ACK_LEN];
+        b[0..4].copy_from_slice(&self.file.to_be_bytes());
+        b[4..12].copy_from_slice(&self.index.to_be_bytes());
+        b[12..16].copy_from_slice(&u32::from(self.ok).to_be_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; ACK_LEN]) -> Ack {
+        let mut index = [0u8; 8];
+        index.copy_from_slice(&b[4..12]);
+        Ack {
+            file: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            index: u64::from_be_bytes(index),
+            ok: u32::from_be_bytes([b[12], b[13], b[14], b[15]]) == 1,
+        }
+    }
+}
+
+/// A path as a copy names it beneath an agent's root (or a destination
+/// directory): relative, its parts plain names (no `..`, `.`, empty part or
+/// NUL), at most 4096 bytes. What it refuses, it says.
+pub fn check_relative(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("an empty path".into());
+    }
+    if path.len() > 4096 {
+        return Err(format!("a path of {} bytes: at most 4096", path.len()));
+    }
+    if path.starts_with('/') {
+        return Err(format!("{path:?} is absolute: a copy's paths are relative to the agent's root"));
+    }
+    for part in path.split('/') {
+        if part.is_empty() || part == "." || part == ".." || part.contains('\0') {
+            return Err(format!("{path:?}: a part {part:?} is not a plain name (no '..', '.', '//' or NUL)"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes that differ from block to block.
+    fn data(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i as u64).wrapping_mul(2654435761).to_le_bytes()[3]).collect()
+    }
+
+    #[test]
+    fn the_file_hash_from_its_blocks_is_blake3_of_the_file() {
+        let block = MIN_BLOCK as usize;
+        for size in
+            [1, 1000, 1024, 1025, block - 1, block, block + 1, 2 * block, 3 * block + 17, 5 * block, 8 * block + 1]
+        {
+            let bytes = data(size);
+            let cvs: Vec<ChainingValue> =
+                bytes.chunks(block).enumerate().map(|(i, c)| block_cv(c, (i * block) as u64)).collect();
+            let single = (cvs.len() == 1).then(|| blake3::hash(&bytes));
+            assert_eq!(file_hash(&cvs, size as u64, block as u64, single), Some(blake3::hash(&bytes)), "{size}");
+        }
+        assert_eq!(file_hash(&[], 0, MIN_BLOCK, None), Some(blake3::hash(b"")));
+        assert_eq!(block_count(0, MIN_BLOCK), 0);
+        assert_eq!((block_len(100_000, MIN_BLOCK, 1), block_len(100_000, MIN_BLOCK, 0)), (100_000 - 65_536, 65_536));
+    }
+
+    #[test]
+    fn a_changed_byte_changes_the_blocks_value() {
+        let mut bytes = data(MIN_BLOCK as usize);
+        let before = block_cv(&bytes, MIN_BLOCK);
+        bytes[1234] ^= 1;
+        assert_ne!(block_cv(&bytes, MIN_BLOCK), before);
+        // and the same bytes at another offset are another subtree
+        assert_ne!(block_cv(&bytes, 0), block_cv(&bytes, MIN_BLOCK));
+    }
+
+    #[test]
+    fn frames_round_trip_and_a_stranger_is_refused() {
+        let h = BlockHeader { file: 3, index: 77, len: 65536, cv: [9; 32] };
+        assert_eq!(BlockHeader::decode(&h.encode()), Ok(h));
+        let mut bad = h.encode();
+        bad[0] = b'H';
+        assert!(BlockHeader::decode(&bad).expect_err("magic").contains("not a block frame"));
+        let a = Ack { file: 1, index: u64::MAX, ok: true };
+        assert_eq!(Ack::decode(&a.encode()), a);
+        assert_eq!(ranges([0, 1, 2, 5, 7, 8]), [(0, 3), (5, 6), (7, 9)]);
+    }
+
+    #[test]
+    fn only_plain_relative_paths_pass() {
+        for ok in ["a", "dir/file.dat", "a/b/c", "..a", "a.."] {
+            assert_eq!(check_relative(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("/etc/passwd", "absolute"),
+            ("../x", "not a plain name"),
+            ("a/../../x", "not a plain name"),
+            ("a//b", "not a plain name"),
+            ("./a", "not a plain name"),
+            ("a/\0", "not a plain name"),
+        ] {
+            assert!(check_relative(bad).expect_err(bad).contains(why), "{bad}");
+        }
+        assert!(check_block(4 << 20).is_ok());
+        for b in [0, 1000, 3 << 20, 128 << 20, 32 << 10] {
+            assert!(check_block(b).is_err(), "{b}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_matches_only_its_source() {
+        let mut m = Manifest::new(3 * MIN_BLOCK + 5, 1_700_000_000_000_000_000, MIN_BLOCK);
+        assert_eq!(m.blocks.len(), 4);
+        assert!(m.matches(3 * MIN_BLOCK + 5, 1_700_000_000_000_000_000, MIN_BLOCK));
+        assert!(!m.matches(3 * MIN_BLOCK + 5, 1_700_000_000_000_000_001, MIN_BLOCK), "touched");
+        assert!(!m.matches(3 * MIN_BLOCK + 6, 1_700_000_000_000_000_000, MIN_BLOCK), "grown");
+        assert_eq!(m.cvs(), None);
+        for b in &mut m.blocks {
+            *b = Some(hex(&[7; 32]));
+        }
+        assert_eq!(m.cvs(), Some(vec![[7; 32]; 4]));
+        assert_eq!(unhex32("zz"), None);
+    }
+}

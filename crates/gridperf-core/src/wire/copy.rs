@@ -1,0 +1,178 @@
+//! A copy's control messages (`gridperf copy`): the request, the file
+//! lists and block needs that follow it in frames of their own (a
+//! directory of many files does not fit one client frame), and the
+//! outcome. The blocks themselves travel on the data connections
+//! ([`crate::copy::BlockHeader`]).
+
+use super::{ErrorCode, Refusal, MAX_BUFFER, MAX_RATE_BPS, MAX_STREAMS};
+use serde::{Deserialize, Serialize};
+
+/// The most files one copy may name.
+pub const MAX_COPY_FILES: u32 = 1_000_000;
+/// The most bytes of paths a list message carries (within a client frame).
+pub const COPY_LIST_BYTES: usize = 10 << 10;
+/// The most block ranges one need message carries.
+pub const COPY_RANGES_PER_MSG: usize = 400;
+
+/// Which way the data goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CopyDirection {
+    /// The client sends, the agent writes beneath its root.
+    Push,
+    /// The agent reads beneath its root and sends, the client writes.
+    Pull,
+}
+
+/// A copy request: the list of files follows in CopyFiles messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopySpec {
+    pub direction: CopyDirection,
+    /// How many entries the client's CopyFiles messages will carry.
+    pub files: u32,
+    pub streams: u32,
+    /// Block size: a power of two, 64 KiB to 64 MiB.
+    pub block: u64,
+    /// SO_SNDBUF / SO_RCVBUF on the data sockets.
+    pub window: Option<u64>,
+    pub congestion: Option<String>,
+    pub pacing_bps: Option<u64>,
+    /// Keep what a partial file holds (verified again, block by block).
+    pub resume: bool,
+    /// Replace a destination that exists.
+    pub force: bool,
+}
+
+impl CopySpec {
+    pub fn validate(&self) -> Result<(), Refusal> {
+        let unsupported = |m: String| Refusal { code: ErrorCode::Unsupported, message: m };
+        if self.streams == 0 || self.streams > MAX_STREAMS {
+            return Err(unsupported(format!("{} streams: give 1 to {MAX_STREAMS}", self.streams)));
+        }
+        crate::copy::check_block(self.block).map_err(unsupported)?;
+        if self.files == 0 || self.files > MAX_COPY_FILES {
+            return Err(unsupported(format!("a copy of {} files: give 1 to {MAX_COPY_FILES}", self.files)));
+        }
+        if let Some(w) = self.window.filter(|&w| w == 0 || w > MAX_BUFFER) {
+            return Err(unsupported(format!("a window of {w} bytes: give 1 byte to 1 GiB")));
+        }
+        if let Some(p) = self.pacing_bps.filter(|&p| p == 0 || p > MAX_RATE_BPS) {
+            return Err(unsupported(format!("pacing at {p} bit/s: give 1 to {MAX_RATE_BPS}")));
+        }
+        Ok(())
+    }
+}
+
+/// A file of a copy: where it goes (push) or what to read (pull, expanded
+/// by the agent into its files), relative to the root; its size and
+/// modification time where known (the source's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyFile {
+    pub path: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+/// What the writing end needs of one file: the blocks, as ranges of
+/// indexes [start, end); or why it refuses the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyNeed {
+    pub file: u32,
+    pub ranges: Vec<(u64, u64)>,
+    /// Bytes a partial file already held, verified again (--resume).
+    pub kept: u64,
+    /// Why this file is not copied (the rest go on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// How one file's copy ended, as the writing end saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyOutcome {
+    pub file: u32,
+    /// The whole file's BLAKE3 (hex), from the verified blocks.
+    pub blake3: Option<String>,
+    /// Bytes that arrived verified in this run.
+    pub moved: u64,
+    /// Blocks that arrived damaged and were sent again.
+    pub resent: u64,
+    /// Bytes kept from a partial file.
+    pub kept: u64,
+    /// Why the file is not in place (it stays partial), if so.
+    pub error: Option<String>,
+}
+
+/// Splits a list into messages of at most [`COPY_LIST_BYTES`] of paths
+/// (and at least one entry each).
+pub fn chunk_files(files: &[CopyFile]) -> Vec<Vec<CopyFile>> {
+    let mut out: Vec<Vec<CopyFile>> = Vec::new();
+    let mut bytes = 0;
+    for f in files {
+        let cost = f.path.len() + 64;
+        if out.is_empty() || bytes + cost > COPY_LIST_BYTES {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += cost;
+        out.last_mut().expect("a chunk").push(f.clone());
+    }
+    out
+}
+
+/// Splits needs into messages of at most [`COPY_RANGES_PER_MSG`] ranges
+/// (a file with more ranges spans messages, in order).
+pub fn chunk_needs(needs: &[CopyNeed]) -> Vec<Vec<CopyNeed>> {
+    let mut out: Vec<Vec<CopyNeed>> = vec![Vec::new()];
+    let mut count = 0;
+    for n in needs {
+        let mut rest = n.ranges.as_slice();
+        loop {
+            let room = COPY_RANGES_PER_MSG.saturating_sub(count).max(1);
+            let take = rest.len().min(room);
+            if count + take > COPY_RANGES_PER_MSG {
+                out.push(Vec::new());
+                count = 0;
+                continue;
+            }
+            out.last_mut().expect("a chunk").push(CopyNeed { ranges: rest[..take].to_vec(), ..n.clone() });
+            count += take.max(1);
+            rest = &rest[take..];
+            if rest.is_empty() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_and_needs_are_cut_to_fit_a_frame() {
+        let files: Vec<CopyFile> =
+            (0..500).map(|i| CopyFile { path: format!("dir/file-{i:05}.dat"), size: 1, mtime_ns: 0 }).collect();
+        let chunks = chunk_files(&files);
+        assert!(chunks.len() > 1);
+        assert_eq!(chunks.iter().map(Vec::len).sum::<usize>(), 500);
+        for c in &chunks {
+            let msg = super::super::ClientMsg::CopyFiles { files: c.clone() };
+            assert!(super::super::encode(&msg).expect("encode").len() < super::super::MAX_CLIENT_FRAME);
+        }
+        let needs = vec![
+            CopyNeed { file: 0, ranges: (0..1000).map(|i| (2 * i, 2 * i + 1)).collect(), kept: 0, refused: None },
+            CopyNeed { file: 1, ranges: vec![], kept: 5, refused: Some("exists".into()) },
+        ];
+        let chunks = chunk_needs(&needs);
+        assert!(chunks.iter().all(|c| c.iter().map(|n| n.ranges.len()).sum::<usize>() <= COPY_RANGES_PER_MSG));
+        let back: Vec<(u64, u64)> =
+            chunks.iter().flatten().filter(|n| n.file == 0).flat_map(|n| n.ranges.clone()).collect();
+        assert_eq!(back, needs[0].ranges);
+        assert!(chunks.iter().flatten().any(|n| n.file == 1 && n.refused.is_some()));
+        for c in &chunks {
+            let msg = super::super::ClientMsg::CopyNeeds { needs: c.clone(), last: true };
+            assert!(super::super::encode(&msg).expect("encode").len() < super::super::MAX_CLIENT_FRAME);
+        }
+    }
+}

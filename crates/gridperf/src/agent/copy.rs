@@ -1,0 +1,301 @@
+//! The agent's side of a copy (`gridperf copy HOST:PATH ...`), beneath its
+//! root (`serve --root`): a push writes there (partial files renamed into
+//! place when every block is verified), a pull reads from there. The
+//! client's file list, the needs and the outcome go on the control
+//! channel in parts; the blocks on the data connections
+//! (`datapath::copy`).
+
+use super::data::{self, accept_all};
+use super::session::{new_token, send_error, wire_code, Fail};
+use super::Shared;
+use crate::datapath::copy::{self as dp, BlockQueue, SinkRules, SourceFile, StreamWork};
+use crate::{ctl, host};
+use gridperf_core::wire::{
+    self, chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopySpec, DataHello,
+    DataKind, ErrorCode, MAX_COPY_FILES,
+};
+use std::fs::File;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+/// Runs a copy for a client whose request was checked.
+pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: &CopySpec) -> Result<(), Fail> {
+    let Some(root_path) = &shared.cfg.root else {
+        return Err(send_error(
+            ctl,
+            ErrorCode::Refused,
+            "this agent moves no files: its operator may give it a directory with `gridperf serve --root DIR`".into(),
+        ));
+    };
+    let push = spec.direction == CopyDirection::Push;
+    if push && shared.cfg.read_only {
+        return Err(send_error(
+            ctl,
+            ErrorCode::Refused,
+            "this agent's root is read-only (serve --read-only): pull from it, never push".into(),
+        ));
+    }
+    if push && shared.cfg.auth.is_none() && !peer.ip().to_canonical().is_loopback() {
+        return Err(send_error(
+            ctl,
+            ErrorCode::Refused,
+            "this agent takes files only from loopback without keys: its operator may require them with `serve --auth FILE`".into(),
+        ));
+    }
+    let root: OwnedFd = File::open(root_path).map_err(|e| format!("the root {}: {e}", root_path.display()))?.into();
+    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
+    let l = data::listener(local_ip, spec.window, spec.window, spec.streams as i32 * 2)
+        .map_err(|e| format!("data listener: {e}"))?;
+    let token = new_token(peer);
+    let agent = host::end_info(None, false);
+    data::ready(ctl, Some(&l), Vec::new(), token, agent.clone())?;
+    let idle = shared.cfg.max_idle;
+    let list = read_list(ctl, spec.files, idle)?;
+    let sockets = |ctl: &mut TcpStream| -> Result<Vec<TcpStream>, Fail> {
+        let until = Instant::now() + shared.cfg.control_timeout;
+        let mut fits = |h: &DataHello, got: &[data::Conn]| {
+            h.kind == DataKind::Copy && h.index < spec.streams && !got.iter().any(|(g, _)| g.index == h.index)
+        };
+        let mut conns = accept_all(
+            &l,
+            ctl,
+            peer.ip().to_canonical(),
+            token,
+            spec.streams as usize,
+            until,
+            &shared.stop,
+            false,
+            &mut fits,
+        )?;
+        conns.sort_by_key(|(h, _)| h.index);
+        let mut out = Vec::new();
+        for (_, s) in conns {
+            if let Some(cc) = &spec.congestion {
+                if let Err(e) = gridperf_sys::set_tcp_congestion(&s, cc) {
+                    return Err(send_error(ctl, ErrorCode::Unsupported, format!("TCP_CONGESTION {cc}: {e}")));
+                }
+            }
+            if let Some(p) = spec.pacing_bps {
+                let _ = gridperf_sys::set_max_pacing_rate(&s, p / 8);
+            }
+            out.push(s);
+        }
+        // every connection taken: the client may start
+        wire::write_msg(ctl, &AgentMsg::StepReady).map_err(|e| e.to_string())?;
+        Ok(out)
+    };
+    if push {
+        // the writing end: prepare every file, say what is needed, take the blocks
+        let rules = SinkRules { force: spec.force, resume: spec.resume };
+        let (files, needs) = dp::prepare_all(&root, &list, spec.block, rules);
+        let parts = chunk_needs(&needs);
+        let n = parts.len();
+        for (k, part) in parts.into_iter().enumerate() {
+            wire::write_msg(ctl, &AgentMsg::CopyNeeds { needs: part, last: k + 1 == n }).map_err(|e| e.to_string())?;
+        }
+        let socks = sockets(ctl)?;
+        go(ctl, shared)?;
+        let moved = AtomicU64::new(0);
+        let works: Vec<std::io::Result<StreamWork>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = socks
+                .into_iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let (files, moved) = (&files, &moved);
+                    scope.spawn(move || dp::receive_stream(k as u32, files, spec.block, s, idle, moved))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))))
+                .collect()
+        });
+        let changed = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+            Ok(ClientMsg::CopyDone { changed }) => changed,
+            Ok(ClientMsg::Abort { reason }) => {
+                finish_all(&files, &(0..files.len() as u32).collect::<Vec<_>>());
+                return Err(Fail::Told(format!("client aborted: {reason} (partial files kept for a resume)")));
+            }
+            Ok(other) => {
+                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-done, got {other:?}")))
+            }
+            Err(e) => {
+                // the client vanished: what arrived stays, partial, for a resume
+                let failed = works.iter().filter(|w| w.is_err()).count();
+                return Err(Fail::Told(format!(
+                    "the client went away during the copy ({failed} streams broken): {e}; partial files kept"
+                )));
+            }
+        };
+        let outcomes = finish_all(&files, &changed);
+        let chunks: Vec<Vec<wire::CopyOutcome>> = outcomes.chunks(2000).map(<[_]>::to_vec).collect();
+        let n = chunks.len().max(1);
+        for k in 0..n {
+            let files = chunks.get(k).cloned().unwrap_or_default();
+            wire::write_msg(ctl, &AgentMsg::CopyResults { files, last: k + 1 == n }).map_err(|e| e.to_string())?;
+        }
+        let mut agent = agent;
+        agent.sockets = Vec::new();
+        finish(ctl, idle, agent, &works)
+    } else {
+        // the reading end: expand what was named, send the list, take the needs, send the blocks
+        let mut sources: Vec<SourceFile> = Vec::new();
+        let mut skipped: Vec<(String, String)> = Vec::new();
+        for f in &list {
+            let room = MAX_COPY_FILES as usize - sources.len();
+            match dp::expand(&root, &f.path, room) {
+                Ok((found, skip)) => {
+                    sources.extend(found);
+                    skipped.extend(skip);
+                }
+                Err(e) => {
+                    return Err(send_error(ctl, ErrorCode::Refused, format!("{}: {e}", wire::printable(&f.path))))
+                }
+            }
+        }
+        for (path, why) in &skipped {
+            if shared.cfg.log {
+                eprintln!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path));
+            }
+        }
+        let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
+        let parts = chunk_files(&infos);
+        let n = parts.len().max(1);
+        for k in 0..n {
+            let files = parts.get(k).cloned().unwrap_or_default();
+            wire::write_msg(ctl, &AgentMsg::CopySources { files, last: k + 1 == n }).map_err(|e| e.to_string())?;
+        }
+        let needs = read_needs(ctl, &infos, spec.block, idle)?;
+        let socks = sockets(ctl)?;
+        go(ctl, shared)?;
+        let queue = BlockQueue::new(&needs);
+        let moved = AtomicU64::new(0);
+        let works: Vec<std::io::Result<StreamWork>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = socks
+                .into_iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let (sources, queue, moved) = (&sources, &queue, &moved);
+                    scope.spawn(move || dp::send_stream(k as u32, sources, spec.block, queue, s, idle, moved))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))))
+                .collect()
+        });
+        if let Some(why) = queue.stopped() {
+            return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+        }
+        let mut changed: Vec<u32> =
+            sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
+        changed.extend(queue.failed().iter().map(|(f, _)| *f));
+        wire::write_msg(ctl, &AgentMsg::CopySent { changed }).map_err(|e| e.to_string())?;
+        finish(ctl, idle, agent, &works)
+    }
+}
+
+/// Every file's end: renamed into place if whole (and its source unchanged), else kept partial.
+fn finish_all(files: &[Option<dp::SinkFile>], changed: &[u32]) -> Vec<wire::CopyOutcome> {
+    files
+        .iter()
+        .enumerate()
+        .filter_map(|(k, f)| f.as_ref().map(|f| f.finish(k as u32, changed.contains(&(k as u32)))))
+        .collect()
+}
+
+/// Waits for StreamGo.
+fn go(ctl: &mut TcpStream, shared: &Shared) -> Result<(), Fail> {
+    match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
+        Ok(ClientMsg::StreamGo) => Ok(()),
+        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
+        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected stream-go, got {other:?}"))),
+        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for stream-go: {e}"))),
+    }
+}
+
+/// Waits for Finish, answers with the agent's record.
+fn finish(
+    ctl: &mut TcpStream,
+    idle: std::time::Duration,
+    agent: gridperf_core::model::EndInfo,
+    works: &[std::io::Result<StreamWork>],
+) -> Result<(), Fail> {
+    if let Some(Err(e)) = works.iter().find(|w| w.is_err()) {
+        return Err(send_error(ctl, ErrorCode::Internal, format!("a copy stream failed: {e}")));
+    }
+    match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+        Ok(ClientMsg::Finish) => wire::write_msg(ctl, &AgentMsg::Report { agent }).map_err(|e| e.to_string().into()),
+        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
+        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected finish, got {other:?}"))),
+        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for finish: {e}"))),
+    }
+}
+
+/// The client's file list: `count` entries in CopyFiles parts.
+fn read_list(ctl: &mut TcpStream, count: u32, idle: std::time::Duration) -> Result<Vec<CopyFile>, Fail> {
+    let mut list = Vec::new();
+    while list.len() < count as usize {
+        match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+            Ok(ClientMsg::CopyFiles { files }) if !files.is_empty() && list.len() + files.len() <= count as usize => {
+                list.extend(files)
+            }
+            Ok(ClientMsg::CopyFiles { files }) => {
+                return Err(send_error(
+                    ctl,
+                    ErrorCode::BadMessage,
+                    format!("a list of {} more files after {}: the request said {count}", files.len(), list.len()),
+                ))
+            }
+            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
+            Ok(other) => {
+                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-files, got {other:?}")))
+            }
+            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for the file list: {e}"))),
+        }
+    }
+    for f in &list {
+        if let Err(why) = gridperf_core::copy::check_relative(&f.path) {
+            return Err(send_error(ctl, ErrorCode::Refused, format!("{why}: nothing was touched")));
+        }
+    }
+    Ok(list)
+}
+
+/// The client's needs (a pull): CopyNeeds parts until the last, each of a file in the list.
+fn read_needs(
+    ctl: &mut TcpStream,
+    files: &[CopyFile],
+    block: u64,
+    idle: std::time::Duration,
+) -> Result<Vec<CopyNeed>, Fail> {
+    let mut needs: Vec<CopyNeed> = Vec::new();
+    loop {
+        match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+            Ok(ClientMsg::CopyNeeds { needs: part, last }) => {
+                for n in part {
+                    let blocks = files.get(n.file as usize).map(|f| gridperf_core::copy::block_count(f.size, block));
+                    let fits = blocks.is_some_and(|b| n.ranges.iter().all(|&(s, e)| s < e && e <= b));
+                    if !fits {
+                        return Err(send_error(
+                            ctl,
+                            ErrorCode::BadMessage,
+                            format!("a need of file {} beyond its blocks (or not in the list)", n.file),
+                        ));
+                    }
+                    needs.push(n);
+                }
+                if last {
+                    return Ok(needs);
+                }
+            }
+            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
+            Ok(other) => {
+                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-needs, got {other:?}")))
+            }
+            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for the needs: {e}"))),
+        }
+    }
+}

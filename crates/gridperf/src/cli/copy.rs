@@ -1,0 +1,144 @@
+//! `gridperf copy`'s arguments.
+
+use super::{buffer, duration, rate};
+use crate::commands::copy::{End, Opts};
+use crate::engines::copy::CopyOptions;
+use crate::error::{Error, Result};
+use crate::runner::{resolve_family, Deadlines};
+use crate::store::StoreChoice;
+use clap::Args;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct CopyArgs {
+    /// What to copy, then where: local paths, or HOST:PATH beneath a `gridperf serve --root DIR` agent's root
+    /// ([v6addr]:PATH for IPv6). From here to there is a push, from there to here a pull; two local paths copy
+    /// through an agent of this process. A directory is copied with everything in it.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DEST")]
+    pub paths: Vec<String>,
+    /// The agent's control port.
+    #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
+    pub port: u16,
+    /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
+    #[arg(short = 'P', long, default_value_t = 4, value_name = "N")]
+    pub parallel: u32,
+    /// Block size: a power of two from 64K to 64M. Each stream holds one block in memory at each end and has at
+    /// most 4 blocks unacknowledged; every block is hashed (BLAKE3) at both ends and sent again if they differ.
+    #[arg(long, default_value = "4M", value_name = "SIZE")]
+    pub block: String,
+    /// SO_SNDBUF and SO_RCVBUF on the data sockets (the kernel doubles it, capped at net.core.wmem_max /
+    /// rmem_max); default: the kernel autotunes.
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    pub window: Option<String>,
+    /// TCP congestion control of the data sockets: reno, cubic, bbr, ...
+    #[arg(short = 'C', long, value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// Cap each stream at RATE (SO_MAX_PACING_RATE), bits per second: 500M.
+    #[arg(long, value_name = "RATE")]
+    pub pacing: Option<String>,
+    /// Go on with an interrupted copy: partial files are hashed again block by block against their journal
+    /// (always; a size is never trusted), and a destination an earlier run finished (its size and time the
+    /// source's) is kept instead of refused.
+    #[arg(long)]
+    pub resume: bool,
+    /// Replace destinations that exist.
+    #[arg(long)]
+    pub force: bool,
+    /// The longest a stream waits on the other end (a block, an acknowledgment) before the copy fails.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub idle: String,
+    /// Deadline for connecting to the agent and for each of its control answers.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub connect_timeout: String,
+    /// Print gridperf.copy/1 JSON (docs/json.md) instead of the table.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// The results database (default ~/.local/share/gridperf/results.db).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not store this copy.
+    #[arg(long, conflicts_with = "db")]
+    pub no_store: bool,
+    /// Test seam: the writing end (an agent of this process) damages the N-th block it receives.
+    #[arg(long, hide = true, value_name = "N")]
+    pub fault_flip_block: Option<u64>,
+}
+
+/// HOST:PATH (or [v6]:PATH) on an agent, else a local path.
+pub fn end(s: &str, port: u16) -> Result<End> {
+    let local = || End::Local(s.into());
+    if s.starts_with('/') || s.starts_with('.') || s.starts_with('~') {
+        return Ok(local());
+    }
+    let (host, path) = if let Some(rest) = s.strip_prefix('[') {
+        let Some((h, p)) = rest.split_once("]:") else { return Ok(local()) };
+        (h.to_string(), p.to_string())
+    } else {
+        match s.split_once(':') {
+            Some((h, p)) if !h.is_empty() && !h.contains('/') => (h.to_string(), p.to_string()),
+            _ => return Ok(local()),
+        }
+    };
+    let addr = resolve_family(&host, port, None)?;
+    Ok(End::Remote { addr, host, path })
+}
+
+impl TryFrom<CopyArgs> for Opts {
+    type Error = Error;
+    fn try_from(a: CopyArgs) -> Result<Opts> {
+        let (dest, sources) = a.paths.split_last().ok_or_else(|| Error::usage("give SRC... DEST"))?;
+        let block = gridperf_core::units::parse_bytes(&a.block, "--block")?;
+        gridperf_core::copy::check_block(block).map_err(|m| Error::usage(format!("--block {m}")))?;
+        if a.parallel == 0 || a.parallel > gridperf_core::wire::MAX_STREAMS {
+            return Err(Error::usage(format!("-P {}: give 1 to {}", a.parallel, gridperf_core::wire::MAX_STREAMS)));
+        }
+        let connect = duration(&a.connect_timeout, "--connect-timeout")?;
+        Ok(Opts {
+            sources: sources.iter().map(|s| end(s, a.port)).collect::<Result<_>>()?,
+            dest: end(dest, a.port)?,
+            copy: CopyOptions {
+                streams: a.parallel,
+                block,
+                window: buffer(&a.window, "--window")?,
+                congestion: a.congestion,
+                pacing_bps: a.pacing.as_deref().map(|p| rate(p, "--pacing")).transpose()?,
+                resume: a.resume,
+                force: a.force,
+                deadlines: Deadlines {
+                    connect,
+                    control: connect.max(Duration::from_secs(5)),
+                    message: Duration::from_secs(1),
+                    queue: Duration::ZERO,
+                },
+                idle: duration(&a.idle, "--idle")?,
+            },
+            store: StoreChoice::new(a.db, a.no_store),
+            json: a.json,
+            fault_flip_block: a.fault_flip_block,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_path_is_remote_and_anything_else_local() {
+        for local in ["./a:b", "/data/x", "file.dat", "dir/sub:x", "~/x"] {
+            assert!(matches!(end(local, 5301), Ok(End::Local(_))), "{local}");
+        }
+        match end("127.0.0.1:data/run1", 5301) {
+            Ok(End::Remote { addr, host, path }) => {
+                assert_eq!((addr.port(), host.as_str(), path.as_str()), (5301, "127.0.0.1", "data/run1"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match end("[::1]:in/", 5400) {
+            Ok(End::Remote { addr, path, .. }) => {
+                assert_eq!((addr.to_string(), path.as_str()), ("[::1]:5400".into(), "in/"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! `gridperf copy SRC... DEST`: files moved in blocks over several
+//! streams, each block verified as it arrives, resumable. HOST:PATH names
+//! a file beneath a `gridperf serve --root` agent's root; two local paths
+//! copy through an agent of this process rooted at the destination.
+
+use super::Output;
+use crate::agent::LocalAgent;
+use crate::engines::copy::{self as dp, CopyOptions, Job, SourceFile};
+use crate::error::{Error, Result};
+use crate::render;
+use crate::runner::Target;
+use crate::store::{NewRun, Recorder, StoreChoice};
+use gridperf_core::model::{CopyReport, Measure};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// One end of a copy as the user named it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// A path on this host.
+    Local(PathBuf),
+    /// A path beneath an agent's root: the agent's address, the host as
+    /// typed, the path.
+    Remote { addr: SocketAddr, host: String, path: String },
+}
+
+/// What `gridperf copy` runs, checked.
+pub struct Opts {
+    pub sources: Vec<End>,
+    pub dest: End,
+    pub copy: CopyOptions,
+    pub store: StoreChoice,
+    pub json: bool,
+    /// Test seam: the writing end damages this block (counted from 1).
+    pub fault_flip_block: Option<u64>,
+}
+
+/// The local files under `path` (the file itself, or a directory's), each
+/// named by its path from `path`'s parent, and what was skipped.
+fn local_sources(path: &Path) -> Result<(Vec<SourceFile>, Vec<dp::Skipped>)> {
+    let full = std::fs::canonicalize(path).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let parent = full.parent().unwrap_or(Path::new("/"));
+    let name = full
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| Error::usage(format!("{}: give a file or a directory, not /", path.display())))?;
+    let dir: OwnedFd =
+        std::fs::File::open(parent).map_err(|e| Error::usage(format!("{}: {e}", parent.display())))?.into();
+    dp::expand(&dir, &name, gridperf_core::wire::MAX_COPY_FILES as usize)
+        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))
+}
+
+/// Where files go beneath a destination path: a directory (it ends in '/',
+/// it is empty, or `many`), or the one file's own name.
+fn dest_names(dest: &str, many: bool) -> (String, Option<String>) {
+    let trimmed = dest.trim_end_matches('/').to_string();
+    if dest.is_empty() || dest.ends_with('/') || many {
+        (trimmed, None)
+    } else {
+        (String::new(), Some(trimmed))
+    }
+}
+
+fn join(dir: &str, rest: &str) -> String {
+    if dir.is_empty() {
+        rest.to_string()
+    } else {
+        format!("{dir}/{rest}")
+    }
+}
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    o.store.check()?;
+    if let Some(n) = o.fault_flip_block {
+        dp::FLIP_BLOCK.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+    let shown = |e: &End| match e {
+        End::Local(p) => p.display().to_string(),
+        End::Remote { host, path, .. } => format!("{host}:{path}"),
+    };
+    let source_words = o.sources.iter().map(shown).collect::<Vec<_>>().join(" ");
+    let dest_words = shown(&o.dest);
+    let remote_sources: Vec<(SocketAddr, String)> = o
+        .sources
+        .iter()
+        .filter_map(|s| match s {
+            End::Remote { addr, path, .. } => Some((*addr, path.clone())),
+            End::Local(_) => None,
+        })
+        .collect();
+    // the agent of this process, for a local copy: rooted at the destination
+    let mut _local_agent: Option<LocalAgent> = None;
+    let (target, job, network) = match (&o.dest, remote_sources.is_empty()) {
+        (End::Remote { .. }, false) => {
+            return Err(Error::usage(
+                "both ends on agents (a third-party copy) is not built yet: copy from or to this host",
+            ))
+        }
+        (End::Local(dest), false) => {
+            if remote_sources.len() != o.sources.len() {
+                return Err(Error::usage("mixed sources: give local files (a push) or HOST:PATH (a pull), not both"));
+            }
+            let addr = remote_sources[0].0;
+            if remote_sources.iter().any(|(a, _)| *a != addr) {
+                return Err(Error::usage("sources on several agents: one agent per copy"));
+            }
+            for (_, p) in &remote_sources {
+                gridperf_core::copy::check_relative(p).map_err(Error::usage)?;
+            }
+            let many = remote_sources.len() > 1 || dest.is_dir() || dest.as_os_str().to_string_lossy().ends_with('/');
+            let (dir, file) = if many {
+                std::fs::create_dir_all(dest).map_err(|e| Error::usage(format!("{}: {e}", dest.display())))?;
+                (dest.clone(), None)
+            } else {
+                let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                let name = dest.file_name().map(|n| n.to_string_lossy().into_owned());
+                (parent.to_path_buf(), name)
+            };
+            let root: OwnedFd =
+                std::fs::File::open(&dir).map_err(|e| Error::usage(format!("{}: {e}", dir.display())))?.into();
+            let place: Box<dyn Fn(&str) -> String> = match file {
+                // one file named: it takes the destination's name
+                Some(name) => Box::new(move |p: &str| if p.contains('/') { p.to_string() } else { name.clone() }),
+                None => Box::new(|p: &str| p.to_string()),
+            };
+            let names = remote_sources.iter().map(|(_, p)| p.clone()).collect();
+            (
+                Target::remote(addr),
+                Job::Pull { names, dest: root, place, source: source_words, destination: dest_words },
+                crate::runner::Network::Host { addr, label: addr.to_string() }.name(),
+            )
+        }
+        (dest, true) => {
+            let mut sources = Vec::new();
+            let mut skipped = Vec::new();
+            for s in &o.sources {
+                let End::Local(p) = s else { unreachable!("all local") };
+                let (found, skip) = local_sources(p)?;
+                sources.extend(found);
+                skipped.extend(skip);
+            }
+            let many = o.sources.len() > 1 || o.sources.iter().any(|s| matches!(s, End::Local(p) if p.is_dir()));
+            let (target, dest_path, network) = match dest {
+                End::Remote { addr, path, .. } => (Target::remote(*addr), path.clone(), {
+                    crate::runner::Network::Host { addr: *addr, label: addr.to_string() }.name()
+                }),
+                End::Local(d) => {
+                    let is_dir = many || d.is_dir() || d.as_os_str().to_string_lossy().ends_with('/');
+                    let (root, name) = if is_dir {
+                        std::fs::create_dir_all(d).map_err(|e| Error::usage(format!("{}: {e}", d.display())))?;
+                        (d.clone(), String::new())
+                    } else {
+                        let parent = d.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                        (
+                            parent.to_path_buf(),
+                            d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                        )
+                    };
+                    let root =
+                        std::fs::canonicalize(&root).map_err(|e| Error::usage(format!("{}: {e}", root.display())))?;
+                    let agent = LocalAgent::with_root(root)
+                        .map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
+                    let t = Target::remote(agent.addr);
+                    _local_agent = Some(agent);
+                    (t, if is_dir { String::new() } else { name }, gridperf_core::model::LOOPBACK.to_string())
+                }
+            };
+            let (dir, file) = dest_names(&dest_path, many || dest_path.is_empty());
+            for s in &mut sources {
+                s.info.path = match &file {
+                    Some(name) => name.clone(),
+                    None => join(&dir, &s.info.path),
+                };
+            }
+            for (path, why) in &skipped {
+                out.note(&format!("gridperf copy: skipped {path}: {why}"));
+            }
+            (target, Job::Push { sources, skipped, source: source_words, destination: dest_words }, network)
+        }
+    };
+    let bar = out.bar();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} · {bytes_per_sec} · ~{eta} left")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let result = crate::engines::copy::run(&target, &o.copy, job, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let settings = serde_json::json!({
+        "streams": o.copy.streams, "block": o.copy.block, "window": o.copy.window,
+        "congestion": o.copy.congestion, "pacing_bps": o.copy.pacing_bps,
+        "resume": o.copy.resume, "force": o.copy.force,
+    });
+    let target_words = dest_words_of(&o.dest);
+    let new_run = NewRun {
+        survey_id: None,
+        sweep_id: None,
+        kind: Measure::Copy,
+        network: &network,
+        target: &target_words,
+        settings,
+        lab_profile: None,
+        mtu: None,
+    };
+    let mut rec = Recorder::open(&o.store, &new_run)?;
+    let r: CopyReport = match result {
+        Ok(r) => r,
+        Err(e) => {
+            rec.finish(Err(&e))?;
+            return Err(e);
+        }
+    };
+    for f in &r.files {
+        rec.point(f)?;
+    }
+    if let Some(where_) = rec.finish(Ok(&r.env))? {
+        out.note(&format!("gridperf: {where_}"));
+    }
+    if o.json {
+        out.json(&r)?;
+    } else {
+        out.print(&render::copy::table(&r))?;
+    }
+    let failed = r.files.iter().filter(|f| f.error.is_some()).count();
+    if failed > 0 {
+        return Err(Error::measurement(format!(
+            "{failed} of {} files are not in place (what arrived is kept partial: run the copy again with --resume)",
+            r.files.len()
+        )));
+    }
+    Ok(())
+}
+
+fn dest_words_of(e: &End) -> String {
+    match e {
+        End::Local(p) => p.display().to_string(),
+        End::Remote { host, path, .. } => format!("{host}:{path}"),
+    }
+}

@@ -1,0 +1,379 @@
+//! The client's side of a copy: push (this host sends, the agent writes
+//! beneath its root) or pull (the agent sends, this host writes beneath
+//! the destination directory). The conversation: the request, the file
+//! list in parts, the needs (what the writing end lacks, after hashing
+//! what partial files hold again), the data connections, the blocks, the
+//! outcome per file.
+
+use crate::datapath::copy::{self as dp, BlockQueue, SinkRules, StreamWork};
+pub use crate::datapath::copy::{expand, Skipped, SourceFile, FLIP_BLOCK};
+use crate::datapath::write_hello;
+use crate::error::{Error, Result};
+use crate::host;
+use crate::runner::{Deadlines, Target};
+use gridperf_core::copy::{block_count, block_len};
+use gridperf_core::model::{copy_verdict, CopyFileResult, CopyReport, COPY_SCHEMA};
+use gridperf_core::wire::{
+    chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopyOutcome, CopySpec, DataHello,
+    DataKind, Test,
+};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How a copy runs.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    pub streams: u32,
+    pub block: u64,
+    pub window: Option<u64>,
+    pub congestion: Option<String>,
+    pub pacing_bps: Option<u64>,
+    pub resume: bool,
+    pub force: bool,
+    pub deadlines: Deadlines,
+    /// The longest a stream waits on the other end (a block, an acknowledgment).
+    pub idle: Duration,
+}
+
+/// What to copy.
+pub enum Job {
+    /// This host sends these files (each one's `info.path` is where it
+    /// goes beneath the agent's root); `skipped` were not sent, with why.
+    Push { sources: Vec<SourceFile>, skipped: Vec<Skipped>, source: String, destination: String },
+    /// The agent sends what `names` (beneath its root) hold; each file is
+    /// written beneath `dest` here at `place(its path)`.
+    Pull { names: Vec<String>, dest: OwnedFd, place: Box<dyn Fn(&str) -> String>, source: String, destination: String },
+}
+
+fn net(e: impl std::fmt::Display) -> Error {
+    Error::network(e.to_string())
+}
+
+/// Bytes the needs ask for.
+fn needed_bytes(needs: &[CopyNeed], files: &[CopyFile], block: u64) -> u64 {
+    needs
+        .iter()
+        .filter(|n| n.refused.is_none())
+        .filter_map(|n| files.get(n.file as usize).map(|f| (n, f)))
+        .map(|(n, f)| n.ranges.iter().flat_map(|&(a, b)| a..b).map(|i| block_len(f.size, block, i)).sum::<u64>())
+        .sum()
+}
+
+/// Runs the copy; `progress(done, total)` is called as bytes are verified.
+pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(u64, u64)) -> Result<CopyReport> {
+    let mut opened = target.open(o.deadlines)?;
+    let addr = opened.addr;
+    let (direction, count) = match &job {
+        Job::Push { sources, .. } => (CopyDirection::Push, sources.len()),
+        Job::Pull { names, .. } => (CopyDirection::Pull, names.len()),
+    };
+    if count == 0 {
+        return Err(Error::usage("nothing to copy: no regular file among the sources"));
+    }
+    let spec = CopySpec {
+        direction,
+        files: count as u32,
+        streams: o.streams,
+        block: o.block,
+        window: o.window,
+        congestion: o.congestion.clone(),
+        pacing_bps: o.pacing_bps,
+        resume: o.resume,
+        force: o.force,
+    };
+    spec.validate().map_err(|r| Error::usage(r.message))?;
+    let ready = opened.session.request(Test::Copy(spec))?;
+    let port = ready.tcp_port.ok_or_else(|| net("the agent opened no data port"))?;
+    let session = &mut opened.session;
+    let client = host::end_info(None, false);
+    let moved = AtomicU64::new(0);
+    let report_files: Vec<CopyFileResult>;
+    let skipped: Vec<Skipped>;
+    let works: Vec<std::io::Result<StreamWork>>;
+    let seconds: f64;
+    let kept_total: u64;
+    let resent: u64;
+    let sending: bool;
+    let source: String;
+    let destination: String;
+    match job {
+        Job::Push { sources, skipped: skip, source: src, destination: dst } => {
+            let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
+            for part in chunk_files(&infos) {
+                session.tell(&ClientMsg::CopyFiles { files: part })?;
+            }
+            let mut needs = Vec::new();
+            loop {
+                match session.next(o.deadlines.control + o.idle)? {
+                    AgentMsg::CopyNeeds { needs: part, last } => {
+                        needs.extend(part);
+                        if last {
+                            break;
+                        }
+                    }
+                    other => return Err(net(format!("expected the agent's needs, got {other:?}"))),
+                }
+            }
+            // a need of a file the list did not have is the agent's mistake
+            if needs.iter().any(|n| n.file as usize >= infos.len()) {
+                return Err(net("the agent needs a file the list did not have"));
+            }
+            let total = needed_bytes(&needs, &infos, o.block);
+            let socks = connect(addr, port, ready.token, o)?;
+            match session.next(o.deadlines.control)? {
+                AgentMsg::StepReady => {}
+                other => return Err(net(format!("expected the agent's step-ready, got {other:?}"))),
+            }
+            session.go()?;
+            let queue = BlockQueue::new(&needs);
+            let t0 = Instant::now();
+            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |scope_moved| {
+                std::thread::scope(|scope| {
+                    let hs: Vec<_> = socks
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, s)| {
+                            let (sources, queue) = (&sources, &queue);
+                            scope.spawn(move || {
+                                dp::send_stream(k as u32, sources, o.block, queue, s, o.idle, scope_moved)
+                            })
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))))
+                        .collect()
+                })
+            });
+            seconds = t0.elapsed().as_secs_f64();
+            if let Some(why) = queue.stopped() {
+                session.abort(&why);
+                return Err(net(format!("the copy stopped: {why} (what arrived is kept partial: --resume goes on)")));
+            }
+            let failed = queue.failed();
+            let mut changed: Vec<u32> =
+                sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
+            changed.extend(failed.iter().map(|(f, _)| *f));
+            session.tell(&ClientMsg::CopyDone { changed: changed.clone() })?;
+            let mut outcomes: Vec<CopyOutcome> = Vec::new();
+            loop {
+                match session.next(o.deadlines.control + o.idle)? {
+                    AgentMsg::CopyResults { files, last } => {
+                        outcomes.extend(files);
+                        if last {
+                            break;
+                        }
+                    }
+                    other => return Err(net(format!("expected the agent's results, got {other:?}"))),
+                }
+            }
+            let mut files_out = Vec::new();
+            for (k, info) in infos.iter().enumerate() {
+                let need = needs.iter().find(|n| n.file == k as u32);
+                let outcome = outcomes.iter().find(|x| x.file == k as u32);
+                let mut error = match (need.and_then(|n| n.refused.clone()), outcome) {
+                    (Some(r), _) if r.starts_with("finished by an earlier run") => None,
+                    (Some(r), _) => Some(r),
+                    (None, Some(x)) => x.error.clone(),
+                    (None, None) => Some("the agent said nothing of it".into()),
+                };
+                if let Some((_, why)) = failed.iter().find(|(f, _)| *f == k as u32) {
+                    error = Some(why.clone());
+                } else if changed.contains(&(k as u32)) && error.is_none() {
+                    error = Some("the source changed during the copy: not renamed".into());
+                }
+                files_out.push(CopyFileResult {
+                    path: info.path.clone(),
+                    size: info.size,
+                    blake3: outcome.and_then(|x| x.blake3.clone()),
+                    moved: outcome.map(|x| x.moved).unwrap_or(0),
+                    kept: outcome.map(|x| x.kept).unwrap_or_else(|| need.map(|n| n.kept).unwrap_or(0)),
+                    resent: outcome.map(|x| x.resent).unwrap_or(0),
+                    error,
+                });
+            }
+            resent = queue.resent();
+            kept_total = files_out.iter().map(|f| f.kept).sum();
+            report_files = files_out;
+            skipped = skip;
+            works = results;
+            sending = true;
+            source = src;
+            destination = dst;
+        }
+        Job::Pull { names, dest, place, source: src, destination: dst } => {
+            let asked: Vec<CopyFile> =
+                names.iter().map(|n| CopyFile { path: n.clone(), size: 0, mtime_ns: 0 }).collect();
+            for part in chunk_files(&asked) {
+                session.tell(&ClientMsg::CopyFiles { files: part })?;
+            }
+            let mut list: Vec<CopyFile> = Vec::new();
+            loop {
+                match session.next(o.deadlines.control + o.idle)? {
+                    AgentMsg::CopySources { files, last } => {
+                        if list.len() + files.len() > gridperf_core::wire::MAX_COPY_FILES as usize {
+                            return Err(net("the agent lists more files than a copy takes"));
+                        }
+                        list.extend(files);
+                        if last {
+                            break;
+                        }
+                    }
+                    other => return Err(net(format!("expected the agent's file list, got {other:?}"))),
+                }
+            }
+            // where each goes here: checked as the agent's paths are there
+            let mut local: Vec<CopyFile> = Vec::with_capacity(list.len());
+            for f in &list {
+                gridperf_core::copy::check_relative(&f.path)
+                    .map_err(|m| net(format!("the agent named a file {m}: nothing was written")))?;
+                local.push(CopyFile { path: place(&f.path), ..f.clone() });
+            }
+            let rules = SinkRules { force: o.force, resume: o.resume };
+            let (sinks, needs) = dp::prepare_all(&dest, &local, o.block, rules);
+            let parts = chunk_needs(&needs);
+            let n = parts.len();
+            for (k, part) in parts.into_iter().enumerate() {
+                session.tell(&ClientMsg::CopyNeeds { needs: part, last: k + 1 == n })?;
+            }
+            let total = needed_bytes(&needs, &local, o.block);
+            let socks = connect(addr, port, ready.token, o)?;
+            match session.next(o.deadlines.control)? {
+                AgentMsg::StepReady => {}
+                other => return Err(net(format!("expected the agent's step-ready, got {other:?}"))),
+            }
+            session.go()?;
+            let t0 = Instant::now();
+            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |scope_moved| {
+                std::thread::scope(|scope| {
+                    let hs: Vec<_> = socks
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, s)| {
+                            let sinks = &sinks;
+                            scope.spawn(move || dp::receive_stream(k as u32, sinks, o.block, s, o.idle, scope_moved))
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))))
+                        .collect()
+                })
+            });
+            seconds = t0.elapsed().as_secs_f64();
+            if let Some(Err(e)) = results.iter().find(|w: &&std::io::Result<StreamWork>| w.is_err()) {
+                let why = format!("a stream failed: {e} (what arrived is kept partial: --resume goes on)");
+                session.abort(&why);
+                return Err(net(why));
+            }
+            let changed = match session.next(o.deadlines.control + o.idle)? {
+                AgentMsg::CopySent { changed } => changed,
+                other => return Err(net(format!("expected the agent's copy-sent, got {other:?}"))),
+            };
+            let mut files_out = Vec::new();
+            for (k, f) in local.iter().enumerate() {
+                let need = &needs[k];
+                let outcome = sinks[k].as_ref().map(|s| s.finish(k as u32, changed.contains(&(k as u32))));
+                let error = match (&need.refused, &outcome) {
+                    (Some(r), _) if r.starts_with("finished by an earlier run") => None,
+                    (Some(r), _) => Some(r.clone()),
+                    (None, Some(x)) => x.error.clone(),
+                    (None, None) => Some("not prepared".into()),
+                };
+                files_out.push(CopyFileResult {
+                    path: f.path.clone(),
+                    size: f.size,
+                    blake3: outcome.as_ref().and_then(|x| x.blake3.clone()),
+                    moved: outcome.as_ref().map(|x| x.moved).unwrap_or(0),
+                    kept: outcome.as_ref().map(|x| x.kept).unwrap_or(need.kept),
+                    resent: outcome.as_ref().map(|x| x.resent).unwrap_or(0),
+                    error,
+                });
+            }
+            resent = files_out.iter().map(|f| f.resent).sum();
+            kept_total = files_out.iter().map(|f| f.kept).sum();
+            report_files = files_out;
+            skipped = Vec::new();
+            works = results;
+            sending = false;
+            source = src;
+            destination = dst;
+        }
+    }
+    let mut per_stream = Vec::new();
+    for w in works {
+        per_stream.push(w.map_err(|e| net(format!("a copy stream: {e}")))?);
+    }
+    let agent = session.finish()?;
+    let env = opened.environment(client, Some(agent), Vec::new());
+    let bytes_moved: u64 = report_files.iter().map(|f| f.moved).sum();
+    Ok(CopyReport {
+        schema: COPY_SCHEMA.into(),
+        direction: if sending { "push" } else { "pull" }.into(),
+        source,
+        destination,
+        streams: o.streams,
+        block: o.block,
+        files: report_files,
+        skipped,
+        bytes_moved,
+        bytes_kept: kept_total,
+        blocks_resent: resent,
+        seconds,
+        throughput_bps: if seconds > 0.0 { bytes_moved as f64 * 8.0 / seconds } else { 0.0 },
+        verdict: copy_verdict(&per_stream, sending),
+        per_stream,
+        env,
+    })
+}
+
+/// Runs the streams (`streams` returns their results) while this thread
+/// reports progress every 200 ms.
+fn drive<R: Send>(
+    moved: &AtomicU64,
+    total: u64,
+    progress: &mut dyn FnMut(u64, u64),
+    streams: impl FnOnce(&AtomicU64) -> R + Send,
+) -> R {
+    std::thread::scope(|scope| {
+        let h = scope.spawn(move || streams(moved));
+        while !h.is_finished() {
+            progress(moved.load(Ordering::Relaxed), total);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        progress(moved.load(Ordering::Relaxed), total);
+        h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// The data connections, each with the copy's buffers, congestion control
+/// and pacing set before it connects, each opened with its hello.
+fn connect(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions) -> Result<Vec<TcpStream>> {
+    let at = SocketAddr::new(addr.ip(), port);
+    (0..o.streams)
+        .map(|k| {
+            let sock =
+                socket2::Socket::new(socket2::Domain::for_address(at), socket2::Type::STREAM, None).map_err(net)?;
+            if let Some(w) = o.window {
+                gridperf_sys::set_sndbuf(&sock, w as usize).map_err(net)?;
+                gridperf_sys::set_rcvbuf(&sock, w as usize).map_err(net)?;
+            }
+            if let Some(cc) = &o.congestion {
+                gridperf_sys::set_tcp_congestion(&sock, cc).map_err(|e| Error::usage(format!("-C {cc}: {e}")))?;
+            }
+            if let Some(p) = o.pacing_bps {
+                gridperf_sys::set_max_pacing_rate(&sock, p / 8).map_err(net)?;
+            }
+            sock.connect_timeout(&at.into(), o.deadlines.connect)
+                .map_err(|e| net(format!("data connection {k} to {at}: {e}")))?;
+            let mut s: TcpStream = sock.into();
+            write_hello(&mut s, &DataHello::new(token, DataKind::Copy, k)).map_err(net)?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Blocks a file of `size` has (for the report's words).
+pub fn blocks_of(size: u64, block: u64) -> u64 {
+    block_count(size, block)
+}

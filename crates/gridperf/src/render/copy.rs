@@ -1,0 +1,66 @@
+//! A copy's table: a row per file (up to a screenful, then the totals say
+//! the rest), the totals, each stream, and the verdict.
+
+use gridperf_core::model::CopyReport;
+use gridperf_core::units::{fmt_bps, fmt_bytes};
+use std::fmt::Write;
+
+/// Files listed one by one at most; more are summed.
+const LISTED: usize = 20;
+
+pub fn table(r: &CopyReport) -> String {
+    let mut out = String::new();
+    let size: u64 = r.files.iter().map(|f| f.size).sum();
+    let _ = writeln!(
+        out,
+        "gridperf copy ({}): {} -> {}: {} files, {}, {} streams, blocks of {}",
+        r.direction,
+        r.source,
+        r.destination,
+        r.files.len(),
+        fmt_bytes(size),
+        r.streams,
+        fmt_bytes(r.block)
+    );
+    let _ = writeln!(out, "{:<40} {:>11} {:>11} {:>11} {:>6}  blake3", "file", "size", "moved", "kept", "resent");
+    for f in r.files.iter().take(LISTED) {
+        let hash = match (&f.blake3, &f.error) {
+            (_, Some(e)) => format!("NOT IN PLACE: {e}"),
+            (Some(h), None) => h.clone(),
+            (None, None) => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<40} {:>11} {:>11} {:>11} {:>6}  {hash}",
+            f.path,
+            fmt_bytes(f.size),
+            fmt_bytes(f.moved),
+            fmt_bytes(f.kept),
+            f.resent
+        );
+    }
+    if r.files.len() > LISTED {
+        let rest = &r.files[LISTED..];
+        let bad = rest.iter().filter(|f| f.error.is_some()).count();
+        let _ = writeln!(out, "... and {} more files ({bad} not in place; --json lists them all)", rest.len());
+    }
+    for (path, why) in &r.skipped {
+        let _ = writeln!(out, "skipped {path}: {why}");
+    }
+    let _ = writeln!(
+        out,
+        "total: moved {} in {:.2} s: {} · kept {} from before · {} blocks sent again",
+        fmt_bytes(r.bytes_moved),
+        r.seconds,
+        fmt_bps(r.throughput_bps),
+        fmt_bytes(r.bytes_kept),
+        r.blocks_resent
+    );
+    for s in &r.per_stream {
+        let retrans = s.retransmits.map(|n| format!(", {n} retransmits")).unwrap_or_default();
+        let rtt = s.rtt_us.map(|u| format!(", RTT {:.2} ms", f64::from(u) / 1000.0)).unwrap_or_default();
+        let _ = writeln!(out, "  stream {}: {} in {} blocks{retrans}{rtt}", s.index, fmt_bytes(s.bytes), s.blocks);
+    }
+    let _ = writeln!(out, "{}", r.verdict);
+    out
+}

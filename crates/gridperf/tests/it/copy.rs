@@ -1,0 +1,295 @@
+//! gridperf copy through the binary: local copies through an agent of the
+//! process, push and pull against `gridperf serve --root`, what a copy
+//! refuses (paths out of the root, a destination that exists, an agent
+//! without a root), a block damaged in flight, a copy killed and resumed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run gridperf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gridperf-copy-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    d
+}
+
+/// Bytes that differ everywhere (a block copied to the wrong place shows).
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn write(p: &Path, data: &[u8]) {
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, data).expect("write");
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).expect("copy json")
+}
+
+/// A source tree: files of awkward sizes, a nested directory, an empty file.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let files = vec![
+        ("run1/empty.dat".to_string(), Vec::new()),
+        ("run1/one-byte".to_string(), bytes(1, 1)),
+        ("run1/just-under-a-block".to_string(), bytes(65_535, 2)),
+        ("run1/blocks-and-a-bit".to_string(), bytes(5 * 65_536 + 3, 3)),
+        ("run1/sub/deeper/big.dat".to_string(), bytes(3 << 20, 4)),
+    ];
+    for (p, d) in &files {
+        write(&root.join(p), d);
+    }
+    files
+}
+
+#[test]
+fn a_directory_copied_locally_is_identical_and_each_files_hash_is_its_blake3() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("local");
+    let (src, dst) = (d.join("src"), d.join("dst"));
+    let files = tree(&src);
+    let o = run(&[
+        "copy",
+        src.join("run1").to_str().expect("path"),
+        &format!("{}/", dst.display()),
+        "-P",
+        "3",
+        "--block",
+        "64K",
+        "--no-store",
+        "--json",
+    ]);
+    let v = json(&o);
+    assert_eq!(v["schema"], "gridperf.copy/1");
+    assert_eq!(v["direction"], "push");
+    let listed = v["files"].as_array().expect("files");
+    assert_eq!(listed.len(), files.len(), "{v}");
+    for (p, data) in &files {
+        let got = std::fs::read(dst.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(got == *data, "{p} differs");
+        let f = listed.iter().find(|f| f["path"] == *p).unwrap_or_else(|| panic!("{p} not listed: {v}"));
+        assert_eq!(f["blake3"], blake3::hash(data).to_hex().to_string(), "{p}");
+        assert_eq!(f["moved"], data.len() as u64, "{f}");
+        assert!(f["error"].is_null(), "{f}");
+        // nothing is left beside it
+        let dir = dst.join(p).parent().expect("dir").to_path_buf();
+        for e in std::fs::read_dir(&dir).expect("dir").flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            assert!(!n.contains(".gridperf-"), "{n} left in {}", dir.display());
+        }
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    assert_eq!(v["bytes_moved"], total);
+    // every stream took blocks from the one queue
+    assert_eq!(v["per_stream"].as_array().map(Vec::len), Some(3));
+    assert!(v["verdict"].as_str().unwrap_or_default().starts_with("limited by"), "{v}");
+    // the same again: every destination exists, so each is refused and named
+    let o = run(&["copy", src.join("run1").to_str().expect("path"), &format!("{}/", dst.display()), "--no-store"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("exists: give --force to replace it"), "{out}");
+    assert!(
+        stderr(&o).contains(&format!("{} of {} files are not in place", files.len(), files.len())),
+        "{}",
+        stderr(&o)
+    );
+    // --resume keeps what an earlier run finished; --force replaces it
+    let v = json(&run(&[
+        "copy",
+        src.join("run1").to_str().expect("path"),
+        &format!("{}/", dst.display()),
+        "--resume",
+        "--no-store",
+        "--json",
+    ]));
+    assert_eq!(v["bytes_moved"], 0, "{v}");
+    assert_eq!(v["bytes_kept"], total, "{v}");
+    let v = json(&run(&[
+        "copy",
+        src.join("run1").to_str().expect("path"),
+        &format!("{}/", dst.display()),
+        "--force",
+        "--no-store",
+        "--json",
+    ]));
+    assert_eq!(v["bytes_moved"], total, "{v}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_block_damaged_in_flight_is_found_and_sent_again() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("flip");
+    let data = bytes(40 * 65_536 + 77, 9);
+    let src = d.join("f.dat");
+    write(&src, &data);
+    let dst = d.join("copy.dat");
+    let v = json(&run(&[
+        "copy",
+        src.to_str().expect("p"),
+        dst.to_str().expect("p"),
+        "--block",
+        "64K",
+        "--fault-flip-block",
+        "7",
+        "--no-store",
+        "--json",
+    ]));
+    assert_eq!(v["blocks_resent"], 1, "{v}");
+    assert_eq!(v["files"][0]["resent"], 1, "{v}");
+    assert_eq!(v["files"][0]["path"], "copy.dat");
+    assert!(std::fs::read(&dst).expect("copy") == data, "the copy differs");
+    assert_eq!(v["files"][0]["blake3"], blake3::hash(&data).to_hex().to_string());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_copy_killed_midway_resumes_hashing_what_arrived_and_moves_only_the_rest() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("resume");
+    let data = bytes(48 << 20, 5);
+    let src = d.join("big.dat");
+    write(&src, &data);
+    let dst = d.join("out");
+    std::fs::create_dir_all(&dst).expect("dst");
+    let dsts = format!("{}/", dst.display());
+    // paced at 100 Mbit/s a stream: about 2 s for the 48 MiB
+    let args = ["copy", src.to_str().expect("p"), &dsts, "-P", "2", "--block", "1M", "--pacing", "100M", "--no-store"];
+    let mut child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("copy");
+    let journal = dst.join(".big.dat.gridperf-manifest");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // kill it once some blocks are in the journal (a header line, then 40 bytes a block)
+    loop {
+        assert!(Instant::now() < deadline, "no block arrived within 30 s");
+        if std::fs::metadata(&journal).map(|m| m.len()).unwrap_or(0) > 200 + 40 * 8 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill");
+    let _ = child.wait();
+    assert!(!dst.join("big.dat").exists(), "an unfinished copy was renamed into place");
+    let partial = dst.join(".big.dat.gridperf-partial");
+    assert_eq!(std::fs::metadata(&partial).expect("partial kept").len(), data.len() as u64);
+    let j = std::fs::read(&journal).expect("journal");
+    let head = j.iter().position(|&b| b == b'\n').expect("the journal's head line") + 1;
+    let journal_blocks = ((j.len() - head) / 40) as u64;
+    assert!(journal_blocks >= 8, "{journal_blocks}");
+    // damage the first block on the destination's disk: the resume must find it
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&partial).expect("partial");
+        f.write_all_at(&[data[100] ^ 0xff], 100).expect("damage");
+    }
+    let v = json(&run(&["copy", src.to_str().expect("p"), &dsts, "-P", "2", "--block", "1M", "--no-store", "--json"]));
+    let f = &v["files"][0];
+    let (moved, kept) = (f["moved"].as_u64().expect("moved"), f["kept"].as_u64().expect("kept"));
+    assert_eq!(moved + kept, data.len() as u64, "{f}");
+    // what the journal vouched for was kept, but for the damaged block
+    assert_eq!(kept, (journal_blocks - 1) << 20, "{journal_blocks} blocks in the journal, one damaged: {f}");
+    assert!(moved < data.len() as u64, "{f}");
+    assert!(std::fs::read(dst.join("big.dat")).expect("copy") == data, "the resumed copy differs");
+    assert_eq!(f["blake3"], blake3::hash(&data).to_hex().to_string());
+    assert!(!journal.exists() && !partial.exists(), "the journal or the partial file was left");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn push_and_pull_with_an_agent_stay_beneath_its_root() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("agent");
+    let (root, outside, here) = (d.join("root"), d.join("outside"), d.join("here"));
+    std::fs::create_dir_all(&root).expect("root");
+    write(&outside.join("secret"), b"not yours");
+    let files = tree(&here);
+    let (_agent, port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p")]);
+    let p = port.to_string();
+    // push a directory beneath the root
+    let v = json(&run(&[
+        "copy",
+        here.join("run1").to_str().expect("p"),
+        "127.0.0.1:in/",
+        "--port",
+        &p,
+        "--block",
+        "64K",
+        "--no-store",
+        "--json",
+    ]));
+    for (path, data) in &files {
+        assert!(std::fs::read(root.join("in").join(path)).expect("pushed") == *data, "{path}");
+    }
+    assert_eq!(v["direction"], "push");
+    // pull it back elsewhere
+    let back = d.join("back");
+    let v = json(&run(&[
+        "copy",
+        "127.0.0.1:in/run1",
+        &format!("{}/", back.display()),
+        "--port",
+        &p,
+        "--block",
+        "64K",
+        "--no-store",
+        "--json",
+    ]));
+    assert_eq!(v["direction"], "pull");
+    for (path, data) in &files {
+        assert!(std::fs::read(back.join(path)).expect("pulled") == *data, "{path}");
+    }
+    // out of the root, either way: refused, nothing touched
+    std::os::unix::fs::symlink(&outside, root.join("link")).expect("symlink");
+    for (args, want) in [
+        (vec!["copy", "127.0.0.1:../outside/secret", "./x"], "not a plain name"),
+        (vec!["copy", "127.0.0.1:link/secret", d.join("x").to_str().expect("p")], "link/secret"),
+        (vec!["copy", here.join("run1/one-byte").to_str().expect("p"), "127.0.0.1:../escaped"], "not a plain name"),
+        (vec!["copy", here.join("run1/one-byte").to_str().expect("p"), "127.0.0.1:/etc/escaped"], "absolute"),
+    ] {
+        let mut a = args.clone();
+        a.extend_from_slice(&["--port", &p, "--no-store"]);
+        let o = run(&a);
+        assert!(!o.status.success(), "{a:?} succeeded");
+        let all = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+        assert!(all.contains(want) || all.contains("beneath") || all.contains("symbolic"), "{a:?}: {all}");
+    }
+    assert!(!d.join("x").exists() && !d.join("escaped").exists() && !Path::new("/etc/escaped").exists());
+    assert_eq!(std::fs::read(outside.join("secret")).expect("secret"), b"not yours");
+    // a read-only root takes no push; an agent without a root moves no files
+    let (_ro, ro_port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p"), "--read-only"]);
+    let o = run(&[
+        "copy",
+        here.join("run1/one-byte").to_str().expect("p"),
+        "127.0.0.1:ro",
+        "--port",
+        &ro_port.to_string(),
+        "--no-store",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+    assert!(!root.join("ro").exists());
+    let (_bare, bare_port) = crate::serve_on("127.0.0.1", &[]);
+    let o = run(&["copy", "127.0.0.1:in/run1", "./never", "--port", &bare_port.to_string(), "--no-store"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("serve --root DIR"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
