@@ -98,20 +98,8 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
         let moved = AtomicU64::new(0);
-        let works: Vec<std::io::Result<StreamWork>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = socks
-                .into_iter()
-                .enumerate()
-                .map(|(k, s)| {
-                    let (files, moved) = (&files, &moved);
-                    scope.spawn(move || dp::receive_stream(k as u32, files, spec.block, s, idle, moved))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))))
-                .collect()
-        });
+        let works: Vec<std::io::Result<StreamWork>> =
+            dp::each_stream(socks, |k, s| dp::receive_stream(k, &files, spec.block, s, idle, &moved));
         let changed = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
             Ok(ClientMsg::CopyDone { changed }) => changed,
             Ok(ClientMsg::Abort { reason }) => {
@@ -172,20 +160,8 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         go(ctl, shared)?;
         let queue = BlockQueue::new(&needs);
         let moved = AtomicU64::new(0);
-        let works: Vec<std::io::Result<StreamWork>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = socks
-                .into_iter()
-                .enumerate()
-                .map(|(k, s)| {
-                    let (sources, queue, moved) = (&sources, &queue, &moved);
-                    scope.spawn(move || dp::send_stream(k as u32, sources, spec.block, queue, s, idle, moved))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))))
-                .collect()
-        });
+        let works: Vec<std::io::Result<StreamWork>> =
+            dp::each_stream(socks, |k, s| dp::send_stream(k, &sources, spec.block, &queue, s, idle, &moved));
         if let Some(why) = queue.stopped() {
             return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
         }

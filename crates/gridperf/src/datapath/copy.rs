@@ -750,3 +750,15 @@ pub fn prepare_all(
     }
     (files, needs)
 }
+
+/// Runs `f` for each connection on a thread of its own; their results, in order.
+pub fn each_stream<F>(socks: Vec<TcpStream>, f: F) -> Vec<io::Result<StreamWork>>
+where
+    F: Fn(u32, TcpStream) -> io::Result<StreamWork> + Sync,
+{
+    std::thread::scope(|scope| {
+        let f = &f;
+        let hs: Vec<_> = socks.into_iter().enumerate().map(|(k, s)| scope.spawn(move || f(k as u32, s))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked")))).collect()
+    })
+}

@@ -104,18 +104,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             for part in chunk_files(&infos) {
                 session.tell(&ClientMsg::CopyFiles { files: part })?;
             }
-            let mut needs = Vec::new();
-            loop {
-                match session.next(o.deadlines.control + o.idle)? {
-                    AgentMsg::CopyNeeds { needs: part, last } => {
-                        needs.extend(part);
-                        if last {
-                            break;
-                        }
-                    }
-                    other => return Err(net(format!("expected the agent's needs, got {other:?}"))),
-                }
-            }
+            let needs = parts(session, o.deadlines.control + o.idle, "needs", |m| match m {
+                AgentMsg::CopyNeeds { needs, last } => Ok((needs, last)),
+                other => Err(format!("{other:?}")),
+            })?;
             // a need of a file the list did not have is the agent's mistake
             if needs.iter().any(|n| n.file as usize >= infos.len()) {
                 return Err(net("the agent needs a file the list did not have"));
@@ -129,22 +121,8 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             session.go()?;
             let queue = BlockQueue::new(&needs);
             let t0 = Instant::now();
-            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |scope_moved| {
-                std::thread::scope(|scope| {
-                    let hs: Vec<_> = socks
-                        .into_iter()
-                        .enumerate()
-                        .map(|(k, s)| {
-                            let (sources, queue) = (&sources, &queue);
-                            scope.spawn(move || {
-                                dp::send_stream(k as u32, sources, o.block, queue, s, o.idle, scope_moved)
-                            })
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))))
-                        .collect()
-                })
+            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |moved| {
+                dp::each_stream(socks, |k, s| dp::send_stream(k, &sources, o.block, &queue, s, o.idle, moved))
             });
             seconds = t0.elapsed().as_secs_f64();
             if let Some(why) = queue.stopped() {
@@ -156,18 +134,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
                 sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
             changed.extend(failed.iter().map(|(f, _)| *f));
             session.tell(&ClientMsg::CopyDone { changed: changed.clone() })?;
-            let mut outcomes: Vec<CopyOutcome> = Vec::new();
-            loop {
-                match session.next(o.deadlines.control + o.idle)? {
-                    AgentMsg::CopyResults { files, last } => {
-                        outcomes.extend(files);
-                        if last {
-                            break;
-                        }
-                    }
-                    other => return Err(net(format!("expected the agent's results, got {other:?}"))),
-                }
-            }
+            let outcomes: Vec<CopyOutcome> = parts(session, o.deadlines.control + o.idle, "results", |m| match m {
+                AgentMsg::CopyResults { files, last } => Ok((files, last)),
+                other => Err(format!("{other:?}")),
+            })?;
             let mut files_out = Vec::new();
             for (k, info) in infos.iter().enumerate() {
                 let need = needs.iter().find(|n| n.file == k as u32);
@@ -208,21 +178,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             for part in chunk_files(&asked) {
                 session.tell(&ClientMsg::CopyFiles { files: part })?;
             }
-            let mut list: Vec<CopyFile> = Vec::new();
-            loop {
-                match session.next(o.deadlines.control + o.idle)? {
-                    AgentMsg::CopySources { files, last } => {
-                        if list.len() + files.len() > gridperf_core::wire::MAX_COPY_FILES as usize {
-                            return Err(net("the agent lists more files than a copy takes"));
-                        }
-                        list.extend(files);
-                        if last {
-                            break;
-                        }
-                    }
-                    other => return Err(net(format!("expected the agent's file list, got {other:?}"))),
-                }
-            }
+            let list: Vec<CopyFile> = parts(session, o.deadlines.control + o.idle, "file list", |m| match m {
+                AgentMsg::CopySources { files, last } => Ok((files, last)),
+                other => Err(format!("{other:?}")),
+            })?;
             // where each goes here: checked as the agent's paths are there
             let mut local: Vec<CopyFile> = Vec::with_capacity(list.len());
             for f in &list {
@@ -245,20 +204,8 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             }
             session.go()?;
             let t0 = Instant::now();
-            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |scope_moved| {
-                std::thread::scope(|scope| {
-                    let hs: Vec<_> = socks
-                        .into_iter()
-                        .enumerate()
-                        .map(|(k, s)| {
-                            let sinks = &sinks;
-                            scope.spawn(move || dp::receive_stream(k as u32, sinks, o.block, s, o.idle, scope_moved))
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))))
-                        .collect()
-                })
+            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |moved| {
+                dp::each_stream(socks, |k, s| dp::receive_stream(k, &sinks, o.block, s, o.idle, moved))
             });
             seconds = t0.elapsed().as_secs_f64();
             if let Some(Err(e)) = results.iter().find(|w: &&std::io::Result<StreamWork>| w.is_err()) {
@@ -325,6 +272,31 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
         per_stream,
         env,
     })
+}
+
+/// The parts of one of the agent's lists, until the one marked last; at
+/// most [`gridperf_core::wire::MAX_COPY_FILES`] items in all.
+fn parts<T>(
+    session: &mut crate::runner::Session,
+    within: Duration,
+    what: &str,
+    part: impl Fn(AgentMsg) -> std::result::Result<(Vec<T>, bool), String>,
+) -> Result<Vec<T>> {
+    let mut all = Vec::new();
+    loop {
+        match part(session.next(within)?) {
+            Ok((items, last)) => {
+                if all.len() + items.len() > gridperf_core::wire::MAX_COPY_FILES as usize {
+                    return Err(net(format!("the agent's {what} is longer than a copy takes")));
+                }
+                all.extend(items);
+                if last {
+                    return Ok(all);
+                }
+            }
+            Err(other) => return Err(net(format!("expected the agent's {what}, got {other}"))),
+        }
+    }
 }
 
 /// Runs the streams (`streams` returns their results) while this thread

@@ -116,6 +116,12 @@ pub fn default_path() -> PathBuf {
     base.join("gridperf").join("results.db")
 }
 
+/// A table of groups of runs: the same columns, one kind each.
+#[derive(Clone, Copy)]
+struct Group(&'static str);
+const SURVEYS: Group = Group("surveys");
+const SWEEPS: Group = Group("sweeps");
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
@@ -317,33 +323,54 @@ impl Store {
         |err| db_err(&self.path, err)
     }
 
-    pub fn begin_survey(&self, spec: &serde_json::Value) -> Result<i64> {
+    /// Begins a group of runs (a survey or a sweep) in its table: what it
+    /// measures (`spec`, which a resumed one must match), its command line.
+    fn begin_group(&self, table: Group, spec: &serde_json::Value) -> Result<i64> {
         self.conn
             .execute(
-                "INSERT INTO surveys (started, command_line, spec, status) VALUES (?1, ?2, ?3, 'running')",
+                &format!(
+                    "INSERT INTO {} (started, command_line, spec, status) VALUES (?1, ?2, ?3, 'running')",
+                    table.0
+                ),
                 params![now(), std::env::args().collect::<Vec<_>>().join(" "), spec.to_string()],
             )
             .map_err(self.e())?;
         Ok(self.conn.last_insert_rowid())
     }
 
-    pub fn finish_survey(&self, id: i64, status: &str) -> Result<()> {
+    fn finish_group(&self, table: Group, id: i64, status: &str) -> Result<()> {
         self.conn
-            .execute("UPDATE surveys SET finished = ?1, status = ?2 WHERE id = ?3", params![now(), status, id])
+            .execute(
+                &format!("UPDATE {} SET finished = ?1, status = ?2 WHERE id = ?3", table.0),
+                params![now(), status, id],
+            )
             .map_err(self.e())?;
         Ok(())
     }
 
-    /// The latest survey that did not finish, with the same spec (for --resume).
-    pub fn unfinished_survey(&self, spec: &serde_json::Value) -> Result<Option<i64>> {
+    /// The latest group of this spec that did not finish (for --resume).
+    fn unfinished_group(&self, table: Group, spec: &serde_json::Value) -> Result<Option<i64>> {
         self.conn
             .query_row(
-                "SELECT id FROM surveys WHERE status != 'done' AND spec = ?1 ORDER BY id DESC LIMIT 1",
+                &format!("SELECT id FROM {} WHERE status != 'done' AND spec = ?1 ORDER BY id DESC LIMIT 1", table.0),
                 params![spec.to_string()],
                 |r| r.get(0),
             )
             .optional()
             .map_err(self.e())
+    }
+
+    pub fn begin_survey(&self, spec: &serde_json::Value) -> Result<i64> {
+        self.begin_group(SURVEYS, spec)
+    }
+
+    pub fn finish_survey(&self, id: i64, status: &str) -> Result<()> {
+        self.finish_group(SURVEYS, id, status)
+    }
+
+    /// The latest survey that did not finish, with the same spec (for --resume).
+    pub fn unfinished_survey(&self, spec: &serde_json::Value) -> Result<Option<i64>> {
+        self.unfinished_group(SURVEYS, spec)
     }
 
     /// The run of a survey for a network and kind, if it was begun.
@@ -554,33 +581,17 @@ impl Store {
 
     /// Begins a sweep: what it measures (`spec`, which a resumed sweep must match).
     pub fn begin_sweep(&self, spec: &serde_json::Value) -> Result<i64> {
-        self.conn
-            .execute(
-                "INSERT INTO sweeps (started, command_line, spec, status) VALUES (?1, ?2, ?3, 'running')",
-                params![now(), std::env::args().collect::<Vec<_>>().join(" "), spec.to_string()],
-            )
-            .map_err(self.e())?;
-        Ok(self.conn.last_insert_rowid())
+        self.begin_group(SWEEPS, spec)
     }
 
     /// Ends a sweep: done, or incomplete (some points failed: --resume measures them again).
     pub fn finish_sweep(&self, id: i64, status: &str) -> Result<()> {
-        self.conn
-            .execute("UPDATE sweeps SET finished = ?1, status = ?2 WHERE id = ?3", params![now(), status, id])
-            .map_err(self.e())?;
-        Ok(())
+        self.finish_group(SWEEPS, id, status)
     }
 
     /// The latest sweep with this spec that did not finish (for --resume).
     pub fn unfinished_sweep(&self, spec: &serde_json::Value) -> Result<Option<i64>> {
-        self.conn
-            .query_row(
-                "SELECT id FROM sweeps WHERE status != 'done' AND spec = ?1 ORDER BY id DESC LIMIT 1",
-                params![spec.to_string()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.e())
+        self.unfinished_group(SWEEPS, spec)
     }
 
     /// Stores (or replaces) one point's outcome: its place in the grid,
