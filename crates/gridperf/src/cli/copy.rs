@@ -47,6 +47,9 @@ pub struct CopyArgs {
     /// The longest a stream waits on the other end (a block, an acknowledgment) before the copy fails.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub idle: String,
+    /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
+    #[arg(long, value_name = "DURATION")]
+    pub queue: Option<String>,
     /// Deadline for connecting to the agent and for each of its control answers.
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     pub connect_timeout: String,
@@ -108,7 +111,7 @@ impl TryFrom<CopyArgs> for Opts {
                     connect,
                     control: connect.max(Duration::from_secs(5)),
                     message: Duration::from_secs(1),
-                    queue: Duration::ZERO,
+                    queue: a.queue.as_deref().map(|q| duration(q, "--queue")).transpose()?.unwrap_or(Duration::ZERO),
                 },
                 idle: duration(&a.idle, "--idle")?,
             },

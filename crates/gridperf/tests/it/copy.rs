@@ -293,3 +293,150 @@ fn push_and_pull_with_an_agent_stay_beneath_its_root() {
     assert!(stderr(&o).contains("serve --root DIR"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Waits until `journal` records at least `blocks` blocks (a head line, then 40 bytes a block).
+fn journal_reaches(journal: &Path, blocks: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "{} did not reach {blocks} blocks within 30 s", journal.display());
+        if let Ok(j) = std::fs::read(journal) {
+            if let Some(head) = j.iter().position(|&b| b == b'\n') {
+                if ((j.len() - head - 1) / 40) as u64 >= blocks {
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_source_that_changes_during_the_copy_is_not_put_in_place() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("changed");
+    let data = bytes(24 << 20, 6);
+    let src = d.join("growing.dat");
+    write(&src, &data);
+    let dst = d.join("out");
+    std::fs::create_dir_all(&dst).expect("dst");
+    let args = [
+        "copy",
+        src.to_str().expect("p"),
+        &format!("{}/", dst.display()),
+        "--block",
+        "1M",
+        "--pacing",
+        "100M",
+        "--no-store",
+    ];
+    let child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
+    journal_reaches(&dst.join(".growing.dat.gridperf-manifest"), 4);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&src).expect("source");
+        f.write_all(b"appended while it was copied").expect("append");
+    }
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("NOT IN PLACE") && out.contains("the source changed"), "{out}");
+    assert!(!dst.join("growing.dat").exists(), "a copy of a changed source was put in place");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_client_or_an_agent_that_dies_mid_copy_loses_nothing_verified() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("dies");
+    let root = d.join("root");
+    std::fs::create_dir_all(&root).expect("root");
+    let data = bytes(40 << 20, 8);
+    let src = d.join("big.dat");
+    write(&src, &data);
+    let small = d.join("small.dat");
+    write(&small, &bytes(100_000, 9));
+    let journal = root.join(".big.dat.gridperf-manifest");
+    let (agent, port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p")]);
+    let p = port.to_string();
+    let push = |port: &str, extra: &[&str]| {
+        let mut a = vec!["copy", src.to_str().expect("p"), "127.0.0.1:", "--port", port, "--block", "1M", "--no-store"];
+        a.extend_from_slice(extra);
+        Command::new(BIN).args(&a).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("copy")
+    };
+    // the client dies: the agent frees its slot at once and keeps what arrived
+    let mut client = push(&p, &["--pacing", "100M"]);
+    journal_reaches(&journal, 6);
+    client.kill().expect("kill");
+    let _ = client.wait();
+    let t = Instant::now();
+    let o = run(&["copy", small.to_str().expect("p"), "127.0.0.1:", "--port", &p, "--queue", "10s", "--no-store"]);
+    assert!(o.status.success(), "the agent did not serve again: {}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(10), "the agent held the slot {:?}", t.elapsed());
+    assert!(journal.exists() && root.join(".big.dat.gridperf-partial").exists(), "the partial file was dropped");
+    // the agent dies: the client says so, promptly, and nothing is renamed
+    let client = push(&p, &["--pacing", "100M"]);
+    let before = std::fs::metadata(&journal).map(|m| m.len()).unwrap_or(0);
+    journal_reaches(&journal, ((before as usize).saturating_sub(100) / 40 + 8) as u64);
+    drop(agent);
+    let t = Instant::now();
+    let o = client.wait_with_output().expect("client");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(15), "the client waited {:?} on a dead agent", t.elapsed());
+    assert!(!root.join("big.dat").exists());
+    // a new agent on the same root: the copy goes on from what the journal vouches for
+    let (_agent, port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p")]);
+    let v = json(&run(&[
+        "copy",
+        src.to_str().expect("p"),
+        "127.0.0.1:",
+        "--port",
+        &port.to_string(),
+        "--block",
+        "1M",
+        "--no-store",
+        "--json",
+    ]));
+    let f = &v["files"][0];
+    let (moved, kept) = (f["moved"].as_u64().expect("moved"), f["kept"].as_u64().expect("kept"));
+    assert_eq!(moved + kept, data.len() as u64, "{f}");
+    assert!(kept >= 8 << 20, "{f}");
+    assert!(std::fs::read(root.join("big.dat")).expect("copy") == data, "the resumed copy differs");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_full_destination_disk_is_said_before_the_copy_and_the_other_files_go_on() {
+    if !gridperf::host::is_root() {
+        eprintln!(
+            "SKIPPED a_full_destination_disk_...: needs root to mount a small tmpfs in a mount namespace of its own"
+        );
+        return;
+    }
+    let _heavy = crate::heavy();
+    let d = tmpdir("full");
+    let src = d.join("src");
+    write(&src.join("a-small.dat"), &bytes(1 << 20, 10));
+    write(&src.join("b-big.dat"), &bytes(8 << 20, 11));
+    let small = d.join("small-disk");
+    std::fs::create_dir_all(&small).expect("mountpoint");
+    // a 4 MiB tmpfs, mounted in a mount namespace that ends with the command
+    let script = format!(
+        "mount -t tmpfs -o size=4m gridperf-copy-test {m} && exec {BIN} copy {s} {m}/ --no-store",
+        m = small.display(),
+        s = src.display()
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("src/b-big.dat") && out.contains("no room for its 8388608 bytes"), "{out}");
+    assert!(
+        out.contains("src/a-small.dat")
+            && out.lines().any(|l| l.starts_with("src/a-small.dat") && !l.contains("NOT IN PLACE")),
+        "{out}"
+    );
+    assert!(stderr(&o).contains("1 of 2 files are not in place"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
