@@ -37,11 +37,14 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
             "this agent's root is read-only (serve --read-only): pull from it, never push".into(),
         ));
     }
-    if push && shared.cfg.auth.is_none() && !peer.ip().to_canonical().is_loopback() {
+    // writes from beyond loopback need keys, or an allow-list the operator gave
+    if push && shared.cfg.auth.is_none() && shared.cfg.allow.is_empty() && !peer.ip().to_canonical().is_loopback() {
         return Err(send_error(
             ctl,
             ErrorCode::Refused,
-            "this agent takes files only from loopback without keys: its operator may require them with `serve --auth FILE`".into(),
+            "this agent takes files only from loopback without keys or an allow-list: its operator may require keys \
+             with `serve --auth FILE`, or name the clients with `serve --allow CIDR`"
+                .into(),
         ));
     }
     let root: OwnedFd = File::open(root_path).map_err(|e| format!("the root {}: {e}", root_path.display()))?.into();

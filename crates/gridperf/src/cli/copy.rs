@@ -36,6 +36,13 @@ pub struct CopyArgs {
     /// Cap each stream at RATE (SO_MAX_PACING_RATE), bits per second: 500M.
     #[arg(long, value_name = "RATE")]
     pub pacing: Option<String>,
+    /// Copy across a lab of this profile, brought up for the copy (both paths local: the lab's agent on host b
+    /// writes beneath the destination, this host sends from host a): cern-icepp is the CERN-Tokyo path.
+    #[arg(long, value_name = "PROFILE")]
+    pub lab: Option<String>,
+    /// Override one field of the --lab profile: rate=1G, rtt=270ms, loss=0.001% (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    pub lab_sets: Vec<String>,
     /// Go on with an interrupted copy: partial files are hashed again block by block against their journal
     /// (always; a size is never trusted), and a destination an earlier run finished (its size and time the
     /// source's) is kept instead of refused.
@@ -118,6 +125,14 @@ impl TryFrom<CopyArgs> for Opts {
             store: StoreChoice::new(a.db, a.no_store),
             json: a.json,
             fault_flip_block: a.fault_flip_block,
+            lab: match a.lab {
+                Some(p) => {
+                    // checked before anything is brought up
+                    crate::lab::run::spec_for("check", &p, &a.lab_sets)?;
+                    Some((p, a.lab_sets))
+                }
+                None => None,
+            },
         })
     }
 }

@@ -179,6 +179,7 @@ impl Command {
                 || a.preset.is_some()
                 || a.sweep.iter().any(|s| s.trim_start().starts_with("profile="))),
             Command::Fanout(a) => own(a.lab.is_some()),
+            Command::Copy(a) => own(a.lab.is_some()),
             Command::Tune(a) => a.in_lab.clone().map_or(Namespaces::None, Namespaces::OfLab),
             Command::Survey(_) => Namespaces::Own,
             Command::Lab(lab::LabCommand::Up(_) | lab::LabCommand::Calibrate(_)) => Namespaces::Own,

@@ -34,6 +34,8 @@ pub struct Opts {
     pub json: bool,
     /// Test seam: the writing end damages this block (counted from 1).
     pub fault_flip_block: Option<u64>,
+    /// Across a lab of this profile (with these overrides): both paths local.
+    pub lab: Option<(String, Vec<String>)>,
 }
 
 /// The local files under `path` (the file itself, or a directory's), each
@@ -89,8 +91,15 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             End::Local(_) => None,
         })
         .collect();
+    if o.lab.is_some() && !(matches!(o.dest, End::Local(_)) && remote_sources.is_empty()) {
+        return Err(Error::usage(
+            "--lab copies between two local paths: the lab's agent writes beneath the destination, this host sends",
+        ));
+    }
     // the agent of this process, for a local copy: rooted at the destination
+    // (or the lab's, on its host b)
     let mut _local_agent: Option<LocalAgent> = None;
+    let mut _lab: Option<crate::runner::Prepared> = None;
     let (target, job, network) = match (&o.dest, remote_sources.is_empty()) {
         (End::Remote { .. }, false) => {
             return Err(Error::usage(
@@ -159,11 +168,30 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                     };
                     let root =
                         std::fs::canonicalize(&root).map_err(|e| Error::usage(format!("{}: {e}", root.display())))?;
-                    let agent = LocalAgent::with_root(root)
-                        .map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
-                    let t = Target::remote(agent.addr);
-                    _local_agent = Some(agent);
-                    (t, if is_dir { String::new() } else { name }, gridperf_core::model::LOOPBACK.to_string())
+                    let (t, network) = match &o.lab {
+                        Some((profile, sets)) => {
+                            let net = crate::runner::Network::Lab { profile: profile.clone(), sets: sets.clone() };
+                            // the lab's agent takes files from the lab's own addresses only
+                            let args = [
+                                "--root".to_string(),
+                                root.display().to_string(),
+                                "--allow".to_string(),
+                                "10.77.0.0/16".to_string(),
+                            ];
+                            let prepared = net.prepare_serving("run", None, crate::agent::Faults::default(), &args)?;
+                            let t = prepared.target.clone();
+                            _lab = Some(prepared);
+                            (t, net.name())
+                        }
+                        None => {
+                            let agent = LocalAgent::with_root(root)
+                                .map_err(|e| Error::internal(format!("cannot start the local agent: {e}")))?;
+                            let t = Target::remote(agent.addr);
+                            _local_agent = Some(agent);
+                            (t, gridperf_core::model::LOOPBACK.to_string())
+                        }
+                    };
+                    (t, if is_dir { String::new() } else { name }, network)
                 }
             };
             let (dir, file) = dest_names(&dest_path, many || dest_path.is_empty());
@@ -202,7 +230,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         network: &network,
         target: &target_words,
         settings,
-        lab_profile: None,
+        lab_profile: o.lab.as_ref().map(|(p, _)| p.as_str()),
         mtu: None,
     };
     let mut rec = Recorder::open(&o.store, &new_run)?;
@@ -224,6 +252,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     } else {
         out.print(&render::copy::table(&r))?;
     }
+    super::lab_valid(&r.env)?;
     let failed = r.files.iter().filter(|f| f.error.is_some()).count();
     if failed > 0 {
         return Err(Error::measurement(format!(

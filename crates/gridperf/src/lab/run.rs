@@ -94,6 +94,11 @@ impl LabRun {
     /// Brings up `spec`, starts `gridperf serve --once` on host b, waits
     /// until it listens, and moves the calling thread into host a.
     pub fn start(spec: LabSpec) -> Result<LabRun> {
+        Self::start_serving(spec, &[])
+    }
+
+    /// The same, with more arguments for the agent (a copy's `--root DIR`).
+    pub fn start_serving(spec: LabSpec, agent_args: &[String]) -> Result<LabRun> {
         let name = spec.name.clone();
         let (mut run, st) = LabRun::bring_up(spec)?;
         let host = |side: Side| st.hosts.iter().find(|h| h.side == side).cloned();
@@ -101,7 +106,7 @@ impl LabRun {
             return Err(Error::internal("the lab has no hosts a and b"));
         };
         run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
-        run.child = Some(start_agent(&b, gridperf_core::wire::DEFAULT_PORT)?);
+        run.child = Some(start_agent_with(&b, gridperf_core::wire::DEFAULT_PORT, agent_args)?);
         run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
@@ -116,11 +121,18 @@ impl LabRun {
 /// listens (asked on the host's own loopback: across the lab a connection
 /// takes a round trip, 270 ms on some profiles). The caller ends it.
 pub fn start_agent(host: &super::Host, port: u16) -> Result<std::process::Child> {
+    start_agent_with(host, port, &[])
+}
+
+/// The same, with more arguments for the agent.
+pub fn start_agent_with(host: &super::Host, port: u16, extra: &[String]) -> Result<std::process::Child> {
     let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
+    let extra = extra.to_vec();
     let mut child = gridperf_sys::in_netns(&host.netns, move || {
         Command::new(exe)
             // the lab's own agent: busy-polling is the user's to ask for
             .args(["serve", "--max-tests", "1", "--allow-busy-poll", "--port", &port.to_string()])
+            .args(&extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -111,10 +111,21 @@ impl Network {
     /// `watched` is a lab the run crosses without having brought it up
     /// (`gridperf lab exec`); `faults` go to a local agent (test seams).
     pub fn prepare(&self, prefix: &str, watched: Option<String>, faults: Faults) -> Result<Prepared> {
+        self.prepare_serving(prefix, watched, faults, &[])
+    }
+
+    /// The same; a lab's agent gets `agent_args` too (a copy's `--root DIR`).
+    pub fn prepare_serving(
+        &self,
+        prefix: &str,
+        watched: Option<String>,
+        faults: Faults,
+        agent_args: &[String],
+    ) -> Result<Prepared> {
         match self {
             Network::Lab { profile, sets } => {
                 let name = format!("{prefix}{}", std::process::id() % 100_000);
-                let run = LabRun::start(spec_for(&name, profile, sets)?)?;
+                let run = LabRun::start_serving(spec_for(&name, profile, sets)?, agent_args)?;
                 Ok(Prepared {
                     target: Target { agent: Endpoint::Remote(run.agent), lab: Some(run.name.clone()) },
                     notes: vec![format!("across lab {} ({})", run.name, run.description)],

@@ -870,3 +870,49 @@ fn a_sweep_over_a_kernels_buffers_sets_them_in_the_labs_hosts() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("global on Linux, not per network namespace"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_copy_across_a_lab_arrives_whole_at_the_links_rate() {
+    if !privileged("a_copy_across_a_lab_arrives_whole_at_the_links_rate") {
+        return;
+    }
+    let _serial = serial();
+    let before = labs_named("run");
+    let d = std::env::temp_dir().join(format!("gridperf-lab-copy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(d.join("f.dat"), &data).expect("write");
+    let out = format!("{}/", d.join("out").display());
+    let o = unless_invalid(|| {
+        let _ = std::fs::remove_dir_all(d.join("out"));
+        run(&[
+            "copy",
+            d.join("f.dat").to_str().expect("p"),
+            &out,
+            "--lab",
+            "man",
+            "--lab-set",
+            "loss=0",
+            "-P",
+            "2",
+            "--block",
+            "1M",
+            "--no-store",
+            "--json",
+        ])
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(std::fs::read(d.join("out/f.dat")).expect("copied") == data, "the copy differs");
+    // 100 Mbit/s of link: the copy's goodput is most of it, never more
+    let rate = v["throughput_bps"].as_f64().expect("rate");
+    assert!((60e6..=100e6).contains(&rate), "{rate} bit/s across a 100 Mbit/s lab");
+    assert_eq!(v["env"]["lab"]["profile"], "man", "{}", v["env"]["lab"]);
+    // the RTT each stream saw is the lab's 2 ms, or more
+    for s in v["per_stream"].as_array().expect("streams") {
+        assert!(s["rtt_us"].as_u64().unwrap_or(0) >= 2000, "{s}");
+    }
+    assert_eq!(labs_named("run"), before, "the copy's lab was left behind");
+    let _ = std::fs::remove_dir_all(&d);
+}
