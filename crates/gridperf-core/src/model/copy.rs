@@ -35,6 +35,9 @@ pub struct CopyFileResult {
     pub resent: u64,
     /// Why it is not in place (it stays partial for a resume), if so.
     pub error: Option<String>,
+    /// The checksum asked for (`--checksum`), hex, computed as the blocks arrived.
+    #[serde(default)]
+    pub checksum: Option<String>,
 }
 
 /// A copy.
@@ -47,6 +50,9 @@ pub struct CopyReport {
     pub destination: String,
     pub streams: u32,
     pub block: u64,
+    /// The checksum computed besides BLAKE3 (md5, sha256, adler32), if asked for.
+    #[serde(default)]
+    pub checksum: Option<String>,
     pub files: Vec<CopyFileResult>,
     /// Entries not copied, with why (links, devices, unreadable files).
     pub skipped: Vec<(String, String)>,

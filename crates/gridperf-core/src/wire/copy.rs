@@ -41,6 +41,9 @@ pub struct CopySpec {
     pub resume: bool,
     /// Replace a destination that exists.
     pub force: bool,
+    /// A checksum the writing end computes besides BLAKE3, in order, as blocks arrive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<crate::copy::Checksum>,
 }
 
 impl CopySpec {
@@ -100,6 +103,9 @@ pub struct CopyOutcome {
     pub kept: u64,
     /// Why the file is not in place (it stays partial), if so.
     pub error: Option<String>,
+    /// The checksum asked for (--checksum), in hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 /// Splits a list into messages of at most [`COPY_LIST_BYTES`] of paths

@@ -91,7 +91,7 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
     };
     if push {
         // the writing end: prepare every file, say what is needed, take the blocks
-        let rules = SinkRules { force: spec.force, resume: spec.resume };
+        let rules = SinkRules { force: spec.force, resume: spec.resume, checksum: spec.checksum };
         let (files, needs) = dp::prepare_all(&root, &list, spec.block, rules);
         let parts = chunk_needs(&needs);
         let n = parts.len();

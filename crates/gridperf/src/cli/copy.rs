@@ -51,6 +51,10 @@ pub struct CopyArgs {
     /// Replace destinations that exist.
     #[arg(long)]
     pub force: bool,
+    /// Also compute this checksum at the writing end, as the blocks arrive (md5, sha256 or adler32: what a
+    /// catalogue such as Rucio or FTS expects); printed and in --json beside each file's BLAKE3.
+    #[arg(long, value_name = "ALGO")]
+    pub checksum: Option<String>,
     /// The longest a stream waits on the other end (a block, an acknowledgment) before the copy fails.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub idle: String,
@@ -114,6 +118,12 @@ impl TryFrom<CopyArgs> for Opts {
                 pacing_bps: a.pacing.as_deref().map(|p| rate(p, "--pacing")).transpose()?,
                 resume: a.resume,
                 force: a.force,
+                checksum: a
+                    .checksum
+                    .as_deref()
+                    .map(gridperf_core::copy::Checksum::parse)
+                    .transpose()
+                    .map_err(Error::usage)?,
                 deadlines: Deadlines {
                     connect,
                     control: connect.max(Duration::from_secs(5)),

@@ -312,6 +312,9 @@ pub struct SinkFile {
     partial: Option<File>,
     journal: Mutex<Option<File>>,
     state: Mutex<SinkState>,
+    /// The checksum asked for, the next offset's block it takes, a buffer
+    /// for blocks read back (they arrived ahead of the ones before them).
+    summer: Mutex<Option<(gridperf_core::copy::Summer, u64, Vec<u8>)>>,
 }
 
 #[derive(Default)]
@@ -327,6 +330,8 @@ struct SinkState {
 /// How a destination is prepared.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SinkRules {
+    /// A checksum to compute as the blocks arrive, in order.
+    pub checksum: Option<gridperf_core::copy::Checksum>,
     /// Replace a finished destination.
     pub force: bool,
     /// Keep a finished destination of the source's size and time (a resumed
@@ -366,6 +371,7 @@ impl SinkFile {
             block,
             partial: None,
             journal: Mutex::new(None),
+            summer: Mutex::new(rules.checksum.map(|c| (c.summer(), 0, Vec::new()))),
             // the blocks' values are kept once the file's space is known to be there
             state: Mutex::new(SinkState::default()),
         };
@@ -495,15 +501,43 @@ impl SinkFile {
             j.write_all(&rec)?;
         }
         let spent = t.elapsed().as_nanos() as u64;
-        let mut s = lock(&self.state);
-        if s.cvs[idx as usize].is_none() {
-            s.moved += data.len() as u64;
+        {
+            let mut s = lock(&self.state);
+            if s.cvs[idx as usize].is_none() {
+                s.moved += data.len() as u64;
+            }
+            s.cvs[idx as usize] = Some(cv);
+            if block_count(self.info.size, self.block) == 1 {
+                s.single = Some(gridperf_core::copy::whole_hash(data));
+            }
         }
-        s.cvs[idx as usize] = Some(cv);
-        if block_count(self.info.size, self.block) == 1 {
-            s.single = Some(gridperf_core::copy::whole_hash(data));
-        }
+        self.feed(Some((idx, data)))?;
         Ok(spent)
+    }
+
+    /// Takes the checksum as far as the verified blocks reach in order:
+    /// `just` (a block in hand) if it is the next, then any after it that
+    /// arrived ahead, read back from the partial file (the page cache, as
+    /// a rule; a resumed file's kept blocks, from the disk).
+    fn feed(&self, just: Option<(u64, &[u8])>) -> io::Result<()> {
+        let mut g = lock(&self.summer);
+        let Some((sum, cursor, buf)) = g.as_mut() else { return Ok(()) };
+        let n = block_count(self.info.size, self.block);
+        if let Some((idx, data)) = just {
+            if idx == *cursor {
+                sum.update(data);
+                *cursor += 1;
+            }
+        }
+        let partial = self.partial.as_ref().ok_or_else(|| io::Error::other("no partial file"))?;
+        while *cursor < n && lock(&self.state).cvs.get(*cursor as usize).is_some_and(Option::is_some) {
+            let len = block_len(self.info.size, self.block, *cursor) as usize;
+            buf.resize(len, 0);
+            partial.read_exact_at(&mut buf[..len], *cursor * self.block)?;
+            sum.update(&buf[..len]);
+            *cursor += 1;
+        }
+        Ok(())
     }
 
     /// Whether every block is verified.
@@ -526,6 +560,7 @@ impl SinkFile {
                 resent: s.resent,
                 kept: s.kept,
                 error: s.error.clone(),
+                checksum: None,
             }
         };
         let Some(partial) = &self.partial else {
@@ -547,6 +582,14 @@ impl SinkFile {
             let cvs: Vec<[u8; 32]> = s.cvs.iter().flatten().copied().collect();
             file_hash(&cvs, self.info.size, self.block, s.single)
         };
+        // the checksum's rest (a resumed file's kept blocks), then its value, before the rename
+        let summed = match self.feed(None) {
+            Ok(()) => lock(&self.summer).take().map(|(s, _, _)| s.hex()),
+            Err(e) => {
+                out.error = Some(format!("reading {} back for its checksum: {e}; kept partial", self.name));
+                return out;
+            }
+        };
         let done = (|| -> io::Result<()> {
             use std::os::unix::fs::PermissionsExt;
             partial.sync_all()?;
@@ -558,7 +601,10 @@ impl SinkFile {
             File::from(self.dir.try_clone()?).sync_all()
         })();
         match done {
-            Ok(()) => out.blake3 = hash.map(|h| h.to_hex().to_string()),
+            Ok(()) => {
+                out.blake3 = hash.map(|h| h.to_hex().to_string());
+                out.checksum = summed;
+            }
             Err(e) => out.error = Some(format!("moving {} into place: {e}", self.name)),
         }
         out

@@ -32,6 +32,8 @@ pub struct CopyOptions {
     pub pacing_bps: Option<u64>,
     pub resume: bool,
     pub force: bool,
+    /// A checksum the writing end computes besides BLAKE3.
+    pub checksum: Option<gridperf_core::copy::Checksum>,
     pub deadlines: Deadlines,
     /// The longest a stream waits on the other end (a block, an acknowledgment).
     pub idle: Duration,
@@ -82,6 +84,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
         pacing_bps: o.pacing_bps,
         resume: o.resume,
         force: o.force,
+        checksum: o.checksum,
     };
     spec.validate().map_err(|r| Error::usage(r.message))?;
     let ready = opened.session.request(Test::Copy(spec))?;
@@ -121,10 +124,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             session.go()?;
             let queue = BlockQueue::new(&needs);
             let t0 = Instant::now();
-            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |moved| {
+            let (results, end): (Vec<std::io::Result<StreamWork>>, Instant) = drive(&moved, total, progress, |moved| {
                 dp::each_stream(socks, |k, s| dp::send_stream(k, &sources, o.block, &queue, s, o.idle, moved))
             });
-            seconds = t0.elapsed().as_secs_f64();
+            seconds = (end - t0).as_secs_f64();
             if let Some(why) = queue.stopped() {
                 session.abort(&why);
                 return Err(net(format!("the copy stopped: {why} (what arrived is kept partial: --resume goes on)")));
@@ -160,6 +163,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
                     moved: outcome.map(|x| x.moved).unwrap_or(0),
                     kept: outcome.map(|x| x.kept).unwrap_or_else(|| need.map(|n| n.kept).unwrap_or(0)),
                     resent: outcome.map(|x| x.resent).unwrap_or(0),
+                    checksum: outcome.and_then(|x| x.checksum.clone()),
                     error,
                 });
             }
@@ -189,7 +193,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
                     .map_err(|m| net(format!("the agent named a file {m}: nothing was written")))?;
                 local.push(CopyFile { path: place(&f.path), ..f.clone() });
             }
-            let rules = SinkRules { force: o.force, resume: o.resume };
+            let rules = SinkRules { force: o.force, resume: o.resume, checksum: o.checksum };
             let (sinks, needs) = dp::prepare_all(&dest, &local, o.block, rules);
             let parts = chunk_needs(&needs);
             let n = parts.len();
@@ -204,10 +208,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             }
             session.go()?;
             let t0 = Instant::now();
-            let results: Vec<std::io::Result<StreamWork>> = drive(&moved, total, progress, |moved| {
+            let (results, end): (Vec<std::io::Result<StreamWork>>, Instant) = drive(&moved, total, progress, |moved| {
                 dp::each_stream(socks, |k, s| dp::receive_stream(k, &sinks, o.block, s, o.idle, moved))
             });
-            seconds = t0.elapsed().as_secs_f64();
+            seconds = (end - t0).as_secs_f64();
             if let Some(Err(e)) = results.iter().find(|w: &&std::io::Result<StreamWork>| w.is_err()) {
                 let why = format!("a stream failed: {e} (what arrived is kept partial: --resume goes on)");
                 session.abort(&why);
@@ -234,6 +238,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
                     moved: outcome.as_ref().map(|x| x.moved).unwrap_or(0),
                     kept: outcome.as_ref().map(|x| x.kept).unwrap_or(need.kept),
                     resent: outcome.as_ref().map(|x| x.resent).unwrap_or(0),
+                    checksum: outcome.as_ref().and_then(|x| x.checksum.clone()),
                     error,
                 });
             }
@@ -261,6 +266,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
         destination,
         streams: o.streams,
         block: o.block,
+        checksum: o.checksum.map(|c| c.name().to_string()),
         files: report_files,
         skipped,
         bytes_moved,
@@ -306,12 +312,19 @@ fn drive<R: Send>(
     total: u64,
     progress: &mut dyn FnMut(u64, u64),
     streams: impl FnOnce(&AtomicU64) -> R + Send,
-) -> R {
+) -> (R, Instant) {
     std::thread::scope(|scope| {
-        let h = scope.spawn(move || streams(moved));
+        let me = std::thread::current();
+        // the end is stamped where the streams end, not when this thread next looks
+        let h = scope.spawn(move || {
+            let r = streams(moved);
+            let end = Instant::now();
+            me.unpark();
+            (r, end)
+        });
         while !h.is_finished() {
             progress(moved.load(Ordering::Relaxed), total);
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::park_timeout(Duration::from_millis(200));
         }
         progress(moved.load(Ordering::Relaxed), total);
         h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))

@@ -29,6 +29,10 @@ pub fn table(r: &CopyReport) -> String {
             (Some(h), None) => h.clone(),
             (None, None) => "-".into(),
         };
+        let hash = match (&r.checksum, &f.checksum) {
+            (Some(algo), Some(sum)) => format!("{hash}  {algo} {sum}"),
+            _ => hash,
+        };
         let _ = writeln!(
             out,
             "{:<40} {:>11} {:>11} {:>11} {:>6}  {hash}",

@@ -440,3 +440,36 @@ fn a_full_destination_disk_is_said_before_the_copy_and_the_other_files_go_on() {
     assert!(stderr(&o).contains("1 of 2 files are not in place"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn the_checksum_a_catalogue_expects_is_computed_as_the_blocks_arrive() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("checksum");
+    // blocks arrive out of order (4 streams, 64K blocks): the sums must still be the file's, in order
+    let src = d.join("f.dat");
+    write(&src, &bytes(13 * 65_536 + 5, 12));
+    for (algo, tool) in [("md5", "md5sum"), ("sha256", "sha256sum")] {
+        let dst = d.join(format!("copy-{algo}.dat"));
+        let v = json(&run(&[
+            "copy",
+            src.to_str().expect("p"),
+            dst.to_str().expect("p"),
+            "-P",
+            "4",
+            "--block",
+            "64K",
+            "--checksum",
+            algo,
+            "--no-store",
+            "--json",
+        ]));
+        let want = Command::new(tool).arg(&src).output().expect(tool);
+        let want = String::from_utf8_lossy(&want.stdout).split_whitespace().next().unwrap_or_default().to_string();
+        assert_eq!(v["checksum"], algo, "{v}");
+        assert_eq!(v["files"][0]["checksum"], want, "{algo}: {v}");
+    }
+    let o = run(&["copy", src.to_str().expect("p"), d.join("x").to_str().expect("p"), "--checksum", "crc32"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("give one of md5, sha256, adler32"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
