@@ -462,6 +462,32 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
             h.push('\n');
             svgs.push((name, s));
         }
+        if run.measure() == Some(Measure::Copy) {
+            // a copy's points are its files
+            let files: Vec<gridperf_core::model::CopyFileResult> =
+                points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+            h.push_str(
+                "<table><tr><th>file</th><th>size</th><th>moved</th><th>kept</th><th>resent</th><th>BLAKE3</th></tr>",
+            );
+            for f in &files {
+                let hash = match (&f.blake3, &f.error) {
+                    (_, Some(e)) => format!("NOT IN PLACE: {e}"),
+                    (Some(b), None) => b.clone(),
+                    (None, None) => "-".into(),
+                };
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                    escape(&f.path),
+                    escape(&gridperf_core::units::fmt_bytes(f.size)),
+                    escape(&gridperf_core::units::fmt_bytes(f.moved)),
+                    escape(&gridperf_core::units::fmt_bytes(f.kept)),
+                    f.resent,
+                    escape(&hash)
+                );
+            }
+            h.push_str("</table>\n");
+        }
         if run.measure() == Some(Measure::Stream) {
             let streams: Vec<StreamResult> =
                 points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();

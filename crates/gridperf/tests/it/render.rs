@@ -846,3 +846,57 @@ fn a_sweep_is_drawn_as_the_documents_did_a_chart_per_profile_a_line_per_window()
     assert!(page.contains("gridperf sweep 7 (preset datatag)"));
     assert!(!page.contains("<script") && !page.contains("href=\"http"));
 }
+
+#[test]
+fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
+    use gridperf_core::model::{CopyFileResult, CopyReport, CopyStream};
+    let file = |path: &str, error: Option<&str>| CopyFileResult {
+        path: path.into(),
+        size: 5 << 20,
+        blake3: error.is_none().then(|| "ab".repeat(32)),
+        moved: 4 << 20,
+        kept: 1 << 20,
+        resent: 1,
+        error: error.map(str::to_string),
+        checksum: error.is_none().then(|| "024d0127".to_string()),
+    };
+    let r = CopyReport {
+        schema: "gridperf.copy/1".into(),
+        direction: "push".into(),
+        source: "run1".into(),
+        destination: "dtn2:in/".into(),
+        streams: 2,
+        block: 1 << 20,
+        checksum: Some("adler32".into()),
+        files: vec![file("in/run1/a.dat", None), file("in/run1/b.dat", Some("the source changed during the copy"))],
+        skipped: vec![("run1/link".into(), "a symbolic link: not followed".into())],
+        bytes_moved: 8 << 20,
+        bytes_kept: 2 << 20,
+        blocks_resent: 2,
+        seconds: 0.5,
+        throughput_bps: (8u64 << 20) as f64 * 8.0 / 0.5,
+        per_stream: vec![CopyStream {
+            index: 0,
+            bytes: 4 << 20,
+            blocks: 4,
+            retransmits: Some(3),
+            rtt_us: Some(2100),
+            ..Default::default()
+        }],
+        verdict: "limited by the network or the receiver (the socket writes waited): 90% of the streams' time".into(),
+        env: env(&[]),
+    };
+    let t = render::copy::table(&r);
+    assert!(
+        t.starts_with("gridperf copy (push): run1 -> dtn2:in/: 2 files, 10 MiB, 2 streams, blocks of 1 MiB"),
+        "{t}"
+    );
+    assert!(t.contains(&format!("{}  adler32 024d0127", "ab".repeat(32))), "{t}");
+    assert!(t.contains("NOT IN PLACE: the source changed during the copy"), "{t}");
+    assert!(t.contains("skipped run1/link: a symbolic link: not followed"), "{t}");
+    assert!(
+        t.contains("total: moved 8 MiB in 0.50 s: 134.22 Mbit/s · kept 2 MiB from before · 2 blocks sent again"),
+        "{t}"
+    );
+    assert!(t.contains("stream 0: 4 MiB in 4 blocks, 3 retransmits, RTT 2.10 ms"), "{t}");
+}
