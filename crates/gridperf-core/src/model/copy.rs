@@ -18,6 +18,14 @@ pub struct CopyStream {
     /// The sending end's TCP_INFO at the stream's end.
     pub retransmits: Option<u32>,
     pub rtt_us: Option<u32>,
+    /// Bytes acknowledged (sending) or verified (writing) in each interval
+    /// of the report's `interval_ms`, from the first data connection; the
+    /// last interval is whatever remained when the stream ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interval_bytes: Vec<u64>,
+    /// How long the last interval lasted, ms (the copy ended within it).
+    #[serde(default)]
+    pub last_interval_ms: u64,
 }
 
 /// One file of a copy.
@@ -65,6 +73,9 @@ pub struct CopyReport {
     pub throughput_bps: f64,
     /// This end's streams.
     pub per_stream: Vec<CopyStream>,
+    /// The length of each stream's intervals (`interval_bytes`).
+    #[serde(default)]
+    pub interval_ms: u64,
     /// What the streams' time went to, in words.
     pub verdict: String,
     pub env: Environment,

@@ -221,6 +221,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         "streams": o.copy.streams, "block": o.copy.block, "window": o.copy.window,
         "congestion": o.copy.congestion, "pacing_bps": o.copy.pacing_bps,
         "resume": o.copy.resume, "force": o.copy.force,
+        "interval_ms": crate::engines::copy::INTERVAL.as_millis() as u64,
     });
     let target_words = dest_words_of(&o.dest);
     let new_run = NewRun {
@@ -243,6 +244,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     };
     for f in &r.files {
         rec.point(f)?;
+    }
+    for s in &r.per_stream {
+        rec.point(s)?;
     }
     if let Some(where_) = rec.finish(Ok(&r.env))? {
         out.note(&format!("gridperf: {where_}"));

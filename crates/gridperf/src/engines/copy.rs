@@ -91,7 +91,8 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
     let port = ready.tcp_port.ok_or_else(|| net("the agent opened no data port"))?;
     let session = &mut opened.session;
     let client = host::end_info(None, false);
-    let moved = AtomicU64::new(0);
+    let counters: Vec<AtomicU64> = (0..o.streams).map(|_| AtomicU64::new(0)).collect();
+    let intervals: Vec<Vec<u64>>;
     let report_files: Vec<CopyFileResult>;
     let skipped: Vec<Skipped>;
     let works: Vec<std::io::Result<StreamWork>>;
@@ -124,9 +125,13 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             session.go()?;
             let queue = BlockQueue::new(&needs);
             let t0 = Instant::now();
-            let (results, end): (Vec<std::io::Result<StreamWork>>, Instant) = drive(&moved, total, progress, |moved| {
-                dp::each_stream(socks, |k, s| dp::send_stream(k, &sources, o.block, &queue, s, o.idle, moved))
-            });
+            let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
+                drive(&counters, total, progress, |moved| {
+                    dp::each_stream(socks, |k, s| {
+                        dp::send_stream(k, &sources, o.block, &queue, s, o.idle, &moved[k as usize])
+                    })
+                });
+            intervals = taken;
             seconds = (end - t0).as_secs_f64();
             if let Some(why) = queue.stopped() {
                 session.abort(&why);
@@ -208,9 +213,11 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             }
             session.go()?;
             let t0 = Instant::now();
-            let (results, end): (Vec<std::io::Result<StreamWork>>, Instant) = drive(&moved, total, progress, |moved| {
-                dp::each_stream(socks, |k, s| dp::receive_stream(k, &sinks, o.block, s, o.idle, moved))
-            });
+            let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
+                drive(&counters, total, progress, |moved| {
+                    dp::each_stream(socks, |k, s| dp::receive_stream(k, &sinks, o.block, s, o.idle, &moved[k as usize]))
+                });
+            intervals = taken;
             seconds = (end - t0).as_secs_f64();
             if let Some(Err(e)) = results.iter().find(|w: &&std::io::Result<StreamWork>| w.is_err()) {
                 let why = format!("a stream failed: {e} (what arrived is kept partial: --resume goes on)");
@@ -253,8 +260,12 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
         }
     }
     let mut per_stream = Vec::new();
-    for w in works {
-        per_stream.push(w.map_err(|e| net(format!("a copy stream: {e}")))?);
+    for (w, iv) in works.into_iter().zip(intervals.into_iter().chain(std::iter::repeat(Vec::new()))) {
+        let mut s = w.map_err(|e| net(format!("a copy stream: {e}")))?;
+        let whole = iv.len().saturating_sub(1) as f64 * INTERVAL.as_secs_f64();
+        s.last_interval_ms = ((seconds - whole).max(0.0) * 1000.0).round() as u64;
+        s.interval_bytes = iv;
+        per_stream.push(s);
     }
     let agent = session.finish()?;
     let env = opened.environment(client, Some(agent), Vec::new());
@@ -276,6 +287,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
         throughput_bps: if seconds > 0.0 { bytes_moved as f64 * 8.0 / seconds } else { 0.0 },
         verdict: copy_verdict(&per_stream, sending),
         per_stream,
+        interval_ms: INTERVAL.as_millis() as u64,
         env,
     })
 }
@@ -308,28 +320,50 @@ fn parts<T>(
 /// Runs the streams (`streams` returns their results) while this thread
 /// reports progress every 200 ms.
 fn drive<R: Send>(
-    moved: &AtomicU64,
+    counters: &[AtomicU64],
     total: u64,
     progress: &mut dyn FnMut(u64, u64),
-    streams: impl FnOnce(&AtomicU64) -> R + Send,
-) -> (R, Instant) {
-    std::thread::scope(|scope| {
+    streams: impl FnOnce(&[AtomicU64]) -> R + Send,
+) -> (R, Instant, Vec<Vec<u64>>) {
+    let sum = || counters.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>();
+    let start = Instant::now();
+    let mut intervals: Vec<Vec<u64>> = vec![Vec::new(); counters.len()];
+    let mut last: Vec<u64> = vec![0; counters.len()];
+    let mut take = |intervals: &mut Vec<Vec<u64>>| {
+        for (k, c) in counters.iter().enumerate() {
+            let now = c.load(Ordering::Relaxed);
+            intervals[k].push(now - last[k]);
+            last[k] = now;
+        }
+    };
+    let (r, end) = std::thread::scope(|scope| {
         let me = std::thread::current();
         // the end is stamped where the streams end, not when this thread next looks
         let h = scope.spawn(move || {
-            let r = streams(moved);
+            let r = streams(counters);
             let end = Instant::now();
             me.unpark();
             (r, end)
         });
+        let mut next = start + INTERVAL;
         while !h.is_finished() {
-            progress(moved.load(Ordering::Relaxed), total);
-            std::thread::park_timeout(Duration::from_millis(200));
+            progress(sum(), total);
+            std::thread::park_timeout(Duration::from_millis(200).min(next.saturating_duration_since(Instant::now())));
+            while Instant::now() >= next && !h.is_finished() {
+                take(&mut intervals);
+                next += INTERVAL;
+            }
         }
-        progress(moved.load(Ordering::Relaxed), total);
+        progress(sum(), total);
         h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-    })
+    });
+    // the last, partial interval
+    take(&mut intervals);
+    (r, end, intervals)
 }
+
+/// The length of a copy's per-stream intervals.
+pub const INTERVAL: Duration = Duration::from_secs(1);
 
 /// The data connections, each with the copy's buffers, congestion control
 /// and pacing set before it connects, each opened with its hello.

@@ -338,6 +338,48 @@ fn fanout_charts(slug: &str, pts: &[FanoutPoint]) -> Vec<(String, Chart)> {
         .collect()
 }
 
+/// A copy's streams: each one's throughput per interval (bytes verified).
+fn copy_charts(slug: &str, run: &RunRow, streams: &[gridperf_core::model::CopyStream]) -> Vec<(String, Chart)> {
+    if streams.iter().all(|s| s.interval_bytes.is_empty()) {
+        return Vec::new();
+    }
+    let interval_s = run.settings.get("interval_ms").and_then(|v| v.as_f64()).unwrap_or(1000.0) / 1000.0;
+    let rate = |s: &gridperf_core::model::CopyStream, k: usize, b: u64| {
+        let last = k + 1 == s.interval_bytes.len() && s.last_interval_ms > 0;
+        let len = if last { s.last_interval_ms as f64 / 1000.0 } else { interval_s };
+        let x = k as f64 * interval_s + len;
+        (x, b as f64 * 8.0 / len)
+    };
+    let top = streams
+        .iter()
+        .flat_map(|s| s.interval_bytes.iter().enumerate().map(move |(k, &b)| rate(s, k, b).1))
+        .fold(0.0f64, f64::max);
+    let (div, unit) = rate_unit(top);
+    let chart = Chart {
+        title: format!("copy: each stream's verified throughput per interval, {}", run.network),
+        x_label: "time (s)".into(),
+        y_label: format!("throughput ({unit})"),
+        series: streams
+            .iter()
+            .map(|s| Series {
+                label: format!("stream {}", s.index),
+                points: s
+                    .interval_bytes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &b)| {
+                        let (x, y) = rate(s, k, b);
+                        SeriesPoint { x, y: y / div, band: None }
+                    })
+                    .collect(),
+                color: None,
+            })
+            .collect(),
+        ..Chart::default()
+    };
+    vec![(format!("{slug}-streams.svg"), chart)]
+}
+
 fn run_title(run: &RunRow) -> String {
     format!("{} on {} (run {})", run.kind, run.network, run.id)
 }
@@ -453,8 +495,15 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
                 fanout_charts(&slug, &pts)
             }
-            // a copy has no chart yet: its files' table follows
-            Some(Measure::Copy) | None => Vec::new(),
+            Some(Measure::Copy) => {
+                let streams: Vec<gridperf_core::model::CopyStream> = points
+                    .iter()
+                    .filter(|p| p.proto == "copy-stream")
+                    .filter_map(|p| serde_json::from_value(p.figures.clone()).ok())
+                    .collect();
+                copy_charts(&slug, run, &streams)
+            }
+            None => Vec::new(),
         };
         for (name, chart) in charts {
             let s = svg::render(&chart, 900, 420);

@@ -243,3 +243,19 @@ impl Stored for gridperf_core::model::CopyFileResult {
         }
     }
 }
+
+/// One data connection of a copy, with its bytes per interval.
+impl Stored for gridperf_core::model::CopyStream {
+    fn row(&self) -> PointRow {
+        PointRow {
+            proto: "copy-stream".into(),
+            size: self.bytes,
+            setting: format!("stream {}", self.index),
+            median_ns: None,
+            q1_ns: None,
+            q3_ns: None,
+            figures: figures(self),
+            samples: None,
+        }
+    }
+}

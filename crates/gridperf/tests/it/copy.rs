@@ -100,6 +100,11 @@ fn a_directory_copied_locally_is_identical_and_each_files_hash_is_its_blake3() {
     }
     let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
     assert_eq!(v["bytes_moved"], total);
+    // each stream's bytes per interval add up to what it carried
+    for s in v["per_stream"].as_array().expect("streams") {
+        let sum: u64 = s["interval_bytes"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).sum()).unwrap_or(0);
+        assert_eq!(Some(sum), s["bytes"].as_u64(), "{s}");
+    }
     // every stream took blocks from the one queue
     assert_eq!(v["per_stream"].as_array().map(Vec::len), Some(3));
     assert!(v["verdict"].as_str().unwrap_or_default().starts_with("limited by"), "{v}");

@@ -884,6 +884,7 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
             ..Default::default()
         }],
         verdict: "limited by the network or the receiver (the socket writes waited): 90% of the streams' time".into(),
+        interval_ms: 1000,
         env: env(&[]),
     };
     let t = render::copy::table(&r);
