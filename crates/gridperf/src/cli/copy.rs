@@ -64,6 +64,10 @@ pub struct CopyArgs {
     /// Deadline for connecting to the agent and for each of its control answers.
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     pub connect_timeout: String,
+    /// A line a second with the total rate and each stream's (bytes acknowledged or verified, counted a block at
+    /// a time: one second's figure can exceed the link's rate by a block's worth).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Print gridperf.copy/1 JSON (docs/json.md) instead of the table.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -135,6 +139,7 @@ impl TryFrom<CopyArgs> for Opts {
             store: StoreChoice::new(a.db, a.no_store),
             json: a.json,
             fault_flip_block: a.fault_flip_block,
+            verbose: a.verbose,
             lab: match a.lab {
                 Some(p) => {
                     // checked before anything is brought up

@@ -36,6 +36,8 @@ pub struct Opts {
     pub fault_flip_block: Option<u64>,
     /// Across a lab of this profile (with these overrides): both paths local.
     pub lab: Option<(String, Vec<String>)>,
+    /// A line a second with each stream's rate.
+    pub verbose: bool,
 }
 
 /// The local files under `path` (the file itself, or a directory's), each
@@ -212,10 +214,38 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         indicatif::ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} · {bytes_per_sec} · ~{eta} left")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let result = crate::engines::copy::run(&target, &o.copy, job, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
+    let verbose = o.verbose;
+    let interval_s = crate::engines::copy::INTERVAL.as_secs_f64();
+    let mut watch = crate::engines::copy::Watch {
+        bytes: &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+        // -v: a line a second, each stream's rate in it
+        interval: &mut |k, bytes| {
+            if verbose {
+                let rates: Vec<String> = bytes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| format!("{i}: {}", gridperf_core::units::fmt_bps(*b as f64 * 8.0 / interval_s)))
+                    .collect();
+                let all: u64 = bytes.iter().sum();
+                let line = format!(
+                    "{:>6.1} s  {}  [{}]",
+                    k as f64 * interval_s,
+                    gridperf_core::units::fmt_bps(all as f64 * 8.0 / interval_s),
+                    rates.join("  ")
+                );
+                // above the bar on a terminal; on stderr when there is no bar to keep clear of
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
+            }
+        },
+    };
+    let result = crate::engines::copy::run(&target, &o.copy, job, &mut watch);
     bar.finish_and_clear();
     let settings = serde_json::json!({
         "streams": o.copy.streams, "block": o.copy.block, "window": o.copy.window,

@@ -63,8 +63,16 @@ fn needed_bytes(needs: &[CopyNeed], files: &[CopyFile], block: u64) -> u64 {
         .sum()
 }
 
-/// Runs the copy; `progress(done, total)` is called as bytes are verified.
-pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(u64, u64)) -> Result<CopyReport> {
+/// What a copy says while it runs: `bytes(done, total)` as bytes are
+/// verified, `interval(k, per stream)` at the end of each whole interval
+/// with each stream's bytes in it.
+pub struct Watch<'a> {
+    pub bytes: &'a mut dyn FnMut(u64, u64),
+    pub interval: &'a mut dyn FnMut(usize, &[u64]),
+}
+
+/// Runs the copy, saying how it goes to `watch`.
+pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Result<CopyReport> {
     let mut opened = target.open(o.deadlines)?;
     let addr = opened.addr;
     let (direction, count) = match &job {
@@ -126,7 +134,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             let queue = BlockQueue::new(&needs);
             let t0 = Instant::now();
             let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
-                drive(&counters, total, progress, |moved| {
+                drive(&counters, total, watch, |moved| {
                     dp::each_stream(socks, |k, s| {
                         dp::send_stream(k, &sources, o.block, &queue, s, o.idle, &moved[k as usize])
                     })
@@ -214,7 +222,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, progress: &mut dyn FnMut(
             session.go()?;
             let t0 = Instant::now();
             let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
-                drive(&counters, total, progress, |moved| {
+                drive(&counters, total, watch, |moved| {
                     dp::each_stream(socks, |k, s| dp::receive_stream(k, &sinks, o.block, s, o.idle, &moved[k as usize]))
                 });
             intervals = taken;
@@ -322,7 +330,7 @@ fn parts<T>(
 fn drive<R: Send>(
     counters: &[AtomicU64],
     total: u64,
-    progress: &mut dyn FnMut(u64, u64),
+    watch: &mut Watch,
     streams: impl FnOnce(&[AtomicU64]) -> R + Send,
 ) -> (R, Instant, Vec<Vec<u64>>) {
     let sum = || counters.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>();
@@ -347,14 +355,17 @@ fn drive<R: Send>(
         });
         let mut next = start + INTERVAL;
         while !h.is_finished() {
-            progress(sum(), total);
+            (watch.bytes)(sum(), total);
             std::thread::park_timeout(Duration::from_millis(200).min(next.saturating_duration_since(Instant::now())));
             while Instant::now() >= next && !h.is_finished() {
                 take(&mut intervals);
+                let k = intervals.first().map(Vec::len).unwrap_or(0);
+                let last: Vec<u64> = intervals.iter().map(|iv| iv.last().copied().unwrap_or(0)).collect();
+                (watch.interval)(k, &last);
                 next += INTERVAL;
             }
         }
-        progress(sum(), total);
+        (watch.bytes)(sum(), total);
         h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
     // the last, partial interval

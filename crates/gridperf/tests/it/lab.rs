@@ -900,6 +900,7 @@ fn a_copy_across_a_lab_arrives_whole_at_the_links_rate() {
             "1M",
             "--no-store",
             "--json",
+            "-v",
         ])
     });
     assert!(o.status.success(), "{}", stderr(&o));
@@ -909,6 +910,10 @@ fn a_copy_across_a_lab_arrives_whole_at_the_links_rate() {
     let rate = v["throughput_bps"].as_f64().expect("rate");
     assert!((60e6..=100e6).contains(&rate), "{rate} bit/s across a 100 Mbit/s lab");
     assert_eq!(v["env"]["lab"]["profile"], "man", "{}", v["env"]["lab"]);
+    // -v: a line a second, each stream's rate in it (on stderr: no bar here)
+    let first = stderr(&o).lines().find(|l| l.trim_start().starts_with("1.0 s")).map(str::to_string);
+    let first = first.unwrap_or_else(|| panic!("no line at 1.0 s: {}", stderr(&o)));
+    assert!(first.contains("[0: ") && first.contains("  1: "), "{first}");
     // the RTT each stream saw is the lab's 2 ms, or more
     for s in v["per_stream"].as_array().expect("streams") {
         assert!(s["rtt_us"].as_u64().unwrap_or(0) >= 2000, "{s}");
