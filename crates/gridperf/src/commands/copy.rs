@@ -294,6 +294,15 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             r.files.len()
         )));
     }
+    let unreadable: Vec<&str> =
+        r.skipped.iter().filter(|(_, why)| why.starts_with(dp::UNREADABLE)).map(|(p, _)| p.as_str()).collect();
+    if !unreadable.is_empty() {
+        return Err(Error::measurement(format!(
+            "{} source files could not be read and were not copied: {} (the others are in place)",
+            unreadable.len(),
+            unreadable.join(", ")
+        )));
+    }
     Ok(())
 }
 

@@ -703,6 +703,10 @@ pub fn dir_beneath(root: &impl AsRawFd, rel: &str, make: bool) -> io::Result<(Ow
 /// A file skipped while a directory was listed, and why.
 pub type Skipped = (String, String);
 
+/// How a skipped entry that could not be read (not one skipped by design:
+/// a link, a device) begins its reason: the copy fails for it.
+pub const UNREADABLE: &str = "cannot read";
+
 /// The regular files at `rel` beneath `root`: the file itself, or every one
 /// under the directory, each named by its path from `rel`'s parent (so
 /// `data/run1` gives `run1/a.dat`, ...). Symbolic links, devices, pipes and
@@ -737,7 +741,7 @@ fn walk(
         }
         Err(e) if depth == 0 => return Err(e),
         Err(e) => {
-            skipped.push((shown.to_string(), e.to_string()));
+            skipped.push((shown.to_string(), format!("{UNREADABLE}: {e}")));
             return Ok(());
         }
     };

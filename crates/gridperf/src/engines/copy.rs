@@ -6,7 +6,7 @@
 //! outcome per file.
 
 use crate::datapath::copy::{self as dp, BlockQueue, SinkRules, StreamWork};
-pub use crate::datapath::copy::{expand, Skipped, SourceFile, FLIP_BLOCK};
+pub use crate::datapath::copy::{expand, Skipped, SourceFile, FLIP_BLOCK, UNREADABLE};
 use crate::datapath::write_hello;
 use crate::error::{Error, Result};
 use crate::host;

@@ -478,3 +478,48 @@ fn the_checksum_a_catalogue_expects_is_computed_as_the_blocks_arrive() {
     assert!(stderr(&o).contains("give one of md5, sha256, adler32"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn an_unreadable_file_is_named_and_the_rest_of_the_directory_goes_on() {
+    // root reads every file: the copy runs as nobody
+    if !gridperf::host::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED an_unreadable_file_...: needs root and setpriv to run the copy as another user");
+        return;
+    }
+    let _heavy = crate::heavy();
+    let d = tmpdir("unreadable");
+    let src = d.join("src");
+    write(&src.join("a.dat"), &bytes(70_000, 13));
+    write(&src.join("secret.dat"), b"not for nobody");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&src.join("secret.dat"), std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    for p in [&d, &src] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let dst = d.join("dst");
+    std::fs::create_dir_all(&dst).expect("dst");
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "copy"])
+        .arg(&src)
+        .arg(format!("{}/", dst.display()))
+        .args(["--no-store", "--json"])
+        .env("HOME", &d)
+        .output()
+        .expect("setpriv");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 source files could not be read and were not copied: src/secret.dat"),
+        "{}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let skipped = v["skipped"].as_array().expect("skipped");
+    assert!(
+        skipped.iter().any(|s| s[0] == "src/secret.dat" && s[1].as_str().unwrap_or("").starts_with("cannot read")),
+        "{v}"
+    );
+    assert!(std::fs::read(dst.join("src/a.dat")).expect("the readable file") == bytes(70_000, 13));
+    assert!(!dst.join("src/secret.dat").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
