@@ -492,7 +492,7 @@ fn an_unreadable_file_is_named_and_the_rest_of_the_directory_goes_on() {
     write(&src.join("a.dat"), &bytes(70_000, 13));
     write(&src.join("secret.dat"), b"not for nobody");
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&src.join("secret.dat"), std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    std::fs::set_permissions(src.join("secret.dat"), std::fs::Permissions::from_mode(0o000)).expect("chmod");
     for p in [&d, &src] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
