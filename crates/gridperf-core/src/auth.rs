@@ -117,6 +117,12 @@ impl Key {
         self.mac("agent", agent_nonce, client_nonce).to_hex().to_string()
     }
 
+    /// A secret both ends of an authenticated session hold and no one
+    /// else (it binds a copy's encryption keys to the session: `seal`).
+    pub fn session_secret(&self, agent_nonce: &[u8; KEY_LEN], client_nonce: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
+        *self.mac("session", agent_nonce, client_nonce).as_bytes()
+    }
+
     /// Whether `proof` (hex) is the client's, compared in constant time.
     pub fn client_proves(&self, agent_nonce: &[u8; KEY_LEN], client_nonce: &[u8; KEY_LEN], proof: &str) -> bool {
         blake3::Hash::from_hex(proof).is_ok_and(|p| p == self.mac("client", agent_nonce, client_nonce))

@@ -14,7 +14,8 @@
 //! - [`tune`]: what caps a TCP stream on a path, from the ends' settings, and what to set;
 //! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs;
 //! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
-//! - [`svg`]: self-contained SVG line charts for reports.
+//! - [`svg`]: self-contained SVG line charts for reports;
+//! - [`seal`]: a copy's encrypted data channel: X25519 key agreement, AES-256-GCM frames.
 
 pub mod auth;
 pub mod compare;
@@ -25,6 +26,7 @@ pub mod gso;
 pub mod labcfg;
 pub mod model;
 pub mod plan;
+pub mod seal;
 pub mod shape;
 pub mod stats;
 pub mod survey;

@@ -15,6 +15,9 @@ pub struct CopyStream {
     pub disk_ns: u64,
     pub hash_ns: u64,
     pub net_ns: u64,
+    /// Time sealing or opening frames (`--encrypt`).
+    #[serde(default)]
+    pub crypt_ns: u64,
     /// The sending end's TCP_INFO at the stream's end.
     pub retransmits: Option<u32>,
     pub rtt_us: Option<u32>,
@@ -73,6 +76,12 @@ pub struct CopyReport {
     pub throughput_bps: f64,
     /// This end's streams.
     pub per_stream: Vec<CopyStream>,
+    /// The agent's streams: the other end's disk, hashing and socket time.
+    #[serde(default)]
+    pub agent_streams: Vec<CopyStream>,
+    /// How the data connections were protected (`--encrypt`), or null.
+    #[serde(default)]
+    pub encryption: Option<String>,
     /// The length of each stream's intervals (`interval_bytes`).
     #[serde(default)]
     pub interval_ms: u64,
@@ -88,37 +97,122 @@ impl CopyReport {
     }
 }
 
-/// Where a copy's streams spent their time, as a verdict: the disk, the
-/// hashing (CPU) or the socket (the network, or the other end). `sending`:
-/// this end reads the files and sends.
-pub fn copy_verdict(streams: &[CopyStream], sending: bool) -> String {
-    let (disk, hash, net) =
-        streams.iter().fold((0u64, 0u64, 0u64), |(d, h, n), s| (d + s.disk_ns, h + s.hash_ns, n + s.net_ns));
-    let all = (disk + hash + net).max(1) as f64;
-    let pct = |x: u64| x as f64 * 100.0 / all;
-    let (what, share) = [
-        (
-            if sending { "the source disk (reading the blocks)" } else { "the destination disk (writing the blocks)" },
-            disk,
-        ),
-        ("the CPU (hashing the blocks)", hash),
-        (
-            if sending {
-                "the network or the receiver (the socket writes waited)"
-            } else {
-                "the network or the sender (the socket reads waited)"
-            },
-            net,
-        ),
-    ]
-    .into_iter()
-    .max_by_key(|(_, x)| *x)
-    .unwrap_or(("nothing", 0));
-    format!(
-        "limited by {what}: {:.0}% of the streams' time (disk {:.0}%, hashing {:.0}%, socket {:.0}%)",
-        pct(share),
-        pct(disk),
-        pct(hash),
-        pct(net)
-    )
+/// One end's time, summed over its streams: disk, hashing, sealing, socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EndTime {
+    pub disk: u64,
+    pub hash: u64,
+    pub crypt: u64,
+    pub net: u64,
+}
+
+impl EndTime {
+    pub fn of(streams: &[CopyStream]) -> EndTime {
+        streams.iter().fold(EndTime::default(), |t, s| EndTime {
+            disk: t.disk + s.disk_ns,
+            hash: t.hash + s.hash_ns,
+            crypt: t.crypt + s.crypt_ns,
+            net: t.net + s.net_ns,
+        })
+    }
+
+    fn all(&self) -> u64 {
+        self.disk + self.hash + self.crypt + self.net
+    }
+
+    /// Each part's share of the end's time, %: disk, CPU (hashing and sealing), socket.
+    fn shares(&self) -> (f64, f64, f64) {
+        let all = self.all().max(1) as f64;
+        let pct = |x: u64| x as f64 * 100.0 / all;
+        (pct(self.disk), pct(self.hash + self.crypt), pct(self.net))
+    }
+
+    fn words(&self) -> String {
+        let all = self.all().max(1) as f64;
+        let pct = |x: u64| x as f64 * 100.0 / all;
+        let sealing = if self.crypt > 0 { format!(", sealing {:.0}%", pct(self.crypt)) } else { String::new() };
+        format!("disk {:.0}%, hashing {:.0}%{sealing}, socket {:.0}%", pct(self.disk), pct(self.hash), pct(self.net))
+    }
+}
+
+/// The share of an end's time above which its disk or CPU is named as the limit.
+pub const END_LIMIT_PCT: f64 = 50.0;
+
+/// Where a copy's time went, as a verdict. `sender` and `writer` are the
+/// two ends' streams (either may be empty: an agent that said nothing).
+/// The end whose disk or CPU took more than [`END_LIMIT_PCT`] of its
+/// streams' time is named (the larger such share wins); when neither did,
+/// both ends waited on their sockets: the network (its rate, a window, or
+/// losses: the sending end's TCP_INFO tells which).
+pub fn copy_verdict(sender: &[CopyStream], writer: &[CopyStream]) -> String {
+    let (s, w) = (EndTime::of(sender), EndTime::of(writer));
+    let (sd, sc, sn) = s.shares();
+    let (wd, wc, wn) = w.shares();
+    let mut candidates: Vec<(&str, f64)> = Vec::new();
+    if s.all() > 0 {
+        candidates.push(("the source disk (reading the blocks)", sd));
+        candidates.push((
+            if s.crypt > 0 { "the sending end's CPU (hashing and sealing)" } else { "the sending end's CPU (hashing)" },
+            sc,
+        ));
+    }
+    if w.all() > 0 {
+        candidates.push(("the destination disk (writing the blocks)", wd));
+        candidates.push((
+            if w.crypt > 0 { "the writing end's CPU (opening and hashing)" } else { "the writing end's CPU (hashing)" },
+            wc,
+        ));
+    }
+    let top = candidates.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1));
+    let detail = |t: &EndTime| if t.all() > 0 { t.words() } else { "not known".to_string() };
+    let ends = format!("(sending end: {}; writing end: {})", detail(&s), detail(&w));
+    match top {
+        Some((what, share)) if share > END_LIMIT_PCT => {
+            format!("limited by {what}: {share:.0}% of that end's stream time {ends}")
+        }
+        Some(_) => {
+            let waited = [
+                (s.all() > 0).then(|| format!("the sending end {sn:.0}%")),
+                (w.all() > 0).then(|| format!("the writing end {wn:.0}%")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ");
+            format!("limited by the network: the sockets waited ({waited} of its time) {ends}")
+        }
+        None => "limited by nothing measured: no stream moved a block".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(disk: u64, hash: u64, crypt: u64, net: u64) -> Vec<CopyStream> {
+        vec![CopyStream { disk_ns: disk, hash_ns: hash, crypt_ns: crypt, net_ns: net, ..Default::default() }]
+    }
+
+    #[test]
+    fn the_verdict_names_the_end_and_the_part_that_held_the_copy_back() {
+        // both ends waited on their sockets: the network
+        let v = copy_verdict(&end(10, 20, 0, 70), &end(5, 15, 0, 80));
+        assert!(v.starts_with("limited by the network"), "{v}");
+        assert!(v.contains("the sending end 70%") && v.contains("the writing end 80%"), "{v}");
+        // the destination's disk took most of the writing end's time; the sender waited on it
+        let v = copy_verdict(&end(10, 10, 0, 80), &end(70, 10, 0, 20));
+        assert!(v.starts_with("limited by the destination disk"), "{v}");
+        assert!(v.contains("70% of that end"), "{v}");
+        // the sender's disk
+        let v = copy_verdict(&end(60, 10, 0, 30), &end(5, 10, 0, 85));
+        assert!(v.starts_with("limited by the source disk"), "{v}");
+        // sealing and hashing at the sending end: its CPU, and sealing is named
+        let v = copy_verdict(&end(5, 30, 40, 25), &end(5, 20, 20, 55));
+        assert!(v.starts_with("limited by the sending end's CPU (hashing and sealing): 70%"), "{v}");
+        assert!(v.contains("sealing 40%"), "{v}");
+        // the agent said nothing of its end: this end alone, and said so
+        let v = copy_verdict(&end(10, 10, 0, 80), &[]);
+        assert!(v.starts_with("limited by the network") && v.contains("writing end: not known"), "{v}");
+        assert!(copy_verdict(&[], &[]).contains("nothing measured"));
+    }
 }

@@ -44,6 +44,10 @@ pub struct CopySpec {
     /// A checksum the writing end computes besides BLAKE3, in order, as blocks arrive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<crate::copy::Checksum>,
+    /// `--encrypt`: the client's X25519 public key (hex); the agent answers
+    /// with its own (CopyKey) and every data connection is sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypt: Option<String>,
 }
 
 impl CopySpec {
@@ -61,6 +65,12 @@ impl CopySpec {
         }
         if let Some(p) = self.pacing_bps.filter(|&p| p == 0 || p > MAX_RATE_BPS) {
             return Err(unsupported(format!("pacing at {p} bit/s: give 1 to {MAX_RATE_BPS}")));
+        }
+        if self.encrypt.as_deref().is_some_and(|k| crate::auth::unhex(k).is_none()) {
+            return Err(Refusal {
+                code: ErrorCode::BadMessage,
+                message: "an encryption key that is not 32 bytes of hex".into(),
+            });
         }
         Ok(())
     }

@@ -335,14 +335,24 @@ pub enum AgentMsg {
         needs: Vec<CopyNeed>,
         last: bool,
     },
-    /// Pull: every block is sent; these files' sources changed meanwhile.
+    /// A copy asked to be encrypted: the agent's X25519 public key (hex),
+    /// right after Ready.
+    CopyKey {
+        public: String,
+    },
+    /// Pull: every block is sent; these files' sources changed meanwhile;
+    /// the agent's streams (its disk, hashing and socket time).
     CopySent {
         changed: Vec<u32>,
+        #[serde(default)]
+        streams: Vec<crate::model::CopyStream>,
     },
-    /// Push: how each file ended at the agent.
+    /// Push: how each file ended at the agent; the agent's streams on the last part.
     CopyResults {
         files: Vec<CopyOutcome>,
         last: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        streams: Vec<crate::model::CopyStream>,
     },
     Error {
         code: ErrorCode,

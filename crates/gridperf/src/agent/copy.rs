@@ -8,8 +8,9 @@
 use super::data::{self, accept_all};
 use super::session::{new_token, send_error, wire_code, Fail};
 use super::Shared;
-use crate::datapath::copy::{self as dp, BlockQueue, SinkRules, SourceFile, StreamWork};
+use crate::datapath::copy::{self as dp, BlockQueue, Crypt, SinkRules, SourceFile, StreamWork};
 use crate::{ctl, host};
+use gridperf_core::seal;
 use gridperf_core::wire::{
     self, chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopySpec, DataHello,
     DataKind, ErrorCode, MAX_COPY_FILES,
@@ -21,7 +22,13 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 /// Runs a copy for a client whose request was checked.
-pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: &CopySpec) -> Result<(), Fail> {
+pub(super) fn run(
+    shared: &Shared,
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    spec: &CopySpec,
+    session_secret: Option<&[u8; 32]>,
+) -> Result<(), Fail> {
     let Some(root_path) = &shared.cfg.root else {
         return Err(send_error(
             ctl,
@@ -47,6 +54,13 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
                 .into(),
         ));
     }
+    if shared.cfg.encrypt && spec.encrypt.is_none() {
+        return Err(send_error(
+            ctl,
+            ErrorCode::Refused,
+            "this agent moves files only encrypted (serve --encrypt): give copy --encrypt".into(),
+        ));
+    }
     let root: OwnedFd = File::open(root_path).map_err(|e| format!("the root {}: {e}", root_path.display()))?.into();
     let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
     let l = data::listener(local_ip, spec.window, spec.window, spec.streams as i32 * 2)
@@ -54,6 +68,23 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
     let token = new_token(peer);
     let agent = host::end_info(None, false);
     data::ready(ctl, Some(&l), Vec::new(), token, agent.clone())?;
+    // --encrypt: this end's half of the key agreement, right after ready
+    let keys = match &spec.encrypt {
+        None => None,
+        Some(theirs) => {
+            let theirs = gridperf_core::auth::unhex(theirs)
+                .ok_or_else(|| "an encryption key that is not 32 bytes of hex".to_string())?;
+            let mine = seal::Exchange::new()?;
+            let public = gridperf_core::auth::hex(&mine.public());
+            let keys = mine.agree(&theirs, false, session_secret);
+            let keys = match keys {
+                Ok(k) => k,
+                Err(e) => return Err(send_error(ctl, ErrorCode::BadMessage, e)),
+            };
+            wire::write_msg(ctl, &AgentMsg::CopyKey { public }).map_err(|e| e.to_string())?;
+            Some(keys)
+        }
+    };
     let idle = shared.cfg.max_idle;
     let list = read_list(ctl, spec.files, idle)?;
     let sockets = |ctl: &mut TcpStream| -> Result<Vec<TcpStream>, Fail> {
@@ -101,8 +132,24 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
         let moved = AtomicU64::new(0);
-        let works: Vec<std::io::Result<StreamWork>> =
-            dp::each_stream(socks, |k, s| dp::receive_stream(k, &files, spec.block, s, idle, &moved));
+        let works: Vec<std::io::Result<StreamWork>> = dp::each_stream(socks, |k, s| {
+            let crypt = Crypt::of(keys.as_ref(), k, false);
+            dp::receive_stream(k, &files, spec.block, dp::Link { sock: s, idle, crypt }, &moved)
+        });
+        // what arrived was not what was sent (altered on the way, or not a
+        // block): say so before the client asks, keep every partial file
+        if let Some((k, e)) = works
+            .iter()
+            .enumerate()
+            .find_map(|(k, w)| w.as_ref().err().filter(|e| e.kind() == std::io::ErrorKind::InvalidData).map(|e| (k, e)))
+        {
+            finish_all(&files, &(0..files.len() as u32).collect::<Vec<_>>());
+            return Err(send_error(
+                ctl,
+                ErrorCode::BadMessage,
+                format!("stream {k} at the writing end: {e}; nothing renamed, partial files kept for a resume"),
+            ));
+        }
         let changed = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
             Ok(ClientMsg::CopyDone { changed }) => changed,
             Ok(ClientMsg::Abort { reason }) => {
@@ -125,7 +172,9 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         let n = chunks.len().max(1);
         for k in 0..n {
             let files = chunks.get(k).cloned().unwrap_or_default();
-            wire::write_msg(ctl, &AgentMsg::CopyResults { files, last: k + 1 == n }).map_err(|e| e.to_string())?;
+            let streams = if k + 1 == n { streams_of(&works) } else { Vec::new() };
+            wire::write_msg(ctl, &AgentMsg::CopyResults { files, last: k + 1 == n, streams })
+                .map_err(|e| e.to_string())?;
         }
         let mut agent = agent;
         agent.sockets = Vec::new();
@@ -163,17 +212,25 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         go(ctl, shared)?;
         let queue = BlockQueue::new(&needs);
         let moved = AtomicU64::new(0);
-        let works: Vec<std::io::Result<StreamWork>> =
-            dp::each_stream(socks, |k, s| dp::send_stream(k, &sources, spec.block, &queue, s, idle, &moved));
+        let works: Vec<std::io::Result<StreamWork>> = dp::each_stream(socks, |k, s| {
+            let crypt = Crypt::of(keys.as_ref(), k, true);
+            dp::send_stream(k, &sources, spec.block, &queue, dp::Link { sock: s, idle, crypt }, &moved)
+        });
         if let Some(why) = queue.stopped() {
             return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
         }
         let mut changed: Vec<u32> =
             sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
         changed.extend(queue.failed().iter().map(|(f, _)| *f));
-        wire::write_msg(ctl, &AgentMsg::CopySent { changed }).map_err(|e| e.to_string())?;
+        wire::write_msg(ctl, &AgentMsg::CopySent { changed, streams: streams_of(&works) })
+            .map_err(|e| e.to_string())?;
         finish(ctl, idle, agent, &works)
     }
+}
+
+/// The streams that ended well, for the client's verdict.
+fn streams_of(works: &[std::io::Result<StreamWork>]) -> Vec<StreamWork> {
+    works.iter().filter_map(|w| w.as_ref().ok().cloned()).collect()
 }
 
 /// Every file's end: renamed into place if whole (and its source unchanged), else kept partial.

@@ -62,6 +62,8 @@ pub struct AgentConfig {
     pub root: Option<std::path::PathBuf>,
     /// Copies may only read (serve --read-only).
     pub read_only: bool,
+    /// Copies must be encrypted (serve --encrypt).
+    pub encrypt: bool,
     /// Exit after the first test has finished.
     pub once: bool,
     /// How long a client may take to say hello or send its next control message.
@@ -87,6 +89,7 @@ impl Default for AgentConfig {
             limits: SiteLimits::default(),
             root: None,
             read_only: false,
+            encrypt: false,
             once: false,
             control_timeout: Duration::from_secs(10),
             faults: Faults::default(),

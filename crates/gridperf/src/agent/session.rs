@@ -80,13 +80,14 @@ fn read_request(ctl: &mut TcpStream, until: Instant) -> Result<TestRequest, Fail
 }
 
 /// Checks a client's answer to the challenge before anything else is
-/// spent on it; answers with the agent's own proof.
+/// spent on it; answers with the agent's own proof. The session's secret
+/// (which binds a copy's encryption to it).
 fn authenticate(
     ctl: &mut TcpStream,
     keys: &[auth::Key],
     nonce: &[u8; auth::KEY_LEN],
     until: Instant,
-) -> Result<(), Fail> {
+) -> Result<[u8; auth::KEY_LEN], Fail> {
     let refused = |ctl: &mut TcpStream, why: String| send_error(ctl, ErrorCode::Refused, why);
     match ctl::read_msg_by::<ClientMsg>(ctl, until) {
         Ok(ClientMsg::Auth { key, nonce: theirs, proof }) => {
@@ -95,7 +96,8 @@ fn authenticate(
             match (found, theirs) {
                 (Some(k), Some(cn)) if k.client_proves(nonce, &cn, &proof) => {
                     wire::write_msg(ctl, &AgentMsg::AuthOk { proof: k.agent_proof(nonce, &cn) })
-                        .map_err(|e| e.to_string().into())
+                        .map_err(|e| e.to_string())?;
+                    Ok(k.session_secret(nonce, &cn))
                 }
                 // one answer for an unknown name and a wrong proof: nothing learnt
                 _ => Err(refused(
@@ -159,8 +161,9 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
         },
     )
     .map_err(|e| e.to_string())?;
+    let mut session_secret = None;
     if let (Some(keys), Some(nonce)) = (&shared.cfg.auth, nonce) {
-        authenticate(&mut ctl, keys, &nonce, until)?;
+        session_secret = Some(authenticate(&mut ctl, keys, &nonce, until)?);
     }
 
     let req = read_request(&mut ctl, until)?;
@@ -192,7 +195,7 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
         Test::Rtt(spec) | Test::Transfer(spec) => echo::run(shared, &mut ctl, peer, spec),
         Test::Stream(spec) => stream::run(shared, &mut ctl, peer, spec),
         Test::Fanout(spec) => fanout::run(shared, &mut ctl, peer, spec),
-        Test::Copy(spec) => copy::run(shared, &mut ctl, peer, spec),
+        Test::Copy(spec) => copy::run(shared, &mut ctl, peer, spec, session_secret.as_ref()),
     };
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
     match result {

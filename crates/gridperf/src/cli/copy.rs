@@ -55,6 +55,11 @@ pub struct CopyArgs {
     /// catalogue such as Rucio or FTS expects); printed and in --json beside each file's BLAKE3.
     #[arg(long, value_name = "ALGO")]
     pub checksum: Option<String>,
+    /// Encrypt the data connections: keys agreed by X25519 for this copy alone (bound to the session's key when
+    /// the agent asks for one: --key), every block, header and acknowledgment sealed with AES-256-GCM. Never
+    /// downgraded: an agent that does not answer with its key gets nothing.
+    #[arg(long)]
+    pub encrypt: bool,
     /// The longest a stream waits on the other end (a block, an acknowledgment) before the copy fails.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub idle: String,
@@ -135,6 +140,7 @@ impl TryFrom<CopyArgs> for Opts {
                     queue: a.queue.as_deref().map(|q| duration(q, "--queue")).transpose()?.unwrap_or(Duration::ZERO),
                 },
                 idle: duration(&a.idle, "--idle")?,
+                encrypt: a.encrypt,
             },
             store: StoreChoice::new(a.db, a.no_store),
             json: a.json,

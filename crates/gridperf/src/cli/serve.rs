@@ -140,6 +140,10 @@ pub struct ServeArgs {
     /// Copies may read beneath --root, never write.
     #[arg(long, requires = "root")]
     pub read_only: bool,
+    /// Copies must be encrypted: a copy without --encrypt is refused (with --encrypt the data connections
+    /// are sealed with AES-256-GCM under keys agreed by X25519, bound to the session's key with --auth).
+    #[arg(long, requires = "root")]
+    pub encrypt: bool,
     /// Exit after the first test.
     #[arg(long)]
     pub once: bool,
@@ -184,6 +188,7 @@ impl TryFrom<ServeArgs> for AgentConfig {
                 None => None,
             },
             read_only: a.read_only,
+            encrypt: a.encrypt,
             limits: crate::agent::SiteLimits {
                 max_duration: duration(&a.max_duration, "--max-duration")?,
                 max_streams: a.max_streams.max(1),

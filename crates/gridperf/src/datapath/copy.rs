@@ -10,6 +10,7 @@
 use gridperf_core::copy::{
     block_count, block_cv, block_len, file_hash, hex, unhex32, Ack, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER,
 };
+use gridperf_core::seal::{Sealer, TAG_LEN};
 use gridperf_core::wire::{CopyFile, CopyNeed};
 use std::collections::VecDeque;
 use std::fs::File;
@@ -180,6 +181,59 @@ impl BlockQueue {
 /// What one stream did, at either end.
 pub use gridperf_core::model::CopyStream as StreamWork;
 
+/// One data connection of a copy: the socket, how long a read or write
+/// may wait, and its sealing (`--encrypt`).
+pub struct Link {
+    pub sock: TcpStream,
+    pub idle: Duration,
+    pub crypt: Option<Crypt>,
+}
+
+/// A data connection's two ways, sealed (`copy --encrypt`): the way this
+/// end writes and the way it reads.
+pub struct Crypt {
+    pub out: Sealer,
+    pub inn: Sealer,
+}
+
+impl Crypt {
+    /// From a copy's keys, for stream `index` at the end that sends the blocks (`sending`) or writes them.
+    pub fn of(keys: Option<&gridperf_core::seal::CopyKeys>, index: u32, sending: bool) -> Option<Crypt> {
+        keys.map(|k| {
+            let (out, inn) = k.stream(index, sending);
+            Crypt { out, inn }
+        })
+    }
+}
+
+fn sealing(e: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Seals the first `len` bytes of `frame` in place and puts the tag after
+/// them (`frame` has room for it); the bytes to write. Unsealed: `len`.
+fn seal(sealer: Option<&mut Sealer>, frame: &mut [u8], len: usize) -> io::Result<usize> {
+    match sealer {
+        None => Ok(len),
+        Some(s) => {
+            let tag = s.seal(&mut frame[..len]).map_err(sealing)?;
+            frame[len..len + TAG_LEN].copy_from_slice(&tag);
+            Ok(len + TAG_LEN)
+        }
+    }
+}
+
+/// Reads a frame of `len` bytes (and its tag, sealed) into `frame`, opened in place.
+fn read_frame(sock: &mut impl Read, opener: Option<&mut Sealer>, frame: &mut [u8], len: usize) -> io::Result<()> {
+    match opener {
+        None => sock.read_exact(&mut frame[..len]),
+        Some(o) => {
+            sock.read_exact(&mut frame[..len + TAG_LEN])?;
+            o.open(&mut frame[..len + TAG_LEN]).map_err(sealing).map(|_| ())
+        }
+    }
+}
+
 /// A stream's blocks sent and not yet acknowledged (file, block, length),
 /// in order, and the wake-up for a writer waiting for room.
 type InFlight = (Mutex<VecDeque<(u32, u64, u64)>>, Condvar);
@@ -192,11 +246,15 @@ pub fn send_stream(
     files: &[SourceFile],
     block: u64,
     queue: &BlockQueue,
-    sock: TcpStream,
-    idle: Duration,
+    link: Link,
     moved: &AtomicU64,
 ) -> io::Result<StreamWork> {
+    let Link { sock, idle, crypt } = link;
     let mut work = StreamWork { index, ..Default::default() };
+    let (mut sealer, mut opener) = match crypt {
+        Some(c) => (Some(c.out), Some(c.inn)),
+        None => (None, None),
+    };
     sock.set_write_timeout(Some(idle))?;
     let mut reader = sock.try_clone()?;
     reader.set_read_timeout(Some(idle))?;
@@ -207,20 +265,29 @@ pub fn send_stream(
         let flight = in_flight.clone();
         let finished = done.clone();
         let ack_thread = scope.spawn(move || -> io::Result<()> {
-            let mut b = [0u8; ACK_LEN];
+            let mut b = [0u8; ACK_LEN + TAG_LEN];
+            // a failed reader stops the copy at once: the blocks it would
+            // have acknowledged hold every other stream's queue open
+            let stop = |e: io::Error| {
+                queue.stop(format!("stream {index}: {e}"));
+                e
+            };
             loop {
-                match reader.read_exact(&mut b) {
+                match read_frame(&mut reader, opener.as_mut(), &mut b, ACK_LEN) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && finished.load(Ordering::SeqCst) => {
                         return Ok(())
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(stop(e)),
                 }
-                let a = Ack::decode(&b);
+                let a = Ack::decode(b[..ACK_LEN].try_into().expect("an ack's length"));
                 let (lock_, cv) = &*flight;
                 let mut f = lock(lock_);
                 let pos = f.iter().position(|&(file, i, _)| file == a.file && i == a.index).ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("an acknowledgment of a block not sent: {a:?}"))
+                    stop(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("an acknowledgment of a block not sent: {a:?}"),
+                    ))
                 })?;
                 let (_, _, len) = f.remove(pos).expect("found");
                 drop(f);
@@ -231,7 +298,8 @@ pub fn send_stream(
                 cv.notify_all();
             }
         });
-        let mut buf = vec![0u8; block as usize];
+        let mut buf = vec![0u8; block as usize + TAG_LEN];
+        let mut head = [0u8; FRAME_HEADER + TAG_LEN];
         let mut out = &sock;
         let result = (|| -> io::Result<()> {
             while let Some((file, idx)) = queue.next() {
@@ -270,16 +338,22 @@ pub fn send_stream(
                     fl.push_back((file, idx, len));
                 }
                 let t = Instant::now();
-                let h = BlockHeader { file, index: idx, len: len as u32, cv };
-                out.write_all(&h.encode())?;
-                out.write_all(data)?;
+                head[..FRAME_HEADER].copy_from_slice(&BlockHeader { file, index: idx, len: len as u32, cv }.encode());
+                let hn = seal(sealer.as_mut(), &mut head, FRAME_HEADER)?;
+                let dn = seal(sealer.as_mut(), &mut buf, len as usize)?;
+                work.crypt_ns += t.elapsed().as_nanos() as u64;
+                let t = Instant::now();
+                out.write_all(&head[..hn])?;
+                out.write_all(&buf[..dn])?;
                 work.net_ns += t.elapsed().as_nanos() as u64;
                 work.bytes += len;
                 work.blocks += 1;
             }
             // every block acknowledged (the queue is done): the end frame
             done.store(true, Ordering::SeqCst);
-            out.write_all(&BlockHeader::end().encode())?;
+            head[..FRAME_HEADER].copy_from_slice(&BlockHeader::end().encode());
+            let hn = seal(sealer.as_mut(), &mut head, FRAME_HEADER)?;
+            out.write_all(&head[..hn])?;
             out.flush()
         })();
         if let Err(e) = &result {
@@ -618,20 +692,24 @@ pub fn receive_stream(
     index: u32,
     files: &[Option<SinkFile>],
     block: u64,
-    mut sock: TcpStream,
-    idle: Duration,
+    link: Link,
     moved: &AtomicU64,
 ) -> io::Result<StreamWork> {
+    let Link { mut sock, idle, crypt } = link;
     let mut work = StreamWork { index, ..Default::default() };
+    let (mut sealer, mut opener) = match crypt {
+        Some(c) => (Some(c.out), Some(c.inn)),
+        None => (None, None),
+    };
     sock.set_read_timeout(Some(idle))?;
     sock.set_write_timeout(Some(idle))?;
-    let mut buf = vec![0u8; block as usize];
+    let mut buf = vec![0u8; block as usize + TAG_LEN];
     let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
     loop {
-        let mut h = [0u8; FRAME_HEADER];
+        let mut h = [0u8; FRAME_HEADER + TAG_LEN];
         let t = Instant::now();
-        sock.read_exact(&mut h)?;
-        let head = BlockHeader::decode(&h).map_err(bad)?;
+        read_frame(&mut sock, opener.as_mut(), &mut h, FRAME_HEADER)?;
+        let head = BlockHeader::decode(h[..FRAME_HEADER].try_into().expect("a header's length")).map_err(bad)?;
         if head.file == END_OF_BLOCKS {
             break;
         }
@@ -646,9 +724,20 @@ pub fn receive_stream(
                 head.index, f.name, head.len
             )));
         }
+        match opener.as_mut() {
+            None => sock.read_exact(&mut buf[..want as usize])?,
+            Some(o) => {
+                sock.read_exact(&mut buf[..want as usize + TAG_LEN])?;
+                work.net_ns += t.elapsed().as_nanos() as u64;
+                let t = Instant::now();
+                o.open(&mut buf[..want as usize + TAG_LEN]).map_err(sealing)?;
+                work.crypt_ns += t.elapsed().as_nanos() as u64;
+            }
+        }
+        if opener.is_none() {
+            work.net_ns += t.elapsed().as_nanos() as u64;
+        }
         let data = &mut buf[..want as usize];
-        sock.read_exact(data)?;
-        work.net_ns += t.elapsed().as_nanos() as u64;
         let n = RECEIVED.fetch_add(1, Ordering::SeqCst) + 1;
         if FLIP_BLOCK.load(Ordering::SeqCst) == n {
             data[data.len() / 2] ^= 0x20;
@@ -675,7 +764,10 @@ pub fn receive_stream(
         } else {
             lock(&f.state).resent += 1;
         }
-        sock.write_all(&Ack { file: head.file, index: head.index, ok }.encode())?;
+        let mut a = [0u8; ACK_LEN + TAG_LEN];
+        a[..ACK_LEN].copy_from_slice(&Ack { file: head.file, index: head.index, ok }.encode());
+        let n = seal(sealer.as_mut(), &mut a, ACK_LEN)?;
+        sock.write_all(&a[..n])?;
     }
     // the sender's end frame: say so by closing our side
     let _ = sock.shutdown(std::net::Shutdown::Write);

@@ -37,6 +37,8 @@ pub struct CopyOptions {
     pub deadlines: Deadlines,
     /// The longest a stream waits on the other end (a block, an acknowledgment).
     pub idle: Duration,
+    /// Seal the data connections (X25519, AES-256-GCM); never sent in the clear once asked.
+    pub encrypt: bool,
 }
 
 /// What to copy.
@@ -93,11 +95,55 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         resume: o.resume,
         force: o.force,
         checksum: o.checksum,
+        encrypt: None,
     };
+    let exchange = if o.encrypt {
+        Some(gridperf_core::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
+    } else {
+        None
+    };
+    let spec = CopySpec { encrypt: exchange.as_ref().map(|x| gridperf_core::auth::hex(&x.public())), ..spec };
     spec.validate().map_err(|r| Error::usage(r.message))?;
     let ready = opened.session.request(Test::Copy(spec))?;
     let port = ready.tcp_port.ok_or_else(|| net("the agent opened no data port"))?;
     let session = &mut opened.session;
+    // --encrypt: the agent's half of the key agreement, or nothing is sent
+    let keys = match exchange {
+        None => None,
+        Some(x) => {
+            let theirs = match session.next(o.deadlines.control)? {
+                AgentMsg::CopyKey { public } => gridperf_core::auth::unhex(&public)
+                    .ok_or_else(|| net("the agent's encryption key is not 32 bytes of hex: nothing was sent"))?,
+                other => {
+                    let why = format!(
+                        "asked for --encrypt, the agent answered {other:?} instead of its key (an older agent?): \
+                         nothing was sent"
+                    );
+                    session.abort(&why);
+                    return Err(Error::refused(why));
+                }
+            };
+            let secret = session.secret().copied();
+            Some(
+                x.agree(&theirs, true, secret.as_ref())
+                    .map_err(|e| net(format!("--encrypt: {e}: nothing was sent")))?,
+            )
+        }
+    };
+    let encryption = keys.as_ref().map(|k| {
+        if k.authenticated {
+            format!(
+                "{} (bound to the session's key: no one without it can read or alter the data)",
+                gridperf_core::seal::CIPHER
+            )
+        } else {
+            format!(
+                "{} (no key: safe from eavesdroppers, not from a man in the middle; serve --auth and --key bind it)",
+                gridperf_core::seal::CIPHER
+            )
+        }
+    });
+    let agent_streams: Vec<StreamWork>;
     let client = host::end_info(None, false);
     let counters: Vec<AtomicU64> = (0..o.streams).map(|_| AtomicU64::new(0)).collect();
     let intervals: Vec<Vec<u64>>;
@@ -136,12 +182,18 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
                 drive(&counters, total, watch, |moved| {
                     dp::each_stream(socks, |k, s| {
-                        dp::send_stream(k, &sources, o.block, &queue, s, o.idle, &moved[k as usize])
+                        let crypt = dp::Crypt::of(keys.as_ref(), k, true);
+                        let link = dp::Link { sock: s, idle: o.idle, crypt };
+                        dp::send_stream(k, &sources, o.block, &queue, link, &moved[k as usize])
                     })
                 });
             intervals = taken;
             seconds = (end - t0).as_secs_f64();
             if let Some(why) = queue.stopped() {
+                // the writing end may have said why it closed a stream
+                if session.agent_gone_within(o.deadlines.control.min(Duration::from_secs(2))) {
+                    session.next(Duration::from_millis(200))?;
+                }
                 session.abort(&why);
                 return Err(net(format!("the copy stopped: {why} (what arrived is kept partial: --resume goes on)")));
             }
@@ -150,10 +202,15 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
             changed.extend(failed.iter().map(|(f, _)| *f));
             session.tell(&ClientMsg::CopyDone { changed: changed.clone() })?;
+            let mut theirs = Vec::new();
             let outcomes: Vec<CopyOutcome> = parts(session, o.deadlines.control + o.idle, "results", |m| match m {
-                AgentMsg::CopyResults { files, last } => Ok((files, last)),
+                AgentMsg::CopyResults { files, last, streams } => {
+                    theirs.extend(streams);
+                    Ok((files, last))
+                }
                 other => Err(format!("{other:?}")),
             })?;
+            agent_streams = theirs;
             let mut files_out = Vec::new();
             for (k, info) in infos.iter().enumerate() {
                 let need = needs.iter().find(|n| n.file == k as u32);
@@ -223,7 +280,11 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             let t0 = Instant::now();
             let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
                 drive(&counters, total, watch, |moved| {
-                    dp::each_stream(socks, |k, s| dp::receive_stream(k, &sinks, o.block, s, o.idle, &moved[k as usize]))
+                    dp::each_stream(socks, |k, s| {
+                        let crypt = dp::Crypt::of(keys.as_ref(), k, false);
+                        let link = dp::Link { sock: s, idle: o.idle, crypt };
+                        dp::receive_stream(k, &sinks, o.block, link, &moved[k as usize])
+                    })
                 });
             intervals = taken;
             seconds = (end - t0).as_secs_f64();
@@ -233,7 +294,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 return Err(net(why));
             }
             let changed = match session.next(o.deadlines.control + o.idle)? {
-                AgentMsg::CopySent { changed } => changed,
+                AgentMsg::CopySent { changed, streams } => {
+                    agent_streams = streams;
+                    changed
+                }
                 other => return Err(net(format!("expected the agent's copy-sent, got {other:?}"))),
             };
             let mut files_out = Vec::new();
@@ -293,8 +357,14 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         blocks_resent: resent,
         seconds,
         throughput_bps: if seconds > 0.0 { bytes_moved as f64 * 8.0 / seconds } else { 0.0 },
-        verdict: copy_verdict(&per_stream, sending),
+        verdict: if sending {
+            copy_verdict(&per_stream, &agent_streams)
+        } else {
+            copy_verdict(&agent_streams, &per_stream)
+        },
         per_stream,
+        agent_streams,
+        encryption,
         interval_ms: INTERVAL.as_millis() as u64,
         env,
     })
@@ -306,7 +376,7 @@ fn parts<T>(
     session: &mut crate::runner::Session,
     within: Duration,
     what: &str,
-    part: impl Fn(AgentMsg) -> std::result::Result<(Vec<T>, bool), String>,
+    mut part: impl FnMut(AgentMsg) -> std::result::Result<(Vec<T>, bool), String>,
 ) -> Result<Vec<T>> {
     let mut all = Vec::new();
     loop {

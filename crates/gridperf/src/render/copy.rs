@@ -65,6 +65,9 @@ pub fn table(r: &CopyReport) -> String {
         let rtt = s.rtt_us.map(|u| format!(", RTT {:.2} ms", f64::from(u) / 1000.0)).unwrap_or_default();
         let _ = writeln!(out, "  stream {}: {} in {} blocks{retrans}{rtt}", s.index, fmt_bytes(s.bytes), s.blocks);
     }
+    if let Some(e) = &r.encryption {
+        let _ = writeln!(out, "encrypted: {e}");
+    }
     let _ = writeln!(out, "{}", r.verdict);
     out
 }

@@ -76,6 +76,8 @@ pub struct Session {
     pub addr: SocketAddr,
     pub agent_software: String,
     deadlines: Deadlines,
+    /// The authenticated session's secret (the agent asked for a key), for a copy's encryption.
+    secret: Option<[u8; auth::KEY_LEN]>,
 }
 
 /// What the agent said when it was ready: where its data sockets are, the
@@ -101,7 +103,7 @@ impl Session {
         ctl.set_nodelay(true).map_err(|e| Error::network(e.to_string()))?;
         ctl.set_read_timeout(Some(deadlines.control)).map_err(|e| Error::network(e.to_string()))?;
         ctl.set_write_timeout(Some(deadlines.control)).map_err(|e| Error::network(e.to_string()))?;
-        let mut s = Session { ctl, addr, agent_software: String::new(), deadlines };
+        let mut s = Session { ctl, addr, agent_software: String::new(), deadlines, secret: None };
         s.send(&ClientMsg::Hello {
             magic: wire::MAGIC.into(),
             version: wire::PROTOCOL_VERSION,
@@ -151,7 +153,10 @@ impl Session {
             proof: key.client_proof(&agent_nonce, &nonce),
         })?;
         match self.recv()? {
-            AgentMsg::AuthOk { proof } if key.agent_proves(&agent_nonce, &nonce, &proof) => Ok(()),
+            AgentMsg::AuthOk { proof } if key.agent_proves(&agent_nonce, &nonce, &proof) => {
+                self.secret = Some(key.session_secret(&agent_nonce, &nonce));
+                Ok(())
+            }
             AgentMsg::AuthOk { .. } => Err(Error::refused(format!(
                 "the agent at {addr} accepted key {:?} but could not prove it holds it: not the agent you meant?",
                 key.name
@@ -159,6 +164,11 @@ impl Session {
             AgentMsg::Error { code, message } => Err(refused(code, message)),
             other => Err(Error::network(format!("unexpected answer to the key: {other:?}"))),
         }
+    }
+
+    /// The session's secret, if the agent asked for a key and both proved they hold it.
+    pub fn secret(&self) -> Option<&[u8; auth::KEY_LEN]> {
+        self.secret.as_ref()
     }
 
     fn send(&mut self, msg: &ClientMsg) -> Result<()> {

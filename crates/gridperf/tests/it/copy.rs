@@ -523,3 +523,242 @@ fn an_unreadable_file_is_named_and_the_rest_of_the_directory_goes_on() {
     assert!(!dst.join("src/secret.dat").exists());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A relay in the middle: the client talks to 127.0.0.2:PORT, which
+/// forwards to the agent on 127.0.0.1, and relays the data connections too
+/// (their port read from the agent's ready message as it passes), keeping
+/// what the client sent on them and flipping the byte at `flip` of the
+/// first one, if asked.
+struct Relay {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+fn relay(agent_port: u16, flip: Option<usize>) -> Relay {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::{Arc, Mutex};
+    let l = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let port = l.local_addr().expect("addr").port();
+    let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let kept = seen.clone();
+    let pipe = |mut from: TcpStream, mut to: TcpStream, keep: Option<Arc<Mutex<Vec<u8>>>>, flip: Option<usize>| {
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut at = 0usize;
+            loop {
+                let n = match from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if let Some(f) = flip.filter(|&f| f >= at && f < at + n) {
+                    buf[f - at] ^= 0x01;
+                }
+                at += n;
+                if let Some(k) = &keep {
+                    let mut k = k.lock().expect("seen");
+                    if k.len() < 16 << 20 {
+                        k.extend_from_slice(&buf[..n]);
+                    }
+                }
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    };
+    std::thread::spawn(move || {
+        let Ok((client, _)) = l.accept() else { return };
+        let agent = TcpStream::connect(("127.0.0.1", agent_port)).expect("the agent");
+        pipe(client.try_clone().expect("clone"), agent.try_clone().expect("clone"), None, None);
+        // the agent's side of the control channel: find the data port before passing the ready on
+        let (mut from, mut to) = (agent, client);
+        let mut text = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut relayed = false;
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if !relayed {
+                text.extend_from_slice(&buf[..n]);
+                let s = String::from_utf8_lossy(&text).into_owned();
+                if let Some(i) = s.find("\"tcp_port\":") {
+                    let digits: String = s[i + 11..].chars().take_while(char::is_ascii_digit).collect();
+                    if let Ok(dp) = digits.parse::<u16>() {
+                        relayed = true;
+                        let dl = TcpListener::bind(("127.0.0.2", dp)).expect("bind the data port");
+                        let keep = kept.clone();
+                        std::thread::spawn(move || {
+                            let mut first = true;
+                            while let Ok((c, _)) = dl.accept() {
+                                let a = TcpStream::connect(("127.0.0.1", dp)).expect("the agent's data port");
+                                pipe(
+                                    c.try_clone().expect("clone"),
+                                    a.try_clone().expect("clone"),
+                                    Some(keep.clone()),
+                                    flip.filter(|_| first),
+                                );
+                                pipe(a, c, None, None);
+                                first = false;
+                            }
+                        });
+                    }
+                }
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    Relay { port, seen }
+}
+
+#[test]
+fn an_encrypted_copy_shows_nothing_on_the_wire_and_a_byte_altered_there_stops_it() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("encrypt");
+    let (root, here) = (d.join("root"), d.join("here"));
+    std::fs::create_dir_all(&root).expect("root");
+    let data = bytes(3 << 20, 21);
+    write(&here.join("f.dat"), &data);
+    let src = here.join("f.dat");
+    let src = src.to_str().expect("p");
+    // the wire's bytes hold the file's, in the clear, without --encrypt (so the check below can fail)
+    let (_agent, agent_port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p")]);
+    let holds = |seen: &[u8]| seen.windows(64).any(|w| w == &data[1 << 20..(1 << 20) + 64]);
+    let r = relay(agent_port, None);
+    let v = json(&run(&[
+        "copy",
+        src,
+        "127.0.0.2:plain.dat",
+        "--port",
+        &r.port.to_string(),
+        "-P",
+        "2",
+        "--block",
+        "1M",
+        "--no-store",
+        "--json",
+    ]));
+    assert!(v["encryption"].is_null(), "{v}");
+    assert!(holds(&r.seen.lock().expect("seen")), "the relay saw the file in the clear");
+    // with it: the same file, identical at the agent, and never on the wire
+    let r = relay(agent_port, None);
+    let v = json(&run(&[
+        "copy",
+        src,
+        "127.0.0.2:sealed.dat",
+        "--port",
+        &r.port.to_string(),
+        "-P",
+        "2",
+        "--block",
+        "1M",
+        "--encrypt",
+        "--no-store",
+        "--json",
+    ]));
+    assert!(std::fs::read(root.join("sealed.dat")).expect("sealed") == data, "the copy differs");
+    let seen = r.seen.lock().expect("seen").clone();
+    assert!(seen.len() > data.len(), "the relay carried the data connections: {} bytes", seen.len());
+    assert!(!holds(&seen), "the file's bytes crossed the wire in the clear");
+    assert!(v["encryption"].as_str().unwrap_or_default().contains("no key"), "{v}");
+    // both ends sealed and opened, and say how long it took
+    let sealed = |streams: &serde_json::Value| {
+        streams.as_array().is_some_and(|a| {
+            a.iter().any(|s| s["blocks"].as_u64() > Some(0))
+                && a.iter().all(|s| s["blocks"].as_u64() == Some(0) || s["crypt_ns"].as_u64() > Some(0))
+        })
+    };
+    assert!(sealed(&v["per_stream"]) && sealed(&v["agent_streams"]), "{v}");
+    // a byte altered in the middle of a block: the writing end stops the copy, nothing renamed, partial kept
+    let r = relay(agent_port, Some(100_000));
+    let o = run(&[
+        "copy",
+        src,
+        "127.0.0.2:altered.dat",
+        "--port",
+        &r.port.to_string(),
+        "-P",
+        "1",
+        "--block",
+        "1M",
+        "--encrypt",
+        "--no-store",
+    ]);
+    assert!(!o.status.success(), "an altered copy succeeded");
+    assert!(stderr(&o).contains("failed authentication: altered on the way"), "{}", stderr(&o));
+    assert!(std::fs::metadata(root.join(".altered.dat.gridperf-partial")).is_ok(), "the partial file is kept");
+    assert!(!root.join("altered.dat").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn an_agent_that_requires_encryption_refuses_a_plain_copy_and_binds_the_keys_to_the_session() {
+    use std::os::unix::fs::PermissionsExt;
+    let _heavy = crate::heavy();
+    let d = tmpdir("encrypt-auth");
+    let (root, here, key, authorized) = (d.join("root"), d.join("here"), d.join("alice.key"), d.join("authorized"));
+    std::fs::create_dir_all(&root).expect("root");
+    let o = run(&["keygen", "alice", "-o", key.to_str().expect("p")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&authorized, &o.stdout).expect("authorized");
+    std::fs::set_permissions(&authorized, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let data = bytes(700_001, 22);
+    write(&here.join("f.dat"), &data);
+    let (_agent, port) = crate::serve_on(
+        "127.0.0.1",
+        &["--root", root.to_str().expect("p"), "--auth", authorized.to_str().expect("p"), "--encrypt"],
+    );
+    let p = port.to_string();
+    let src = here.join("f.dat");
+    let copy = |dst: &str, extra: &[&str]| {
+        let mut a = vec![
+            "copy",
+            src.to_str().expect("p"),
+            dst,
+            "--port",
+            &p,
+            "--key",
+            key.to_str().expect("p"),
+            "--block",
+            "64K",
+            "--no-store",
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let o = copy("127.0.0.1:plain.dat", &[]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("only encrypted (serve --encrypt): give copy --encrypt"), "{}", stderr(&o));
+    assert!(!root.join("plain.dat").exists());
+    let v = json(&copy("127.0.0.1:sealed.dat", &["--encrypt", "--json"]));
+    assert!(v["encryption"].as_str().unwrap_or_default().contains("bound to the session's key"), "{v}");
+    assert!(std::fs::read(root.join("sealed.dat")).expect("sealed") == data);
+    // a pull, sealed the other way
+    let back = d.join("back.dat");
+    let v = json(&copy_pull(&p, key.to_str().expect("p"), back.to_str().expect("p")));
+    assert_eq!(v["direction"], "pull");
+    assert!(std::fs::read(&back).expect("pulled") == data);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn copy_pull(port: &str, key: &str, dst: &str) -> Output {
+    run(&[
+        "copy",
+        "127.0.0.1:sealed.dat",
+        dst,
+        "--port",
+        port,
+        "--key",
+        key,
+        "--encrypt",
+        "--block",
+        "64K",
+        "--no-store",
+        "--json",
+    ])
+}

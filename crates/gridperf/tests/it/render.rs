@@ -883,7 +883,9 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
             rtt_us: Some(2100),
             ..Default::default()
         }],
-        verdict: "limited by the network or the receiver (the socket writes waited): 90% of the streams' time".into(),
+        agent_streams: Vec::new(),
+        encryption: Some("AES-256-GCM, keys by X25519 (no key: ...)".into()),
+        verdict: "limited by the network: the sockets waited (the sending end 90% of its time)".into(),
         interval_ms: 1000,
         env: env(&[]),
     };
@@ -900,4 +902,5 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
         "{t}"
     );
     assert!(t.contains("stream 0: 4 MiB in 4 blocks, 3 retransmits, RTT 2.10 ms"), "{t}");
+    assert!(t.contains("encrypted: AES-256-GCM, keys by X25519 (no key: ...)\nlimited by the network"), "{t}");
 }
