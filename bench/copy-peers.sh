@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # bench/copy-peers.sh: gridperf copy next to GridFTP (globus-url-copy to a
-# globus-gridftp-server), XRootD (xrdcp to an xrootd) and rsync (to an rsync
-# daemon), in one run, on loopback, tmpfs to tmpfs: one file of --size
-# random bytes pushed to a server each tool starts here, with 1 and 4
-# streams (rsync has one), --repeat rounds with the tools taking turns.
+# globus-gridftp-server), XRootD (xrdcp to an xrootd), rsync (to an rsync
+# daemon) and aria2 (aria2c downloading from an nginx, the one HTTP peer:
+# a pull, where the others push), in one run, on loopback, tmpfs to tmpfs:
+# one file of --size random bytes moved to or from a server each tool
+# starts here, with 1 and 4 streams (rsync has one), --repeat rounds with
+# the tools taking turns. gridperf runs twice: plain, and with --encrypt
+# (gridperf-enc), whose cost is printed as a ratio.
 #
 #   bench/copy-peers.sh [--size 2G] [--repeat 3] [--gridperf PATH] [--out DIR]
 #
 # Prints, per stream count, each tool's median wall time of the client
 # command (connection, transfer, and for gridperf the verification of every
-# block and the whole file's BLAKE3), its rate, and gridperf's rate over the
-# best peer's. Every copy is checked with cmp. Needs root (the peers' servers
+# block and the whole file's BLAKE3), its rate, the range over the rounds
+# (writes into tmpfs vary by up to 2x from one copy to the next on a VM
+# whose memory the host reclaims: more rounds when the ranges overlap), and
+# gridperf's rate over the best peer's. Every copy is checked with cmp. Needs root (the peers' servers
 # run as nobody where they must not run as root) and Debian's packages:
 # globus-gridftp-server-progs globus-gass-copy-progs xrootd-server
-# xrootd-client rsync (installed if missing). Ports 5811-5814 on 127.0.0.1.
+# xrootd-client rsync nginx-light aria2 (installed if missing, with no
+# service started by the install). Ports 5811-5815 on 127.0.0.1.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -32,12 +38,18 @@ done
 die() { echo "copy-peers: error: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (the servers' users, the packages)"
 need=()
-for p in globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xrootd-client rsync; do
+for p in globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xrootd-client rsync nginx-light aria2; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then
+    # no service of the packages started on the machine's ports (nginx's on port 80)
+    made_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=300 "${need[@]}" >/dev/null ||
-        die "could not install ${need[*]}"
+        { [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d; die "could not install ${need[*]}"; }
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
 fi
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
@@ -54,7 +66,7 @@ trap cleanup EXIT
 bytes=$(numfmt --from=iec "$SIZE")
 head -c "$bytes" /dev/urandom > "$WORK/file.dat"
 chmod 644 "$WORK/file.dat"
-for d in gridftp xrootd rsync gridperf logs; do mkdir -p "$WORK/$d"; done
+for d in gridftp xrootd rsync gridperf aria2 nginx logs; do mkdir -p "$WORK/$d"; done
 # the servers that run as nobody write there, and their logs
 chmod 777 "$WORK/gridftp" "$WORK/xrootd"
 chmod 1777 "$WORK/logs"
@@ -72,7 +84,25 @@ rsync --daemon --no-detach --config="$WORK/rsyncd.conf" > "$OUT/rsyncd.out" 2>&1
 PIDS+=($!)
 "$GRIDPERF" serve --bind 127.0.0.1 --port 5814 --root "$WORK/gridperf" > "$OUT/gridperf-serve.out" 2>&1 &
 PIDS+=($!)
-for port in 5811 5812 5813 5814; do
+# nginx serves the file to aria2c (HTTP ranges, sendfile), as nobody
+cat > "$WORK/nginx.conf" <<NGINX
+daemon off;
+user nobody nogroup;
+worker_processes 1;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/logs/nginx.log error;
+events { worker_connections 64; }
+http {
+    access_log off;
+    sendfile on;
+    client_body_temp_path $WORK/nginx;
+    proxy_temp_path $WORK/nginx;
+    server { listen 127.0.0.1:5815; root $WORK; }
+}
+NGINX
+nginx -c "$WORK/nginx.conf" > "$OUT/nginx.out" 2>&1 &
+PIDS+=($!)
+for port in 5811 5812 5813 5814 5815; do
     for _ in $(seq 100); do
         (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
         sleep 0.1
@@ -87,7 +117,8 @@ one() {
         gridftp) dest=$WORK/gridftp/file.dat ;;
         xrootd) dest=$WORK/xrootd/file.dat ;;
         rsync) dest=$WORK/rsync/file.dat ;;
-        gridperf) dest=$WORK/gridperf/file.dat ;;
+        gridperf | gridperf-enc) dest=$WORK/gridperf/file.dat ;;
+        aria2) dest=$WORK/aria2/file.dat ;;
     esac
     rm -f "$dest"
     t0=$(date +%s.%N)
@@ -97,6 +128,11 @@ one() {
         rsync) timeout 600 rsync --whole-file "$WORK/file.dat" rsync://127.0.0.1:5813/out/ ;;
         gridperf) timeout 600 "$GRIDPERF" copy "$WORK/file.dat" 127.0.0.1: --port 5814 -P "$p" --no-store --json \
             > "$OUT/gridperf-p$p-$(date +%s%N).json" ;;
+        gridperf-enc) timeout 600 "$GRIDPERF" copy "$WORK/file.dat" 127.0.0.1: --port 5814 -P "$p" --encrypt \
+            --no-store --json > "$OUT/gridperf-enc-p$p-$(date +%s%N).json" ;;
+        aria2) timeout 600 aria2c -x "$p" -s "$p" -k 1M --file-allocation=falloc --allow-overwrite=true \
+            --console-log-level=error --summary-interval=0 --download-result=hide -d "$WORK/aria2" -o file.dat \
+            http://127.0.0.1:5815/file.dat ;;
     esac >> "$OUT/clients.log" 2>&1 || die "$tool -P $p failed (see $OUT/clients.log)"
     t1=$(date +%s.%N)
     cmp -s "$WORK/file.dat" "$dest" || die "$tool -P $p: the copy differs"
@@ -107,8 +143,8 @@ one() {
 : > "$OUT/times.txt"
 for r in $(seq "$REPEAT"); do
     for p in 1 4; do
-        tools=(gridperf gridftp xrootd rsync)
-        [ "$p" -eq 4 ] && tools=(gridperf gridftp xrootd)
+        tools=(gridperf gridperf-enc gridftp xrootd rsync aria2)
+        [ "$p" -eq 4 ] && tools=(gridperf gridperf-enc gridftp xrootd aria2)
         # the tools take turns, starting one further each round
         n=${#tools[@]}
         for k in $(seq 0 $((n - 1))); do
@@ -122,17 +158,22 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size = int(sys.argv[2])
 for p in ("1", "4"):
-    med = {}
+    runs = {}
     for t, q, s in rows:
         if q == p:
-            med.setdefault(t, []).append(float(s))
-    med = {t: statistics.median(v) for t, v in med.items()}
+            runs.setdefault(t, []).append(float(s))
+    med = {t: statistics.median(v) for t, v in runs.items()}
     rounds = sum(1 for t, q, _ in rows if q == p and t == "gridperf")
-    print(f"{p} stream{'s' if p != '1' else ''}: median wall time of {rounds} rounds, {size / 2**30:.0f} GiB tmpfs to tmpfs on loopback")
+    print(f"{p} stream{'s' if p != '1' else ''}: median wall time of {rounds} rounds, {size / 2**30:g} GiB tmpfs to tmpfs on loopback")
     for t, s in sorted(med.items(), key=lambda x: x[1]):
-        print(f"  {t:<9} {s:7.2f} s  {size * 8 / s / 1e9:6.2f} Gbit/s")
-    peers = [s for t, s in med.items() if t != "gridperf"]
+        lo, hi = min(runs[t]), max(runs[t])
+        print(f"  {t:<13} {s:7.2f} s  {size * 8 / s / 1e9:6.2f} Gbit/s   (rounds {lo:.2f}-{hi:.2f} s)")
+    peers = [s for t, s in med.items() if not t.startswith("gridperf")]
     if "gridperf" in med and peers:
         print(f"  gridperf / best peer: {min(peers) / med['gridperf']:.2f}x")
+    if "gridperf-enc" in med and peers:
+        print(f"  gridperf --encrypt / best peer: {min(peers) / med['gridperf-enc']:.2f}x")
+    if "gridperf" in med and "gridperf-enc" in med:
+        print(f"  --encrypt keeps {med['gridperf'] / med['gridperf-enc']:.0%} of the plain copy's rate")
 PY
 echo "copy-peers: raw times and logs in $OUT" >&2
