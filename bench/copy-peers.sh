@@ -35,22 +35,11 @@ while [ $# -gt 0 ]; do
         *) echo "copy-peers: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-die() { echo "copy-peers: error: $*" >&2; exit 1; }
+BENCH=copy-peers
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
 [ "$(id -u)" -eq 0 ] || die "needs root (the servers' users, the packages)"
-need=()
-for p in globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xrootd-client rsync nginx-light aria2; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-    # no service of the packages started on the machine's ports (nginx's on port 80)
-    made_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=300 "${need[@]}" >/dev/null ||
-        { [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d; die "could not install ${need[*]}"; }
-    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-fi
+install_debs globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xrootd-client rsync nginx-light aria2
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 WORK=$(mktemp -d /dev/shm/gridperf-copy-peers.XXXXXX)

@@ -1,6 +1,7 @@
 # bench/lib.sh: what the peer benches share. Sourced by rtt-peers.sh and
 # stream-peers.sh after they set BENCH (their name), REPO, GRIDPERF,
-# NO_BUILD, WORKDIR, OUT, QUIET_WAIT and QUIET_PCT.
+# NO_BUILD, WORKDIR, OUT, QUIET_WAIT and QUIET_PCT; by the copy benches
+# (BENCH set) for die, log and install_debs.
 
 die()  { echo "$BENCH: error: $*" >&2; exit 1; }
 warn() { echo "$BENCH: warning: $*" >&2; }
@@ -84,4 +85,26 @@ if worst >= pct:
 print(s)
 ' "$QUIET_WAIT" "$QUIET_PCT" "$QUIET_SKIP")
     case $BUSY_BEFORE in *"still busy"*) warn "CPUs busy before this run: $BUSY_BEFORE" ;; esac
+}
+
+# install_debs PKG...: installs the Debian packages that are missing (root),
+# with no service of theirs started by the install (nginx's on port 80):
+# a policy-rc.d that says no, made for the install and removed after, when
+# the machine has none of its own.
+install_debs() {
+    local need=() p made=
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || need+=("$p")
+    done
+    [ "${#need[@]}" -eq 0 ] && return 0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made=1
+    fi
+    log "installing ${need[*]}"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=300 "${need[@]}" >/dev/null; then
+        [ -n "$made" ] && rm -f /usr/sbin/policy-rc.d
+        die "could not install ${need[*]}"
+    fi
+    [ -n "$made" ] && rm -f /usr/sbin/policy-rc.d
+    return 0
 }

@@ -510,9 +510,27 @@ pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::Exit
     let (prog, args) = cmd.split_first().ok_or_else(|| Error::usage("lab exec HOST -- COMMAND [ARGS...]"))?;
     let (prog, args) = (prog.clone(), args.to_vec());
     let lab = name.to_string();
+    // SIGINT, SIGTERM and SIGHUP go on to the command: a script that ends
+    // `lab exec` by its pid ends the server it started on a lab host
+    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register_usize(sig, pending.clone(), sig as usize)
+            .map_err(|e| Error::internal(e.to_string()))?;
+    }
     // a child forked by a thread inside the namespace lives in that namespace
-    gridperf_sys::in_netns(&h.netns, move || Command::new(&prog).args(&args).env(LAB_ENV, lab).status())
-        .map_err(|e| Error::internal(format!("running {:?} on {host}: {e}", cmd[0])))
+    let mut child = gridperf_sys::in_netns(&h.netns, move || Command::new(&prog).args(&args).env(LAB_ENV, lab).spawn())
+        .map_err(|e| Error::internal(format!("running {:?} on {host}: {e}", cmd[0])))?;
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| Error::internal(format!("waiting for {:?}: {e}", cmd[0])))? {
+            return Ok(status);
+        }
+        let sig = pending.swap(0, std::sync::atomic::Ordering::SeqCst);
+        if sig != 0 {
+            // our own child, not yet waited for: its pid is still its own
+            let _ = gridperf_sys::signal(child.id(), sig as i32);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// The emulator's own entry point (`gridperf lab emulator`, started by `lab up`).

@@ -317,6 +317,26 @@ fn exec_on_an_unknown_host_lists_the_hosts() {
     assert!(stderr(&o).contains("a1, a2, b"), "{}", stderr(&o));
     let o = run(&["lab", "exec", "--name", &lab.name, "a2", "--", "true"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // ending `lab exec` by its pid ends the command it runs on the host
+    let mut exec = Command::new(BIN)
+        .args(["lab", "exec", "--name", &lab.name, "b1", "--", "sleep", "57.5"])
+        .spawn()
+        .expect("lab exec");
+    let inode = lab.inode("b1");
+    let sleeping = || {
+        pids_in(inode)
+            .iter()
+            .any(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("57.5")))
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while !sleeping() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sleeping(), "the command did not start on b1");
+    let _ = gridperf_sys::signal(exec.id(), libc::SIGTERM);
+    let status = exec.wait().expect("lab exec ends");
+    assert!(!status.success(), "{status:?}");
+    assert!(!sleeping(), "the command outlived lab exec");
 }
 
 #[test]
