@@ -22,8 +22,8 @@ pub struct CopyArgs {
     /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
     #[arg(short = 'P', long, default_value_t = 4, value_name = "N")]
     pub parallel: u32,
-    /// Block size: a power of two from 64K to 64M. Each stream holds one block in memory at each end and has at
-    /// most 4 blocks unacknowledged; every block is hashed (BLAKE3) at both ends and sent again if they differ.
+    /// Block size: a power of two from 64K to 64M. Each stream holds one block in memory at each end and may have
+    /// 256 MiB (at least 4 blocks) sent and not yet acknowledged, kept as block numbers, not data; every block is hashed (BLAKE3) at both ends and sent again if they differ.
     #[arg(long, default_value = "4M", value_name = "SIZE")]
     pub block: String,
     /// SO_SNDBUF and SO_RCVBUF on the data sockets (the kernel doubles it, capped at net.core.wmem_max /

@@ -4,8 +4,9 @@
 //! finish that renames a file into place only when every block is
 //! verified. The agent runs one end, the client the other (push or pull).
 //!
-//! Memory: each stream holds one block buffer at each end, and at most
-//! [`IN_FLIGHT`] blocks unacknowledged; nothing else grows with the data.
+//! Memory: each stream holds one block buffer at each end; the blocks it
+//! has unacknowledged (at most [`unacked_limit`]) are kept as numbers, not
+//! data (a block sent again is read again); nothing else grows with the data.
 
 use gridperf_core::copy::{
     block_count, block_cv, block_len, file_hash, hex, unhex32, Ack, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER,
@@ -22,8 +23,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Blocks a stream sends before it waits for the first one's acknowledgment.
-pub const IN_FLIGHT: usize = 4;
+/// The bytes a stream may have unacknowledged: enough to keep a path of
+/// 256 MiB bandwidth-delay product full (8 Gbit/s at 270 ms), since a
+/// block is acknowledged only once it has all arrived and been hashed and
+/// written. (It was 4 blocks: 16 MiB at the default block size, which held
+/// one stream at 270 ms to 25 MB/s whatever its buffers.) The sockets'
+/// buffers bound what is really on the way; this only has to stay above them.
+pub const IN_FLIGHT_BYTES: u64 = 256 << 20;
+
+/// The blocks a stream may have unacknowledged at a block size: at least 4.
+pub fn unacked_limit(block: u64) -> usize {
+    (IN_FLIGHT_BYTES / block.max(1)).max(4) as usize
+}
 /// Times one block may arrive damaged before the copy of its file gives up.
 pub const MAX_RESENDS: u32 = 3;
 /// The suffixes of a file being written and of its journal.
@@ -301,6 +312,7 @@ pub fn send_stream(
         let mut buf = vec![0u8; block as usize + TAG_LEN];
         let mut head = [0u8; FRAME_HEADER + TAG_LEN];
         let mut out = &sock;
+        let limit = unacked_limit(block);
         let result = (|| -> io::Result<()> {
             while let Some((file, idx)) = queue.next() {
                 let f = &files[file as usize];
@@ -315,12 +327,12 @@ pub fn send_stream(
                 let t = Instant::now();
                 let cv = block_cv(data, idx * block);
                 work.hash_ns += t.elapsed().as_nanos() as u64;
-                // wait for room: at most IN_FLIGHT blocks unacknowledged
+                // wait for room: at most unacked_limit(block) blocks unacknowledged
                 {
                     let (lock_, cv_) = &*in_flight;
                     let mut fl = lock(lock_);
                     let until = Instant::now() + idle;
-                    while fl.len() >= IN_FLIGHT {
+                    while fl.len() >= limit {
                         if Instant::now() > until {
                             return Err(io::Error::new(
                                 io::ErrorKind::TimedOut,
@@ -341,7 +353,9 @@ pub fn send_stream(
                 head[..FRAME_HEADER].copy_from_slice(&BlockHeader { file, index: idx, len: len as u32, cv }.encode());
                 let hn = seal(sealer.as_mut(), &mut head, FRAME_HEADER)?;
                 let dn = seal(sealer.as_mut(), &mut buf, len as usize)?;
-                work.crypt_ns += t.elapsed().as_nanos() as u64;
+                if sealer.is_some() {
+                    work.crypt_ns += t.elapsed().as_nanos() as u64;
+                }
                 let t = Instant::now();
                 out.write_all(&head[..hn])?;
                 out.write_all(&buf[..dn])?;

@@ -644,6 +644,8 @@ fn an_encrypted_copy_shows_nothing_on_the_wire_and_a_byte_altered_there_stops_it
         "--json",
     ]));
     assert!(v["encryption"].is_null(), "{v}");
+    let unsealed = |a: &serde_json::Value| a.as_array().is_some_and(|a| a.iter().all(|s| s["crypt_ns"] == 0));
+    assert!(unsealed(&v["per_stream"]) && unsealed(&v["agent_streams"]), "{v}");
     assert!(holds(&r.seen.lock().expect("seen")), "the relay saw the file in the clear");
     // with it: the same file, identical at the agent, and never on the wire
     let r = relay(agent_port, None);

@@ -941,3 +941,48 @@ fn a_copy_across_a_lab_arrives_whole_at_the_links_rate() {
     assert_eq!(labs_named("run"), before, "the copy's lab was left behind");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn one_stream_of_small_blocks_fills_a_long_path() {
+    if !privileged("one_stream_of_small_blocks_fills_a_long_path") {
+        return;
+    }
+    let _serial = serial();
+    let d = std::env::temp_dir().join(format!("gridperf-lab-copy-long-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    std::fs::write(d.join("f.dat"), &data).expect("write");
+    let out = format!("{}/", d.join("out").display());
+    // 100 Mbit/s and 100 ms: 1.25 MB in flight to fill it. A block is
+    // acknowledged only when it has all arrived; 4 blocks of 64 KiB
+    // unacknowledged (the old window) would cap the stream at 21 Mbit/s
+    let o = unless_invalid(|| {
+        let _ = std::fs::remove_dir_all(d.join("out"));
+        run(&[
+            "copy",
+            d.join("f.dat").to_str().expect("p"),
+            &out,
+            "--lab",
+            "man",
+            "--lab-set",
+            "loss=0",
+            "--lab-set",
+            "rtt=100ms",
+            "-P",
+            "1",
+            "-w",
+            "4M",
+            "--block",
+            "64K",
+            "--no-store",
+            "--json",
+        ])
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(std::fs::read(d.join("out/f.dat")).expect("copied") == data, "the copy differs");
+    let rate = v["throughput_bps"].as_f64().expect("rate");
+    assert!((45e6..=100e6).contains(&rate), "{rate} bit/s with one stream across 100 Mbit/s and 100 ms");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# bench/copy-lab-peers.sh: gridperf copy next to GridFTP (globus-url-copy
+# to a globus-gridftp-server) and XRootD (xrdcp to an xrootd) across the
+# lab, in one run: each server started on lab host b, each client on host a,
+# one file pushed a -> b with 1, 2 and 4 streams, tmpfs to tmpfs, on the
+# cern-icepp profile (1 Gbit/s, 270 ms, 0.001% loss) and the wan profile
+# (20 Mbit/s, 180 ms, 0.5% loss).
+#
+#   bench/copy-lab-peers.sh [--profiles cern-icepp,wan] [--size-cern-icepp 2G]
+#       [--size-wan 64M] [--window 32M] [--gridperf PATH] [--out DIR]
+#
+# The same buffers for everyone: globus-url-copy -tcp-bs and gridperf -w
+# WINDOW per stream; xrdcp has no buffer option, so the hosts' autotuning
+# may reach 64 MiB (net.ipv4.tcp_rmem / tcp_wmem in the lab's namespaces)
+# and net.core.rmem_max / wmem_max are raised to 64 MiB for the run (global:
+# put back after). Congestion control: the namespaces' default (bbr here;
+# a user namespace may not choose another for the peers).
+#
+# Prints, per profile, each tool's wall time of the client command
+# (connection, handshakes at the profile's RTT, transfer, and for gridperf
+# the verification of every block) and its goodput against the link's
+# (the rate times 1448/1500: TCP payload per 1500-byte packet, less the
+# profile's loss). A copy during which the lab's emulator fell behind
+# (packets over 10 ms late, or more than 1% over 1 ms, or drops it did not
+# decide) is INVALID and run again, up to twice. Every copy is checked
+# with cmp. Needs root; installs globus-gridftp-server-progs
+# globus-gass-copy-progs xrootd-server xrootd-client if missing. Ports
+# 5811, 5812, 5814 on host b.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+GRIDPERF=$REPO/target/release/gridperf
+PROFILES=cern-icepp,wan
+declare -A SIZE=([cern-icepp]=2G [wan]=64M)
+WINDOW=32M
+OUT=$REPO/bench/results/copy-lab-peers-$(date +%Y%m%d-%H%M%S)
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --profiles) PROFILES=$2; shift 2 ;;
+        --size-*) SIZE[${1#--size-}]=$2; shift 2 ;;
+        --window) WINDOW=$2; shift 2 ;;
+        --gridperf) GRIDPERF=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        *) echo "copy-lab-peers: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+BENCH=copy-lab-peers
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+[ "$(id -u)" -eq 0 ] || die "needs root (net.core.rmem_max is global; the servers' users; the packages)"
+install_debs globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xrootd-client
+[ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LAB=cpl$$
+WORK=$(mktemp -d /dev/shm/gridperf-copy-lab.XXXXXX)
+chmod 755 "$WORK"
+old_r=$(sysctl -n net.core.rmem_max)
+old_w=$(sysctl -n net.core.wmem_max)
+PIDS=()
+stop_servers() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+cleanup() {
+    stop_servers
+    "$GRIDPERF" lab down --name "$LAB" >/dev/null 2>&1 || true
+    sysctl -qw net.core.rmem_max="$old_r" net.core.wmem_max="$old_w"
+    cp "$WORK"/logs/* "$OUT"/ 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+sysctl -qw net.core.rmem_max=67108864 net.core.wmem_max=67108864
+window=$(numfmt --from=iec "$WINDOW")
+for d in gridftp xrootd gridperf logs; do mkdir -p "$WORK/$d"; done
+chmod 777 "$WORK/gridftp" "$WORK/xrootd"
+chmod 1777 "$WORK/logs"
+printf 'all.export %s\nxrd.port 5812\n' "$WORK" > "$WORK/xrd.cfg"
+
+# on HOST CMD...: CMD on a lab host, with an /etc/hosts of the lab's own
+# (in a mount namespace of its own): the peers look up the machine's name
+# and their addresses, which the lab's namespaces have no DNS to answer
+on() {
+    local host=$1
+    shift
+    "$GRIDPERF" lab exec --name "$LAB" "$host" -- unshare --mount sh -c \
+        'mount --bind "$0" /etc/hosts && exec "$@"' "$WORK/hosts-$host" "$@"
+}
+
+health() { "$GRIDPERF" lab status --name "$LAB" --json > "$1"; }
+# valid BEFORE AFTER: the emulator kept up between the two snapshots (lab up's rule)
+valid() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["health"] for p in sys.argv[1:3])
+d = lambda k: b[k] - a[k]
+pk = sum(l["arrived"] for l in b["links"]) - sum(l["arrived"] for l in a["links"])
+late, very, und = d("late_packets"), d("very_late_packets"), d("undecided_drops") + d("tun_drops")
+ok = very == 0 and und == 0 and (late < 10 or late <= pk / 100)
+print(f"{'valid' if ok else 'INVALID'} {pk} packets, {late} over 1 ms late, {very} over 10 ms, {und} drops not decided")
+sys.exit(0 if ok else 1)
+PY
+}
+
+# one TOOL P: a copy a -> b; its wall time in seconds, or INVALID
+one() {
+    local tool=$1 p=$2 dest t0 t1 try rc
+    case "$tool" in
+        gridftp) dest=$WORK/gridftp/file.dat ;;
+        xrootd) dest=$WORK/xrootd/file.dat ;;
+        gridperf) dest=$WORK/gridperf/file.dat ;;
+    esac
+    for try in 1 2 3; do
+        rm -f "$dest"
+        health "$WORK/h0.json"
+        t0=$(date +%s.%N)
+        rc=0
+        case "$tool" in
+            gridftp) on a timeout 1800 globus-url-copy -fast -p "$p" -tcp-bs "$window" \
+                "file://$WORK/file.dat" "ftp://$B:5811$dest" ;;
+            xrootd) on a timeout 1800 xrdcp -s -f -S "$p" "$WORK/file.dat" \
+                "root://$B:5812/$dest" ;;
+            gridperf) timeout 1800 "$GRIDPERF" lab exec --name "$LAB" a -- "$GRIDPERF" copy "$WORK/file.dat" "$B:" \
+                --port 5814 -P "$p" -w "$WINDOW" --no-store --json > "$OUT/$PROFILE-gridperf-p$p.json" ;;
+        esac >> "$OUT/clients.log" 2>&1 || rc=$?
+        t1=$(date +%s.%N)
+        health "$WORK/h1.json"
+        [ "$rc" -eq 0 ] || die "$PROFILE: $tool -P $p failed (exit $rc; see $OUT/clients.log)"
+        cmp -s "$WORK/file.dat" "$dest" || die "$PROFILE: $tool -P $p: the copy differs"
+        rm -f "$dest"
+        if why=$(valid "$WORK/h0.json" "$WORK/h1.json"); then
+            echo "$t0 $t1" | awk '{ printf "%.3f\n", $2 - $1 }'
+            return 0
+        fi
+        log "$PROFILE: $tool -P $p: $why (try $try)"
+    done
+    echo INVALID
+}
+
+: > "$OUT/times.txt"
+IFS=, read -r -a profs <<< "$PROFILES"
+for PROFILE in "${profs[@]}"; do
+    size=${SIZE[$PROFILE]:-64M}
+    bytes=$(numfmt --from=iec "$size")
+    head -c "$bytes" /dev/urandom > "$WORK/file.dat"
+    chmod 644 "$WORK/file.dat"
+    "$GRIDPERF" lab up --name "$LAB" --profile "$PROFILE" \
+        --sysctl "net.ipv4.tcp_rmem=4096 131072 67108864" --sysctl "net.ipv4.tcp_wmem=4096 16384 67108864" \
+        > "$OUT/$PROFILE-lab.txt" 2>&1 || die "lab up $PROFILE failed (see $OUT/$PROFILE-lab.txt)"
+    B=$("$GRIDPERF" lab status --name "$LAB" --json |
+        python3 -c 'import json,sys; print([h["addr"] for h in json.load(sys.stdin)["lab"]["hosts"] if h["name"] == "b"][0])')
+    rate=$("$GRIDPERF" lab status --name "$LAB" --json |
+        python3 -c 'import json,sys; s=json.load(sys.stdin)["lab"]["spec"]["ab"]; l=s["loss"]; p=l["Random"]["p"] if isinstance(l, dict) and "Random" in l else 0; print(s["rate_bps"] * 1448 / 1500 * (1 - p))')
+    A=$("$GRIDPERF" lab status --name "$LAB" --json |
+        python3 -c 'import json,sys; print([h["addr"] for h in json.load(sys.stdin)["lab"]["hosts"] if h["name"] == "a"][0])')
+    printf '127.0.0.1 localhost\n%s lab-a %s\n%s lab-b\n' "$A" "$(hostname)" "$B" > "$WORK/hosts-a"
+    printf '127.0.0.1 localhost\n%s lab-b %s\n%s lab-a\n' "$B" "$(hostname)" "$A" > "$WORK/hosts-b"
+    # the servers on b, each ended by the pid of its lab exec
+    on b globus-gridftp-server -aa -anonymous-user nobody -p 5811 \
+        -control-interface "$B" -data-interface "$B" -d error -l "$WORK/logs/$PROFILE-gridftp.log" \
+        > "$OUT/$PROFILE-gridftp.out" 2>&1 &
+    PIDS+=($!)
+    on b xrootd -c "$WORK/xrd.cfg" -l "$WORK/logs/$PROFILE-xrootd.log" -R nobody \
+        > "$OUT/$PROFILE-xrootd.out" 2>&1 &
+    PIDS+=($!)
+    "$GRIDPERF" lab exec --name "$LAB" b -- "$GRIDPERF" serve --bind "$B" --port 5814 --root "$WORK/gridperf" \
+        --allow 10.77.0.0/16 > "$OUT/$PROFILE-gridperf-serve.out" 2>&1 &
+    PIDS+=($!)
+    for port in 5811 5812 5814; do
+        for _ in $(seq 100); do
+            "$GRIDPERF" lab exec --name "$LAB" a -- bash -c "exec 3<>/dev/tcp/$B/$port" 2>/dev/null && break
+            sleep 0.1
+        done
+    done
+    for p in 1 2 4; do
+        for tool in gridperf gridftp xrootd; do
+            s=$(one "$tool" "$p")
+            echo "$PROFILE $tool $p $s $bytes $rate" | tee -a "$OUT/times.txt" >&2
+        done
+    done
+    stop_servers
+    "$GRIDPERF" lab down --name "$LAB" >/dev/null
+done
+python3 - "$OUT/times.txt" "$WINDOW" <<'PY' | tee "$OUT/table.txt"
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+for prof in dict.fromkeys(r[0] for r in rows):
+    rs = [r for r in rows if r[0] == prof]
+    size, rate = int(rs[0][4]), float(rs[0][5])
+    print(f"{prof}: {size / 2**20:g} MiB a -> b, tmpfs to tmpfs, {sys.argv[2]} buffers; "
+          f"link goodput {rate / 1e6:.1f} Mbit/s; wall time, Mbit/s, % of the link's goodput")
+    print(f"  {'streams':<8}" + "".join(f"{t:>26}" for t in ("gridperf", "gridftp", "xrootd")) + "   gridperf / best peer")
+    for p in ("1", "2", "4"):
+        cells, secs = [], {}
+        for t in ("gridperf", "gridftp", "xrootd"):
+            r = [x for x in rs if x[1] == t and x[2] == p]
+            if not r or r[0][3] == "INVALID":
+                cells.append(f"{'INVALID':>26}")
+                continue
+            s = float(r[0][3]); secs[t] = s
+            mbit = size * 8 / s / 1e6
+            cells.append(f"{s:>8.1f} s {mbit:>7.1f} {100 * mbit * 1e6 / rate:>5.0f}%")
+        peers = [v for k, v in secs.items() if k != "gridperf"]
+        ratio = f"{min(peers) / secs['gridperf']:.2f}x" if "gridperf" in secs and peers else "-"
+        print(f"  {p:<8}" + "".join(cells) + f"   {ratio}")
+PY
+log "raw times, each gridperf copy's JSON and the servers' logs in $OUT"
