@@ -629,40 +629,23 @@ fn an_encrypted_copy_shows_nothing_on_the_wire_and_a_byte_altered_there_stops_it
     // the wire's bytes hold the file's, in the clear, without --encrypt (so the check below can fail)
     let (_agent, agent_port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p")]);
     let holds = |seen: &[u8]| seen.windows(64).any(|w| w == &data[1 << 20..(1 << 20) + 64]);
-    let r = relay(agent_port, None);
-    let v = json(&run(&[
-        "copy",
-        src,
-        "127.0.0.2:plain.dat",
-        "--port",
-        &r.port.to_string(),
-        "-P",
-        "2",
-        "--block",
-        "1M",
-        "--no-store",
-        "--json",
-    ]));
+    // a copy through a relay (flipping the byte at `flip` of the first data connection)
+    let through = |name: &str, streams: &str, flip: Option<usize>, extra: &[&str]| {
+        let r = relay(agent_port, flip);
+        let (port, dst) = (r.port.to_string(), format!("127.0.0.2:{name}"));
+        let mut a = vec!["copy", src, &dst, "--port", &port, "-P", streams, "--block", "1M", "--no-store"];
+        a.extend_from_slice(extra);
+        (run(&a), r)
+    };
+    let (o, r) = through("plain.dat", "2", None, &["--json"]);
+    let v = json(&o);
     assert!(v["encryption"].is_null(), "{v}");
     let unsealed = |a: &serde_json::Value| a.as_array().is_some_and(|a| a.iter().all(|s| s["crypt_ns"] == 0));
     assert!(unsealed(&v["per_stream"]) && unsealed(&v["agent_streams"]), "{v}");
     assert!(holds(&r.seen.lock().expect("seen")), "the relay saw the file in the clear");
     // with it: the same file, identical at the agent, and never on the wire
-    let r = relay(agent_port, None);
-    let v = json(&run(&[
-        "copy",
-        src,
-        "127.0.0.2:sealed.dat",
-        "--port",
-        &r.port.to_string(),
-        "-P",
-        "2",
-        "--block",
-        "1M",
-        "--encrypt",
-        "--no-store",
-        "--json",
-    ]));
+    let (o, r) = through("sealed.dat", "2", None, &["--encrypt", "--json"]);
+    let v = json(&o);
     assert!(std::fs::read(root.join("sealed.dat")).expect("sealed") == data, "the copy differs");
     let seen = r.seen.lock().expect("seen").clone();
     assert!(seen.len() > data.len(), "the relay carried the data connections: {} bytes", seen.len());
@@ -677,20 +660,7 @@ fn an_encrypted_copy_shows_nothing_on_the_wire_and_a_byte_altered_there_stops_it
     };
     assert!(sealed(&v["per_stream"]) && sealed(&v["agent_streams"]), "{v}");
     // a byte altered in the middle of a block: the writing end stops the copy, nothing renamed, partial kept
-    let r = relay(agent_port, Some(100_000));
-    let o = run(&[
-        "copy",
-        src,
-        "127.0.0.2:altered.dat",
-        "--port",
-        &r.port.to_string(),
-        "-P",
-        "1",
-        "--block",
-        "1M",
-        "--encrypt",
-        "--no-store",
-    ]);
+    let (o, _) = through("altered.dat", "1", Some(100_000), &["--encrypt"]);
     assert!(!o.status.success(), "an altered copy succeeded");
     assert!(stderr(&o).contains("failed authentication: altered on the way"), "{}", stderr(&o));
     assert!(std::fs::metadata(root.join(".altered.dat.gridperf-partial")).is_ok(), "the partial file is kept");

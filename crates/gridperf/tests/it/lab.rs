@@ -898,34 +898,8 @@ fn a_copy_across_a_lab_arrives_whole_at_the_links_rate() {
     }
     let _serial = serial();
     let before = labs_named("run");
-    let d = std::env::temp_dir().join(format!("gridperf-lab-copy-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmpdir");
-    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    std::fs::write(d.join("f.dat"), &data).expect("write");
-    let out = format!("{}/", d.join("out").display());
-    let o = unless_invalid(|| {
-        let _ = std::fs::remove_dir_all(d.join("out"));
-        run(&[
-            "copy",
-            d.join("f.dat").to_str().expect("p"),
-            &out,
-            "--lab",
-            "man",
-            "--lab-set",
-            "loss=0",
-            "-P",
-            "2",
-            "--block",
-            "1M",
-            "--no-store",
-            "--json",
-            "-v",
-        ])
-    });
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, d) = lab_copy("rate", 16, 13, &["--lab-set", "loss=0", "-P", "2", "--block", "1M", "-v"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert!(std::fs::read(d.join("out/f.dat")).expect("copied") == data, "the copy differs");
     // 100 Mbit/s of link: the copy's goodput is most of it, never more
     let rate = v["throughput_bps"].as_f64().expect("rate");
     assert!((60e6..=100e6).contains(&rate), "{rate} bit/s across a 100 Mbit/s lab");
@@ -948,41 +922,34 @@ fn one_stream_of_small_blocks_fills_a_long_path() {
         return;
     }
     let _serial = serial();
-    let d = std::env::temp_dir().join(format!("gridperf-lab-copy-long-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmpdir");
-    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
-    std::fs::write(d.join("f.dat"), &data).expect("write");
-    let out = format!("{}/", d.join("out").display());
     // 100 Mbit/s and 100 ms: 1.25 MB in flight to fill it. A block is
     // acknowledged only when it has all arrived; 4 blocks of 64 KiB
-    // unacknowledged (the old window) would cap the stream at 21 Mbit/s
-    let o = unless_invalid(|| {
-        let _ = std::fs::remove_dir_all(d.join("out"));
-        run(&[
-            "copy",
-            d.join("f.dat").to_str().expect("p"),
-            &out,
-            "--lab",
-            "man",
-            "--lab-set",
-            "loss=0",
-            "--lab-set",
-            "rtt=100ms",
-            "-P",
-            "1",
-            "-w",
-            "4M",
-            "--block",
-            "64K",
-            "--no-store",
-            "--json",
-        ])
-    });
-    assert!(o.status.success(), "{}", stderr(&o));
+    // unacknowledged (the old window) held one stream to 7.8 Mbit/s here
+    let settings = ["--lab-set", "loss=0", "--lab-set", "rtt=100ms", "-P", "1", "-w", "4M", "--block", "64K"];
+    let (o, d) = lab_copy("long", 32, 11, &settings);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert!(std::fs::read(d.join("out/f.dat")).expect("copied") == data, "the copy differs");
     let rate = v["throughput_bps"].as_f64().expect("rate");
     assert!((45e6..=100e6).contains(&rate), "{rate} bit/s with one stream across 100 Mbit/s and 100 ms");
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A copy of a file of `mib` MiB (a pattern shifted by `shift`) across the
+/// man profile with `settings`, rerun while the lab says INVALID; it must
+/// succeed and arrive whole. Its output and the temporary directory.
+fn lab_copy(tag: &str, mib: u32, shift: u32, settings: &[&str]) -> (Output, std::path::PathBuf) {
+    let d = std::env::temp_dir().join(format!("gridperf-lab-copy-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    let data: Vec<u8> = (0..mib << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> shift) as u8).collect();
+    std::fs::write(d.join("f.dat"), &data).expect("write");
+    let (src, out) = (d.join("f.dat").display().to_string(), format!("{}/", d.join("out").display()));
+    let o = unless_invalid(|| {
+        let _ = std::fs::remove_dir_all(d.join("out"));
+        let mut a = vec!["copy", &src, &out, "--lab", "man", "--no-store", "--json"];
+        a.extend_from_slice(settings);
+        run(&a)
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(d.join("out/f.dat")).expect("copied") == data, "the copy differs");
+    (o, d)
 }
