@@ -29,6 +29,11 @@ pub struct CopyStream {
     /// How long the last interval lasted, ms (the copy ended within it).
     #[serde(default)]
     pub last_interval_ms: u64,
+    /// The sending end's reading of this stream's TCP_INFO over the copy,
+    /// in `stream`'s words (the receiver's window, the send buffer, losses,
+    /// the path's rate), with its advice; None at the writing end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<String>,
 }
 
 /// One file of a copy.
@@ -179,7 +184,21 @@ pub fn copy_verdict(sender: &[CopyStream], writer: &[CopyStream]) -> String {
             .flatten()
             .collect::<Vec<_>>()
             .join(", ");
-            format!("limited by the network: the sockets waited ({waited} of its time) {ends}")
+            // what TCP said at the sending end, for the stream that carried the most
+            let tcp = sender
+                .iter()
+                .filter(|x| x.tcp.is_some())
+                .max_by_key(|x| x.bytes)
+                .map(|x| {
+                    let of = if sender.len() > 1 {
+                        format!(" (stream {} of {})", x.index, sender.len())
+                    } else {
+                        String::new()
+                    };
+                    format!("; TCP at the sending end{of}: {}", x.tcp.as_deref().unwrap_or_default())
+                })
+                .unwrap_or_default();
+            format!("limited by the network: the sockets waited ({waited} of its time) {ends}{tcp}")
         }
         None => "limited by nothing measured: no stream moved a block".into(),
     }
@@ -191,6 +210,26 @@ mod tests {
 
     fn end(disk: u64, hash: u64, crypt: u64, net: u64) -> Vec<CopyStream> {
         vec![CopyStream { disk_ns: disk, hash_ns: hash, crypt_ns: crypt, net_ns: net, ..Default::default() }]
+    }
+
+    #[test]
+    fn the_network_verdict_says_what_tcp_said_for_the_largest_stream() {
+        let mut sender = end(1, 1, 0, 98);
+        sender.push(CopyStream { index: 1, bytes: 10, net_ns: 98, ..Default::default() });
+        sender[0].tcp = Some("limited by the receiver's window 57% of the time".into());
+        sender[1].tcp = Some("cwnd-limited without loss".into());
+        sender[0].bytes = 100;
+        let v = copy_verdict(&sender, &end(1, 1, 0, 98));
+        assert!(v.starts_with("limited by the network: the sockets waited"), "{v}");
+        assert!(
+            v.ends_with("TCP at the sending end (stream 0 of 2): limited by the receiver's window 57% of the time"),
+            "{v}"
+        );
+        sender[1].bytes = 1000;
+        let v = copy_verdict(&sender, &end(1, 1, 0, 98));
+        assert!(v.ends_with("(stream 1 of 2): cwnd-limited without loss"), "{v}");
+        // a disk that took most of an end's time is named before TCP is
+        assert!(!copy_verdict(&end(90, 1, 0, 9), &end(1, 1, 0, 98)).contains("TCP at"));
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub(super) fn run(
         let moved = AtomicU64::new(0);
         let works: Vec<std::io::Result<StreamWork>> = dp::each_stream(socks, |k, s| {
             let crypt = Crypt::of(keys.as_ref(), k, false);
-            dp::receive_stream(k, &files, spec.block, dp::Link { sock: s, idle, crypt }, &moved)
+            dp::receive_stream(k, &files, spec.block, dp::Link { sock: s, idle, crypt, window: spec.window }, &moved)
         });
         // what arrived was not what was sent (altered on the way, or not a
         // block): say so before the client asks, keep every partial file
@@ -214,7 +214,14 @@ pub(super) fn run(
         let moved = AtomicU64::new(0);
         let works: Vec<std::io::Result<StreamWork>> = dp::each_stream(socks, |k, s| {
             let crypt = Crypt::of(keys.as_ref(), k, true);
-            dp::send_stream(k, &sources, spec.block, &queue, dp::Link { sock: s, idle, crypt }, &moved)
+            dp::send_stream(
+                k,
+                &sources,
+                spec.block,
+                &queue,
+                dp::Link { sock: s, idle, crypt, window: spec.window },
+                &moved,
+            )
         });
         if let Some(why) = queue.stopped() {
             return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));

@@ -198,6 +198,36 @@ pub struct Link {
     pub sock: TcpStream,
     pub idle: Duration,
     pub crypt: Option<Crypt>,
+    /// The socket buffer asked for (`-w`), for the TCP verdict's advice.
+    pub window: Option<u64>,
+}
+
+/// How often a sending stream's TCP_INFO is sampled at first (stream's
+/// default timeline step); past MAX_TCP_SAMPLES every other sample is
+/// dropped and the step doubles (memory stays bounded on a long copy).
+const TCP_SAMPLE_GAP: Duration = Duration::from_millis(10);
+const MAX_TCP_SAMPLES: usize = 4096;
+
+/// The sending end's verdict on one stream from its TCP_INFO samples, as
+/// `stream` reads them (None with fewer than two, or when they say nothing).
+fn tcp_verdict(samples: &[gridperf_core::flow::TcpSample], bytes: u64, window: Option<u64>) -> Option<String> {
+    use gridperf_core::flow::{verdict, Limit, VerdictContext};
+    let (first, last) = (samples.first()?, samples.last()?);
+    let elapsed_ns = last.t_ns.saturating_sub(first.t_ns);
+    if samples.len() < 2 || elapsed_ns == 0 {
+        return None;
+    }
+    let third = |name: &str| crate::host::sysctl(name).and_then(|v| v.split_whitespace().nth(2)?.parse().ok());
+    let ctx = VerdictContext {
+        throughput_bps: bytes as f64 * 8.0 / (elapsed_ns as f64 / 1e9),
+        elapsed_ns,
+        wmem_max: third("net.ipv4.tcp_wmem"),
+        window_requested: window,
+        core_wmem_max: crate::host::sysctl("net.core.wmem_max").and_then(|v| v.parse().ok()),
+        ..Default::default()
+    };
+    let v = verdict(samples, &ctx);
+    (v.limit != Limit::Unknown).then_some(v.text)
 }
 
 /// A data connection's two ways, sealed (`copy --encrypt`): the way this
@@ -260,11 +290,15 @@ pub fn send_stream(
     link: Link,
     moved: &AtomicU64,
 ) -> io::Result<StreamWork> {
-    let Link { sock, idle, crypt } = link;
+    let Link { sock, idle, crypt, window } = link;
     let mut work = StreamWork { index, ..Default::default() };
     let (mut sealer, mut opener) = match crypt {
         Some(c) => (Some(c.out), Some(c.inn)),
         None => (None, None),
+    };
+    let t0 = Instant::now();
+    let sample_now = || {
+        gridperf_sys::tcp_info(&sock).ok().map(|(info, _)| super::stream::sample(&info, t0.elapsed().as_nanos() as u64))
     };
     sock.set_write_timeout(Some(idle))?;
     let mut reader = sock.try_clone()?;
@@ -272,7 +306,23 @@ pub fn send_stream(
     // acknowledgments: the blocks this stream has in flight, in order
     let in_flight: Arc<InFlight> = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
+    let sampling = AtomicBool::new(true);
+    let mut samples = Vec::new();
     let acks = std::thread::scope(|scope| -> io::Result<StreamWork> {
+        // TCP_INFO every TCP_SAMPLE_GAP while the stream sends, as `stream` reads it
+        let sampler = scope.spawn(|| {
+            let (mut v, mut gap) = (Vec::new(), TCP_SAMPLE_GAP);
+            while sampling.load(Ordering::SeqCst) {
+                v.extend(sample_now());
+                if v.len() >= MAX_TCP_SAMPLES {
+                    // a long copy: every other sample, and half as often from now on
+                    v = v.into_iter().step_by(2).collect();
+                    gap *= 2;
+                }
+                std::thread::sleep(gap);
+            }
+            v
+        });
         let flight = in_flight.clone();
         let finished = done.clone();
         let ack_thread = scope.spawn(move || -> io::Result<()> {
@@ -374,6 +424,8 @@ pub fn send_stream(
             queue.stop(format!("stream {index}: {e}"));
             let _ = sock.shutdown(std::net::Shutdown::Both);
         }
+        sampling.store(false, Ordering::SeqCst);
+        samples = sampler.join().unwrap_or_default();
         let acked = ack_thread.join().unwrap_or_else(|_| Err(io::Error::other("the acknowledgment reader panicked")));
         result?;
         if let Err(e) = acked {
@@ -387,6 +439,8 @@ pub fn send_stream(
         work.retransmits = Some(info.total_retrans);
         work.rtt_us = Some(info.rtt_us);
     }
+    samples.extend(sample_now());
+    work.tcp = tcp_verdict(&samples, work.bytes, window);
     Ok(work)
 }
 
@@ -709,7 +763,7 @@ pub fn receive_stream(
     link: Link,
     moved: &AtomicU64,
 ) -> io::Result<StreamWork> {
-    let Link { mut sock, idle, crypt } = link;
+    let Link { mut sock, idle, crypt, .. } = link;
     let mut work = StreamWork { index, ..Default::default() };
     let (mut sealer, mut opener) = match crypt {
         Some(c) => (Some(c.out), Some(c.inn)),

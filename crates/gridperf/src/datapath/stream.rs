@@ -49,7 +49,7 @@ pub fn prepare_tcp(sock: &impl AsRawFd, spec: &StreamSpec, sending: Option<bool>
     Ok(())
 }
 
-fn sample(info: &gridperf_sys::TcpInfo, t_ns: u64) -> TcpSample {
+pub(crate) fn sample(info: &gridperf_sys::TcpInfo, t_ns: u64) -> TcpSample {
     TcpSample {
         t_ns,
         cwnd: info.snd_cwnd,

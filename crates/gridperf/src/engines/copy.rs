@@ -183,7 +183,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 drive(&counters, total, watch, |moved| {
                     dp::each_stream(socks, |k, s| {
                         let crypt = dp::Crypt::of(keys.as_ref(), k, true);
-                        let link = dp::Link { sock: s, idle: o.idle, crypt };
+                        let link = dp::Link { sock: s, idle: o.idle, crypt, window: o.window };
                         dp::send_stream(k, &sources, o.block, &queue, link, &moved[k as usize])
                     })
                 });
@@ -282,7 +282,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 drive(&counters, total, watch, |moved| {
                     dp::each_stream(socks, |k, s| {
                         let crypt = dp::Crypt::of(keys.as_ref(), k, false);
-                        let link = dp::Link { sock: s, idle: o.idle, crypt };
+                        let link = dp::Link { sock: s, idle: o.idle, crypt, window: o.window };
                         dp::receive_stream(k, &sinks, o.block, link, &moved[k as usize])
                     })
                 });

@@ -931,6 +931,14 @@ fn one_stream_of_small_blocks_fills_a_long_path() {
     let rate = v["throughput_bps"].as_f64().expect("rate");
     assert!((45e6..=100e6).contains(&rate), "{rate} bit/s with one stream across 100 Mbit/s and 100 ms");
     let _ = std::fs::remove_dir_all(&d);
+    // a 256 KB buffer there: the verdict names the receiver's window, from the sending end's TCP_INFO
+    let settings = ["--lab-set", "loss=0", "--lab-set", "rtt=100ms", "-P", "1", "-w", "256K"];
+    let (o, d) = lab_copy("window", 8, 9, &settings);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let verdict = v["verdict"].as_str().unwrap_or_default();
+    assert!(verdict.contains("TCP at the sending end: limited by the receiver's window"), "{verdict}");
+    assert!(v["per_stream"][0]["tcp"].as_str().is_some_and(|t| t.contains("-w (now 262 kB)")), "{v}");
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// A copy of a file of `mib` MiB (a pattern shifted by `shift`) across the
