@@ -11,8 +11,9 @@
 #
 # Needs root for net.core.rmem_max / wmem_max (global: raised to 64 MiB for
 # the run so that -w 32M is granted, and put back after). Prints a table of
-# MB/s (10^6 bytes a second, as the study) and writes the JSON of each copy
-# to --out. Each file is checked against its source (cmp) and its BLAKE3.
+# MB/s (10^6 bytes a second, as the study), draws it beside the study's
+# figures (plot.svg, bench/copy_table_plot.py) and writes the JSON of each
+# copy to --out. Each file is checked against its source (cmp) and its BLAKE3.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -69,3 +70,5 @@ for p in 1 2 4; do
     echo "$row" | tee -a "$OUT/table.txt"
 done
 echo "copy-cern-icepp: $SIZE of random bytes, -C $CC, blocks of 8M; JSON in $OUT" | tee -a "$OUT/table.txt"
+python3 "$REPO/bench/copy_table_plot.py" "$OUT/table.txt" "$OUT/plot.svg" &&
+    echo "copy-cern-icepp: the table drawn beside the study's in $OUT/plot.svg"
