@@ -59,6 +59,12 @@ pub fn sysctl(name: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
+/// The ceiling of an autotuned buffer: the third field of net.ipv4.tcp_rmem
+/// or tcp_wmem ("min default max"), bytes; None when unreadable.
+pub fn tcp_mem_max(name: &str) -> Option<u64> {
+    sysctl(name)?.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// The CPUs this thread may run on (what `--cpu` can name).
 pub fn cpus() -> Vec<usize> {
     gridperf_sys::thread_affinity().unwrap_or_default()

@@ -125,18 +125,20 @@ impl EndTime {
         self.disk + self.hash + self.crypt + self.net
     }
 
+    /// A part's share of the end's time, %.
+    fn pct(&self, x: u64) -> f64 {
+        x as f64 * 100.0 / self.all().max(1) as f64
+    }
+
     /// Each part's share of the end's time, %: disk, CPU (hashing and sealing), socket.
     fn shares(&self) -> (f64, f64, f64) {
-        let all = self.all().max(1) as f64;
-        let pct = |x: u64| x as f64 * 100.0 / all;
-        (pct(self.disk), pct(self.hash + self.crypt), pct(self.net))
+        (self.pct(self.disk), self.pct(self.hash + self.crypt), self.pct(self.net))
     }
 
     fn words(&self) -> String {
-        let all = self.all().max(1) as f64;
-        let pct = |x: u64| x as f64 * 100.0 / all;
-        let sealing = if self.crypt > 0 { format!(", sealing {:.0}%", pct(self.crypt)) } else { String::new() };
-        format!("disk {:.0}%, hashing {:.0}%{sealing}, socket {:.0}%", pct(self.disk), pct(self.hash), pct(self.net))
+        let sealing = if self.crypt > 0 { format!(", sealing {:.0}%", self.pct(self.crypt)) } else { String::new() };
+        let (disk, hash, net) = (self.pct(self.disk), self.pct(self.hash), self.pct(self.net));
+        format!("disk {disk:.0}%, hashing {hash:.0}%{sealing}, socket {net:.0}%")
     }
 }
 

@@ -420,9 +420,7 @@ fn reference(o: &Opts) -> (Option<u64>, Option<u64>, Option<u64>) {
             rtt = Some(s.delay_ns * 2);
             if window.is_none() {
                 // a lab's hosts start with this host's tcp_rmem / tcp_wmem
-                let here = |name: &str| {
-                    crate::host::sysctl(name).and_then(|v| v.split_whitespace().nth(2)?.parse::<u64>().ok())
-                };
+                let here = crate::host::tcp_mem_max;
                 let (r, w) = (r.or_else(|| here("net.ipv4.tcp_rmem")), w.or_else(|| here("net.ipv4.tcp_wmem")));
                 window = match (r, w) {
                     (Some(r), Some(w)) => Some(r.min(w)),

@@ -217,11 +217,10 @@ fn tcp_verdict(samples: &[gridperf_core::flow::TcpSample], bytes: u64, window: O
     if samples.len() < 2 || elapsed_ns == 0 {
         return None;
     }
-    let third = |name: &str| crate::host::sysctl(name).and_then(|v| v.split_whitespace().nth(2)?.parse().ok());
     let ctx = VerdictContext {
         throughput_bps: bytes as f64 * 8.0 / (elapsed_ns as f64 / 1e9),
         elapsed_ns,
-        wmem_max: third("net.ipv4.tcp_wmem"),
+        wmem_max: crate::host::tcp_mem_max("net.ipv4.tcp_wmem"),
         window_requested: window,
         core_wmem_max: crate::host::sysctl("net.core.wmem_max").and_then(|v| v.parse().ok()),
         ..Default::default()
@@ -238,6 +237,11 @@ pub struct Crypt {
 }
 
 impl Crypt {
+    /// The way this end writes and the way it reads, each None unsealed.
+    fn split(c: Option<Crypt>) -> (Option<Sealer>, Option<Sealer>) {
+        c.map_or((None, None), |c| (Some(c.out), Some(c.inn)))
+    }
+
     /// From a copy's keys, for stream `index` at the end that sends the blocks (`sending`) or writes them.
     pub fn of(keys: Option<&gridperf_core::seal::CopyKeys>, index: u32, sending: bool) -> Option<Crypt> {
         keys.map(|k| {
@@ -292,10 +296,7 @@ pub fn send_stream(
 ) -> io::Result<StreamWork> {
     let Link { sock, idle, crypt, window } = link;
     let mut work = StreamWork { index, ..Default::default() };
-    let (mut sealer, mut opener) = match crypt {
-        Some(c) => (Some(c.out), Some(c.inn)),
-        None => (None, None),
-    };
+    let (mut sealer, mut opener) = Crypt::split(crypt);
     let t0 = Instant::now();
     let sample_now = || {
         gridperf_sys::tcp_info(&sock).ok().map(|(info, _)| super::stream::sample(&info, t0.elapsed().as_nanos() as u64))
@@ -319,7 +320,8 @@ pub fn send_stream(
                     v = v.into_iter().step_by(2).collect();
                     gap *= 2;
                 }
-                std::thread::sleep(gap);
+                // woken at once when the stream ends (the step grows on a long copy)
+                std::thread::park_timeout(gap);
             }
             v
         });
@@ -425,6 +427,7 @@ pub fn send_stream(
             let _ = sock.shutdown(std::net::Shutdown::Both);
         }
         sampling.store(false, Ordering::SeqCst);
+        sampler.thread().unpark();
         samples = sampler.join().unwrap_or_default();
         let acked = ack_thread.join().unwrap_or_else(|_| Err(io::Error::other("the acknowledgment reader panicked")));
         result?;
@@ -765,10 +768,7 @@ pub fn receive_stream(
 ) -> io::Result<StreamWork> {
     let Link { mut sock, idle, crypt, .. } = link;
     let mut work = StreamWork { index, ..Default::default() };
-    let (mut sealer, mut opener) = match crypt {
-        Some(c) => (Some(c.out), Some(c.inn)),
-        None => (None, None),
-    };
+    let (mut sealer, mut opener) = Crypt::split(crypt);
     sock.set_read_timeout(Some(idle))?;
     sock.set_write_timeout(Some(idle))?;
     let mut buf = vec![0u8; block as usize + TAG_LEN];
@@ -792,18 +792,13 @@ pub fn receive_stream(
                 head.index, f.name, head.len
             )));
         }
-        match opener.as_mut() {
-            None => sock.read_exact(&mut buf[..want as usize])?,
-            Some(o) => {
-                sock.read_exact(&mut buf[..want as usize + TAG_LEN])?;
-                work.net_ns += t.elapsed().as_nanos() as u64;
-                let t = Instant::now();
-                o.open(&mut buf[..want as usize + TAG_LEN]).map_err(sealing)?;
-                work.crypt_ns += t.elapsed().as_nanos() as u64;
-            }
-        }
-        if opener.is_none() {
-            work.net_ns += t.elapsed().as_nanos() as u64;
+        let framed = want as usize + if opener.is_some() { TAG_LEN } else { 0 };
+        sock.read_exact(&mut buf[..framed])?;
+        work.net_ns += t.elapsed().as_nanos() as u64;
+        if let Some(o) = opener.as_mut() {
+            let t = Instant::now();
+            o.open(&mut buf[..framed]).map_err(sealing)?;
+            work.crypt_ns += t.elapsed().as_nanos() as u64;
         }
         let data = &mut buf[..want as usize];
         let n = RECEIVED.fetch_add(1, Ordering::SeqCst) + 1;
