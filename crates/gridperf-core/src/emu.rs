@@ -137,6 +137,46 @@ pub struct Counters {
     pub max_queue_bytes: u64,
 }
 
+impl Counters {
+    /// Adds another link's counters (the parallel paths of one direction):
+    /// sums, and the larger of the two queue maxima.
+    pub fn add(&mut self, o: &Counters) {
+        self.arrived += o.arrived;
+        self.arrived_bytes += o.arrived_bytes;
+        self.delivered += o.delivered;
+        self.delivered_bytes += o.delivered_bytes;
+        self.lost += o.lost;
+        self.queue_full += o.queue_full;
+        self.max_queue_packets = self.max_queue_packets.max(o.max_queue_packets);
+        self.max_queue_bytes = self.max_queue_bytes.max(o.max_queue_bytes);
+    }
+}
+
+/// Which of `n` parallel paths an IPv4 packet takes, as a link aggregate or
+/// an ECMP group hashes it: by its 5-tuple (addresses, protocol, and the
+/// ports of TCP and UDP), the same both ways, so that every packet of a
+/// connection takes one path and a new connection (a new source port) is
+/// hashed afresh. `seed` picks the hash (a lab's seed). A packet that is
+/// not IPv4, or a fragment after the first, hashes by its addresses alone.
+pub fn flow_path(pkt: &[u8], n: usize, seed: u64) -> usize {
+    if n <= 1 || pkt.len() < 20 || pkt[0] >> 4 != 4 {
+        return 0;
+    }
+    let ihl = usize::from(pkt[0] & 0x0f) * 4;
+    let proto = pkt[9];
+    let first_fragment = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x1fff == 0;
+    let ports = (matches!(proto, 6 | 17) && first_fragment && pkt.len() >= ihl + 4)
+        .then(|| (u16::from_be_bytes([pkt[ihl], pkt[ihl + 1]]), u16::from_be_bytes([pkt[ihl + 2], pkt[ihl + 3]])))
+        .unwrap_or((0, 0));
+    let end = |addr: &[u8], port: u16| {
+        (u64::from(u32::from_be_bytes(addr.try_into().expect("4 bytes"))) << 16) | u64::from(port)
+    };
+    let (x, y) = (end(&pkt[12..16], ports.0), end(&pkt[16..20], ports.1));
+    let (lo, hi) = (x.min(y), x.max(y));
+    let mut r = Rng::new(seed ^ lo.rotate_left(17) ^ hi.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(proto));
+    (r.next_u64() % n as u64) as usize
+}
+
 /// splitmix64 seeding a xoshiro256**: small, fast, and the same everywhere.
 #[derive(Debug, Clone)]
 pub struct Rng {
@@ -603,6 +643,46 @@ mod tests {
         let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
         assert!((mean - 50e6).abs() < 0.03e6, "mean {mean}");
         assert!((sd - 2e6).abs() < 0.05e6, "sd {sd}");
+    }
+
+    /// An IPv4 TCP header from `src:sp` to `dst:dp`.
+    fn tcp_packet(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&dst);
+        p[20..22].copy_from_slice(&sp.to_be_bytes());
+        p[22..24].copy_from_slice(&dp.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn a_connection_takes_one_path_both_ways_and_new_ports_spread() {
+        let (a, b) = ([10, 77, 1, 1], [10, 77, 2, 1]);
+        let mut seen = [0u32; 4];
+        for sp in 40_000..44_000u16 {
+            let k = flow_path(&tcp_packet(a, sp, b, 5201), 4, 1);
+            assert_eq!(k, flow_path(&tcp_packet(b, 5201, a, sp), 4, 1), "port {sp}: the reverse way differs");
+            seen[k] += 1;
+        }
+        // 4000 connections over 4 paths: each near 1000 (binomial sd 27)
+        assert!(seen.iter().all(|&c| (850..1150).contains(&c)), "{seen:?}");
+        // another seed hashes them differently; one path, or not IPv4: path 0
+        let moved = (40_000..40_100u16)
+            .filter(|&sp| flow_path(&tcp_packet(a, sp, b, 1), 4, 1) != flow_path(&tcp_packet(a, sp, b, 1), 4, 2))
+            .count();
+        assert!(moved > 50, "{moved} of 100 moved with a new seed");
+        assert_eq!(flow_path(&tcp_packet(a, 1, b, 2), 1, 1), 0);
+        assert_eq!(flow_path(&[0x60; 40], 4, 1), 0);
+        assert_eq!(flow_path(&[0x45; 10], 4, 1), 0);
+    }
+
+    #[test]
+    fn counters_of_paths_add_up() {
+        let mut a = Counters { arrived: 3, lost: 1, max_queue_bytes: 10, ..Counters::default() };
+        a.add(&Counters { arrived: 4, lost: 2, max_queue_bytes: 7, delivered: 5, ..Counters::default() });
+        assert_eq!((a.arrived, a.lost, a.delivered, a.max_queue_bytes), (7, 3, 5, 10));
     }
 
     #[test]

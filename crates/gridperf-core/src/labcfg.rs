@@ -70,6 +70,14 @@ pub enum LabError {
     UnknownField(String),
     #[error("unknown lab profile {0:?}: valid profiles are {PROFILE_NAMES}")]
     UnknownProfile(String),
+    #[error("paths {0:?} is not valid: give the number of parallel paths of the bottleneck, from 1 to {MAX_PATHS}, e.g. paths=4")]
+    BadPaths(String),
+    #[error("path setting {0:?} is not valid: use K:field=value[,field=value...] for path K (from 1), e.g. 2:loss=1% or 3:rate=100M,rtt=300ms")]
+    BadPathSet(String),
+    #[error("path {k} does not exist: this bottleneck has {n} paths (1 to {n}); give more with paths=N")]
+    NoSuchPath { k: usize, n: usize },
+    #[error("the MTU is the hosts' own: set it with --mtu, not per path")]
+    MtuPerPath,
 }
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
@@ -331,6 +339,60 @@ pub fn apply_set(settings: &mut LabSettings, spec: &str) -> Result<()> {
     Ok(())
 }
 
+/// The most parallel paths a lab's bottleneck may have.
+pub const MAX_PATHS: usize = 16;
+
+/// The number of paths in `paths=N` (1 to [`MAX_PATHS`]).
+pub fn parse_paths(input: &str) -> Result<usize> {
+    match input.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_PATHS).contains(&n) => Ok(n),
+        _ => Err(LabError::BadPaths(input.to_string())),
+    }
+}
+
+/// One path's own settings, `K:field=value[,field=value...]` (K from 1):
+/// the path's index from 0 and its settings, each checked.
+pub fn parse_path_set(spec: &str) -> Result<(usize, Vec<String>)> {
+    let bad = || LabError::BadPathSet(spec.to_string());
+    let (k, fields) = spec.split_once(':').ok_or_else(bad)?;
+    let k: usize = k.trim().parse().map_err(|_| bad())?;
+    if !(1..=MAX_PATHS).contains(&k) {
+        return Err(bad());
+    }
+    let sets: Vec<String> = fields.split(',').map(str::trim).filter(|f| !f.is_empty()).map(String::from).collect();
+    if sets.is_empty() {
+        return Err(bad());
+    }
+    let mut probe = LabSettings::default();
+    for f in &sets {
+        if f.starts_with("mtu=") {
+            return Err(LabError::MtuPerPath);
+        }
+        apply_set(&mut probe, f)?;
+    }
+    Ok((k - 1, sets))
+}
+
+/// The bottleneck of one direction as `n` parallel paths (a link aggregate
+/// of `n` members, or an ECMP group): each path has the link's settings with
+/// its rate shared equally (a 1 Gbit/s link as 4 paths of 250 Mbit/s, each
+/// with a queue of its own, a BDP queue of its own rate), then its own
+/// settings (`own`: a path's index from 0 and its fields) on top. One path
+/// is the link itself.
+pub fn split_paths(link: &LabSettings, n: usize, own: &[(usize, Vec<String>)]) -> Result<Vec<LabSettings>> {
+    if !(1..=MAX_PATHS).contains(&n) {
+        return Err(LabError::BadPaths(n.to_string()));
+    }
+    let mut paths = vec![LabSettings { rate_bps: link.rate_bps.map(|r| (r / n as u64).max(1)), ..link.clone() }; n];
+    for (k, sets) in own {
+        let path = paths.get_mut(*k).ok_or(LabError::NoSuchPath { k: k + 1, n })?;
+        for f in sets {
+            apply_set(path, f)?;
+        }
+    }
+    Ok(paths)
+}
+
 /// A named network from the source documents.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
@@ -557,6 +619,39 @@ mod tests {
         assert_eq!(profile_link("cern-icepp").map(|c| c.loss), Ok(Loss::Random { p: 0.00001 }));
         let e = err_text(profile("gigabit"));
         assert!(e.contains("gigabit") && e.contains(PROFILE_NAMES), "{e}");
+    }
+
+    #[test]
+    fn paths_share_the_rate_and_take_their_own_settings() {
+        let link = profile("cern-icepp").map(|p| p.settings()).unwrap_or_default();
+        let own = vec![
+            parse_path_set("2:loss=1%").unwrap_or_default(),
+            parse_path_set("4: rate=100M , rtt=300ms").unwrap_or_default(),
+        ];
+        assert_eq!(own[0], (1, vec!["loss=1%".to_string()]));
+        let p = split_paths(&link, 4, &own).unwrap_or_default();
+        assert_eq!(
+            p.iter().map(|s| s.rate_bps).collect::<Vec<_>>(),
+            vec![Some(250 * MBIT), Some(250 * MBIT), Some(250 * MBIT), Some(100 * MBIT)]
+        );
+        assert_eq!(p.iter().map(|s| s.loss).collect::<Vec<_>>(), vec![0.00001, 0.01, 0.00001, 0.00001]);
+        assert_eq!((p[0].delay_ns, p[3].delay_ns), (135 * MS, 150 * MS));
+        // a BDP queue is of the path's own rate: a quarter of the link's
+        let q = |s: &LabSettings| s.queue_limit().ok();
+        assert_eq!(q(&p[0]), Some(QueueLimit::Bytes(8_437_500)));
+        assert_eq!(q(&link), Some(QueueLimit::Bytes(33_750_000)));
+        assert_eq!(split_paths(&link, 1, &[]), Ok(vec![link.clone()]));
+        assert_eq!(parse_paths("4"), Ok(4));
+        for bad in ["0", "17", "x", "-1", ""] {
+            assert!(err_text(parse_paths(bad)).contains("from 1 to 16"), "{bad}");
+        }
+        for bad in ["loss=1%", "0:loss=1%", "17:loss=1%", "x:loss=1%", "2:", "2:speed=1G"] {
+            let e = err_text(parse_path_set(bad));
+            assert!(e.contains("2:loss=1%") || e.contains(FIELDS), "{bad}: {e}");
+        }
+        assert!(err_text(parse_path_set("2:mtu=9000")).contains("not per path"));
+        let e = err_text(split_paths(&link, 2, &[(2, vec!["loss=1%".into()])]));
+        assert!(e.contains("path 3 does not exist") && e.contains("2 paths"), "{e}");
     }
 
     #[test]

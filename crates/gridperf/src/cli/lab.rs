@@ -92,6 +92,15 @@ pub struct LabUpArgs {
     /// e.g. --access rate=100M,delay=1ms or --access a2:rate=10M (repeat).
     #[arg(long = "access", value_name = "[HOST:]FIELD=VALUE,...")]
     pub access: Vec<String>,
+    /// The bottleneck as N parallel paths (a link aggregate or ECMP group, 1 to 16): each connection's
+    /// 5-tuple is hashed onto one path, so a new connection (a new source port) may take another.
+    /// The link's rate is shared equally among them, e.g. --paths 4 makes 1G into 4 x 250M.
+    #[arg(long = "paths", value_name = "N", default_value_t = 1)]
+    pub paths: usize,
+    /// One path's own settings, path K from 1, comma-separated as --set takes them, both directions:
+    /// e.g. --path 2:loss=1% or --path 3:rate=100M (repeat).
+    #[arg(long = "path", value_name = "K:FIELD=VALUE,...")]
+    pub path_sets: Vec<String>,
     /// Hosts on each side of the bottleneck: 1x1 (a, b) or NxM (a1..aN, b1..bM), at most 8x8.
     #[arg(long, default_value = "1x1", value_name = "NxM")]
     pub hosts: String,
@@ -194,12 +203,28 @@ impl TryFrom<LabUpArgs> for LabSpec {
             if s.mtu != settings.mtu {
                 return Err(Error::usage("the MTU is the hosts' own: set it with --mtu or --set, not per direction"));
             }
-            s.link_config().map_err(lab_error)
+            Ok(s)
         };
-        let ab = direction(&a.sets_ab, "a->b", &mut description)?;
-        let ba = direction(&a.sets_ba, "b->a", &mut description)?;
+        let (ab_set, ba_set) =
+            (direction(&a.sets_ab, "a->b", &mut description)?, direction(&a.sets_ba, "b->a", &mut description)?);
+        let (ab, ba) = (ab_set.link_config().map_err(lab_error)?, ba_set.link_config().map_err(lab_error)?);
+        let n_paths = gridperf_core::labcfg::parse_paths(&a.paths.to_string()).map_err(lab_error)?;
+        let own = a
+            .path_sets
+            .iter()
+            .map(|p| gridperf_core::labcfg::parse_path_set(p).map_err(lab_error))
+            .collect::<Result<Vec<_>>>()?;
+        let paths_ab = crate::lab::run::paths_of(&ab_set, n_paths, &own)?;
+        let paths_ba = crate::lab::run::paths_of(&ba_set, n_paths, &own)?;
+        if n_paths > 1 {
+            description.push_str(&format!(", {n_paths} paths"));
+            for p in &a.path_sets {
+                description.push_str(&format!(", path {p}"));
+            }
+        }
         let loopback = a.profile.as_deref() == Some("loopback");
-        if loopback && (ab != gridperf_core::emu::LinkConfig::default() || ab != ba || a.hosts != "1x1") {
+        if loopback && (ab != gridperf_core::emu::LinkConfig::default() || ab != ba || a.hosts != "1x1" || n_paths > 1)
+        {
             return Err(Error::usage(
                 "the loopback profile has no link to shape and two hosts on one lo: only --mtu applies to it",
             ));
@@ -243,6 +268,7 @@ impl TryFrom<LabUpArgs> for LabSpec {
             ab,
             ba,
             seed: a.seed,
+            paths: paths_ab.into_iter().zip(paths_ba).collect(),
             profile: a.profile.clone(),
             owner: None,
             sysctls: a

@@ -338,6 +338,7 @@ fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<su
         // the calibration's own probes run in the hosts; the lab goes with this process
         owner: Some(std::process::id()),
         sysctls: Vec::new(),
+        paths: Vec::new(),
     })
 }
 

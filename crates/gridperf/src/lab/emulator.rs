@@ -5,7 +5,7 @@
 //! each packet against the model's schedule, and every packet it could not
 //! deliver that the model did not decide to drop.
 
-use gridperf_core::emu::{Counters, Link, LinkConfig, Verdict};
+use gridperf_core::emu::{flow_path, Counters, Link, LinkConfig, Verdict};
 use gridperf_core::gso::{self, VnetHdr, VNET_HDR_LEN};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -73,8 +73,12 @@ fn tun_tx_dropped(net_dev: &mut File) -> Option<u64> {
 /// The emulator's self-monitoring figures, per direction and overall.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
-    /// Link counters, A to B then B to A.
+    /// Link counters, A to B then B to A (with parallel paths, their sums).
     pub links: [Counters; 2],
+    /// With parallel paths (`lab up --paths N`), each path's counters, A to
+    /// B then B to A; empty for one.
+    #[serde(default)]
+    pub paths: Vec<[Counters; 2]>,
     /// The hosts' access links, where configured.
     #[serde(default)]
     pub access: Vec<AccessCounters>,
@@ -203,17 +207,26 @@ impl Health {
     /// What happened between two snapshots of the same emulator: counts
     /// are differences, and the worst lag is the later one if it grew.
     pub fn since(&self, before: &Health) -> Health {
-        let mut links = self.links.clone();
-        for (l, b) in links.iter_mut().zip(&before.links) {
+        let minus = |l: &mut Counters, b: &Counters| {
             l.arrived -= b.arrived.min(l.arrived);
             l.delivered -= b.delivered.min(l.delivered);
             l.lost -= b.lost.min(l.lost);
             l.queue_full -= b.queue_full.min(l.queue_full);
             l.arrived_bytes -= b.arrived_bytes.min(l.arrived_bytes);
             l.delivered_bytes -= b.delivered_bytes.min(l.delivered_bytes);
+        };
+        let mut links = self.links.clone();
+        for (l, b) in links.iter_mut().zip(&before.links) {
+            minus(l, b);
+        }
+        let mut paths = self.paths.clone();
+        for (p, b) in paths.iter_mut().zip(&before.paths) {
+            minus(&mut p[0], &b[0]);
+            minus(&mut p[1], &b[1]);
         }
         Health {
             links,
+            paths,
             access: self.access.clone(),
             max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
             late_packets: self.late_packets.saturating_sub(before.late_packets),
@@ -327,8 +340,7 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
 /// (each packet behind a virtio-net header).
 pub fn run(
     mut ports: Vec<Port>,
-    ab: LinkConfig,
-    ba: LinkConfig,
+    bottleneck: &[(LinkConfig, LinkConfig)],
     seed: u64,
     stop: &AtomicBool,
     report_every: Duration,
@@ -352,9 +364,19 @@ pub fn run(
     for p in &ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
-    // links 0 and 1: the bottleneck, A to B and B to A; then each host's
-    // access link, up (from the host) and down (to it)
-    let mut links: Vec<Link<Item>> = vec![Link::new(ab, seed), Link::new(ba, seed ^ 0x5bd1_e995)];
+    // links 2k and 2k + 1: the bottleneck's path k, A to B and B to A (one
+    // path but for `--paths`); then each host's access link, up (from the
+    // host) and down (to it)
+    let n_paths = bottleneck.len().max(1);
+    let mut links: Vec<Link<Item>> = Vec::new();
+    for (k, (ab, ba)) in bottleneck.iter().enumerate() {
+        let s = seed.wrapping_add((k as u64) << 32);
+        links.push(Link::new(ab.clone(), s));
+        links.push(Link::new(ba.clone(), s ^ 0x5bd1_e995));
+    }
+    if links.is_empty() {
+        links = vec![Link::new(LinkConfig::default(), seed), Link::new(LinkConfig::default(), seed ^ 0x5bd1_e995)];
+    }
     let mut access_idx: Vec<Option<(usize, usize)>> = Vec::new();
     for (i, p) in ports.iter().enumerate() {
         access_idx.push(p.access.clone().map(|cfg| {
@@ -365,7 +387,16 @@ pub fn run(
         }));
     }
     let snapshot = |links: &[Link<Item>], ports: &[Port], health: &mut Health| {
-        health.links = [links[0].counters.clone(), links[1].counters.clone()];
+        let mut sum = [Counters::default(), Counters::default()];
+        health.paths.clear();
+        for k in 0..n_paths {
+            sum[0].add(&links[2 * k].counters);
+            sum[1].add(&links[2 * k + 1].counters);
+            if n_paths > 1 {
+                health.paths.push([links[2 * k].counters.clone(), links[2 * k + 1].counters.clone()]);
+            }
+        }
+        health.links = sum;
         health.access = ports
             .iter()
             .zip(&access_idx)
@@ -480,7 +511,8 @@ pub fn run(
                     }
                     continue;
                 }
-                let dir = if ports[i].side == Side::A { 0 } else { 1 };
+                // the path this connection hashes onto, then its direction
+                let dir = 2 * flow_path(pkt, n_paths, seed) + if ports[i].side == Side::A { 0 } else { 1 };
                 let hdr = VnetHdr::parse(&buf[..n]).unwrap_or_default();
                 let lens = gso::segments(&hdr, pkt);
                 moved += lens.len() as u64;

@@ -144,6 +144,11 @@ pub struct LabSpec {
     /// (`lab up --sysctl`), e.g. an old kernel's buffer limits.
     #[serde(default)]
     pub sysctls: Vec<(String, String)>,
+    /// The bottleneck as parallel paths (`--paths N`), each path's A to B
+    /// and B to A; a connection's 5-tuple picks its path. Empty: one path,
+    /// `ab` and `ba` themselves.
+    #[serde(default)]
+    pub paths: Vec<(LinkConfig, LinkConfig)>,
 }
 
 /// A sysctl every host of a lab gets (`lab up --sysctl`, `--lab-set
@@ -160,6 +165,15 @@ pub fn host_sysctl(line: &str) -> Result<(String, String)> {
 }
 
 impl LabSpec {
+    /// The bottleneck's paths, A to B and B to A: `paths`, or the one link.
+    pub fn bottleneck(&self) -> Vec<(LinkConfig, LinkConfig)> {
+        if self.paths.is_empty() {
+            vec![(self.ab.clone(), self.ba.clone())]
+        } else {
+            self.paths.clone()
+        }
+    }
+
     /// The access link of one host, if any.
     pub fn access_of(&self, host: &str) -> Option<LinkConfig> {
         let own = self.access.iter().rev().find(|(h, _)| h.as_deref() == Some(host));
@@ -701,11 +715,10 @@ fn build_and_run(
     write_atomic(&d.join("state.json"), &state)?;
     eprintln!("gridperf lab emulator: {} up, pid {}", spec.name, std::process::id());
     let hpath = d.join("health.json");
-    let health =
-        emulator::run(ports, spec.ab.clone(), spec.ba.clone(), spec.seed, stop, Duration::from_millis(250), &mut |h| {
-            let _ = write_atomic(&hpath, h);
-        })
-        .map_err(|e| Error::internal(format!("emulator: {e}")))?;
+    let health = emulator::run(ports, &spec.bottleneck(), spec.seed, stop, Duration::from_millis(250), &mut |h| {
+        let _ = write_atomic(&hpath, h);
+    })
+    .map_err(|e| Error::internal(format!("emulator: {e}")))?;
     let _ = write_atomic(&hpath, &health);
     eprintln!("gridperf lab emulator: {} down after {:.1} s", spec.name, health.uptime_s);
     Ok(())

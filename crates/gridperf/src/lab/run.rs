@@ -37,10 +37,17 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
     let mut s = prof.settings();
     let mut words = vec![format!("profile {} ({})", prof.name, prof.source)];
     let mut sysctls = Vec::new();
+    let (mut n_paths, mut own) = (1, Vec::new());
     for set in sets {
-        // a net.* sysctl is the hosts' (an old kernel's buffers), the rest the link's
-        if set.trim_start().starts_with("net.") {
+        let set_ = set.trim_start();
+        // a net.* sysctl is the hosts' (an old kernel's buffers); paths=N and
+        // pathK:... the bottleneck's parallel paths; the rest the link's
+        if set_.starts_with("net.") {
             sysctls.push(super::host_sysctl(set)?);
+        } else if let Some(n) = set_.strip_prefix("paths=") {
+            n_paths = labcfg::parse_paths(n).map_err(lab_err)?;
+        } else if let Some(p) = set_.strip_prefix("path").filter(|p| p.starts_with(|c: char| c.is_ascii_digit())) {
+            own.push(labcfg::parse_path_set(p).map_err(lab_err)?);
         } else {
             labcfg::apply_set(&mut s, set).map_err(lab_err)?;
         }
@@ -48,10 +55,14 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
     }
     let loopback = prof.name == "loopback";
     let link = s.link_config().map_err(lab_err)?;
+    let paths = paths_of(&s, n_paths, &own)?;
     if loopback && link != gridperf_core::emu::LinkConfig::default() {
         return Err(Error::usage("the loopback profile has no link to shape: only mtu= applies to it"));
     }
     let mtu_given = sets.iter().any(|s| s.trim_start().starts_with("mtu="));
+    if loopback && !paths.is_empty() {
+        return Err(Error::usage("the loopback profile has no link, so no paths to split it into"));
+    }
     if loopback && hosts != (1, 1) {
         return Err(Error::usage("the loopback profile has one namespace for both ends: no dumbbell"));
     }
@@ -68,7 +79,28 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         access: Vec::new(),
         owner: Some(std::process::id()),
         sysctls,
+        paths: paths.into_iter().map(|l| (l.clone(), l)).collect(),
     })
+}
+
+/// The bottleneck's parallel paths from the link's settings (each direction
+/// alike), or none for one path; path settings without paths=N are refused.
+pub fn paths_of(
+    link: &labcfg::LabSettings,
+    n: usize,
+    own: &[(usize, Vec<String>)],
+) -> Result<Vec<gridperf_core::emu::LinkConfig>> {
+    let lab_err = |e: labcfg::LabError| Error::usage(e.to_string());
+    if n == 1 {
+        if let Some((k, _)) = own.first() {
+            return Err(Error::usage(format!(
+                "path {} has settings, but the bottleneck is one path: give paths=N (lab up --paths N) first",
+                k + 1
+            )));
+        }
+        return Ok(Vec::new());
+    }
+    labcfg::split_paths(link, n, own).map_err(lab_err)?.iter().map(|p| p.link_config().map_err(lab_err)).collect()
 }
 
 impl LabRun {

@@ -53,6 +53,11 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
         let _ = writeln!(out, "lab {}: {} (emulator pid {}, MTU {})", s.name, s.description, st.pid, s.mtu);
         let _ = writeln!(out, "  a -> b: {}", link_words(&s.ab));
         let _ = writeln!(out, "  b -> a: {}", link_words(&s.ba));
+        for (k, (ab, ba)) in s.paths.iter().enumerate() {
+            let _ = writeln!(out, "  path {} (a connection's 5-tuple picks its path):", k + 1);
+            let _ = writeln!(out, "    a -> b: {}", link_words(ab));
+            let _ = writeln!(out, "    b -> a: {}", link_words(ba));
+        }
         for h in &st.hosts {
             if let Some(l) = s.access_of(&h.name) {
                 let _ = writeln!(out, "  access {}: {}", h.name, link_words(&l));
@@ -84,6 +89,19 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
                 out,
                 "  {dir}: {} packets in, {} delivered ({} bytes), {} lost by the model, {} dropped at the full queue, queue peak {} packets / {} bytes",
                 c.arrived, c.delivered, c.delivered_bytes, c.lost, c.queue_full, c.max_queue_packets, c.max_queue_bytes
+            );
+        }
+        for (k, p) in h.paths.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  path {}: a -> b {} in, {} lost, {} at the full queue; b -> a {} in, {} lost, {} at the full queue",
+                k + 1,
+                p[0].arrived,
+                p[0].lost,
+                p[0].queue_full,
+                p[1].arrived,
+                p[1].lost,
+                p[1].queue_full
             );
         }
         for a in &h.access {

@@ -517,6 +517,47 @@ fn access_links_add_to_the_shared_bottleneck() {
 }
 
 #[test]
+fn parallel_paths_hash_each_connection_onto_one() {
+    if !privileged("parallel_paths_hash_each_connection_onto_one") {
+        return;
+    }
+    // two paths of 10 ms and 40 ms round trip: each of 16 streams sees one
+    // of them, and both are taken (all 16 on one path: 1 in 32 768)
+    let mut lab = Lab::up("paths", &["--rtt", "10ms", "--rate", "100M", "--paths", "2", "--path", "2:delay=20ms"]);
+    lab.serve_on_b();
+    let o = unless_invalid(|| lab.exec_a(&["stream", "10.77.2.1", "-P", "16", "-t", "1", "--json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
+    let rtts: Vec<f64> = v["runs"][0]["streams"]
+        .as_array()
+        .expect("streams")
+        .iter()
+        .map(|s| {
+            s["timeline"]
+                .as_array()
+                .and_then(|t| t.last())
+                .map_or(f64::NAN, |t| t["min_rtt_us"].as_f64().unwrap_or(f64::NAN))
+        })
+        .collect();
+    let short = rtts.iter().filter(|&&r| (10_000.0..12_000.0).contains(&r)).count();
+    let long = rtts.iter().filter(|&&r| (40_000.0..42_000.0).contains(&r)).count();
+    assert!(short > 0 && long > 0 && short + long == 16, "min RTTs {rtts:?}");
+    // the emulator counts each path; the link's figures are their sums
+    let st = lab.status();
+    let paths = st["health"]["paths"].as_array().expect("paths' counters");
+    assert_eq!(paths.len(), 2);
+    let arrived = |c: &serde_json::Value| c["arrived"].as_u64().unwrap_or(0);
+    assert!(paths.iter().all(|p| arrived(&p[0]) > 0), "{paths:?}");
+    assert_eq!(arrived(&paths[0][0]) + arrived(&paths[1][0]), arrived(&st["health"]["links"][0]));
+    // a path that does not exist, or settings for paths without --paths
+    let o = run(&["lab", "up", "--name", "x", "--paths", "2", "--path", "3:loss=1%"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("path 3 does not exist"), "{}", stderr(&o));
+    let o = run(&["lab", "up", "--name", "x", "--path", "2:loss=1%"]);
+    assert!(stderr(&o).contains("give paths=N"), "{}", stderr(&o));
+}
+
+#[test]
 fn ctrl_c_during_lab_up_takes_it_down_again() {
     if !privileged("ctrl_c_during_lab_up_takes_it_down_again") {
         return;

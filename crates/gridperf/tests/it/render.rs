@@ -571,6 +571,7 @@ fn lab_state() -> lab_fixture::LabState {
         access: vec![(Some("a2".into()), access.link_config().expect("access link"))],
         owner: None,
         sysctls: vec![("net.ipv4.tcp_rmem".into(), "4096 87380 174760".into())],
+        paths: Vec::new(),
     };
     LabState { hosts: hosts("default", (2, 1)), spec, pid: 4242 }
 }
