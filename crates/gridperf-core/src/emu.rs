@@ -165,9 +165,12 @@ pub fn flow_path(pkt: &[u8], n: usize, seed: u64) -> usize {
     let ihl = usize::from(pkt[0] & 0x0f) * 4;
     let proto = pkt[9];
     let first_fragment = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x1fff == 0;
-    let ports = (matches!(proto, 6 | 17) && first_fragment && pkt.len() >= ihl + 4)
-        .then(|| (u16::from_be_bytes([pkt[ihl], pkt[ihl + 1]]), u16::from_be_bytes([pkt[ihl + 2], pkt[ihl + 3]])))
-        .unwrap_or((0, 0));
+    let port = |at: usize| u16::from_be_bytes([pkt[at], pkt[at + 1]]);
+    let ports = if matches!(proto, 6 | 17) && first_fragment && pkt.len() >= ihl + 4 {
+        (port(ihl), port(ihl + 2))
+    } else {
+        (0, 0)
+    };
     let end = |addr: &[u8], port: u16| {
         (u64::from(u32::from_be_bytes(addr.try_into().expect("4 bytes"))) << 16) | u64::from(port)
     };
