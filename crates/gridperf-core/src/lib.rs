@@ -26,6 +26,7 @@ pub mod gso;
 pub mod labcfg;
 pub mod model;
 pub mod plan;
+pub mod pool;
 pub mod seal;
 pub mod shape;
 pub mod stats;

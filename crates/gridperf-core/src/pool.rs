@@ -1,0 +1,408 @@
+//! The decisions of a copy's pool of data connections, apart from any
+//! socket so that they can be tested on constructed figures: when a slow
+//! connection is restarted (and when restarting stops), and how many
+//! connections `-P auto` keeps.
+//!
+//! A connection is restarted only when all of these hold over the last
+//! window (several round trips): its rate is below [`SLOW_FRACTION`] of its
+//! peers' median, TCP says it is congestion-limited with recent losses
+//! (retransmissions in the window, not mostly limited by the receiver's
+//! window or the send buffer), it is old enough to have left slow start,
+//! and blocks are still waiting to be sent. At most [`MAX_PER_MINUTE`]
+//! restarts a minute, one per window. A replacement that is slow too
+//! within its first [`YOUTH_WINDOWS`] windows counts as a failed restart:
+//! its slot is not restarted again, and after [`MAX_FAILED`] failures
+//! restarting stops for the copy (the path is slow for everyone, and more
+//! restarts would only be antisocial).
+
+/// A connection is slow below this share of its peers' median rate.
+pub const SLOW_FRACTION: f64 = 0.5;
+/// Restarts a minute, at most.
+pub const MAX_PER_MINUTE: usize = 6;
+/// Failed restarts (replacements slow too) before restarting stops.
+pub const MAX_FAILED: u32 = 2;
+/// A replacement judged slow within this many windows of its start is a failed restart.
+pub const YOUTH_WINDOWS: u64 = 4;
+/// A connection is judged only once it is this many windows old (slow start left behind).
+pub const MATURE_WINDOWS: u64 = 2;
+/// Above this share of its busy time limited by the receiver's window or
+/// the send buffer, a connection's slowness is its buffers', not the path's.
+pub const BUFFER_LIMITED: f64 = 0.5;
+
+/// One live connection over the last window, as the pool measured it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnWindow {
+    pub id: u32,
+    /// Its place among the copy's streams (a restart keeps the slot).
+    pub slot: u32,
+    pub age_ns: u64,
+    /// Bytes acknowledged in the window, as a rate.
+    pub rate_bps: f64,
+    /// Segments retransmitted in the window.
+    pub retrans: u32,
+    /// Of its busy time in the window, the share limited by the receiver's
+    /// window or the send buffer.
+    pub buffer_limited: f64,
+    /// The connection it replaced, if it is a restart's.
+    pub replaces: Option<u32>,
+}
+
+/// What the pool should do now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Close this connection and open another in its slot (its blocks go back to the queue).
+    Restart { id: u32, why: String },
+    /// This replacement is slow too: leave its slot as it is.
+    GiveUp { id: u32, why: String },
+    /// Restarting stops for the rest of the copy.
+    Stop { why: String },
+}
+
+/// The restart policy's memory over one copy.
+#[derive(Debug, Clone, Default)]
+pub struct Restarts {
+    /// When each restart happened (ns since the copy began).
+    done: Vec<u64>,
+    failed: u32,
+    /// Slots whose replacement was slow too.
+    given_up: Vec<u32>,
+    /// Why restarting stopped, once it has.
+    pub stopped: Option<String>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn mbit(bps: f64) -> String {
+    format!("{:.1} Mbit/s", bps / 1e6)
+}
+
+impl Restarts {
+    /// Restarts so far.
+    pub fn count(&self) -> usize {
+        self.done.len()
+    }
+
+    /// The decision at `now_ns`, with `window_ns` the judging window and
+    /// `pending` whether blocks still wait to be sent (no restart at the
+    /// tail: the last blocks are better sent again on a fast connection).
+    pub fn decide(&mut self, now_ns: u64, window_ns: u64, conns: &[ConnWindow], pending: bool) -> Option<Decision> {
+        if self.stopped.is_some() || !pending || conns.len() < 2 || window_ns == 0 {
+            return None;
+        }
+        let mature: Vec<&ConnWindow> = conns.iter().filter(|c| c.age_ns >= MATURE_WINDOWS * window_ns).collect();
+        let mut slowest: Option<(&ConnWindow, f64)> = None;
+        for c in &mature {
+            if self.given_up.contains(&c.slot) {
+                continue;
+            }
+            let others = median(mature.iter().filter(|o| o.id != c.id).map(|o| o.rate_bps).collect());
+            let slow = c.rate_bps < SLOW_FRACTION * others
+                && c.retrans > 0
+                && c.buffer_limited < BUFFER_LIMITED
+                && others.is_finite();
+            if slow && slowest.is_none_or(|(s, _)| c.rate_bps < s.rate_bps) {
+                slowest = Some((c, others));
+            }
+        }
+        let (c, others) = slowest?;
+        let window_s = window_ns as f64 / 1e9;
+        let why = format!(
+            "{} against its peers' median {} over the last {window_s:.1} s, {} segments retransmitted, \
+             {:.0}% of its time limited by a window or buffer",
+            mbit(c.rate_bps),
+            mbit(others),
+            c.retrans,
+            c.buffer_limited * 100.0
+        );
+        if c.replaces.is_some() && c.age_ns < YOUTH_WINDOWS * window_ns {
+            self.failed += 1;
+            self.given_up.push(c.slot);
+            if self.failed >= MAX_FAILED {
+                let stop = format!(
+                    "restarts stopped: {} replacements were slow too (the path is slow for every connection, \
+                     restarting more would only be antisocial); the last: {why}",
+                    self.failed
+                );
+                self.stopped = Some(stop.clone());
+                return Some(Decision::Stop { why: stop });
+            }
+            return Some(Decision::GiveUp { id: c.id, why: format!("the replacement is slow too: {why}") });
+        }
+        // one restart a window, MAX_PER_MINUTE a minute
+        if self.done.last().is_some_and(|&t| now_ns < t + window_ns) {
+            return None;
+        }
+        if self.done.iter().filter(|&&t| t + 60_000_000_000 > now_ns).count() >= MAX_PER_MINUTE {
+            return None;
+        }
+        self.done.push(now_ns);
+        Some(Decision::Restart { id: c.id, why })
+    }
+}
+
+/// `-P auto`: more connections are worthwhile while the copy's rate grows
+/// by this share after adding them.
+pub const WORTH: f64 = 0.10;
+/// Retransmissions per byte this many times the last period's, without a
+/// gain, remove a connection.
+pub const RETRANS_RISE: f64 = 2.0;
+/// After a change, the pool waits this many windows (and until its
+/// youngest connection is [`MATURE_WINDOWS`] old) before it judges again;
+/// once settled it probes again after `SETTLE_WINDOWS`.
+pub const CHANGE_WINDOWS: u64 = 2;
+pub const SETTLE_WINDOWS: u64 = 10;
+
+/// What `-P auto` does now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Open this many more connections.
+    Add { n: u32, why: String },
+    /// Close the newest connection (its blocks go back to the queue).
+    Remove { why: String },
+}
+
+/// `-P auto` (`--streams MIN..MAX`): starts with few connections, adds
+/// more while the copy's rate still grows by [`WORTH`] after each addition
+/// (half as many again as there are, at least one), holds once it does not,
+/// removes one when retransmissions rise without gain, and probes with one
+/// more after [`SETTLE_WINDOWS`] (removed again if it does not pay). Bounded by MIN and MAX, one change per
+/// [`CHANGE_WINDOWS`] windows at most.
+#[derive(Debug, Clone)]
+pub struct AutoStreams {
+    pub min: u32,
+    pub max: u32,
+    /// The rate (bit/s) and retransmissions per byte when last judged.
+    baseline: Option<(f64, f64)>,
+    last_change_ns: u64,
+    settled: bool,
+    /// The last change was a probe (one more, once settled).
+    probing: bool,
+}
+
+impl AutoStreams {
+    pub fn new(min: u32, max: u32) -> AutoStreams {
+        AutoStreams {
+            min: min.max(1),
+            max: max.max(min.max(1)),
+            baseline: None,
+            last_change_ns: 0,
+            settled: false,
+            probing: false,
+        }
+    }
+
+    /// The change at `now_ns`: `live` connections, the youngest `youngest_ns`
+    /// old, moved `rate_bps` together over the last window with `retrans`
+    /// segments retransmitted; `pending` whether blocks wait to be sent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decide(
+        &mut self,
+        now_ns: u64,
+        window_ns: u64,
+        live: u32,
+        youngest_ns: u64,
+        rate_bps: f64,
+        retrans: u32,
+        pending: bool,
+    ) -> Option<Change> {
+        let wait = if self.settled { SETTLE_WINDOWS } else { CHANGE_WINDOWS };
+        if !pending
+            || window_ns == 0
+            || youngest_ns < MATURE_WINDOWS * window_ns
+            || now_ns < self.last_change_ns + wait * window_ns
+            || rate_bps <= 0.0
+        {
+            return None;
+        }
+        let per_byte = f64::from(retrans) / (rate_bps / 8.0 * window_ns as f64 / 1e9);
+        let add = |me: &mut AutoStreams, n: u32, why: String| {
+            me.last_change_ns = now_ns;
+            me.baseline = Some((rate_bps, per_byte));
+            Some(Change::Add { n, why })
+        };
+        let grow = (live / 2).max(1).min(self.max.saturating_sub(live));
+        let Some((before, before_per_byte)) = self.baseline else {
+            return if grow > 0 {
+                add(self, grow, format!("{live} connections move {}", mbit(rate_bps)))
+            } else {
+                None
+            };
+        };
+        let gain = rate_bps / before - 1.0;
+        let words = format!("{live} connections move {} ({:+.0}% since the last change)", mbit(rate_bps), gain * 100.0);
+        if gain >= WORTH && grow > 0 {
+            self.settled = false;
+            self.probing = false;
+            return add(self, grow, format!("{words}: worth more"));
+        }
+        if per_byte > RETRANS_RISE * before_per_byte.max(1e-9) && gain < WORTH && live > self.min {
+            self.last_change_ns = now_ns;
+            self.baseline = Some((rate_bps, per_byte));
+            self.settled = true;
+            self.probing = false;
+            return Some(Change::Remove {
+                why: format!(
+                    "{words}, with {:.1}x the retransmissions per byte: one fewer",
+                    per_byte / before_per_byte.max(1e-9)
+                ),
+            });
+        }
+        if self.probing && live > self.min {
+            // the probe did not pay: back to what it was
+            self.probing = false;
+            self.settled = true;
+            self.last_change_ns = now_ns;
+            self.baseline = Some((rate_bps, per_byte));
+            return Some(Change::Remove { why: format!("{words}: the probe did not pay, one fewer") });
+        }
+        if self.settled && live < self.max {
+            // settled a while: try one more
+            self.settled = false;
+            self.probing = true;
+            return add(self, 1, format!("{words}: probing with one more"));
+        }
+        self.settled = true;
+        self.last_change_ns = now_ns;
+        self.baseline = Some((rate_bps, per_byte));
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn conn(id: u32, mbit: f64, retrans: u32) -> ConnWindow {
+        ConnWindow { id, slot: id, age_ns: 10 * S, rate_bps: mbit * 1e6, retrans, buffer_limited: 0.0, replaces: None }
+    }
+
+    #[test]
+    fn a_slow_lossy_connection_is_restarted_and_nothing_else_is() {
+        let mut r = Restarts::default();
+        let conns = vec![conn(0, 100.0, 0), conn(1, 95.0, 3), conn(2, 1.0, 40), conn(3, 105.0, 0)];
+        match r.decide(20 * S, S, &conns, true) {
+            Some(Decision::Restart { id: 2, why }) => {
+                assert!(why.contains("1.0 Mbit/s against its peers' median 100.0 Mbit/s"), "{why}");
+                assert!(why.contains("40 segments retransmitted"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.count(), 1);
+        // slow but without losses (its congestion control's own pace), or
+        // limited by its buffers, or young, or at the tail: left alone
+        for c in [
+            ConnWindow { retrans: 0, ..conn(2, 1.0, 0) },
+            ConnWindow { buffer_limited: 0.8, ..conn(2, 1.0, 40) },
+            ConnWindow { age_ns: S, ..conn(2, 1.0, 40) },
+        ] {
+            let mut r = Restarts::default();
+            let all = vec![conn(0, 100.0, 0), conn(1, 95.0, 0), c.clone()];
+            assert_eq!(r.decide(20 * S, S, &all, true), None, "{c:?}");
+        }
+        assert_eq!(Restarts::default().decide(20 * S, S, &conns, false), None);
+        assert_eq!(Restarts::default().decide(20 * S, S, &conns[2..3], true), None);
+    }
+
+    #[test]
+    fn restarts_are_one_a_window_and_six_a_minute() {
+        let mut r = Restarts::default();
+        let mut t = 20 * S;
+        let mut restarts = 0;
+        // a new slow connection every 100 ms for two minutes (each one fresh, not a replacement)
+        for k in 0..1200u32 {
+            let conns = vec![conn(1000, 100.0, 0), conn(1001, 100.0, 0), ConnWindow { slot: k, ..conn(k, 1.0, 9) }];
+            if let Some(Decision::Restart { .. }) = r.decide(t, 2 * S, &conns, true) {
+                restarts += 1;
+            }
+            t += S / 10;
+        }
+        assert_eq!(restarts, 2 * MAX_PER_MINUTE, "two minutes");
+    }
+
+    /// Runs `-P auto` against a path whose rate for n connections is
+    /// `rate(n)` and retransmissions `retrans(n)`, for `secs` seconds; the
+    /// connection counts it went through.
+    fn auto_on(rate: impl Fn(u32) -> f64, retrans: impl Fn(u32) -> u32, secs: u64) -> Vec<u32> {
+        let mut a = AutoStreams::new(1, 16);
+        let (mut live, mut born) = (1u32, 0u64);
+        let mut seen = vec![live];
+        for t in (0..secs * 10).map(|d| d * S / 10) {
+            match a.decide(t, S, live, t - born, rate(live), retrans(live), true) {
+                Some(Change::Add { n, .. }) => live += n,
+                Some(Change::Remove { .. }) => live -= 1,
+                None => continue,
+            }
+            born = t;
+            seen.push(live);
+        }
+        seen
+    }
+
+    #[test]
+    fn auto_grows_while_it_pays_and_stays_bounded() {
+        // each connection gets 100 Mbit/s up to a 1 Gbit/s path: grows to 10 or a little past
+        let seen = auto_on(|n| (f64::from(n) * 100e6).min(1e9), |_| 0, 120);
+        let top = *seen.iter().max().unwrap_or(&0);
+        assert!((10..=16).contains(&top), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[1] <= 16 && w[1] >= 1), "{seen:?}");
+        // one connection fills the path: it probes, and never climbs far
+        let seen = auto_on(|_| 1e9, |_| 0, 120);
+        assert!(seen.iter().all(|&n| n <= 3), "{seen:?}");
+        // more connections only add losses: it comes back down
+        let seen =
+            auto_on(|n| if n <= 2 { f64::from(n) * 400e6 } else { 800e6 }, |n| if n > 2 { 50 * n } else { 1 }, 120);
+        assert!(*seen.last().unwrap_or(&0) <= 3, "{seen:?}");
+    }
+
+    #[test]
+    fn restarts_stop_when_the_replacements_are_slow_too() {
+        // every path slow: each replacement is as slow as what it replaced
+        let mut r = Restarts::default();
+        let mut t = 20 * S;
+        let mut events = Vec::new();
+        let mut conns: Vec<ConnWindow> = (0..8).map(|k| conn(k, 100.0, 5)).collect();
+        conns[3].rate_bps = 2e6;
+        let mut next = 8;
+        for _ in 0..200 {
+            match r.decide(t, S, &conns, true) {
+                Some(Decision::Restart { id, .. }) => {
+                    let old = conns.iter_mut().find(|c| c.id == id).map(|c| c.clone()).expect("live");
+                    conns.retain(|c| c.id != id);
+                    // the replacement: old enough to judge, young enough to count as a failure
+                    conns.push(ConnWindow { id: next, replaces: Some(id), age_ns: 3 * S, ..old });
+                    next += 1;
+                    events.push("restart");
+                }
+                Some(Decision::GiveUp { .. }) => {
+                    events.push("give-up");
+                    // another connection turns slow
+                    if let Some(c) = conns.iter_mut().find(|c| c.replaces.is_none() && c.rate_bps > 50e6) {
+                        c.rate_bps = 2e6;
+                    }
+                }
+                Some(Decision::Stop { why }) => {
+                    assert!(why.contains("restarts stopped: 2 replacements were slow too"), "{why}");
+                    events.push("stop");
+                }
+                None => {}
+            }
+            t += S;
+        }
+        assert_eq!(events, ["restart", "give-up", "restart", "stop"]);
+        assert!(r.stopped.is_some());
+        assert_eq!(r.decide(t, S, &conns, true), None);
+    }
+}
