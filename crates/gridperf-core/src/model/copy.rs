@@ -34,6 +34,32 @@ pub struct CopyStream {
     /// the path's rate), with its advice; None at the writing end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<String>,
+    /// Its place among the copy's streams: a restart's connection takes the
+    /// slot of the one it replaced (`index` is the connection's own number).
+    #[serde(default)]
+    pub slot: u32,
+    /// Why it ended before the copy did (restarted, removed by -P auto,
+    /// broken, or closed at the end with blocks another connection
+    /// delivered first); None when it ended with the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// Blocks it sent again at the tail (another connection still had them).
+    #[serde(default)]
+    pub tail_blocks: u64,
+}
+
+/// Something the pool of connections did while the copy ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopyEvent {
+    /// Seconds since the first data connection.
+    pub t_s: f64,
+    /// restart, give-up (a replacement slow too), stop-restarts, add,
+    /// remove, broken (a connection failed; its blocks went to the others), tail.
+    pub kind: String,
+    /// The connection it concerns, and the one that took its place, if any.
+    pub stream: Option<u32>,
+    pub new_stream: Option<u32>,
+    pub why: String,
 }
 
 /// One file of a copy.
@@ -65,6 +91,9 @@ pub struct CopyReport {
     pub source: String,
     pub destination: String,
     pub streams: u32,
+    /// `-P auto` or MIN..MAX: the bounds of the adaptive count (`streams` was the start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams_auto: Option<(u32, u32)>,
     pub block: u64,
     /// The checksum computed besides BLAKE3 (md5, sha256, adler32), if asked for.
     #[serde(default)]
@@ -92,6 +121,12 @@ pub struct CopyReport {
     pub interval_ms: u64,
     /// What the streams' time went to, in words.
     pub verdict: String,
+    /// Restarts, connections added and removed, and the tail, as they happened.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<CopyEvent>,
+    /// Blocks sent again at the tail on an idle connection while a slower one still had them.
+    #[serde(default)]
+    pub tail_blocks: u64,
     pub env: Environment,
 }
 

@@ -48,13 +48,30 @@ pub struct CopySpec {
     /// with its own (CopyKey) and every data connection is sealed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encrypt: Option<String>,
+    /// The most data connections the client opens over the copy: `streams`
+    /// at first, then more as slow ones are restarted and `-P auto` adds
+    /// them (each with a new index below this); 0 means `streams`. The
+    /// writing end takes them while the copy runs, and a connection that
+    /// breaks or is closed is not an error by itself (its blocks are sent
+    /// again on another; a file is complete when every block is verified).
+    #[serde(default)]
+    pub connections: u32,
 }
+
+/// The most data connections one copy may open over its life.
+pub const MAX_COPY_CONNECTIONS: u32 = 1024;
 
 impl CopySpec {
     pub fn validate(&self) -> Result<(), Refusal> {
         let unsupported = |m: String| Refusal { code: ErrorCode::Unsupported, message: m };
         if self.streams == 0 || self.streams > MAX_STREAMS {
             return Err(unsupported(format!("{} streams: give 1 to {MAX_STREAMS}", self.streams)));
+        }
+        if self.connections != 0 && !(self.streams..=MAX_COPY_CONNECTIONS).contains(&self.connections) {
+            return Err(unsupported(format!(
+                "{} connections over the copy for {} streams: give {} to {MAX_COPY_CONNECTIONS}",
+                self.connections, self.streams, self.streams
+            )));
         }
         crate::copy::check_block(self.block).map_err(unsupported)?;
         if self.files == 0 || self.files > MAX_COPY_FILES {

@@ -17,6 +17,7 @@ use gridperf_core::wire::{
 };
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
@@ -131,42 +132,7 @@ pub(super) fn run(
         }
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
-        let moved = AtomicU64::new(0);
-        let works: Vec<std::io::Result<StreamWork>> = dp::each_stream(socks, |k, s| {
-            let crypt = Crypt::of(keys.as_ref(), k, false);
-            dp::receive_stream(k, &files, spec.block, dp::Link { sock: s, idle, crypt, window: spec.window }, &moved)
-        });
-        // what arrived was not what was sent (altered on the way, or not a
-        // block): say so before the client asks, keep every partial file
-        if let Some((k, e)) = works
-            .iter()
-            .enumerate()
-            .find_map(|(k, w)| w.as_ref().err().filter(|e| e.kind() == std::io::ErrorKind::InvalidData).map(|e| (k, e)))
-        {
-            finish_all(&files, &(0..files.len() as u32).collect::<Vec<_>>());
-            return Err(send_error(
-                ctl,
-                ErrorCode::BadMessage,
-                format!("stream {k} at the writing end: {e}; nothing renamed, partial files kept for a resume"),
-            ));
-        }
-        let changed = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
-            Ok(ClientMsg::CopyDone { changed }) => changed,
-            Ok(ClientMsg::Abort { reason }) => {
-                finish_all(&files, &(0..files.len() as u32).collect::<Vec<_>>());
-                return Err(Fail::Told(format!("client aborted: {reason} (partial files kept for a resume)")));
-            }
-            Ok(other) => {
-                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-done, got {other:?}")))
-            }
-            Err(e) => {
-                // the client vanished: what arrived stays, partial, for a resume
-                let failed = works.iter().filter(|w| w.is_err()).count();
-                return Err(Fail::Told(format!(
-                    "the client went away during the copy ({failed} streams broken): {e}; partial files kept"
-                )));
-            }
-        };
+        let (works, changed) = receive_all(shared, ctl, &l, peer, token, spec, socks, &files, keys.as_ref())?;
         let outcomes = finish_all(&files, &changed);
         let chunks: Vec<Vec<wire::CopyOutcome>> = outcomes.chunks(2000).map(<[_]>::to_vec).collect();
         let n = chunks.len().max(1);
@@ -178,7 +144,7 @@ pub(super) fn run(
         }
         let mut agent = agent;
         agent.sockets = Vec::new();
-        finish(ctl, idle, agent, &works)
+        finish(ctl, idle, agent)
     } else {
         // the reading end: expand what was named, send the list, take the needs, send the blocks
         let mut sources: Vec<SourceFile> = Vec::new();
@@ -221,6 +187,7 @@ pub(super) fn run(
                 &queue,
                 dp::Link { sock: s, idle, crypt, window: spec.window },
                 &moved,
+                &dp::ConnCtl::default(),
             )
         });
         if let Some(why) = queue.stopped() {
@@ -231,8 +198,139 @@ pub(super) fn run(
         changed.extend(queue.failed().iter().map(|(f, _)| *f));
         wire::write_msg(ctl, &AgentMsg::CopySent { changed, streams: streams_of(&works) })
             .map_err(|e| e.to_string())?;
-        finish(ctl, idle, agent, &works)
+        finish(ctl, idle, agent)
     }
+}
+
+/// The writing end's connections of a push: the first ones, then any the
+/// client opens while the copy runs (a restart, `-P auto`), each with its
+/// own number below `spec.connections`, taken as they come; until the
+/// client says the copy is done. A connection that breaks or is reset is
+/// not an error here (the client sends its blocks again on another: a file
+/// is whole when every block is verified), but one that carried what was
+/// not sent (altered on the way, or not a block) ends the copy at once,
+/// every partial file kept.
+#[allow(clippy::too_many_arguments)]
+fn receive_all(
+    shared: &Shared,
+    ctl: &mut TcpStream,
+    l: &std::net::TcpListener,
+    peer: SocketAddr,
+    token: u64,
+    spec: &CopySpec,
+    socks: Vec<TcpStream>,
+    files: &[Option<dp::SinkFile>],
+    keys: Option<&seal::CopyKeys>,
+) -> Result<(Vec<std::io::Result<StreamWork>>, Vec<u32>), Fail> {
+    let idle = shared.cfg.max_idle;
+    let most = if spec.connections == 0 { spec.streams } else { spec.connections };
+    let moved = AtomicU64::new(0);
+    let mut seen: Vec<u32> = (0..socks.len() as u32).collect();
+    let mut open: Vec<TcpStream> = socks.iter().filter_map(|s| s.try_clone().ok()).collect();
+    let end = std::thread::scope(|scope| {
+        let receive = |k: u32, s: TcpStream| {
+            let moved = &moved;
+            scope.spawn(move || {
+                let crypt = Crypt::of(keys, k, false);
+                dp::receive_stream(k, files, spec.block, dp::Link { sock: s, idle, crypt, window: spec.window }, moved)
+            })
+        };
+        let mut running: Vec<_> = socks.into_iter().enumerate().map(|(k, s)| receive(k as u32, s)).collect();
+        let mut works: Vec<std::io::Result<StreamWork>> = Vec::new();
+        let mut quiet_since = Instant::now();
+        let shut = |open: &[TcpStream]| {
+            for s in open {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        };
+        let outcome: Result<Vec<u32>, Fail> = loop {
+            // the connections that ended
+            let mut k = 0;
+            while k < running.len() {
+                if running[k].is_finished() {
+                    let w = running
+                        .swap_remove(k)
+                        .join()
+                        .unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked")));
+                    works.push(w);
+                } else {
+                    k += 1;
+                }
+            }
+            // what arrived was not what was sent: say so before the client asks, keep every partial file
+            if let Some(e) =
+                works.iter().find_map(|w| w.as_ref().err().filter(|e| e.kind() == std::io::ErrorKind::InvalidData))
+            {
+                let why = format!("a stream at the writing end: {e}; nothing renamed, partial files kept for a resume");
+                shut(&open);
+                finish_all(files, &(0..files.len() as u32).collect::<Vec<_>>());
+                break Err(send_error(ctl, ErrorCode::BadMessage, why));
+            }
+            if !running.is_empty() {
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() > idle {
+                shut(&open);
+                break Err(Fail::Told(format!(
+                    "the client opened no data connection and said nothing for {} s: partial files kept",
+                    idle.as_secs()
+                )));
+            }
+            if shared.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                shut(&open);
+                break Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
+            }
+            let ready = match gridperf_sys::poll_readable(&[l.as_raw_fd(), ctl.as_raw_fd()], 100) {
+                Ok(r) => r,
+                Err(e) => {
+                    shut(&open);
+                    break Err(Fail::Told(format!("waiting on the copy's connections: {e}")));
+                }
+            };
+            if ready[0] {
+                let mut fits = |h: &DataHello| h.kind == DataKind::Copy && h.index < most && !seen.contains(&h.index);
+                if let Some((h, s)) = data::accept_one(l, peer.ip().to_canonical(), token, &mut fits) {
+                    if let Some(cc) = &spec.congestion {
+                        let _ = gridperf_sys::set_tcp_congestion(&s, cc);
+                    }
+                    if let Some(p) = spec.pacing_bps {
+                        let _ = gridperf_sys::set_max_pacing_rate(&s, p / 8);
+                    }
+                    seen.push(h.index);
+                    if let Ok(c) = s.try_clone() {
+                        open.push(c);
+                    }
+                    running.push(receive(h.index, s));
+                }
+            }
+            if !ready[1] {
+                continue;
+            }
+            match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+                Ok(ClientMsg::CopyDone { changed }) => break Ok(changed),
+                Ok(ClientMsg::Abort { reason }) => {
+                    shut(&open);
+                    finish_all(files, &(0..files.len() as u32).collect::<Vec<_>>());
+                    break Err(Fail::Told(format!("client aborted: {reason} (partial files kept for a resume)")));
+                }
+                Ok(other) => {
+                    shut(&open);
+                    break Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-done, got {other:?}")));
+                }
+                Err(e) => {
+                    // the client vanished: what arrived stays, partial, for a resume
+                    shut(&open);
+                    break Err(Fail::Told(format!("the client went away during the copy: {e}; partial files kept")));
+                }
+            }
+        };
+        // the client said done once every block was acknowledged: its
+        // connections have ended (an end frame, or reset); the rest within the idle deadline
+        for h in running {
+            works.push(h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))));
+        }
+        outcome.map(|changed| (works, changed))
+    })?;
+    Ok(end)
 }
 
 /// The streams that ended well, for the client's verdict.
@@ -260,15 +358,7 @@ fn go(ctl: &mut TcpStream, shared: &Shared) -> Result<(), Fail> {
 }
 
 /// Waits for Finish, answers with the agent's record.
-fn finish(
-    ctl: &mut TcpStream,
-    idle: std::time::Duration,
-    agent: gridperf_core::model::EndInfo,
-    works: &[std::io::Result<StreamWork>],
-) -> Result<(), Fail> {
-    if let Some(Err(e)) = works.iter().find(|w| w.is_err()) {
-        return Err(send_error(ctl, ErrorCode::Internal, format!("a copy stream failed: {e}")));
-    }
+fn finish(ctl: &mut TcpStream, idle: std::time::Duration, agent: gridperf_core::model::EndInfo) -> Result<(), Fail> {
     match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
         Ok(ClientMsg::Finish) => wire::write_msg(ctl, &AgentMsg::Report { agent }).map_err(|e| e.to_string().into()),
         Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),

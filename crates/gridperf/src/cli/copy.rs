@@ -20,8 +20,27 @@ pub struct CopyArgs {
     #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
     /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
-    #[arg(short = 'P', long, default_value_t = 4, value_name = "N")]
-    pub parallel: u32,
+    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs (a push): it starts with MIN (1),
+    /// adds streams while the copy's rate grows by 10% after each addition, removes one when retransmissions
+    /// rise without gain, and stays within MIN..MAX (auto: 1..16); every change is an event in the summary.
+    #[arg(short = 'P', long, default_value = "4", value_name = "N|auto|MIN..MAX")]
+    pub parallel: String,
+    /// Do not restart slow streams. By default (a push) a stream is closed and opened again from a new port,
+    /// its blocks back on the queue, when over several round trips its rate stays below half its peers' median
+    /// AND its TCP_INFO shows losses while not limited by a window or buffer; at most 6 a minute, one per
+    /// window; a replacement slow too is left alone, and two such stop restarting (the path is slow for all).
+    #[arg(long)]
+    pub no_restart: bool,
+    /// Do not send the last blocks again at the tail. By default (a push), once no block is left to take, an
+    /// idle stream sends again a block another has had unacknowledged for 4 of its round trips; the first
+    /// verified copy wins and the slower stream is reset at the end.
+    #[arg(long)]
+    pub no_tail: bool,
+    /// How blocks are shared among the streams: dynamic (one queue every stream takes from: a fast stream
+    /// carries more) or static (each stream a fixed contiguous slice, as bbftp does: the slowest sets the finish;
+    /// no restarts, no tail; for comparison).
+    #[arg(long, default_value = "dynamic", value_name = "dynamic|static")]
+    pub split: String,
     /// Block size: a power of two from 64K to 64M. Each stream holds one block in memory at each end and may have
     /// 256 MiB (at least 4 blocks) sent and not yet acknowledged, kept as block numbers, not data; every block is hashed (BLAKE3) at both ends and sent again if they differ.
     #[arg(long, default_value = "4M", value_name = "SIZE")]
@@ -87,6 +106,28 @@ pub struct CopyArgs {
     pub fault_flip_block: Option<u64>,
 }
 
+/// `-P`: N streams, or `auto` (1..16), or MIN..MAX: the streams at first
+/// and the bounds of an adaptive count.
+pub fn parse_parallel(p: &str) -> Result<(u32, Option<(u32, u32)>)> {
+    let max = gridperf_core::wire::MAX_STREAMS;
+    let bad =
+        || Error::usage(format!("-P {p}: give a number of streams from 1 to {max}, auto, or MIN..MAX (e.g. 2..32)"));
+    let count = |s: &str| s.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(bad);
+    match p.trim() {
+        "auto" => Ok((1, Some((1, 16)))),
+        r => match r.split_once("..") {
+            Some((lo, hi)) => {
+                let (lo, hi) = (count(lo)?, count(hi)?);
+                if lo > hi {
+                    return Err(bad());
+                }
+                Ok((lo, Some((lo, hi))))
+            }
+            None => Ok((count(r)?, None)),
+        },
+    }
+}
+
 /// HOST:PATH (or [v6]:PATH) on an agent, else a local path.
 pub fn end(s: &str, port: u16) -> Result<End> {
     let local = || End::Local(s.into());
@@ -112,15 +153,25 @@ impl TryFrom<CopyArgs> for Opts {
         let (dest, sources) = a.paths.split_last().ok_or_else(|| Error::usage("give SRC... DEST"))?;
         let block = gridperf_core::units::parse_bytes(&a.block, "--block")?;
         gridperf_core::copy::check_block(block).map_err(|m| Error::usage(format!("--block {m}")))?;
-        if a.parallel == 0 || a.parallel > gridperf_core::wire::MAX_STREAMS {
-            return Err(Error::usage(format!("-P {}: give 1 to {}", a.parallel, gridperf_core::wire::MAX_STREAMS)));
-        }
+        let (streams, auto) = parse_parallel(&a.parallel)?;
+        let split_static = match a.split.as_str() {
+            "dynamic" => false,
+            "static" if auto.is_some() => {
+                return Err(Error::usage("--split static gives each of a fixed number of streams its slice: give -P N"))
+            }
+            "static" => true,
+            other => return Err(Error::usage(format!("--split {other}: give dynamic or static"))),
+        };
         let connect = duration(&a.connect_timeout, "--connect-timeout")?;
         Ok(Opts {
             sources: sources.iter().map(|s| end(s, a.port)).collect::<Result<_>>()?,
             dest: end(dest, a.port)?,
             copy: CopyOptions {
-                streams: a.parallel,
+                streams,
+                auto,
+                restart: !a.no_restart && !split_static,
+                tail: !a.no_tail && !split_static,
+                split_static,
                 block,
                 window: buffer(&a.window, "--window")?,
                 congestion: a.congestion,
@@ -161,6 +212,17 @@ impl TryFrom<CopyArgs> for Opts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_is_a_count_auto_or_bounds() {
+        assert_eq!(parse_parallel("4").ok(), Some((4, None)));
+        assert_eq!(parse_parallel("auto").ok(), Some((1, Some((1, 16)))));
+        assert_eq!(parse_parallel("2..32").ok(), Some((2, Some((2, 32)))));
+        for bad in ["0", "129", "x", "4..2", "..4", "1..", "auto..4", "-1"] {
+            let e = parse_parallel(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("from 1 to 128, auto, or MIN..MAX"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn host_path_is_remote_and_anything_else_local() {

@@ -215,18 +215,27 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let verbose = o.verbose;
+    // above the bar on a terminal; on stderr when there is no bar to keep clear of
+    let say = |line: String| {
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+    };
     let interval_s = crate::engines::copy::INTERVAL.as_secs_f64();
     let mut watch = crate::engines::copy::Watch {
         bytes: &mut |done, total| {
             bar.set_length(total);
             bar.set_position(done);
         },
-        // -v: a line a second, each stream's rate in it
+        // -v: a line a second, each stream's rate in it (those that moved anything in it)
         interval: &mut |k, bytes| {
             if verbose {
                 let rates: Vec<String> = bytes
                     .iter()
                     .enumerate()
+                    .filter(|(_, b)| **b > 0)
                     .map(|(i, b)| format!("{i}: {}", gridperf_core::units::fmt_bps(*b as f64 * 8.0 / interval_s)))
                     .collect();
                 let all: u64 = bytes.iter().sum();
@@ -236,13 +245,17 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                     gridperf_core::units::fmt_bps(all as f64 * 8.0 / interval_s),
                     rates.join("  ")
                 );
-                // above the bar on a terminal; on stderr when there is no bar to keep clear of
-                if bar.is_hidden() {
-                    eprintln!("{line}");
-                } else {
-                    bar.println(line);
-                }
+                say(line);
             }
+        },
+        // restarts, -P auto's changes, broken connections: always said, as they happen
+        event: &mut |e| {
+            let who = match (e.stream, e.new_stream) {
+                (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
+                (Some(a), None) => format!(" stream {a}"),
+                _ => String::new(),
+            };
+            say(format!("{:>6.1} s  {}{who}: {}", e.t_s, e.kind, e.why));
         },
     };
     let result = crate::engines::copy::run(&target, &o.copy, job, &mut watch);
@@ -251,6 +264,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         "streams": o.copy.streams, "block": o.copy.block, "window": o.copy.window,
         "congestion": o.copy.congestion, "pacing_bps": o.copy.pacing_bps,
         "resume": o.copy.resume, "force": o.copy.force,
+        "auto": o.copy.auto, "restart": o.copy.restart, "tail": o.copy.tail, "split_static": o.copy.split_static,
         "interval_ms": crate::engines::copy::INTERVAL.as_millis() as u64,
     });
     let target_words = dest_words_of(&o.dest);

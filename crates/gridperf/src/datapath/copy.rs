@@ -74,23 +74,39 @@ pub fn mtime_ns(m: &std::fs::Metadata) -> i64 {
     m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec())
 }
 
-/// The sending end's queue: every stream takes its next block from it (a
-/// faster stream takes more); a block the writing end found damaged comes
-/// back to its front.
+/// The sending end's queue: every connection takes its next block from it
+/// (a faster one takes more); a block the writing end found damaged, or
+/// one whose connection ended before its acknowledgment, comes back to its
+/// front. At the tail (nothing left to take) an idle connection may take a
+/// block another still has unacknowledged, to send it again: the first
+/// acknowledgment wins.
 pub struct BlockQueue {
     state: Mutex<QueueState>,
     wake: Condvar,
 }
 
+/// A block taken: the connections carrying it (two when sent again at the tail), since when.
+struct Taken {
+    by: Vec<u32>,
+    since: Instant,
+}
+
+type BlockId = (u32, u64);
+
 struct QueueState {
-    pending: VecDeque<(u32, u64)>,
+    pending: VecDeque<BlockId>,
     /// Blocks taken and not yet acknowledged.
-    outstanding: usize,
-    resends: std::collections::HashMap<(u32, u64), u32>,
+    outstanding: std::collections::HashMap<BlockId, Taken>,
+    resends: std::collections::HashMap<BlockId, u32>,
     /// Files given up on, with why (their other blocks are skipped).
     failed: Vec<(u32, String)>,
     /// Why the whole copy stops.
     stop: Option<String>,
+    /// Blocks sent again at the tail.
+    tail_sent: u64,
+    /// A static split (bbftp's): connection k takes only from `slices[k]`,
+    /// a contiguous k-th of the blocks. Empty: one shared queue.
+    slices: Vec<VecDeque<BlockId>>,
 }
 
 impl BlockQueue {
@@ -104,70 +120,165 @@ impl BlockQueue {
         BlockQueue {
             state: Mutex::new(QueueState {
                 pending,
-                outstanding: 0,
+                outstanding: Default::default(),
                 resends: Default::default(),
                 failed: Vec::new(),
                 stop: None,
+                tail_sent: 0,
+                slices: Vec::new(),
             }),
             wake: Condvar::new(),
         }
     }
 
+    /// The same blocks cut into `n` contiguous slices, connection k
+    /// sending only the k-th, as bbftp does (`copy --split static`): the
+    /// slowest connection sets the finish. For comparison, not for use.
+    pub fn split_static(needs: &[CopyNeed], n: u32) -> BlockQueue {
+        let q = BlockQueue::new(needs);
+        {
+            let mut s = lock(&q.state);
+            let all: Vec<BlockId> = s.pending.drain(..).collect();
+            let each = all.len().div_ceil(n.max(1) as usize).max(1);
+            s.slices = all.chunks(each).map(|c| c.iter().copied().collect()).collect();
+            s.slices.resize_with(n.max(1) as usize, VecDeque::new);
+        }
+        q
+    }
+
+    /// Where connection `conn` takes its blocks from (and gives them back to).
+    fn source(s: &mut QueueState, conn: u32) -> &mut VecDeque<BlockId> {
+        if s.slices.is_empty() {
+            &mut s.pending
+        } else {
+            let k = (conn as usize).min(s.slices.len() - 1);
+            &mut s.slices[k]
+        }
+    }
+
+    /// Blocks waiting to be taken.
     pub fn len(&self) -> usize {
-        lock(&self.state).pending.len()
+        let s = lock(&self.state);
+        s.pending.len() + s.slices.iter().map(VecDeque::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The next block to send; None once every block is acknowledged (or
-    /// the copy stopped). Waits while others' blocks are unacknowledged:
-    /// one may come back.
-    fn next(&self) -> Option<(u32, u64)> {
+    /// Whether every block is acknowledged (or given up on), or the copy stopped.
+    pub fn done(&self) -> bool {
+        let s = lock(&self.state);
+        s.stop.is_some()
+            || (s.outstanding.is_empty()
+                && s.pending.iter().chain(s.slices.iter().flatten()).all(|b| s.failed.iter().any(|f| f.0 == b.0)))
+    }
+
+    /// The next block for connection `conn` to send, and whether it is a
+    /// second copy (the tail); None once every block is acknowledged, the
+    /// copy stopped, or `quit` says so. Waits while others' blocks are
+    /// unacknowledged: one may come back. With `tail`, a block another
+    /// connection has had unacknowledged at least that long is taken again,
+    /// by a connection that has `caught_up` (nothing of its own unacknowledged).
+    fn next(
+        &self,
+        conn: u32,
+        tail: Option<Duration>,
+        quit: &dyn Fn() -> bool,
+        caught_up: &dyn Fn() -> bool,
+    ) -> Option<(BlockId, bool)> {
         let mut s = lock(&self.state);
         loop {
-            if s.stop.is_some() {
+            if s.stop.is_some() || quit() {
                 return None;
             }
-            while let Some(b) = s.pending.pop_front() {
+            while let Some(b) = Self::source(&mut s, conn).pop_front() {
                 if s.failed.iter().any(|(f, _)| *f == b.0) {
                     continue;
                 }
-                s.outstanding += 1;
-                return Some(b);
+                s.outstanding.insert(b, Taken { by: vec![conn], since: Instant::now() });
+                return Some((b, false));
             }
-            if s.outstanding == 0 {
+            // a static split: done once its own slice is acknowledged
+            let static_split = !s.slices.is_empty();
+            if s.outstanding.is_empty() || (static_split && !s.outstanding.values().any(|t| t.by.contains(&conn))) {
                 return None;
             }
-            s = self.wake.wait_timeout(s, Duration::from_millis(100)).unwrap_or_else(PoisonError::into_inner).0;
+            // only a connection with nothing of its own unacknowledged (keeping
+            // up) sends another's block again: a slow one would only hold it
+            if let Some(age) = tail.filter(|_| caught_up()) {
+                let oldest = s
+                    .outstanding
+                    .iter()
+                    .filter(|(_, t)| t.by.len() == 1 && t.by[0] != conn && t.since.elapsed() >= age)
+                    .min_by_key(|(b, t)| (t.since, **b))
+                    .map(|(b, _)| *b);
+                if let Some(b) = oldest {
+                    if let Some(t) = s.outstanding.get_mut(&b) {
+                        t.by.push(conn);
+                    }
+                    s.tail_sent += 1;
+                    return Some((b, true));
+                }
+            }
+            s = self.wake.wait_timeout(s, Duration::from_millis(50)).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
 
-    fn acked(&self, block: (u32, u64), ok: bool) {
+    /// The writing end's word on a block `conn` sent: true when this is
+    /// the block's first good acknowledgment (its bytes count as moved).
+    fn acked(&self, conn: u32, block: BlockId, ok: bool) -> bool {
         let mut s = lock(&self.state);
-        s.outstanding = s.outstanding.saturating_sub(1);
-        if !ok {
-            let n = s.resends.entry(block).or_insert(0);
-            *n += 1;
-            if *n > MAX_RESENDS {
-                let why = format!("block {} arrived damaged {} times", block.1, *n);
-                s.failed.push((block.0, why));
-            } else {
-                s.pending.push_front(block);
+        let Some(t) = s.outstanding.get_mut(&block) else {
+            // already acknowledged through another connection
+            return false;
+        };
+        let first = if ok {
+            s.outstanding.remove(&block);
+            true
+        } else {
+            t.by.retain(|&c| c != conn);
+            if t.by.is_empty() {
+                s.outstanding.remove(&block);
+                let n = s.resends.entry(block).or_insert(0);
+                *n += 1;
+                if *n > MAX_RESENDS {
+                    let why = format!("block {} arrived damaged {} times", block.1, *n);
+                    s.failed.push((block.0, why));
+                } else {
+                    Self::source(&mut s, conn).push_front(block);
+                }
+            }
+            false
+        };
+        self.wake.notify_all();
+        first
+    }
+
+    /// Connection `conn` ended without these blocks' acknowledgments: each
+    /// goes back to the front of the queue unless another connection still carries it.
+    fn release(&self, conn: u32, blocks: impl IntoIterator<Item = BlockId>) {
+        let mut s = lock(&self.state);
+        for b in blocks {
+            if let Some(t) = s.outstanding.get_mut(&b) {
+                t.by.retain(|&c| c != conn);
+                if t.by.is_empty() {
+                    s.outstanding.remove(&b);
+                    Self::source(&mut s, conn).push_front(b);
+                }
             }
         }
         self.wake.notify_all();
     }
 
-    fn fail_file(&self, file: u32, why: String) {
+    fn fail_file(&self, block: BlockId, why: String) {
         let mut s = lock(&self.state);
-        s.failed.push((file, why));
-        s.outstanding = s.outstanding.saturating_sub(1);
+        s.failed.push((block.0, why));
+        s.outstanding.remove(&block);
         self.wake.notify_all();
     }
 
-    /// Stops every stream (a stream's connection failed).
+    /// Stops every stream (the copy cannot go on).
     pub fn stop(&self, why: String) {
         let mut s = lock(&self.state);
         s.stop.get_or_insert(why);
@@ -187,6 +298,44 @@ impl BlockQueue {
     pub fn resent(&self) -> u64 {
         lock(&self.state).resends.values().map(|&n| u64::from(n)).sum()
     }
+
+    /// Blocks sent again at the tail.
+    pub fn tail_sent(&self) -> u64 {
+        lock(&self.state).tail_sent
+    }
+}
+
+/// How the pool steers one sending connection: close it (`cancel`, with
+/// why), and whether it may take blocks again at the tail, after how long.
+#[derive(Default)]
+pub struct ConnCtl {
+    pub cancel: AtomicBool,
+    pub why: Mutex<Option<String>>,
+    /// How long a block must have waited on another connection before this
+    /// one sends it again at the tail, ns; 0: never.
+    pub tail_ns: AtomicU64,
+}
+
+impl ConnCtl {
+    fn tail(&self) -> Option<Duration> {
+        match self.tail_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Asks the connection to stop: it takes no more blocks, gives back
+    /// the ones not acknowledged, and is reset.
+    pub fn close(&self, why: String) {
+        *lock(&self.why) = Some(why);
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Resets a connection at once (what its socket still holds is thrown away).
+fn reset(sock: &TcpStream) {
+    let _ = socket2::SockRef::from(sock).set_linger(Some(Duration::ZERO));
+    let _ = sock.shutdown(std::net::Shutdown::Both);
 }
 
 /// What one stream did, at either end.
@@ -286,6 +435,11 @@ type InFlight = (Mutex<VecDeque<(u32, u64, u64)>>, Condvar);
 /// Sends blocks from the queue on one connection until the queue is done,
 /// then the end frame; reads the writing end's acknowledgments alongside.
 /// `moved` counts bytes as they are acknowledged (for a progress bar).
+///
+/// The connection ends early, giving its unacknowledged blocks back to the
+/// queue, when the pool closes it (`ctl`) or it fails (then the error);
+/// at the end, a connection still holding blocks that another delivered
+/// first (the tail) is reset rather than made to finish sending them.
 pub fn send_stream(
     index: u32,
     files: &[SourceFile],
@@ -293,6 +447,7 @@ pub fn send_stream(
     queue: &BlockQueue,
     link: Link,
     moved: &AtomicU64,
+    ctl: &ConnCtl,
 ) -> io::Result<StreamWork> {
     let Link { sock, idle, crypt, window } = link;
     let mut work = StreamWork { index, ..Default::default() };
@@ -309,6 +464,8 @@ pub fn send_stream(
     let done = Arc::new(AtomicBool::new(false));
     let sampling = AtomicBool::new(true);
     let mut samples = Vec::new();
+    let cancelled = || ctl.cancel.load(Ordering::SeqCst);
+    let broken = AtomicBool::new(false);
     let acks = std::thread::scope(|scope| -> io::Result<StreamWork> {
         // TCP_INFO every TCP_SAMPLE_GAP while the stream sends, as `stream` reads it
         let sampler = scope.spawn(|| {
@@ -327,35 +484,35 @@ pub fn send_stream(
         });
         let flight = in_flight.clone();
         let finished = done.clone();
+        let broken = &broken;
         let ack_thread = scope.spawn(move || -> io::Result<()> {
             let mut b = [0u8; ACK_LEN + TAG_LEN];
-            // a failed reader stops the copy at once: the blocks it would
-            // have acknowledged hold every other stream's queue open
-            let stop = |e: io::Error| {
-                queue.stop(format!("stream {index}: {e}"));
+            // a failed reader stops its connection at once (the writer too):
+            // the blocks it holds go back to the queue for the others
+            let fail = |e: io::Error, reader: &TcpStream| {
+                broken.store(true, Ordering::SeqCst);
+                let _ = reader.shutdown(std::net::Shutdown::Both);
                 e
             };
             loop {
                 match read_frame(&mut reader, opener.as_mut(), &mut b, ACK_LEN) {
                     Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && finished.load(Ordering::SeqCst) => {
-                        return Ok(())
-                    }
-                    Err(e) => return Err(stop(e)),
+                    Err(_) if finished.load(Ordering::SeqCst) || ctl.cancel.load(Ordering::SeqCst) => return Ok(()),
+                    Err(e) => return Err(fail(e, &reader)),
                 }
                 let a = Ack::decode(b[..ACK_LEN].try_into().expect("an ack's length"));
                 let (lock_, cv) = &*flight;
                 let mut f = lock(lock_);
-                let pos = f.iter().position(|&(file, i, _)| file == a.file && i == a.index).ok_or_else(|| {
-                    stop(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("an acknowledgment of a block not sent: {a:?}"),
-                    ))
-                })?;
+                let Some(pos) = f.iter().position(|&(file, i, _)| file == a.file && i == a.index) else {
+                    // the other end is not speaking this protocol: nothing it says can be trusted
+                    let why = format!("an acknowledgment of a block not sent on it: {a:?}");
+                    queue.stop(format!("stream {index}: {why}"));
+                    drop(f);
+                    return Err(fail(io::Error::new(io::ErrorKind::InvalidData, why), &reader));
+                };
                 let (_, _, len) = f.remove(pos).expect("found");
                 drop(f);
-                queue.acked((a.file, a.index), a.ok);
-                if a.ok {
+                if queue.acked(index, (a.file, a.index), a.ok) {
                     moved.fetch_add(len, Ordering::Relaxed);
                 }
                 cv.notify_all();
@@ -366,13 +523,15 @@ pub fn send_stream(
         let mut out = &sock;
         let limit = unacked_limit(block);
         let result = (|| -> io::Result<()> {
-            while let Some((file, idx)) = queue.next() {
+            let quit = || cancelled() || broken.load(Ordering::SeqCst);
+            let caught_up = || lock(&in_flight.0).is_empty();
+            while let Some(((file, idx), again)) = queue.next(index, ctl.tail(), &quit, &caught_up) {
                 let f = &files[file as usize];
                 let len = block_len(f.info.size, block, idx);
                 let data = &mut buf[..len as usize];
                 let t = Instant::now();
                 if let Err(e) = f.file.read_exact_at(data, idx * block) {
-                    queue.fail_file(file, format!("reading {}: {e}", f.info.path));
+                    queue.fail_file((file, idx), format!("reading {}: {e}", f.info.path));
                     continue;
                 }
                 work.disk_ns += t.elapsed().as_nanos() as u64;
@@ -385,13 +544,19 @@ pub fn send_stream(
                     let mut fl = lock(lock_);
                     let until = Instant::now() + idle;
                     while fl.len() >= limit {
+                        if cancelled() {
+                            queue.release(index, [(file, idx)]);
+                            return Ok(());
+                        }
                         if Instant::now() > until {
+                            queue.release(index, [(file, idx)]);
                             return Err(io::Error::new(
                                 io::ErrorKind::TimedOut,
                                 "no acknowledgment within the deadline",
                             ));
                         }
                         if ack_thread.is_finished() {
+                            queue.release(index, [(file, idx)]);
                             return Err(io::Error::new(
                                 io::ErrorKind::ConnectionAborted,
                                 "the other end stopped acknowledging",
@@ -414,27 +579,47 @@ pub fn send_stream(
                 work.net_ns += t.elapsed().as_nanos() as u64;
                 work.bytes += len;
                 work.blocks += 1;
+                if again {
+                    work.tail_blocks += 1;
+                }
+            }
+            if cancelled() {
+                return Ok(());
+            }
+            if broken.load(Ordering::SeqCst) {
+                return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the other end stopped acknowledging"));
+            }
+            done.store(true, Ordering::SeqCst);
+            if !lock(&in_flight.0).is_empty() {
+                // every block is acknowledged, some of this one's through
+                // another connection: what it still sends is not needed
+                *lock(&ctl.why) = Some("closed at the end: its last blocks arrived first on another connection".into());
+                reset(&sock);
+                return Ok(());
             }
             // every block acknowledged (the queue is done): the end frame
-            done.store(true, Ordering::SeqCst);
             head[..FRAME_HEADER].copy_from_slice(&BlockHeader::end().encode());
             let hn = seal(sealer.as_mut(), &mut head, FRAME_HEADER)?;
             out.write_all(&head[..hn])?;
             out.flush()
         })();
-        if let Err(e) = &result {
-            queue.stop(format!("stream {index}: {e}"));
-            let _ = sock.shutdown(std::net::Shutdown::Both);
+        if cancelled() || result.is_err() {
+            // closed by the pool, or failed: reset, and its blocks back to the queue
+            reset(&sock);
         }
         sampling.store(false, Ordering::SeqCst);
         sampler.thread().unpark();
         samples = sampler.join().unwrap_or_default();
         let acked = ack_thread.join().unwrap_or_else(|_| Err(io::Error::other("the acknowledgment reader panicked")));
-        result?;
-        if let Err(e) = acked {
-            queue.stop(format!("stream {index}: {e}"));
-            return Err(e);
+        let left: Vec<BlockId> = lock(&in_flight.0).drain(..).map(|(f, i, _)| (f, i)).collect();
+        if !done.load(Ordering::SeqCst) {
+            queue.release(index, left);
         }
+        if cancelled() {
+            return Ok(work.clone());
+        }
+        result?;
+        acked?;
         Ok(work.clone())
     })?;
     let mut work = acks;
@@ -444,7 +629,292 @@ pub fn send_stream(
     }
     samples.extend(sample_now());
     work.tcp = tcp_verdict(&samples, work.bytes, window);
+    work.ended = lock(&ctl.why).clone();
     Ok(work)
+}
+
+/// What the pool of sending connections may do over a copy.
+#[derive(Debug, Clone)]
+pub struct PoolPlan {
+    /// Connections at first.
+    pub start: u32,
+    /// `-P auto`: the fewest and the most at once; None keeps `start`.
+    pub auto: Option<(u32, u32)>,
+    /// Restart a slow connection (gridperf_core::pool's rules).
+    pub restart: bool,
+    /// Send the last blocks again on idle connections.
+    pub tail: bool,
+    /// The most connections over the copy (their numbers stay below it).
+    pub connections: u32,
+}
+
+/// What the pool did: each connection's result (by number), and its events.
+pub struct PoolOut {
+    pub works: Vec<io::Result<StreamWork>>,
+    pub events: Vec<gridperf_core::model::CopyEvent>,
+}
+
+/// How often the pool looks at its connections.
+const POOL_TICK: Duration = Duration::from_millis(100);
+/// The judging window: this many smoothed round trips, at least MIN_WINDOW.
+const WINDOW_RTTS: u32 = 8;
+const MIN_WINDOW: Duration = Duration::from_secs(1);
+/// A block is sent again at the tail once it has waited this many of its
+/// sender's round trips (at least TAIL_MIN) for its acknowledgment.
+const TAIL_MIN: Duration = Duration::from_millis(200);
+
+/// One live connection of the pool.
+struct Live<'s> {
+    id: u32,
+    slot: u32,
+    ctl: Arc<ConnCtl>,
+    started: Instant,
+    replaces: Option<u32>,
+    /// A clone of its socket once connected: its TCP_INFO, and a shutdown to wake it.
+    sock: Arc<Mutex<Option<TcpStream>>>,
+    handle: std::thread::ScopedJoinHandle<'s, io::Result<StreamWork>>,
+    /// (when, bytes acknowledged, TCP_INFO) over the last window.
+    hist: VecDeque<(Instant, u64, Option<gridperf_core::flow::TcpSample>)>,
+}
+
+/// Runs a copy's sending connections from one queue: `plan.start` of
+/// them, opened by `open(number)`, then (as the plan allows) restarts of
+/// slow ones, more or fewer with `-P auto`, and the tail. `moved[number]`
+/// counts each one's acknowledged bytes. `event` hears each event as it
+/// happens. Returns when every block is acknowledged, or the copy stopped,
+/// or every connection failed (then the queue is stopped with why).
+pub fn send_pool(
+    files: &[SourceFile],
+    block: u64,
+    queue: &BlockQueue,
+    plan: &PoolPlan,
+    open: &(dyn Fn(u32) -> io::Result<Link> + Sync),
+    moved: &[AtomicU64],
+    event: &(dyn Fn(&gridperf_core::model::CopyEvent) + Sync),
+) -> PoolOut {
+    use gridperf_core::model::CopyEvent;
+    use gridperf_core::pool::{AutoStreams, Change, ConnWindow, Decision, Restarts};
+    let t0 = Instant::now();
+    let budget = plan.connections.min(moved.len() as u32);
+    let mut works: Vec<Option<io::Result<StreamWork>>> = Vec::new();
+    let mut events: Vec<CopyEvent> = Vec::new();
+    let note = |events: &mut Vec<CopyEvent>, kind: &str, stream: Option<u32>, new_stream: Option<u32>, why: String| {
+        let e = CopyEvent { t_s: t0.elapsed().as_secs_f64(), kind: kind.into(), stream, new_stream, why };
+        event(&e);
+        events.push(e);
+    };
+    std::thread::scope(|scope| {
+        let mut next_id = 0u32;
+        let mut next_slot = 0u32;
+        let spawn = |id: u32, slot: u32, replaces: Option<u32>, tail: Option<Duration>| -> Live<'_> {
+            let ctl = Arc::new(ConnCtl::default());
+            ctl.tail_ns.store(tail.map_or(0, |t| t.as_nanos() as u64), Ordering::Relaxed);
+            let sock: Arc<Mutex<Option<TcpStream>>> = Arc::default();
+            let (c, s) = (ctl.clone(), sock.clone());
+            let handle = scope.spawn(move || {
+                let link = open(id)?;
+                *lock(&s) = Some(link.sock.try_clone()?);
+                let mut w = send_stream(id, files, block, queue, link, &moved[id as usize], &c)?;
+                w.slot = slot;
+                Ok(w)
+            });
+            Live { id, slot, ctl, started: Instant::now(), replaces, sock, handle, hist: VecDeque::new() }
+        };
+        let mut tail = plan.tail.then_some(TAIL_MIN);
+        let mut live: Vec<Live> = Vec::new();
+        while next_id < plan.start.min(budget) {
+            live.push(spawn(next_id, next_slot, None, tail));
+            next_id += 1;
+            next_slot += 1;
+        }
+        let mut restarts = Restarts::default();
+        let mut auto = plan.auto.map(|(lo, hi)| AutoStreams::new(lo, hi));
+        let mut last_error: Option<String> = None;
+        let mut done_at: Option<Instant> = None;
+        loop {
+            std::thread::sleep(POOL_TICK);
+            // the connections that ended
+            let mut k = 0;
+            while k < live.len() {
+                if !live[k].handle.is_finished() {
+                    k += 1;
+                    continue;
+                }
+                let l = live.swap_remove(k);
+                let r = l.handle.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked")));
+                let r = r.map(|mut w| {
+                    w.slot = l.slot;
+                    w
+                });
+                if let Err(e) = &r {
+                    if !queue.done() {
+                        let why = format!("{e} (its unacknowledged blocks went back to the queue)");
+                        last_error = Some(e.to_string());
+                        note(&mut events, "broken", Some(l.id), None, why);
+                    }
+                }
+                if works.len() <= l.id as usize {
+                    works.resize_with(l.id as usize + 1, || None);
+                }
+                works[l.id as usize] = Some(r);
+            }
+            if queue.done() {
+                if live.is_empty() {
+                    break;
+                }
+                // every block is acknowledged: a connection still running
+                // after a grace tick is only sending what another delivered
+                // (a slow one, stuck in a write): reset it
+                let since = *done_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= 2 * POOL_TICK {
+                    for l in &live {
+                        if !l.ctl.cancel.load(Ordering::SeqCst) {
+                            l.ctl
+                                .close("closed at the end: its last blocks arrived first on another connection".into());
+                            if let Some(s) = lock(&l.sock).as_ref() {
+                                let _ = s.shutdown(std::net::Shutdown::Both);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            if live.is_empty() {
+                let why = last_error.take().unwrap_or_else(|| "no connection left".into());
+                queue.stop(format!("every data connection failed; the last: {why}"));
+                continue;
+            }
+            // each connection over the last window
+            let now = Instant::now();
+            let srtts: Vec<f64> = live
+                .iter()
+                .filter_map(|l| l.hist.back().and_then(|h| h.2.as_ref()).map(|t| f64::from(t.srtt_us)))
+                .collect();
+            let srtt_us = {
+                let mut v = srtts.clone();
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(0.0)
+            };
+            let window = MIN_WINDOW.max(Duration::from_micros((srtt_us * f64::from(WINDOW_RTTS)) as u64));
+            if plan.tail {
+                let t = TAIL_MIN.max(Duration::from_micros((srtt_us * 4.0) as u64));
+                tail = Some(t);
+                for l in &live {
+                    l.ctl.tail_ns.store(t.as_nanos() as u64, Ordering::Relaxed);
+                }
+            }
+            for l in live.iter_mut() {
+                let tcp = lock(&l.sock)
+                    .as_ref()
+                    .and_then(|s| gridperf_sys::tcp_info(s).ok())
+                    .map(|(info, _)| super::stream::sample(&info, l.started.elapsed().as_nanos() as u64));
+                l.hist.push_back((now, moved[l.id as usize].load(Ordering::Relaxed), tcp));
+                while l.hist.len() > 2 && now.duration_since(l.hist[1].0) >= window {
+                    l.hist.pop_front();
+                }
+            }
+            let views: Vec<ConnWindow> = live
+                .iter()
+                .filter_map(|l| {
+                    let (a, b) = (l.hist.front()?, l.hist.back()?);
+                    let dt = b.0.duration_since(a.0).as_secs_f64();
+                    if dt <= 0.0 {
+                        return None;
+                    }
+                    let (ta, tb) = (a.2.as_ref(), b.2.as_ref());
+                    let retrans = match (ta, tb) {
+                        (Some(x), Some(y)) => y.total_retrans.saturating_sub(x.total_retrans),
+                        _ => 0,
+                    };
+                    let buffer_limited = match (ta, tb) {
+                        (Some(x), Some(y)) if y.busy_us > x.busy_us => {
+                            let lim = (y.rwnd_limited_us + y.sndbuf_limited_us)
+                                .saturating_sub(x.rwnd_limited_us + x.sndbuf_limited_us);
+                            lim as f64 / (y.busy_us - x.busy_us) as f64
+                        }
+                        _ => 0.0,
+                    };
+                    // TCP's own count of bytes acknowledged: blocks are acknowledged
+                    // whole, a few a window on a slow connection
+                    let bytes = match (ta, tb) {
+                        (Some(x), Some(y)) => y.bytes_acked.saturating_sub(x.bytes_acked),
+                        _ => b.1.saturating_sub(a.1),
+                    };
+                    Some(ConnWindow {
+                        id: l.id,
+                        slot: l.slot,
+                        age_ns: l.started.elapsed().as_nanos() as u64,
+                        rate_bps: bytes as f64 * 8.0 / dt,
+                        retrans,
+                        buffer_limited,
+                        replaces: l.replaces,
+                    })
+                })
+                .collect();
+            let now_ns = t0.elapsed().as_nanos() as u64;
+            let window_ns = window.as_nanos() as u64;
+            let pending = !queue.is_empty();
+            if plan.restart {
+                match restarts.decide(now_ns, window_ns, &views, pending) {
+                    Some(Decision::Restart { id, why }) if next_id < budget => {
+                        if let Some(pos) = live.iter().position(|l| l.id == id) {
+                            let slot = live[pos].slot;
+                            live[pos].ctl.close(format!("restarted: {why}"));
+                            if let Some(s) = lock(&live[pos].sock).as_ref() {
+                                let _ = s.shutdown(std::net::Shutdown::Both);
+                            }
+                            live.push(spawn(next_id, slot, Some(id), tail));
+                            note(&mut events, "restart", Some(id), Some(next_id), why);
+                            next_id += 1;
+                        }
+                    }
+                    Some(Decision::Restart { id, why }) => {
+                        note(&mut events, "give-up", Some(id), None, format!("no connection left to open: {why}"))
+                    }
+                    Some(Decision::GiveUp { id, why }) => note(&mut events, "give-up", Some(id), None, why),
+                    Some(Decision::Stop { why }) => note(&mut events, "stop-restarts", None, None, why),
+                    None => {}
+                }
+            }
+            if let Some(a) = auto.as_mut() {
+                let youngest = live.iter().map(|l| l.started.elapsed()).min().unwrap_or_default();
+                let rate: f64 = views.iter().map(|v| v.rate_bps).sum();
+                let retrans: u32 = views.iter().map(|v| v.retrans).sum();
+                let n = live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).count() as u32;
+                match a.decide(now_ns, window_ns, n, youngest.as_nanos() as u64, rate, retrans, pending) {
+                    Some(Change::Add { n, why }) => {
+                        let mut opened = Vec::new();
+                        for _ in 0..n {
+                            if next_id >= budget {
+                                break;
+                            }
+                            live.push(spawn(next_id, next_slot, None, tail));
+                            opened.push(next_id.to_string());
+                            next_id += 1;
+                            next_slot += 1;
+                        }
+                        if !opened.is_empty() {
+                            note(&mut events, "add", None, None, format!("{why}: opened {}", opened.join(", ")));
+                        }
+                    }
+                    Some(Change::Remove { why }) => {
+                        if let Some(l) =
+                            live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).max_by_key(|l| l.started)
+                        {
+                            l.ctl.close(format!("removed by -P auto: {why}"));
+                            if let Some(s) = lock(&l.sock).as_ref() {
+                                let _ = s.shutdown(std::net::Shutdown::Both);
+                            }
+                            note(&mut events, "remove", Some(l.id), None, why);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+    });
+    let works = works.into_iter().flatten().collect();
+    PoolOut { works, events }
 }
 
 /// A file being written at the receiving end: its directory, its final

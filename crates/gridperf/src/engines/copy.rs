@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::host;
 use crate::runner::{Deadlines, Target};
 use gridperf_core::copy::{block_count, block_len};
-use gridperf_core::model::{copy_verdict, CopyFileResult, CopyReport, COPY_SCHEMA};
+use gridperf_core::model::{copy_verdict, CopyEvent, CopyFileResult, CopyReport, COPY_SCHEMA};
 use gridperf_core::wire::{
     chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopyOutcome, CopySpec, DataHello,
     DataKind, Test,
@@ -39,6 +39,29 @@ pub struct CopyOptions {
     pub idle: Duration,
     /// Seal the data connections (X25519, AES-256-GCM); never sent in the clear once asked.
     pub encrypt: bool,
+    /// `-P auto` (`--streams MIN..MAX`): the fewest and the most connections at once; `streams` is the start.
+    pub auto: Option<(u32, u32)>,
+    /// Restart a slow connection (push); send the last blocks again on idle connections (push).
+    pub restart: bool,
+    pub tail: bool,
+    /// bbftp's static split (push): stream k sends only the k-th slice.
+    pub split_static: bool,
+}
+
+impl CopyOptions {
+    /// The most connections at once.
+    pub fn most_streams(&self) -> u32 {
+        self.auto.map_or(self.streams, |(_, hi)| hi.max(self.streams))
+    }
+
+    /// The most connections over the copy: restarts and -P auto's changes
+    /// open new ones; a pull keeps its first ones.
+    pub fn connections(&self, push: bool) -> u32 {
+        if !push {
+            return self.streams;
+        }
+        (self.most_streams() * 2 + 16).min(gridperf_core::wire::MAX_COPY_CONNECTIONS)
+    }
 }
 
 /// What to copy.
@@ -66,11 +89,14 @@ fn needed_bytes(needs: &[CopyNeed], files: &[CopyFile], block: u64) -> u64 {
 }
 
 /// What a copy says while it runs: `bytes(done, total)` as bytes are
-/// verified, `interval(k, per stream)` at the end of each whole interval
-/// with each stream's bytes in it.
+/// verified, `interval(k, per connection)` at the end of each whole interval
+/// with each connection's bytes in it (by number; zero for those not open),
+/// `event` what the pool of connections did.
 pub struct Watch<'a> {
     pub bytes: &'a mut dyn FnMut(u64, u64),
     pub interval: &'a mut dyn FnMut(usize, &[u64]),
+    /// A restart, a connection added or removed, one broken: as it happens.
+    pub event: &'a mut dyn FnMut(&CopyEvent),
 }
 
 /// Runs the copy, saying how it goes to `watch`.
@@ -84,6 +110,14 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
     if count == 0 {
         return Err(Error::usage("nothing to copy: no regular file among the sources"));
     }
+    if direction == CopyDirection::Pull && o.split_static {
+        return Err(Error::usage("--split static is for a push (this host sends)"));
+    }
+    if direction == CopyDirection::Pull && o.auto.is_some() {
+        return Err(Error::usage(
+            "-P auto adapts the streams of a push (this host sends); a pull (the agent sends) takes a fixed -P N",
+        ));
+    }
     let spec = CopySpec {
         direction,
         files: count as u32,
@@ -96,6 +130,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         force: o.force,
         checksum: o.checksum,
         encrypt: None,
+        connections: o.connections(direction == CopyDirection::Push),
     };
     let exchange = if o.encrypt {
         Some(gridperf_core::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
@@ -145,7 +180,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
     });
     let agent_streams: Vec<StreamWork>;
     let client = host::end_info(None, false);
-    let counters: Vec<AtomicU64> = (0..o.streams).map(|_| AtomicU64::new(0)).collect();
+    let counters: Vec<AtomicU64> =
+        (0..o.connections(direction == CopyDirection::Push)).map(|_| AtomicU64::new(0)).collect();
+    let mut events: Vec<CopyEvent> = Vec::new();
+    let mut tail_blocks = 0;
     let intervals: Vec<Vec<u64>>;
     let report_files: Vec<CopyFileResult>;
     let skipped: Vec<Skipped>;
@@ -171,22 +209,48 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 return Err(net("the agent needs a file the list did not have"));
             }
             let total = needed_bytes(&needs, &infos, o.block);
-            let socks = connect(addr, port, ready.token, o)?;
+            let first = connect(addr, port, ready.token, o)?;
             match session.next(o.deadlines.control)? {
                 AgentMsg::StepReady => {}
                 other => return Err(net(format!("expected the agent's step-ready, got {other:?}"))),
             }
             session.go()?;
-            let queue = BlockQueue::new(&needs);
+            let queue =
+                if o.split_static { BlockQueue::split_static(&needs, o.streams) } else { BlockQueue::new(&needs) };
+            let plan = dp::PoolPlan {
+                start: o.streams,
+                auto: o.auto,
+                restart: o.restart,
+                tail: o.tail,
+                connections: counters.len() as u32,
+            };
+            // the first connections are open; a restart's or -P auto's are opened as needed
+            let first: std::sync::Mutex<Vec<Option<TcpStream>>> =
+                std::sync::Mutex::new(first.into_iter().map(Some).collect());
+            let open = |k: u32| -> std::io::Result<dp::Link> {
+                let had = first
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get_mut(k as usize)
+                    .and_then(Option::take);
+                let sock = match had {
+                    Some(s) => s,
+                    None => {
+                        connect_one(addr, port, ready.token, o, k).map_err(|e| std::io::Error::other(e.to_string()))?
+                    }
+                };
+                Ok(dp::Link { sock, idle: o.idle, crypt: dp::Crypt::of(keys.as_ref(), k, true), window: o.window })
+            };
+            let fresh: std::sync::Mutex<Vec<CopyEvent>> = std::sync::Mutex::default();
             let t0 = Instant::now();
-            let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
-                drive(&counters, total, watch, |moved| {
-                    dp::each_stream(socks, |k, s| {
-                        let crypt = dp::Crypt::of(keys.as_ref(), k, true);
-                        let link = dp::Link { sock: s, idle: o.idle, crypt, window: o.window };
-                        dp::send_stream(k, &sources, o.block, &queue, link, &moved[k as usize])
-                    })
-                });
+            let (pool, end, taken) = drive(&counters, total, watch, &fresh, |moved| {
+                dp::send_pool(&sources, o.block, &queue, &plan, &open, moved, &|e| {
+                    fresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(e.clone())
+                })
+            });
+            let results = pool.works;
+            events = pool.events;
+            tail_blocks = queue.tail_sent();
             intervals = taken;
             seconds = (end - t0).as_secs_f64();
             if let Some(why) = queue.stopped() {
@@ -279,7 +343,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             session.go()?;
             let t0 = Instant::now();
             let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
-                drive(&counters, total, watch, |moved| {
+                drive(&counters, total, watch, &std::sync::Mutex::default(), |moved| {
                     dp::each_stream(socks, |k, s| {
                         let crypt = dp::Crypt::of(keys.as_ref(), k, false);
                         let link = dp::Link { sock: s, idle: o.idle, crypt, window: o.window };
@@ -331,14 +395,18 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             destination = dst;
         }
     }
+    // each connection that ran (a broken one is among the events), its intervals by its number
+    let mut intervals = intervals;
     let mut per_stream = Vec::new();
-    for (w, iv) in works.into_iter().zip(intervals.into_iter().chain(std::iter::repeat(Vec::new()))) {
-        let mut s = w.map_err(|e| net(format!("a copy stream: {e}")))?;
+    for w in works {
+        let Ok(mut s) = w else { continue };
+        let iv = intervals.get_mut(s.index as usize).map(std::mem::take).unwrap_or_default();
         let whole = iv.len().saturating_sub(1) as f64 * INTERVAL.as_secs_f64();
         s.last_interval_ms = ((seconds - whole).max(0.0) * 1000.0).round() as u64;
         s.interval_bytes = iv;
         per_stream.push(s);
     }
+    per_stream.sort_by_key(|s| s.index);
     let agent = session.finish()?;
     let env = opened.environment(client, Some(agent), Vec::new());
     let bytes_moved: u64 = report_files.iter().map(|f| f.moved).sum();
@@ -348,6 +416,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         source,
         destination,
         streams: o.streams,
+        streams_auto: o.auto,
         block: o.block,
         checksum: o.checksum.map(|c| c.name().to_string()),
         files: report_files,
@@ -366,6 +435,8 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         agent_streams,
         encryption,
         interval_ms: INTERVAL.as_millis() as u64,
+        events,
+        tail_blocks,
         env,
     })
 }
@@ -401,8 +472,15 @@ fn drive<R: Send>(
     counters: &[AtomicU64],
     total: u64,
     watch: &mut Watch,
+    fresh: &std::sync::Mutex<Vec<CopyEvent>>,
     streams: impl FnOnce(&[AtomicU64]) -> R + Send,
 ) -> (R, Instant, Vec<Vec<u64>>) {
+    let tell = |watch: &mut Watch| {
+        let new: Vec<CopyEvent> = std::mem::take(&mut *fresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for e in &new {
+            (watch.event)(e);
+        }
+    };
     let sum = || counters.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>();
     let start = Instant::now();
     let mut intervals: Vec<Vec<u64>> = vec![Vec::new(); counters.len()];
@@ -426,6 +504,7 @@ fn drive<R: Send>(
         let mut next = start + INTERVAL;
         while !h.is_finished() {
             (watch.bytes)(sum(), total);
+            tell(watch);
             std::thread::park_timeout(Duration::from_millis(200).min(next.saturating_duration_since(Instant::now())));
             while Instant::now() >= next && !h.is_finished() {
                 take(&mut intervals);
@@ -436,6 +515,7 @@ fn drive<R: Send>(
             }
         }
         (watch.bytes)(sum(), total);
+        tell(watch);
         h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
     // the last, partial interval
@@ -446,31 +526,31 @@ fn drive<R: Send>(
 /// The length of a copy's per-stream intervals.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 
-/// The data connections, each with the copy's buffers, congestion control
-/// and pacing set before it connects, each opened with its hello.
+/// The first data connections, each opened as [`connect_one`] opens it.
 fn connect(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions) -> Result<Vec<TcpStream>> {
+    (0..o.streams).map(|k| connect_one(addr, port, token, o, k)).collect()
+}
+
+/// Data connection `k`, with the copy's buffers, congestion control and
+/// pacing set before it connects, opened with its hello.
+fn connect_one(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions, k: u32) -> Result<TcpStream> {
     let at = SocketAddr::new(addr.ip(), port);
-    (0..o.streams)
-        .map(|k| {
-            let sock =
-                socket2::Socket::new(socket2::Domain::for_address(at), socket2::Type::STREAM, None).map_err(net)?;
-            if let Some(w) = o.window {
-                gridperf_sys::set_sndbuf(&sock, w as usize).map_err(net)?;
-                gridperf_sys::set_rcvbuf(&sock, w as usize).map_err(net)?;
-            }
-            if let Some(cc) = &o.congestion {
-                gridperf_sys::set_tcp_congestion(&sock, cc).map_err(|e| Error::usage(format!("-C {cc}: {e}")))?;
-            }
-            if let Some(p) = o.pacing_bps {
-                gridperf_sys::set_max_pacing_rate(&sock, p / 8).map_err(net)?;
-            }
-            sock.connect_timeout(&at.into(), o.deadlines.connect)
-                .map_err(|e| net(format!("data connection {k} to {at}: {e}")))?;
-            let mut s: TcpStream = sock.into();
-            write_hello(&mut s, &DataHello::new(token, DataKind::Copy, k)).map_err(net)?;
-            Ok(s)
-        })
-        .collect()
+    let sock = socket2::Socket::new(socket2::Domain::for_address(at), socket2::Type::STREAM, None).map_err(net)?;
+    if let Some(w) = o.window {
+        gridperf_sys::set_sndbuf(&sock, w as usize).map_err(net)?;
+        gridperf_sys::set_rcvbuf(&sock, w as usize).map_err(net)?;
+    }
+    if let Some(cc) = &o.congestion {
+        gridperf_sys::set_tcp_congestion(&sock, cc).map_err(|e| Error::usage(format!("-C {cc}: {e}")))?;
+    }
+    if let Some(p) = o.pacing_bps {
+        gridperf_sys::set_max_pacing_rate(&sock, p / 8).map_err(net)?;
+    }
+    sock.connect_timeout(&at.into(), o.deadlines.connect)
+        .map_err(|e| net(format!("data connection {k} to {at}: {e}")))?;
+    let mut s: TcpStream = sock.into();
+    write_hello(&mut s, &DataHello::new(token, DataKind::Copy, k)).map_err(net)?;
+    Ok(s)
 }
 
 /// Blocks a file of `size` has (for the report's words).

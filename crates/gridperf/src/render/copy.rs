@@ -11,15 +11,18 @@ const LISTED: usize = 20;
 pub fn table(r: &CopyReport) -> String {
     let mut out = String::new();
     let size: u64 = r.files.iter().map(|f| f.size).sum();
+    let streams = match r.streams_auto {
+        Some((lo, hi)) => format!("-P auto ({lo} to {hi} streams, {} at first)", r.streams),
+        None => format!("{} streams", r.streams),
+    };
     let _ = writeln!(
         out,
-        "gridperf copy ({}): {} -> {}: {} files, {}, {} streams, blocks of {}",
+        "gridperf copy ({}): {} -> {}: {} files, {}, {streams}, blocks of {}",
         r.direction,
         r.source,
         r.destination,
         r.files.len(),
         fmt_bytes(size),
-        r.streams,
         fmt_bytes(r.block)
     );
     let _ = writeln!(out, "{:<40} {:>11} {:>11} {:>11} {:>6}  blake3", "file", "size", "moved", "kept", "resent");
@@ -63,7 +66,37 @@ pub fn table(r: &CopyReport) -> String {
     for s in &r.per_stream {
         let retrans = s.retransmits.map(|n| format!(", {n} retransmits")).unwrap_or_default();
         let rtt = s.rtt_us.map(|u| format!(", RTT {:.2} ms", f64::from(u) / 1000.0)).unwrap_or_default();
-        let _ = writeln!(out, "  stream {}: {} in {} blocks{retrans}{rtt}", s.index, fmt_bytes(s.bytes), s.blocks);
+        let slot = if s.slot != s.index { format!(" (in stream {}'s place)", s.slot) } else { String::new() };
+        let tail =
+            if s.tail_blocks > 0 { format!(", {} sent again at the tail", s.tail_blocks) } else { String::new() };
+        let ended = s.ended.as_deref().map(|e| format!("; ended early: {e}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  stream {}{slot}: {} in {} blocks{retrans}{rtt}{tail}{ended}",
+            s.index,
+            fmt_bytes(s.bytes),
+            s.blocks
+        );
+    }
+    let count = |kind: &str| r.events.iter().filter(|e| e.kind == kind).count();
+    let (restarts, added, removed) = (count("restart"), count("add"), count("remove"));
+    if !r.events.is_empty() {
+        let _ = writeln!(
+            out,
+            "events: {restarts} restarts, {added} additions and {removed} removals by -P auto, {} broken, {} blocks sent again at the tail",
+            count("broken"),
+            r.tail_blocks
+        );
+        for e in &r.events {
+            let who = match (e.stream, e.new_stream) {
+                (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
+                (Some(a), None) => format!(" stream {a}"),
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "  {:>7.1} s  {}{who}: {}", e.t_s, e.kind, e.why);
+        }
+    } else if r.tail_blocks > 0 {
+        let _ = writeln!(out, "{} blocks sent again at the tail", r.tail_blocks);
     }
     if let Some(e) = &r.encryption {
         let _ = writeln!(out, "encrypted: {e}");

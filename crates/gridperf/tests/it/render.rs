@@ -867,6 +867,7 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
         source: "run1".into(),
         destination: "dtn2:in/".into(),
         streams: 2,
+        streams_auto: None,
         block: 1 << 20,
         checksum: Some("adler32".into()),
         files: vec![file("in/run1/a.dat", None), file("in/run1/b.dat", Some("the source changed during the copy"))],
@@ -876,18 +877,37 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
         blocks_resent: 2,
         seconds: 0.5,
         throughput_bps: (8u64 << 20) as f64 * 8.0 / 0.5,
-        per_stream: vec![CopyStream {
-            index: 0,
-            bytes: 4 << 20,
-            blocks: 4,
-            retransmits: Some(3),
-            rtt_us: Some(2100),
-            ..Default::default()
-        }],
+        per_stream: vec![
+            CopyStream {
+                index: 0,
+                bytes: 4 << 20,
+                blocks: 4,
+                retransmits: Some(3),
+                rtt_us: Some(2100),
+                ..Default::default()
+            },
+            CopyStream {
+                index: 1,
+                slot: 1,
+                bytes: 1 << 20,
+                blocks: 1,
+                ended: Some("restarted: 1.0 Mbit/s against its peers' median 100.0 Mbit/s".into()),
+                ..Default::default()
+            },
+            CopyStream { index: 2, slot: 1, bytes: 3 << 20, blocks: 3, tail_blocks: 1, ..Default::default() },
+        ],
         agent_streams: Vec::new(),
         encryption: Some("AES-256-GCM, keys by X25519 (no key: ...)".into()),
         verdict: "limited by the network: the sockets waited (the sending end 90% of its time)".into(),
         interval_ms: 1000,
+        events: vec![gridperf_core::model::CopyEvent {
+            t_s: 2.25,
+            kind: "restart".into(),
+            stream: Some(1),
+            new_stream: Some(2),
+            why: "1.0 Mbit/s against its peers' median 100.0 Mbit/s".into(),
+        }],
+        tail_blocks: 1,
         env: env(&[]),
     };
     let t = render::copy::table(&r);
@@ -902,6 +922,9 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
         t.contains("total: moved 8 MiB in 0.50 s: 134.22 Mbit/s · kept 2 MiB from before · 2 blocks sent again"),
         "{t}"
     );
-    assert!(t.contains("stream 0: 4 MiB in 4 blocks, 3 retransmits, RTT 2.10 ms"), "{t}");
+    assert!(t.contains("stream 0: 4 MiB in 4 blocks, 3 retransmits, RTT 2.10 ms\n"), "{t}");
+    assert!(t.contains("stream 1: 1 MiB in 1 blocks; ended early: restarted: 1.0 Mbit/s against"), "{t}");
+    assert!(t.contains("stream 2 (in stream 1's place): 3 MiB in 3 blocks, 1 sent again at the tail"), "{t}");
+    assert!(t.contains("events: 1 restarts, 0 additions and 0 removals by -P auto, 0 broken, 1 blocks sent again at the tail\n      2.2 s  restart stream 1 -> 2: 1.0 Mbit/s"), "{t}");
     assert!(t.contains("encrypted: AES-256-GCM, keys by X25519 (no key: ...)\nlimited by the network"), "{t}");
 }
