@@ -10,7 +10,8 @@
 //! window or the send buffer), it is old enough to have left slow start,
 //! and blocks are still waiting to be sent. At most [`MAX_PER_MINUTE`]
 //! restarts a minute, one per window. A replacement that is slow too
-//! within its first [`YOUTH_WINDOWS`] windows counts as a failed restart:
+//! within its first [`YOUTH_WINDOWS`] windows (still slow, or not twice as
+//! fast as the connection it replaced) counts as a failed restart:
 //! its slot is not restarted again, and once [`MAX_FAILED`] failures are
 //! half the restarts or more, restarting stops for the copy (the path is slow for everyone, and more
 //! restarts would only be antisocial).
@@ -48,8 +49,9 @@ pub struct ConnWindow {
     /// Of its busy time in the window, the share limited by the receiver's
     /// window or the send buffer.
     pub buffer_limited: f64,
-    /// The connection it replaced, if it is a restart's.
-    pub replaces: Option<u32>,
+    /// The connection it replaced, and that one's rate when it was
+    /// restarted, if it is a restart's.
+    pub replaces: Option<(u32, f64)>,
 }
 
 /// What the pool should do now.
@@ -71,6 +73,8 @@ pub struct Restarts {
     failed: u32,
     /// Slots whose replacement was slow too.
     given_up: Vec<u32>,
+    /// Replacements judged already.
+    judged: Vec<u32>,
     /// Why restarting stopped, once it has.
     pub stopped: Option<String>,
 }
@@ -106,46 +110,65 @@ impl Restarts {
             return None;
         }
         let mature: Vec<&ConnWindow> = conns.iter().filter(|c| c.age_ns >= MATURE_WINDOWS * window_ns).collect();
-        let mut slowest: Option<(&ConnWindow, f64)> = None;
-        for c in &mature {
-            if self.given_up.contains(&c.slot) {
-                continue;
-            }
-            let others = median(mature.iter().filter(|o| o.id != c.id).map(|o| o.rate_bps).collect());
-            let slow = c.rate_bps < SLOW_FRACTION * others
+        let peers = |c: &ConnWindow| median(mature.iter().filter(|o| o.id != c.id).map(|o| o.rate_bps).collect());
+        let slow = |c: &ConnWindow, others: f64| {
+            others.is_finite()
+                && c.rate_bps < SLOW_FRACTION * others
                 && c.retrans > 0
                 && c.buffer_limited < BUFFER_LIMITED
-                && others.is_finite();
-            if slow && slowest.is_none_or(|(s, _)| c.rate_bps < s.rate_bps) {
-                slowest = Some((c, others));
-            }
-        }
-        let (c, others) = slowest?;
+        };
         let window_s = window_ns as f64 / 1e9;
-        let why = format!(
-            "{} against its peers' median {} over the last {window_s:.1} s, {} segments retransmitted, \
-             {:.0}% of its time limited by a window or buffer",
-            mbit(c.rate_bps),
-            mbit(others),
-            c.retrans,
-            c.buffer_limited * 100.0
-        );
-        if c.replaces.is_some() && c.age_ns < YOUTH_WINDOWS * window_ns {
+        let words = |c: &ConnWindow, others: f64| {
+            format!(
+                "{} against its peers' median {} over the last {window_s:.1} s, {} segments retransmitted, \
+                 {:.0}% of its time limited by a window or buffer",
+                mbit(c.rate_bps),
+                mbit(others),
+                c.retrans,
+                c.buffer_limited * 100.0
+            )
+        };
+        // a replacement, once old enough to judge: slow too when it is
+        // still slow, or not twice as fast as the connection it replaced
+        for c in &mature {
+            let Some((old, old_rate)) = c.replaces else { continue };
+            if self.judged.contains(&c.id) || c.age_ns >= YOUTH_WINDOWS * window_ns {
+                continue;
+            }
+            self.judged.push(c.id);
+            let others = peers(c);
+            if !slow(c, others) && c.rate_bps >= 2.0 * old_rate {
+                continue;
+            }
             self.failed += 1;
             self.given_up.push(c.slot);
+            let why = format!("{}, and {} moved {} when it was restarted", words(c, others), old, mbit(old_rate));
             // a bad member of an aggregate takes some replacements too (one in
             // N); a path slow for everyone takes them all
             if self.failed >= MAX_FAILED && 2 * self.failed as usize >= self.done.len() {
                 let stop = format!(
-                    "restarts stopped: {} replacements were slow too (the path is slow for every connection, \
+                    "restarts stopped: {} of {} replacements were slow too (the path is slow for every connection, \
                      restarting more would only be antisocial); the last: {why}",
-                    self.failed
+                    self.failed,
+                    self.done.len()
                 );
                 self.stopped = Some(stop.clone());
                 return Some(Decision::Stop { why: stop });
             }
             return Some(Decision::GiveUp { id: c.id, why: format!("the replacement is slow too: {why}") });
         }
+        let mut slowest: Option<(&ConnWindow, f64)> = None;
+        for c in &mature {
+            if self.given_up.contains(&c.slot) {
+                continue;
+            }
+            let others = peers(c);
+            if slow(c, others) && slowest.is_none_or(|(s, _)| c.rate_bps < s.rate_bps) {
+                slowest = Some((c, others));
+            }
+        }
+        let (c, others) = slowest?;
+        let why = words(c, others);
         // one restart a window, MAX_PER_MINUTE a minute
         if self.done.last().is_some_and(|&t| now_ns < t + window_ns) {
             return None;
@@ -324,6 +347,29 @@ mod tests {
     }
 
     #[test]
+    fn a_replacement_on_a_good_path_is_a_success_and_a_slow_one_gives_its_slot_up() {
+        let mut r = Restarts::default();
+        let mut conns = vec![conn(0, 100.0, 0), conn(1, 95.0, 3), conn(2, 1.0, 40), conn(3, 105.0, 0)];
+        assert!(matches!(r.decide(20 * S, S, &conns, true), Some(Decision::Restart { id: 2, .. })));
+        // hashed onto a good path: 40 Mbit/s against the 1 it replaced
+        conns[2] = ConnWindow { id: 4, slot: 2, age_ns: 2 * S, replaces: Some((2, 1e6)), ..conn(4, 40.0, 2) };
+        assert_eq!(r.decide(23 * S, S, &conns, true), None);
+        // a second slow one, restarted; its replacement as slow: the slot is given up, restarting goes on
+        conns[1] = conn(1, 1.5, 30);
+        assert!(matches!(r.decide(25 * S, S, &conns, true), Some(Decision::Restart { id: 1, .. })));
+        conns[1] = ConnWindow { id: 5, slot: 1, age_ns: 2 * S, replaces: Some((1, 1.5e6)), ..conn(5, 2.0, 9) };
+        match r.decide(28 * S, S, &conns, true) {
+            Some(Decision::GiveUp { id: 5, why }) => {
+                assert!(why.contains("1 moved 1.5 Mbit/s when it was restarted"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // one failure in two restarts: not a storm
+        assert!(r.stopped.is_none());
+        assert_eq!(r.decide(40 * S, S, &conns, true), None, "slot 1 is given up, slot 2 is fast now");
+    }
+
+    #[test]
     fn restarts_are_one_a_window_and_six_a_minute() {
         let mut r = Restarts::default();
         let mut t = 20 * S;
@@ -389,7 +435,7 @@ mod tests {
                     let old = conns.iter_mut().find(|c| c.id == id).map(|c| c.clone()).expect("live");
                     conns.retain(|c| c.id != id);
                     // the replacement: old enough to judge, young enough to count as a failure
-                    conns.push(ConnWindow { id: next, replaces: Some(id), age_ns: 3 * S, ..old });
+                    conns.push(ConnWindow { id: next, replaces: Some((id, old.rate_bps)), age_ns: 3 * S, ..old });
                     next += 1;
                     events.push("restart");
                 }
@@ -401,7 +447,7 @@ mod tests {
                     }
                 }
                 Some(Decision::Stop { why }) => {
-                    assert!(why.contains("restarts stopped: 2 replacements were slow too"), "{why}");
+                    assert!(why.contains("restarts stopped: 2 of 2 replacements were slow too"), "{why}");
                     events.push("stop");
                 }
                 None => {}

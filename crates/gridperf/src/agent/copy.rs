@@ -323,8 +323,11 @@ fn receive_all(
                 }
             }
         };
-        // the client said done once every block was acknowledged: its
-        // connections have ended (an end frame, or reset); the rest within the idle deadline
+        // the client says done once every block is acknowledged: what its
+        // connections still carry is not needed (an end frame, or a block
+        // another delivered first); one it reset may not have said so (the
+        // reset lost on the way), so none is waited for
+        shut(&open);
         for h in running {
             works.push(h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))));
         }

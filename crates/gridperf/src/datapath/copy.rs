@@ -669,7 +669,7 @@ struct Live<'s> {
     slot: u32,
     ctl: Arc<ConnCtl>,
     started: Instant,
-    replaces: Option<u32>,
+    replaces: Option<(u32, f64)>,
     /// A clone of its socket once connected: its TCP_INFO, and a shutdown to wake it.
     sock: Arc<Mutex<Option<TcpStream>>>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<StreamWork>>,
@@ -706,7 +706,7 @@ pub fn send_pool(
     std::thread::scope(|scope| {
         let mut next_id = 0u32;
         let mut next_slot = 0u32;
-        let spawn = |id: u32, slot: u32, replaces: Option<u32>, tail: Option<Duration>| -> Live<'_> {
+        let spawn = |id: u32, slot: u32, replaces: Option<(u32, f64)>, tail: Option<Duration>| -> Live<'_> {
             let ctl = Arc::new(ConnCtl::default());
             ctl.tail_ns.store(tail.map_or(0, |t| t.as_nanos() as u64), Ordering::Relaxed);
             let sock: Arc<Mutex<Option<TcpStream>>> = Arc::default();
@@ -859,11 +859,12 @@ pub fn send_pool(
                     Some(Decision::Restart { id, why }) if next_id < budget => {
                         if let Some(pos) = live.iter().position(|l| l.id == id) {
                             let slot = live[pos].slot;
+                            let rate = views.iter().find(|v| v.id == id).map_or(0.0, |v| v.rate_bps);
                             live[pos].ctl.close(format!("restarted: {why}"));
                             if let Some(s) = lock(&live[pos].sock).as_ref() {
                                 let _ = s.shutdown(std::net::Shutdown::Both);
                             }
-                            live.push(spawn(next_id, slot, Some(id), tail));
+                            live.push(spawn(next_id, slot, Some((id, rate)), tail));
                             note(&mut events, "restart", Some(id), Some(next_id), why);
                             next_id += 1;
                         }

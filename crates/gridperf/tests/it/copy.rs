@@ -734,3 +734,26 @@ fn copy_pull(port: &str, key: &str, dst: &str) -> Output {
         "--json",
     ])
 }
+
+#[test]
+fn a_static_split_gives_each_stream_its_slice_as_bbftp_does() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("static");
+    let data = bytes(4 << 20, 9);
+    write(&d.join("src/f.dat"), &data);
+    let (src, dst) = (d.join("src/f.dat").display().to_string(), format!("{}/", d.join("dst").display()));
+    let v = json(&run(&["copy", &src, &dst, "-P", "4", "--block", "64K", "--split", "static", "--no-store", "--json"]));
+    assert!(std::fs::read(d.join("dst/f.dat")).expect("copied") == data);
+    // 64 blocks, 16 each: no stream takes another's (the dynamic queue would let a fast one take more)
+    let blocks: Vec<u64> =
+        v["per_stream"].as_array().expect("streams").iter().filter_map(|s| s["blocks"].as_u64()).collect();
+    assert_eq!(blocks, [16, 16, 16, 16], "{v}");
+    assert_eq!(v["tail_blocks"], 0);
+    // an adaptive count has no fixed slices to give
+    let o = run(&["copy", &src, &dst, "-P", "auto", "--split", "static", "--no-store"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--split static gives each of a fixed number of streams its slice"), "{}", stderr(&o));
+    let o = run(&["copy", &src, &dst, "-P", "9..2", "--no-store"]);
+    assert!(stderr(&o).contains("auto, or MIN..MAX"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

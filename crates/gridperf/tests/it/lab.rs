@@ -1002,3 +1002,113 @@ fn lab_copy(tag: &str, mib: u32, shift: u32, settings: &[&str]) -> (Output, std:
     assert!(std::fs::read(d.join("out/f.dat")).expect("copied") == data, "the copy differs");
     (o, d)
 }
+
+/// "X Mbit/s against its peers' median Y Mbit/s" in an event's words.
+fn rate_and_median(why: &str) -> (f64, f64) {
+    let num = |s: &str| s.trim().split(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let (rate, rest) = why.split_once(" against its peers' median ").unwrap_or(("nan", "nan"));
+    (num(rate), num(rest))
+}
+
+#[test]
+fn a_stream_on_a_lossy_path_is_restarted_onto_another() {
+    if !privileged("a_stream_on_a_lossy_path_is_restarted_onto_another") {
+        return;
+    }
+    let _serial = serial();
+    // two paths of 100 Mbit/s at 20 ms, the second losing 2%: a stream
+    // hashed onto it moves a few Mbit/s against tens; 6 streams (none on
+    // it at all: 1 in 64, so up to three tries)
+    let settings = [
+        "--lab-set",
+        "rate=200M",
+        "--lab-set",
+        "rtt=20ms",
+        "--lab-set",
+        "loss=0",
+        "--lab-set",
+        "paths=2",
+        "--lab-set",
+        "path2:loss=2%",
+        "-P",
+        "6",
+        "-C",
+        "cubic",
+        "--block",
+        "1M",
+    ];
+    let mut restarted = None;
+    for attempt in 0..3 {
+        let (o, d) = lab_copy(&format!("restart{attempt}"), 96, 12, &settings);
+        let _ = std::fs::remove_dir_all(&d);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        let events = v["events"].as_array().cloned().unwrap_or_default();
+        let restarts: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "restart").collect();
+        // never more than the guard rails allow: 6 a minute, one a window
+        assert!(restarts.len() <= 6, "{events:?}");
+        if restarts.is_empty() {
+            continue;
+        }
+        for e in &restarts {
+            let (rate, median) = rate_and_median(e["why"].as_str().unwrap_or_default());
+            assert!(rate < median / 3.0, "a restart of a stream not slow: {e}");
+            assert!(e["why"].as_str().is_some_and(|w| !w.contains(" 0 segments retransmitted")), "{e}");
+            // the old connection says why it ended; the new one took its place
+            let (old, new) = (e["stream"].as_u64().expect("old"), e["new_stream"].as_u64().expect("new"));
+            let streams = v["per_stream"].as_array().expect("streams");
+            let find = |k: u64| streams.iter().find(|s| s["index"].as_u64() == Some(k)).cloned();
+            let old_s = find(old).expect("the restarted stream is reported");
+            assert!(old_s["ended"].as_str().is_some_and(|w| w.starts_with("restarted: ")), "{old_s}");
+            if let Some(new_s) = find(new) {
+                assert_eq!(new_s["slot"], old_s["slot"], "{new_s}");
+            }
+        }
+        restarted = Some(restarts.len());
+        break;
+    }
+    assert!(restarted.is_some(), "no stream was restarted in three copies across a lossy path");
+}
+
+#[test]
+fn on_a_path_lossy_for_every_stream_restarts_stay_rare() {
+    if !privileged("on_a_path_lossy_for_every_stream_restarts_stay_rare") {
+        return;
+    }
+    let _serial = serial();
+    // 2% loss for all: every stream is slow alike, a restart would find the same path
+    let settings =
+        ["--lab-set", "rate=200M", "--lab-set", "rtt=20ms", "--lab-set", "loss=2%", "-P", "8", "-C", "cubic"];
+    let (o, d) = lab_copy("storm", 32, 10, &settings);
+    let _ = std::fs::remove_dir_all(&d);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let events = v["events"].as_array().cloned().unwrap_or_default();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let restarts = kinds.iter().filter(|k| **k == "restart").count();
+    assert!(restarts <= 2, "{restarts} restarts on a path as bad for every stream: {events:?}");
+    // after a stop, none
+    if let Some(stop) = kinds.iter().position(|k| *k == "stop-restarts") {
+        assert!(!kinds[stop..].contains(&"restart"), "{kinds:?}");
+    }
+}
+
+#[test]
+fn auto_streams_grow_while_each_stream_is_window_bound() {
+    if !privileged("auto_streams_grow_while_each_stream_is_window_bound") {
+        return;
+    }
+    let _serial = serial();
+    // 100 ms and a 256 KB buffer: one stream moves about 20 Mbit/s of the
+    // 100: more streams pay, and -P auto must find that out, within 1..8
+    let settings = ["--lab-set", "loss=0", "--lab-set", "rtt=100ms", "-P", "1..8", "-w", "256K", "--block", "256K"];
+    let (o, d) = lab_copy("auto", 96, 9, &settings);
+    let _ = std::fs::remove_dir_all(&d);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let events = v["events"].as_array().cloned().unwrap_or_default();
+    assert!(events.iter().any(|e| e["kind"] == "add"), "{events:?}");
+    let streams = v["per_stream"].as_array().expect("streams").len();
+    assert!((3..=8 + 4).contains(&streams), "{streams} connections: {events:?}");
+    assert_eq!(v["streams_auto"], serde_json::json!([1, 8]));
+    // faster than one window-bound stream could be (20 Mbit/s)
+    let rate = v["throughput_bps"].as_f64().expect("rate");
+    assert!(rate > 30e6, "{rate} bit/s: {events:?}");
+}
