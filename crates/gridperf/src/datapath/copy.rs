@@ -646,6 +646,9 @@ pub struct PoolPlan {
     pub tail: bool,
     /// The most connections over the copy (their numbers stay below it).
     pub connections: u32,
+    /// Said with the first restart: why a new connection may start no
+    /// faster (this host's TCP metrics cache), if it would.
+    pub restart_caveat: Option<String>,
 }
 
 /// What the pool did: each connection's result (by number), and its events.
@@ -865,6 +868,10 @@ pub fn send_pool(
                                 let _ = s.shutdown(std::net::Shutdown::Both);
                             }
                             live.push(spawn(next_id, slot, Some((id, rate)), tail));
+                            let why = match &plan.restart_caveat {
+                                Some(c) if restarts.count() == 1 => format!("{why}; {c}"),
+                                _ => why,
+                            };
                             note(&mut events, "restart", Some(id), Some(next_id), why);
                             next_id += 1;
                         }

@@ -223,6 +223,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 restart: o.restart,
                 tail: o.tail,
                 connections: counters.len() as u32,
+                restart_caveat: ssthresh_cached(),
             };
             // the first connections are open; a restart's or -P auto's are opened as needed
             let first: std::sync::Mutex<Vec<Option<TcpStream>>> =
@@ -525,6 +526,26 @@ fn drive<R: Send>(
 
 /// The length of a copy's per-stream intervals.
 pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether a restarted connection would start from the slow one's
+/// slow-start threshold: Linux keeps TCP metrics per destination
+/// (`net.ipv4.tcp_no_metrics_save` 0) and, unless
+/// `tcp_no_ssthresh_metrics_save` is 1 (the default since Linux 5.7), the
+/// ssthresh among them, which a new connection to the same host starts
+/// from: a restart would begin in congestion avoidance at the old rate.
+/// The words to say so, read in this thread's namespace; None when not.
+pub fn ssthresh_cached() -> Option<String> {
+    let on = |k: &str| host::sysctl(k).map(|v| v.trim() == "0");
+    let metrics_saved = on("net.ipv4.tcp_no_metrics_save").unwrap_or(false);
+    // before 5.7 there is no switch: the ssthresh is saved with the rest
+    let ssthresh_saved = on("net.ipv4.tcp_no_ssthresh_metrics_save").unwrap_or(true);
+    (metrics_saved && ssthresh_saved).then(|| {
+        "this host caches the slow connection's ssthresh for the destination (net.ipv4.tcp_no_metrics_save=0, \
+         tcp_no_ssthresh_metrics_save=0 or absent): its replacement starts from it, no faster at first; \
+         sysctl -w net.ipv4.tcp_no_ssthresh_metrics_save=1 lets a restart begin afresh"
+            .to_string()
+    })
+}
 
 /// The first data connections, each opened as [`connect_one`] opens it.
 fn connect(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions) -> Result<Vec<TcpStream>> {
