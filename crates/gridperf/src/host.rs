@@ -59,6 +59,26 @@ pub fn sysctl(name: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
+/// Whether a restarted connection would start from the slow one's
+/// slow-start threshold: Linux keeps TCP metrics per destination
+/// (`net.ipv4.tcp_no_metrics_save` 0) and, unless
+/// `tcp_no_ssthresh_metrics_save` is 1 (the default since Linux 5.7), the
+/// ssthresh among them, which a new connection to the same host starts
+/// from: a restart would begin in congestion avoidance at the old rate.
+/// The words to say so, read in this thread's namespace; None when not.
+pub fn ssthresh_cached() -> Option<String> {
+    let on = |k: &str| sysctl(k).map(|v| v.trim() == "0");
+    let metrics_saved = on("net.ipv4.tcp_no_metrics_save").unwrap_or(false);
+    // before 5.7 there is no switch: the ssthresh is saved with the rest
+    let ssthresh_saved = on("net.ipv4.tcp_no_ssthresh_metrics_save").unwrap_or(true);
+    (metrics_saved && ssthresh_saved).then(|| {
+        "this host caches the slow connection's ssthresh for the destination (net.ipv4.tcp_no_metrics_save=0, \
+         tcp_no_ssthresh_metrics_save=0 or absent): its replacement starts from it, no faster at first; \
+         sysctl -w net.ipv4.tcp_no_ssthresh_metrics_save=1 lets a restart begin afresh"
+            .to_string()
+    })
+}
+
 /// The ceiling of an autotuned buffer: the third field of net.ipv4.tcp_rmem
 /// or tcp_wmem ("min default max"), bytes; None when unreadable.
 pub fn tcp_mem_max(name: &str) -> Option<u64> {

@@ -56,6 +56,15 @@ pub struct CopySpec {
     /// again on another; a file is complete when every block is verified).
     #[serde(default)]
     pub connections: u32,
+    /// What the sending end's pool may do (a pull: the agent's): restart a
+    /// slow connection, send the tail again, and adapt the count between
+    /// these bounds (`-P auto`; `streams` is the start).
+    #[serde(default)]
+    pub restart: bool,
+    #[serde(default)]
+    pub tail: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<(u32, u32)>,
 }
 
 /// The most data connections one copy may open over its life.
@@ -72,6 +81,12 @@ impl CopySpec {
                 "{} connections over the copy for {} streams: give {} to {MAX_COPY_CONNECTIONS}",
                 self.connections, self.streams, self.streams
             )));
+        }
+        if let Some((lo, hi)) = self.auto.filter(|&(lo, hi)| lo == 0 || lo > hi || hi > MAX_STREAMS) {
+            return Err(unsupported(format!("-P {lo}..{hi}: give 1 <= MIN <= MAX <= {MAX_STREAMS}")));
+        }
+        if self.auto.is_some_and(|(_, hi)| self.connections < hi) {
+            return Err(unsupported(format!("{} connections for up to {:?} streams", self.connections, self.auto)));
         }
         crate::copy::check_block(self.block).map_err(unsupported)?;
         if self.files == 0 || self.files > MAX_COPY_FILES {

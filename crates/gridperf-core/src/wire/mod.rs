@@ -346,6 +346,21 @@ pub enum AgentMsg {
         changed: Vec<u32>,
         #[serde(default)]
         streams: Vec<crate::model::CopyStream>,
+        /// What the agent's pool of connections did (restarts, -P auto, broken ones).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        events: Vec<crate::model::CopyEvent>,
+        /// Blocks the agent sent again at the tail.
+        #[serde(default)]
+        tail_blocks: u64,
+    },
+    /// Pull: open data connection `index` (a restart's, or -P auto's), with
+    /// the copy's token; the agent takes it within its control deadline.
+    CopyConnect {
+        index: u32,
+    },
+    /// Pull: something the agent's pool of connections did, as it happened.
+    CopyEvent {
+        event: crate::model::CopyEvent,
     },
     /// Push: how each file ended at the agent; the agent's streams on the last part.
     CopyResults {

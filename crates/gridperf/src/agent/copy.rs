@@ -112,9 +112,7 @@ pub(super) fn run(
                     return Err(send_error(ctl, ErrorCode::Unsupported, format!("TCP_CONGESTION {cc}: {e}")));
                 }
             }
-            if let Some(p) = spec.pacing_bps {
-                let _ = gridperf_sys::set_max_pacing_rate(&s, p / 8);
-            }
+            tune_socket(&s, spec);
             out.push(s);
         }
         // every connection taken: the client may start
@@ -177,27 +175,51 @@ pub(super) fn run(
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
         let queue = BlockQueue::new(&needs);
-        let moved = AtomicU64::new(0);
-        let works: Vec<std::io::Result<StreamWork>> = dp::each_stream(socks, |k, s| {
-            let crypt = Crypt::of(keys.as_ref(), k, true);
-            dp::send_stream(
-                k,
-                &sources,
-                spec.block,
-                &queue,
-                dp::Link { sock: s, idle, crypt, window: spec.window },
-                &moved,
-                &dp::ConnCtl::default(),
-            )
-        });
+        let first: Vec<u32> = (0..socks.len() as u32).collect();
+        let conns = PullConnections {
+            l: &l,
+            ctl: std::sync::Mutex::new(ctl.try_clone().map_err(|e| e.to_string())?),
+            peer,
+            token,
+            spec,
+            within: shared.cfg.control_timeout,
+            arrived: std::sync::Mutex::new((
+                socks.into_iter().enumerate().map(|(k, s)| (k as u32, s)).collect(),
+                first,
+            )),
+        };
+        let budget = spec.connections.max(spec.streams);
+        let plan = dp::PoolPlan {
+            start: spec.streams,
+            auto: spec.auto,
+            restart: spec.restart,
+            tail: spec.tail,
+            connections: budget,
+            restart_caveat: host::ssthresh_cached(),
+        };
+        let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
+        let open = |k: u32| -> std::io::Result<dp::Link> {
+            let sock = conns.open(k)?;
+            Ok(dp::Link { sock, idle, crypt: Crypt::of(keys.as_ref(), k, true), window: spec.window })
+        };
+        let tell = |e: &gridperf_core::model::CopyEvent| {
+            let mut c = conns.ctl.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = wire::write_msg(&mut *c, &AgentMsg::CopyEvent { event: e.clone() });
+        };
+        let pool = dp::send_pool(&sources, spec.block, &queue, &plan, &open, &moved, &tell);
         if let Some(why) = queue.stopped() {
             return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
         }
         let mut changed: Vec<u32> =
             sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
         changed.extend(queue.failed().iter().map(|(f, _)| *f));
-        wire::write_msg(ctl, &AgentMsg::CopySent { changed, streams: streams_of(&works) })
-            .map_err(|e| e.to_string())?;
+        let sent = AgentMsg::CopySent {
+            changed,
+            streams: streams_of(&pool.works),
+            events: pool.events,
+            tail_blocks: queue.tail_sent(),
+        };
+        wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
         finish(ctl, idle, agent)
     }
 }
@@ -224,82 +246,48 @@ fn receive_all(
 ) -> Result<(Vec<std::io::Result<StreamWork>>, Vec<u32>), Fail> {
     let idle = shared.cfg.max_idle;
     let most = if spec.connections == 0 { spec.streams } else { spec.connections };
-    let moved = AtomicU64::new(0);
+    let moved: Vec<AtomicU64> = (0..most).map(|_| AtomicU64::new(0)).collect();
     let mut seen: Vec<u32> = (0..socks.len() as u32).collect();
-    let mut open: Vec<TcpStream> = socks.iter().filter_map(|s| s.try_clone().ok()).collect();
-    let end = std::thread::scope(|scope| {
-        let receive = |k: u32, s: TcpStream| {
-            let moved = &moved;
-            scope.spawn(move || {
-                let crypt = Crypt::of(keys, k, false);
-                dp::receive_stream(k, files, spec.block, dp::Link { sock: s, idle, crypt, window: spec.window }, moved)
-            })
-        };
-        let mut running: Vec<_> = socks.into_iter().enumerate().map(|(k, s)| receive(k as u32, s)).collect();
-        let mut works: Vec<std::io::Result<StreamWork>> = Vec::new();
+    std::thread::scope(|scope| {
+        let mut set = dp::ReceiveSet::new(scope, files, spec.block, idle, spec.window, keys, &moved);
+        for (k, s) in socks.into_iter().enumerate() {
+            set.start(k as u32, s);
+        }
         let mut quiet_since = Instant::now();
-        let shut = |open: &[TcpStream]| {
-            for s in open {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
-        };
         let outcome: Result<Vec<u32>, Fail> = loop {
-            // the connections that ended
-            let mut k = 0;
-            while k < running.len() {
-                if running[k].is_finished() {
-                    let w = running
-                        .swap_remove(k)
-                        .join()
-                        .unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked")));
-                    works.push(w);
-                } else {
-                    k += 1;
-                }
-            }
             // what arrived was not what was sent: say so before the client asks, keep every partial file
-            if let Some(e) =
-                works.iter().find_map(|w| w.as_ref().err().filter(|e| e.kind() == std::io::ErrorKind::InvalidData))
-            {
-                let why = format!("a stream at the writing end: {e}; nothing renamed, partial files kept for a resume");
-                shut(&open);
+            if let Some(e) = set.reap() {
+                set.shut();
                 finish_all(files, &(0..files.len() as u32).collect::<Vec<_>>());
+                let why = format!("a stream at the writing end: {e}; nothing renamed, partial files kept for a resume");
                 break Err(send_error(ctl, ErrorCode::BadMessage, why));
             }
-            if !running.is_empty() {
+            if set.running() > 0 {
                 quiet_since = Instant::now();
             } else if quiet_since.elapsed() > idle {
-                shut(&open);
+                set.shut();
                 break Err(Fail::Told(format!(
                     "the client opened no data connection and said nothing for {} s: partial files kept",
                     idle.as_secs()
                 )));
             }
             if shared.stop.load(std::sync::atomic::Ordering::Relaxed) {
-                shut(&open);
+                set.shut();
                 break Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
             }
             let ready = match gridperf_sys::poll_readable(&[l.as_raw_fd(), ctl.as_raw_fd()], 100) {
                 Ok(r) => r,
                 Err(e) => {
-                    shut(&open);
+                    set.shut();
                     break Err(Fail::Told(format!("waiting on the copy's connections: {e}")));
                 }
             };
             if ready[0] {
                 let mut fits = |h: &DataHello| h.kind == DataKind::Copy && h.index < most && !seen.contains(&h.index);
                 if let Some((h, s)) = data::accept_one(l, peer.ip().to_canonical(), token, &mut fits) {
-                    if let Some(cc) = &spec.congestion {
-                        let _ = gridperf_sys::set_tcp_congestion(&s, cc);
-                    }
-                    if let Some(p) = spec.pacing_bps {
-                        let _ = gridperf_sys::set_max_pacing_rate(&s, p / 8);
-                    }
+                    tune_socket(&s, spec);
                     seen.push(h.index);
-                    if let Ok(c) = s.try_clone() {
-                        open.push(c);
-                    }
-                    running.push(receive(h.index, s));
+                    set.start(h.index, s);
                 }
             }
             if !ready[1] {
@@ -308,32 +296,87 @@ fn receive_all(
             match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
                 Ok(ClientMsg::CopyDone { changed }) => break Ok(changed),
                 Ok(ClientMsg::Abort { reason }) => {
-                    shut(&open);
+                    set.shut();
                     finish_all(files, &(0..files.len() as u32).collect::<Vec<_>>());
                     break Err(Fail::Told(format!("client aborted: {reason} (partial files kept for a resume)")));
                 }
                 Ok(other) => {
-                    shut(&open);
+                    set.shut();
                     break Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-done, got {other:?}")));
                 }
                 Err(e) => {
                     // the client vanished: what arrived stays, partial, for a resume
-                    shut(&open);
+                    set.shut();
                     break Err(Fail::Told(format!("the client went away during the copy: {e}; partial files kept")));
                 }
             }
         };
         // the client says done once every block is acknowledged: what its
-        // connections still carry is not needed (an end frame, or a block
-        // another delivered first); one it reset may not have said so (the
-        // reset lost on the way), so none is waited for
-        shut(&open);
-        for h in running {
-            works.push(h.join().unwrap_or_else(|_| Err(std::io::Error::other("a stream panicked"))));
-        }
+        // connections still carry is not needed
+        let works = set.finish();
         outcome.map(|changed| (works, changed))
-    })?;
-    Ok(end)
+    })
+}
+
+/// The copy's congestion control and pacing on a data connection the agent took.
+fn tune_socket(s: &TcpStream, spec: &CopySpec) {
+    if let Some(cc) = &spec.congestion {
+        let _ = gridperf_sys::set_tcp_congestion(s, cc);
+    }
+    if let Some(p) = spec.pacing_bps {
+        let _ = gridperf_sys::set_max_pacing_rate(s, p / 8);
+    }
+}
+
+/// A pull's sending connections, as the agent's pool asks for them: the
+/// first ones taken already; another (a restart's, -P auto's) asked of the
+/// client on the control connection and taken from the listener within
+/// the control deadline (connections may come in any order).
+struct PullConnections<'a> {
+    l: &'a std::net::TcpListener,
+    ctl: std::sync::Mutex<TcpStream>,
+    peer: SocketAddr,
+    token: u64,
+    spec: &'a CopySpec,
+    within: std::time::Duration,
+    /// Connections taken, by index, not yet handed out; indexes seen.
+    arrived: std::sync::Mutex<(std::collections::HashMap<u32, TcpStream>, Vec<u32>)>,
+}
+
+impl PullConnections<'_> {
+    fn open(&self, k: u32) -> std::io::Result<TcpStream> {
+        fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+            m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+        if let Some(s) = lock(&self.arrived).0.remove(&k) {
+            return Ok(s);
+        }
+        wire::write_msg(&mut *lock(&self.ctl), &AgentMsg::CopyConnect { index: k })
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let until = Instant::now() + self.within;
+        let most = self.spec.connections.max(self.spec.streams);
+        while Instant::now() < until {
+            if let Some(s) = lock(&self.arrived).0.remove(&k) {
+                return Ok(s);
+            }
+            let ready = gridperf_sys::poll_readable(&[self.l.as_raw_fd()], 50)?;
+            if !ready[0] {
+                continue;
+            }
+            let mut got = lock(&self.arrived);
+            let seen = got.1.clone();
+            let mut fits = |h: &DataHello| h.kind == DataKind::Copy && h.index < most && !seen.contains(&h.index);
+            if let Some((h, s)) = data::accept_one(self.l, self.peer.ip().to_canonical(), self.token, &mut fits) {
+                tune_socket(&s, self.spec);
+                got.1.push(h.index);
+                got.0.insert(h.index, s);
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the client did not open data connection {k} within {} s", self.within.as_secs()),
+        ))
+    }
 }
 
 /// The streams that ended well, for the client's verdict.

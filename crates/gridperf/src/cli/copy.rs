@@ -20,25 +20,26 @@ pub struct CopyArgs {
     #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
     /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
-    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs (a push): it starts with MIN (1),
+    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs: it starts with MIN (1),
     /// adds streams while the copy's rate grows by 10% after each addition, removes one when retransmissions
     /// rise without gain, and stays within MIN..MAX (auto: 1..16); every change is an event in the summary.
     #[arg(short = 'P', long, default_value = "4", value_name = "N|auto|MIN..MAX")]
     pub parallel: String,
-    /// Do not restart slow streams. By default (a push) a stream is closed and opened again from a new port,
-    /// its blocks back on the queue, when over several round trips its rate stays below half its peers' median
-    /// AND its TCP_INFO shows losses while not limited by a window or buffer; at most 6 a minute, one per
-    /// window; a replacement slow too is left alone, and two such stop restarting (the path is slow for all).
+    /// Do not restart slow streams. By default the sending end (the agent in a pull) closes a stream and opens
+    /// it again from a new port, its blocks back on the queue, when over several round trips its rate stays
+    /// below a third of its peers' median AND its TCP_INFO shows losses while not limited by a window or
+    /// buffer; at most 6 a minute, one per window; a replacement slow too (not twice as fast) is left alone,
+    /// and once two such are half the restarts or more, restarting stops (the path is slow for all).
     #[arg(long)]
     pub no_restart: bool,
-    /// Do not send the last blocks again at the tail. By default (a push), once no block is left to take, an
+    /// Do not send the last blocks again at the tail. By default, once no block is left to take, an
     /// idle stream sends again a block another has had unacknowledged for 4 of its round trips; the first
     /// verified copy wins and the slower stream is reset at the end.
     #[arg(long)]
     pub no_tail: bool,
     /// How blocks are shared among the streams: dynamic (one queue every stream takes from: a fast stream
     /// carries more) or static (each stream a fixed contiguous slice, as bbftp does: the slowest sets the finish;
-    /// no restarts, no tail; for comparison).
+    /// no restarts, no tail; a push only; for comparison).
     #[arg(long, default_value = "dynamic", value_name = "dynamic|static")]
     pub split: String,
     /// Block size: a power of two from 64K to 64M. Each stream holds one block in memory at each end and may have

@@ -1315,6 +1315,105 @@ pub fn receive_stream(
     Ok(work)
 }
 
+/// The writing end's data connections of a copy, in a thread scope: each
+/// started as it comes (the first ones, then a restart's or -P auto's),
+/// ended in any order. One that breaks or is reset is no error by itself
+/// (the sending end sends its blocks again on another; a file is whole when
+/// every block is verified); one that carried what was not sent (altered
+/// on the way, not a block) ends the copy.
+pub struct ReceiveSet<'scope, 'env> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    files: &'env [Option<SinkFile>],
+    block: u64,
+    idle: Duration,
+    window: Option<u64>,
+    keys: Option<&'env gridperf_core::seal::CopyKeys>,
+    /// Bytes verified, by connection number.
+    moved: &'env [AtomicU64],
+    running: Vec<std::thread::ScopedJoinHandle<'scope, io::Result<StreamWork>>>,
+    open: Vec<TcpStream>,
+    works: Vec<io::Result<StreamWork>>,
+}
+
+impl<'scope, 'env> ReceiveSet<'scope, 'env> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        files: &'env [Option<SinkFile>],
+        block: u64,
+        idle: Duration,
+        window: Option<u64>,
+        keys: Option<&'env gridperf_core::seal::CopyKeys>,
+        moved: &'env [AtomicU64],
+    ) -> Self {
+        ReceiveSet {
+            scope,
+            files,
+            block,
+            idle,
+            window,
+            keys,
+            moved,
+            running: Vec::new(),
+            open: Vec::new(),
+            works: Vec::new(),
+        }
+    }
+
+    /// Starts receiving on connection `k`.
+    pub fn start(&mut self, k: u32, sock: TcpStream) {
+        if let Ok(c) = sock.try_clone() {
+            self.open.push(c);
+        }
+        let (files, block, idle, window) = (self.files, self.block, self.idle, self.window);
+        let Some(moved) = self.moved.get(k as usize).or(self.moved.last()) else { return };
+        let crypt = Crypt::of(self.keys, k, false);
+        self.running
+            .push(self.scope.spawn(move || receive_stream(k, files, block, Link { sock, idle, crypt, window }, moved)));
+    }
+
+    /// Collects the connections that ended; why the copy must stop, if one
+    /// carried what was not sent.
+    pub fn reap(&mut self) -> Option<String> {
+        let mut k = 0;
+        while k < self.running.len() {
+            if self.running[k].is_finished() {
+                let h = self.running.swap_remove(k);
+                self.works.push(h.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked"))));
+            } else {
+                k += 1;
+            }
+        }
+        self.works
+            .iter()
+            .find_map(|w| w.as_ref().err().filter(|e| e.kind() == io::ErrorKind::InvalidData))
+            .map(|e| e.to_string())
+    }
+
+    /// Connections still receiving.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Cuts every connection (their threads end at once).
+    pub fn shut(&self) {
+        for s in &self.open {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Cuts what still runs (nothing it carries is needed once the sending
+    /// end says every block is acknowledged; a reset whose RST was lost
+    /// would otherwise hold it for the idle deadline) and collects them all.
+    pub fn finish(mut self) -> Vec<io::Result<StreamWork>> {
+        self.shut();
+        for h in self.running.drain(..) {
+            self.works.push(h.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked"))));
+        }
+        self.works
+    }
+}
+
 /// The directory that holds `rel` beneath `root` (its parents made, part
 /// by part, when `make`), opened without leaving `root`, and the file's
 /// own name. `rel` is checked first ([`gridperf_core::copy::check_relative`]).
@@ -1432,16 +1531,4 @@ pub fn prepare_all(
         }
     }
     (files, needs)
-}
-
-/// Runs `f` for each connection on a thread of its own; their results, in order.
-pub fn each_stream<F>(socks: Vec<TcpStream>, f: F) -> Vec<io::Result<StreamWork>>
-where
-    F: Fn(u32, TcpStream) -> io::Result<StreamWork> + Sync,
-{
-    std::thread::scope(|scope| {
-        let f = &f;
-        let hs: Vec<_> = socks.into_iter().enumerate().map(|(k, s)| scope.spawn(move || f(k as u32, s))).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked")))).collect()
-    })
 }

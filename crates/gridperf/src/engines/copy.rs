@@ -54,12 +54,8 @@ impl CopyOptions {
         self.auto.map_or(self.streams, |(_, hi)| hi.max(self.streams))
     }
 
-    /// The most connections over the copy: restarts and -P auto's changes
-    /// open new ones; a pull keeps its first ones.
-    pub fn connections(&self, push: bool) -> u32 {
-        if !push {
-            return self.streams;
-        }
+    /// The most connections over the copy: restarts and -P auto's changes open new ones.
+    pub fn connections(&self) -> u32 {
         (self.most_streams() * 2 + 16).min(gridperf_core::wire::MAX_COPY_CONNECTIONS)
     }
 }
@@ -113,11 +109,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
     if direction == CopyDirection::Pull && o.split_static {
         return Err(Error::usage("--split static is for a push (this host sends)"));
     }
-    if direction == CopyDirection::Pull && o.auto.is_some() {
-        return Err(Error::usage(
-            "-P auto adapts the streams of a push (this host sends); a pull (the agent sends) takes a fixed -P N",
-        ));
-    }
+
     let spec = CopySpec {
         direction,
         files: count as u32,
@@ -130,7 +122,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         force: o.force,
         checksum: o.checksum,
         encrypt: None,
-        connections: o.connections(direction == CopyDirection::Push),
+        connections: o.connections(),
+        restart: o.restart,
+        tail: o.tail,
+        auto: o.auto,
     };
     let exchange = if o.encrypt {
         Some(gridperf_core::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
@@ -180,10 +175,9 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
     });
     let agent_streams: Vec<StreamWork>;
     let client = host::end_info(None, false);
-    let counters: Vec<AtomicU64> =
-        (0..o.connections(direction == CopyDirection::Push)).map(|_| AtomicU64::new(0)).collect();
-    let mut events: Vec<CopyEvent> = Vec::new();
-    let mut tail_blocks = 0;
+    let counters: Vec<AtomicU64> = (0..o.connections()).map(|_| AtomicU64::new(0)).collect();
+    let events: Vec<CopyEvent>;
+    let tail_blocks: u64;
     let intervals: Vec<Vec<u64>>;
     let report_files: Vec<CopyFileResult>;
     let skipped: Vec<Skipped>;
@@ -223,7 +217,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 restart: o.restart,
                 tail: o.tail,
                 connections: counters.len() as u32,
-                restart_caveat: ssthresh_cached(),
+                restart_caveat: host::ssthresh_cached(),
             };
             // the first connections are open; a restart's or -P auto's are opened as needed
             let first: std::sync::Mutex<Vec<Option<TcpStream>>> =
@@ -342,28 +336,64 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 other => return Err(net(format!("expected the agent's step-ready, got {other:?}"))),
             }
             session.go()?;
+            let fresh: std::sync::Mutex<Vec<CopyEvent>> = std::sync::Mutex::default();
             let t0 = Instant::now();
-            let (results, end, taken): (Vec<std::io::Result<StreamWork>>, Instant, _) =
-                drive(&counters, total, watch, &std::sync::Mutex::default(), |moved| {
-                    dp::each_stream(socks, |k, s| {
-                        let crypt = dp::Crypt::of(keys.as_ref(), k, false);
-                        let link = dp::Link { sock: s, idle: o.idle, crypt, window: o.window };
-                        dp::receive_stream(k, &sinks, o.block, link, &moved[k as usize])
-                    })
-                });
+            let token = ready.token;
+            // the agent sends; this end takes its connections as it asks for
+            // them (a restart's, -P auto's) until it says every block is sent
+            let ((results, sent), end, taken) = drive(&counters, total, watch, &fresh, |moved| {
+                std::thread::scope(|scope| {
+                    let mut set = dp::ReceiveSet::new(scope, &sinks, o.block, o.idle, o.window, keys.as_ref(), moved);
+                    for (k, s) in socks.into_iter().enumerate() {
+                        set.start(k as u32, s);
+                    }
+                    let mut quiet_since = Instant::now();
+                    let sent: std::result::Result<AgentMsg, String> = loop {
+                        if let Some(e) = set.reap() {
+                            break Err(format!("a stream here: {e}"));
+                        }
+                        if set.running() > 0 {
+                            quiet_since = Instant::now();
+                        } else if quiet_since.elapsed() > o.idle {
+                            break Err(format!("no data connection and no word from the agent for {:?}", o.idle));
+                        }
+                        if !session.agent_gone_within(Duration::from_millis(100)) {
+                            continue;
+                        }
+                        match session.next(o.deadlines.control) {
+                            Ok(AgentMsg::CopyConnect { index }) if (index as usize) < moved.len() => {
+                                match connect_one(addr, port, token, o, index) {
+                                    Ok(s) => set.start(index, s),
+                                    // the agent's pool sees it never came, and goes on without it
+                                    Err(e) => eprintln!("gridperf copy: data connection {index}: {e}"),
+                                }
+                            }
+                            Ok(AgentMsg::CopyEvent { event }) => {
+                                fresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event)
+                            }
+                            Ok(m @ AgentMsg::CopySent { .. }) => break Ok(m),
+                            Ok(other) => break Err(format!("expected the agent's copy-sent, got {other:?}")),
+                            Err(e) => break Err(e.to_string()),
+                        }
+                    };
+                    (set.finish(), sent)
+                })
+            });
             intervals = taken;
             seconds = (end - t0).as_secs_f64();
-            if let Some(Err(e)) = results.iter().find(|w: &&std::io::Result<StreamWork>| w.is_err()) {
-                let why = format!("a stream failed: {e} (what arrived is kept partial: --resume goes on)");
-                session.abort(&why);
-                return Err(net(why));
-            }
-            let changed = match session.next(o.deadlines.control + o.idle)? {
-                AgentMsg::CopySent { changed, streams } => {
+            let changed = match sent {
+                Ok(AgentMsg::CopySent { changed, streams, events: theirs, tail_blocks: tail }) => {
                     agent_streams = streams;
+                    events = theirs;
+                    tail_blocks = tail;
                     changed
                 }
-                other => return Err(net(format!("expected the agent's copy-sent, got {other:?}"))),
+                Ok(_) => return Err(net("expected the agent's copy-sent")),
+                Err(why) => {
+                    let why = format!("the copy stopped: {why} (what arrived is kept partial: --resume goes on)");
+                    session.abort(&why);
+                    return Err(net(why));
+                }
             };
             let mut files_out = Vec::new();
             for (k, f) in local.iter().enumerate() {
@@ -526,26 +556,6 @@ fn drive<R: Send>(
 
 /// The length of a copy's per-stream intervals.
 pub const INTERVAL: Duration = Duration::from_secs(1);
-
-/// Whether a restarted connection would start from the slow one's
-/// slow-start threshold: Linux keeps TCP metrics per destination
-/// (`net.ipv4.tcp_no_metrics_save` 0) and, unless
-/// `tcp_no_ssthresh_metrics_save` is 1 (the default since Linux 5.7), the
-/// ssthresh among them, which a new connection to the same host starts
-/// from: a restart would begin in congestion avoidance at the old rate.
-/// The words to say so, read in this thread's namespace; None when not.
-pub fn ssthresh_cached() -> Option<String> {
-    let on = |k: &str| host::sysctl(k).map(|v| v.trim() == "0");
-    let metrics_saved = on("net.ipv4.tcp_no_metrics_save").unwrap_or(false);
-    // before 5.7 there is no switch: the ssthresh is saved with the rest
-    let ssthresh_saved = on("net.ipv4.tcp_no_ssthresh_metrics_save").unwrap_or(true);
-    (metrics_saved && ssthresh_saved).then(|| {
-        "this host caches the slow connection's ssthresh for the destination (net.ipv4.tcp_no_metrics_save=0, \
-         tcp_no_ssthresh_metrics_save=0 or absent): its replacement starts from it, no faster at first; \
-         sysctl -w net.ipv4.tcp_no_ssthresh_metrics_save=1 lets a restart begin afresh"
-            .to_string()
-    })
-}
 
 /// The first data connections, each opened as [`connect_one`] opens it.
 fn connect(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions) -> Result<Vec<TcpStream>> {

@@ -1117,3 +1117,81 @@ fn auto_streams_grow_while_each_stream_is_window_bound() {
     let rate = v["throughput_bps"].as_f64().expect("rate");
     assert!(rate > 30e6, "{rate} bit/s: {events:?}");
 }
+
+#[test]
+fn a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection() {
+    if !privileged("a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection") {
+        return;
+    }
+    let d = std::env::temp_dir().join(format!("gridperf-lab-pull-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("root")).expect("root");
+    let data: Vec<u8> = (0..96u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    std::fs::write(d.join("root/f.dat"), &data).expect("write");
+    let mut lab = Lab::up("pull", &["--rate", "200M", "--rtt", "20ms", "--paths", "2", "--path", "2:loss=2%"]);
+    let root = d.join("root").display().to_string();
+    lab.agent = Some(
+        Command::new(BIN)
+            .args([
+                "lab",
+                "exec",
+                "--name",
+                &lab.name,
+                "b",
+                "--",
+                BIN,
+                "serve",
+                "--root",
+                &root,
+                "--allow",
+                "10.77.0.0/16",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut restarted = false;
+    for attempt in 0..3 {
+        let out = d.join(format!("out{attempt}/"));
+        let o = unless_invalid(|| {
+            let _ = std::fs::remove_dir_all(&out);
+            let to = out.display().to_string();
+            lab.exec_a(&[
+                "copy",
+                "10.77.2.1:f.dat",
+                &to,
+                "-P",
+                "6",
+                "-C",
+                "cubic",
+                "--block",
+                "1M",
+                "--no-store",
+                "--json",
+            ])
+        });
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(std::fs::read(out.join("f.dat")).expect("pulled") == data, "the pull differs");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["direction"], "pull");
+        let events = v["events"].as_array().cloned().unwrap_or_default();
+        let restarts: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "restart").collect();
+        assert!(restarts.len() <= 6, "{events:?}");
+        for e in &restarts {
+            let (rate, median) = rate_and_median(e["why"].as_str().unwrap_or_default());
+            assert!(rate < median / 3.0, "a restart of a stream not slow: {e}");
+        }
+        if !restarts.is_empty() {
+            // the new connection was asked of this end and carried blocks: the agent's side lists it
+            let new = restarts[0]["new_stream"].as_u64().expect("new");
+            let streams = v["agent_streams"].as_array().expect("agent streams");
+            assert!(streams.iter().any(|s| s["index"].as_u64() == Some(new)), "{streams:?}");
+            restarted = true;
+            break;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(restarted, "no stream of a pull was restarted in three copies across a lossy path");
+}
