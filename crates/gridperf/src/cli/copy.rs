@@ -96,6 +96,11 @@ pub struct CopyArgs {
     /// Print gridperf.copy/1 JSON (docs/json.md) instead of the table.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// JSON lines on stdout while the copy runs, as iperf3's --json-stream: {"event":"interval","data":{t_s,
+    /// bytes (per stream), bps}} each second, {"event":"restart"|"give-up"|"stop-restarts"|"add"|"remove"|
+    /// "broken","data":{t_s, stream, new_stream, why}} as they happen, then {"event":"end","data":<gridperf.copy/1>}.
+    #[arg(long, conflicts_with = "json")]
+    pub json_stream: bool,
     /// The results database (default ~/.local/share/gridperf/results.db).
     #[arg(long, value_name = "PATH")]
     pub db: Option<std::path::PathBuf>,
@@ -196,6 +201,7 @@ impl TryFrom<CopyArgs> for Opts {
             },
             store: StoreChoice::new(a.db, a.no_store),
             json: a.json,
+            json_stream: a.json_stream,
             fault_flip_block: a.fault_flip_block,
             verbose: a.verbose,
             lab: match a.lab {

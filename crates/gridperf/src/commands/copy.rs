@@ -32,6 +32,9 @@ pub struct Opts {
     pub copy: CopyOptions,
     pub store: StoreChoice,
     pub json: bool,
+    /// JSON lines on stdout as the copy runs (as iperf3's --json-stream):
+    /// each interval, each event of the pool, then the whole result.
+    pub json_stream: bool,
     /// Test seam: the writing end damages this block (counted from 1).
     pub fault_flip_block: Option<u64>,
     /// Across a lab of this profile (with these overrides): both paths local.
@@ -224,6 +227,15 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         }
     };
     let interval_s = crate::engines::copy::INTERVAL.as_secs_f64();
+    let json_stream = o.json_stream;
+    // --json-stream: a JSON line per interval and per event, printed as they come
+    let lines = std::cell::RefCell::new(&mut *out);
+    let line = |event: &str, data: serde_json::Value| {
+        if json_stream {
+            let l = serde_json::json!({ "event": event, "data": data });
+            let _ = lines.borrow_mut().print(&format!("{l}\n"));
+        }
+    };
     let mut watch = crate::engines::copy::Watch {
         bytes: &mut |done, total| {
             bar.set_length(total);
@@ -231,6 +243,13 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         },
         // -v: a line a second, each stream's rate in it (those that moved anything in it)
         interval: &mut |k, bytes| {
+            let moved: serde_json::Map<String, serde_json::Value> =
+                bytes.iter().enumerate().filter(|(_, b)| **b > 0).map(|(i, b)| (i.to_string(), (*b).into())).collect();
+            let all: u64 = bytes.iter().sum();
+            line(
+                "interval",
+                serde_json::json!({ "t_s": k as f64 * interval_s, "bytes": moved, "bps": all as f64 * 8.0 / interval_s }),
+            );
             if verbose {
                 let rates: Vec<String> = bytes
                     .iter()
@@ -256,9 +275,12 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                 _ => String::new(),
             };
             say(format!("{:>6.1} s  {}{who}: {}", e.t_s, e.kind, e.why));
+            line(&e.kind, serde_json::to_value(e).unwrap_or_default());
         },
     };
     let result = crate::engines::copy::run(&target, &o.copy, job, &mut watch);
+    drop(watch);
+    drop(lines);
     bar.finish_and_clear();
     let settings = serde_json::json!({
         "streams": o.copy.streams, "block": o.copy.block, "window": o.copy.window,
@@ -292,10 +314,16 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     for s in &r.per_stream {
         rec.point(s)?;
     }
+    for e in &r.events {
+        rec.point(e)?;
+    }
     if let Some(where_) = rec.finish(Ok(&r.env))? {
         out.note(&format!("gridperf: {where_}"));
     }
-    if o.json {
+    if o.json_stream {
+        let end = serde_json::json!({ "event": "end", "data": r });
+        out.print(&format!("{end}\n"))?;
+    } else if o.json {
         out.json(&r)?;
     } else {
         out.print(&render::copy::table(&r))?;

@@ -362,7 +362,11 @@ fn copy_charts(slug: &str, run: &RunRow, streams: &[gridperf_core::model::CopySt
         series: streams
             .iter()
             .map(|s| Series {
-                label: format!("stream {}", s.index),
+                label: if s.slot != s.index {
+                    format!("stream {} (in {}'s place)", s.index, s.slot)
+                } else {
+                    format!("stream {}", s.index)
+                },
                 points: s
                     .interval_bytes
                     .iter()
@@ -513,8 +517,11 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
         }
         if run.measure() == Some(Measure::Copy) {
             // a copy's points are its files
-            let files: Vec<gridperf_core::model::CopyFileResult> =
-                points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+            let files: Vec<gridperf_core::model::CopyFileResult> = points
+                .iter()
+                .filter(|p| p.proto == "copy")
+                .filter_map(|p| serde_json::from_value(p.figures.clone()).ok())
+                .collect();
             h.push_str(
                 "<table><tr><th>file</th><th>size</th><th>moved</th><th>kept</th><th>resent</th><th>BLAKE3</th></tr>",
             );
@@ -536,6 +543,31 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                 );
             }
             h.push_str("</table>\n");
+            // restarts, -P auto's changes, broken connections, as they happened
+            let events: Vec<gridperf_core::model::CopyEvent> = points
+                .iter()
+                .filter(|p| p.proto == "copy-event")
+                .filter_map(|p| serde_json::from_value(p.figures.clone()).ok())
+                .collect();
+            if !events.is_empty() {
+                h.push_str("<table><tr><th>time</th><th>event</th><th>stream</th><th>why</th></tr>");
+                for e in &events {
+                    let who = match (e.stream, e.new_stream) {
+                        (Some(a), Some(b)) => format!("{a} -> {b}"),
+                        (Some(a), None) => a.to_string(),
+                        _ => String::new(),
+                    };
+                    let _ = write!(
+                        h,
+                        "<tr><td>{:.1} s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                        e.t_s,
+                        escape(&e.kind),
+                        escape(&who),
+                        escape(&e.why)
+                    );
+                }
+                h.push_str("</table>\n");
+            }
         }
         if run.measure() == Some(Measure::Stream) {
             let streams: Vec<StreamResult> =

@@ -259,3 +259,25 @@ impl Stored for gridperf_core::model::CopyStream {
         }
     }
 }
+
+/// Something a copy's pool of connections did (a restart, -P auto's
+/// change, a broken connection): keyed by its kind and connections.
+impl Stored for gridperf_core::model::CopyEvent {
+    fn row(&self) -> PointRow {
+        let who = match (self.stream, self.new_stream) {
+            (Some(a), Some(b)) => format!(" {a} -> {b}"),
+            (Some(a), None) => format!(" {a}"),
+            _ => String::new(),
+        };
+        PointRow {
+            proto: "copy-event".into(),
+            size: 0,
+            setting: format!("{}{who} at {:.1} s", self.kind, self.t_s),
+            median_ns: None,
+            q1_ns: None,
+            q3_ns: None,
+            figures: figures(self),
+            samples: None,
+        }
+    }
+}

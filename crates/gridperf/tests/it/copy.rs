@@ -757,3 +757,31 @@ fn a_static_split_gives_each_stream_its_slice_as_bbftp_does() {
     assert!(stderr(&o).contains("auto, or MIN..MAX"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn json_stream_prints_a_line_a_second_then_the_result() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("jsonl");
+    let data = bytes(6 << 20, 11);
+    write(&d.join("src/f.dat"), &data);
+    let (src, dst) = (d.join("src/f.dat").display().to_string(), format!("{}/", d.join("dst").display()));
+    // paced to 20 Mbit/s a stream: about 2.5 s
+    let o = run(&["copy", &src, &dst, "-P", "1", "--block", "64K", "--pacing", "20M", "--no-store", "--json-stream"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let intervals: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "interval").collect();
+    assert!(intervals.len() >= 2, "{text}");
+    assert_eq!(intervals[0]["data"]["t_s"], 1.0, "{text}");
+    let bps = intervals[0]["data"]["bps"].as_f64().unwrap_or(0.0);
+    assert!((5e6..40e6).contains(&bps), "{bps}: {text}");
+    let end = lines.last().expect("lines");
+    assert_eq!(end["event"], "end");
+    assert_eq!(end["data"]["schema"], "gridperf.copy/1");
+    assert_eq!(end["data"]["bytes_moved"], data.len() as u64);
+    assert!(std::fs::read(d.join("dst/f.dat")).expect("copied") == data);
+    let o = run(&["copy", &src, &dst, "--json", "--json-stream", "--no-store"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -928,3 +928,53 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
     assert!(t.contains("events: 1 restarts, 0 additions and 0 removals by -P auto, 0 broken, 1 blocks sent again at the tail\n      2.2 s  restart stream 1 -> 2: 1.0 Mbit/s"), "{t}");
     assert!(t.contains("encrypted: AES-256-GCM, keys by X25519 (no key: ...)\nlimited by the network"), "{t}");
 }
+
+#[test]
+fn a_copys_report_draws_each_connection_and_lists_its_events() {
+    use gridperf_core::model::{CopyEvent, CopyFileResult, CopyStream};
+    use store_fixture::*;
+    let file = CopyFileResult {
+        path: "f.dat".into(),
+        size: 8 << 20,
+        blake3: Some("ab".repeat(32)),
+        moved: 8 << 20,
+        kept: 0,
+        resent: 0,
+        error: None,
+        checksum: None,
+    };
+    let stream = |index: u32, slot: u32, iv: Vec<u64>| CopyStream {
+        index,
+        slot,
+        bytes: iv.iter().sum(),
+        interval_bytes: iv,
+        last_interval_ms: 500,
+        ..Default::default()
+    };
+    let event = CopyEvent {
+        t_s: 2.25,
+        kind: "restart".into(),
+        stream: Some(1),
+        new_stream: Some(2),
+        why: "1.0 Mbit/s against its peers' median 100.0 Mbit/s <over> the last 1.0 s".into(),
+    };
+    let mut rows: Vec<PointRow> = vec![file.row()];
+    rows.extend(
+        [stream(0, 0, vec![1 << 20, 3 << 20]), stream(1, 1, vec![1 << 18, 0]), stream(2, 1, vec![0, 3 << 20])]
+            .iter()
+            .map(Stored::row),
+    );
+    rows.push(event.row());
+    assert_eq!(
+        rows.last().map(|p| (p.proto.as_str(), p.setting.as_str())),
+        Some(("copy-event", "restart 1 -> 2 at 2.2 s"))
+    );
+    let runs = vec![(run_row(7, "copy", "lab cern-icepp", None), rows)];
+    let (html, svgs) = render::html::render(&runs);
+    assert_eq!(svgs.len(), 1, "one chart of the connections");
+    assert!(svgs[0].1.contains("stream 2 (in 1&apos;s place)"), "{}", svgs[0].1);
+    // the file table holds the file only, the events table the restart, escaped
+    assert_eq!(html.matches("<td>f.dat</td>").count(), 1, "{html}");
+    assert!(html.contains("<tr><td>2.2 s</td><td>restart</td><td>1 -&gt; 2</td><td>1.0 Mbit/s against"), "{html}");
+    assert!(html.contains("&lt;over&gt;"), "{html}");
+}
