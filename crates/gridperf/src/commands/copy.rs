@@ -227,60 +227,65 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         }
     };
     let interval_s = crate::engines::copy::INTERVAL.as_secs_f64();
-    let json_stream = o.json_stream;
-    // --json-stream: a JSON line per interval and per event, printed as they come
-    let lines = std::cell::RefCell::new(&mut *out);
-    let line = |event: &str, data: serde_json::Value| {
-        if json_stream {
-            let l = serde_json::json!({ "event": event, "data": data });
-            let _ = lines.borrow_mut().print(&format!("{l}\n"));
-        }
-    };
-    let mut watch = crate::engines::copy::Watch {
-        bytes: &mut |done, total| {
-            bar.set_length(total);
-            bar.set_position(done);
-        },
-        // -v: a line a second, each stream's rate in it (those that moved anything in it)
-        interval: &mut |k, bytes| {
-            let moved: serde_json::Map<String, serde_json::Value> =
-                bytes.iter().enumerate().filter(|(_, b)| **b > 0).map(|(i, b)| (i.to_string(), (*b).into())).collect();
-            let all: u64 = bytes.iter().sum();
-            line(
-                "interval",
-                serde_json::json!({ "t_s": k as f64 * interval_s, "bytes": moved, "bps": all as f64 * 8.0 / interval_s }),
-            );
-            if verbose {
-                let rates: Vec<String> = bytes
+    // the watch prints through `out` while the copy runs; the rest after it
+    let result = {
+        let json_stream = o.json_stream;
+        // --json-stream: a JSON line per interval and per event, printed as they come
+        let lines = std::cell::RefCell::new(&mut *out);
+        let line = |event: &str, data: serde_json::Value| {
+            if json_stream {
+                let l = serde_json::json!({ "event": event, "data": data });
+                let _ = lines.borrow_mut().print(&format!("{l}\n"));
+            }
+        };
+        let mut watch = crate::engines::copy::Watch {
+            bytes: &mut |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            },
+            // -v: a line a second, each stream's rate in it (those that moved anything in it)
+            interval: &mut |k, bytes| {
+                let moved: serde_json::Map<String, serde_json::Value> = bytes
                     .iter()
                     .enumerate()
                     .filter(|(_, b)| **b > 0)
-                    .map(|(i, b)| format!("{i}: {}", gridperf_core::units::fmt_bps(*b as f64 * 8.0 / interval_s)))
+                    .map(|(i, b)| (i.to_string(), (*b).into()))
                     .collect();
                 let all: u64 = bytes.iter().sum();
-                let line = format!(
-                    "{:>6.1} s  {}  [{}]",
-                    k as f64 * interval_s,
-                    gridperf_core::units::fmt_bps(all as f64 * 8.0 / interval_s),
-                    rates.join("  ")
+                line(
+                    "interval",
+                    serde_json::json!({ "t_s": k as f64 * interval_s, "bytes": moved, "bps": all as f64 * 8.0 / interval_s }),
                 );
-                say(line);
-            }
-        },
-        // restarts, -P auto's changes, broken connections: always said, as they happen
-        event: &mut |e| {
-            let who = match (e.stream, e.new_stream) {
-                (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
-                (Some(a), None) => format!(" stream {a}"),
-                _ => String::new(),
-            };
-            say(format!("{:>6.1} s  {}{who}: {}", e.t_s, e.kind, e.why));
-            line(&e.kind, serde_json::to_value(e).unwrap_or_default());
-        },
+                if verbose {
+                    let rates: Vec<String> = bytes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, b)| **b > 0)
+                        .map(|(i, b)| format!("{i}: {}", gridperf_core::units::fmt_bps(*b as f64 * 8.0 / interval_s)))
+                        .collect();
+                    let all: u64 = bytes.iter().sum();
+                    let line = format!(
+                        "{:>6.1} s  {}  [{}]",
+                        k as f64 * interval_s,
+                        gridperf_core::units::fmt_bps(all as f64 * 8.0 / interval_s),
+                        rates.join("  ")
+                    );
+                    say(line);
+                }
+            },
+            // restarts, -P auto's changes, broken connections: always said, as they happen
+            event: &mut |e| {
+                let who = match (e.stream, e.new_stream) {
+                    (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
+                    (Some(a), None) => format!(" stream {a}"),
+                    _ => String::new(),
+                };
+                say(format!("{:>6.1} s  {}{who}: {}", e.t_s, e.kind, e.why));
+                line(&e.kind, serde_json::to_value(e).unwrap_or_default());
+            },
+        };
+        crate::engines::copy::run(&target, &o.copy, job, &mut watch)
     };
-    let result = crate::engines::copy::run(&target, &o.copy, job, &mut watch);
-    drop(watch);
-    drop(lines);
     bar.finish_and_clear();
     let settings = serde_json::json!({
         "streams": o.copy.streams, "block": o.copy.block, "window": o.copy.window,
