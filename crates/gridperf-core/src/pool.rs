@@ -181,17 +181,41 @@ impl Restarts {
     }
 }
 
-/// `-P auto`: more connections are worthwhile while the copy's rate grows
-/// by this share after adding them.
+/// At the tail a block is sent again only if the connection holding it is
+/// this far below its peers' median rate (or stalled): a block waiting its
+/// turn in a healthy connection's socket buffer arrives soon enough, and
+/// sending it twice only takes the path from the others.
+pub const TAIL_SLOW_FRACTION: f64 = 0.5;
+
+/// The connections whose blocks may be sent again at the tail: those below
+/// [`TAIL_SLOW_FRACTION`] of their peers' median rate over the window.
+pub fn tail_holders(conns: &[ConnWindow]) -> Vec<u32> {
+    conns
+        .iter()
+        .filter(|c| {
+            let others = median(conns.iter().filter(|o| o.id != c.id).map(|o| o.rate_bps).collect());
+            others.is_finite() && c.rate_bps < TAIL_SLOW_FRACTION * others
+        })
+        .map(|c| c.id)
+        .collect()
+}
+
+/// `-P auto`: more connections were worthwhile when the copy's rate grew
+/// by this share after adding them; a rate still growing this much a
+/// window by itself is still ramping up (slow start), not yet judged.
 pub const WORTH: f64 = 0.10;
-/// Retransmissions per byte this many times the last period's, without a
-/// gain, remove a connection.
+/// Retransmissions per byte this many times the last judged period's,
+/// without a gain, remove a connection.
 pub const RETRANS_RISE: f64 = 2.0;
 /// After a change, the pool waits this many windows (and until its
 /// youngest connection is [`MATURE_WINDOWS`] old) before it judges again;
 /// once settled it probes again after `SETTLE_WINDOWS`.
 pub const CHANGE_WINDOWS: u64 = 2;
-pub const SETTLE_WINDOWS: u64 = 10;
+pub const SETTLE_WINDOWS: u64 = 30;
+/// `-P auto` starts with this many connections (within MIN..MAX): each
+/// connection's slow start is paid once, and on a long path a few in
+/// parallel ramp up several times faster than one.
+pub const AUTO_START: u32 = 4;
 
 /// What `-P auto` does now.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,11 +226,33 @@ pub enum Change {
     Remove { why: String },
 }
 
-/// `-P auto` (`--streams MIN..MAX`): starts with few connections, adds
-/// more while the copy's rate still grows by [`WORTH`] after each addition
-/// (half as many again as there are, at least one), holds once it does not,
-/// removes one when retransmissions rise without gain, and probes with one
-/// more after [`SETTLE_WINDOWS`] (removed again if it does not pay). Bounded by MIN and MAX, one change per
+/// The copy as `-P auto` sees it at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolWindow {
+    pub now_ns: u64,
+    pub window_ns: u64,
+    /// Connections open (not being closed).
+    pub live: u32,
+    /// The youngest one's age.
+    pub youngest_ns: u64,
+    /// All connections' rate over the window, and their retransmissions in it.
+    pub rate_bps: f64,
+    pub retrans: u32,
+    /// Of the connections' busy time in the window, the share limited by
+    /// the receiver's window or the send buffer (their mean).
+    pub buffer_limited: f64,
+    /// Whether blocks still wait to be sent.
+    pub pending: bool,
+}
+
+/// `-P auto` (`--streams MIN..MAX`): starts with [`AUTO_START`]
+/// connections, waits while their rate is still ramping up, then adds half
+/// as many again (at least one) while they are bound by their buffers (a
+/// window or send buffer caps each one: more of them carry more) and each
+/// addition paid [`WORTH`]; an addition that did not pay is taken back; one
+/// connection is removed when retransmissions rise without gain; once
+/// settled it probes with one more after [`SETTLE_WINDOWS`] (taken back if
+/// it does not pay). Bounded by MIN and MAX, one change per
 /// [`CHANGE_WINDOWS`] windows at most.
 #[derive(Debug, Clone)]
 pub struct AutoStreams {
@@ -214,73 +260,75 @@ pub struct AutoStreams {
     pub max: u32,
     /// The rate (bit/s) and retransmissions per byte when last judged.
     baseline: Option<(f64, f64)>,
+    /// The last rate seen, and when: is it still ramping up?
+    seen: Option<(u64, f64)>,
     last_change_ns: u64,
     settled: bool,
-    /// The last change was a probe (one more, once settled).
-    probing: bool,
+    /// Connections added by the last change, not yet judged.
+    added: u32,
 }
 
 impl AutoStreams {
     pub fn new(min: u32, max: u32) -> AutoStreams {
-        AutoStreams {
-            min: min.max(1),
-            max: max.max(min.max(1)),
-            baseline: None,
-            last_change_ns: 0,
-            settled: false,
-            probing: false,
-        }
+        let min = min.max(1);
+        AutoStreams { min, max: max.max(min), baseline: None, seen: None, last_change_ns: 0, settled: false, added: 0 }
     }
 
-    /// The change at `now_ns`: `live` connections, the youngest `youngest_ns`
-    /// old, moved `rate_bps` together over the last window with `retrans`
-    /// segments retransmitted; `pending` whether blocks wait to be sent.
-    #[allow(clippy::too_many_arguments)]
-    pub fn decide(
-        &mut self,
-        now_ns: u64,
-        window_ns: u64,
-        live: u32,
-        youngest_ns: u64,
-        rate_bps: f64,
-        retrans: u32,
-        pending: bool,
-    ) -> Option<Change> {
+    /// The connections to start with.
+    pub fn start(min: u32, max: u32) -> u32 {
+        AUTO_START.clamp(min.max(1), max.max(min.max(1)))
+    }
+
+    /// The change now, if any.
+    pub fn decide(&mut self, w: &PoolWindow) -> Option<Change> {
         let wait = if self.settled { SETTLE_WINDOWS } else { CHANGE_WINDOWS };
-        if !pending
-            || window_ns == 0
-            || youngest_ns < MATURE_WINDOWS * window_ns
-            || now_ns < self.last_change_ns + wait * window_ns
-            || rate_bps <= 0.0
+        if !w.pending || w.window_ns == 0 || w.rate_bps <= 0.0 {
+            return None;
+        }
+        // still ramping up (slow start, a window still opening): not yet judged
+        let ramping = match self.seen {
+            Some((t, r)) if w.now_ns >= t + w.window_ns => {
+                self.seen = Some((w.now_ns, w.rate_bps));
+                w.rate_bps > r * (1.0 + WORTH)
+            }
+            Some(_) => return None,
+            None => {
+                self.seen = Some((w.now_ns, w.rate_bps));
+                return None;
+            }
+        };
+        if ramping
+            || w.youngest_ns < MATURE_WINDOWS * w.window_ns
+            || w.now_ns < self.last_change_ns + wait * w.window_ns
         {
             return None;
         }
-        let per_byte = f64::from(retrans) / (rate_bps / 8.0 * window_ns as f64 / 1e9);
-        let add = |me: &mut AutoStreams, n: u32, why: String| {
-            me.last_change_ns = now_ns;
-            me.baseline = Some((rate_bps, per_byte));
-            Some(Change::Add { n, why })
+        let per_byte = f64::from(w.retrans) / (w.rate_bps / 8.0 * w.window_ns as f64 / 1e9);
+        let (before, before_per_byte) = self.baseline.unwrap_or((w.rate_bps, per_byte));
+        let gain = w.rate_bps / before - 1.0;
+        let live = w.live;
+        let words =
+            format!("{live} connections move {} ({:+.0}% since the last change)", mbit(w.rate_bps), gain * 100.0);
+        let judged = |me: &mut AutoStreams, settled: bool| {
+            me.last_change_ns = w.now_ns;
+            me.baseline = Some((w.rate_bps, per_byte));
+            me.settled = settled;
+            me.added = 0;
         };
-        let grow = (live / 2).max(1).min(self.max.saturating_sub(live));
-        let Some((before, before_per_byte)) = self.baseline else {
-            return if grow > 0 {
-                add(self, grow, format!("{live} connections move {}", mbit(rate_bps)))
-            } else {
-                None
-            };
-        };
-        let gain = rate_bps / before - 1.0;
-        let words = format!("{live} connections move {} ({:+.0}% since the last change)", mbit(rate_bps), gain * 100.0);
-        if gain >= WORTH && grow > 0 {
-            self.settled = false;
-            self.probing = false;
-            return add(self, grow, format!("{words}: worth more"));
+        // the last addition did not pay: take it back, one at a time
+        if self.added > 0 && gain < WORTH && live > self.min {
+            let left = self.added - 1;
+            judged(self, true);
+            self.added = left;
+            self.baseline = Some((before, before_per_byte));
+            return Some(Change::Remove { why: format!("{words}: the last addition did not pay, one fewer") });
         }
-        if per_byte > RETRANS_RISE * before_per_byte.max(1e-9) && gain < WORTH && live > self.min {
-            self.last_change_ns = now_ns;
-            self.baseline = Some((rate_bps, per_byte));
-            self.settled = true;
-            self.probing = false;
+        if per_byte > RETRANS_RISE * before_per_byte.max(1e-9)
+            && gain < WORTH
+            && live > self.min
+            && self.baseline.is_some()
+        {
+            judged(self, true);
             return Some(Change::Remove {
                 why: format!(
                     "{words}, with {:.1}x the retransmissions per byte: one fewer",
@@ -288,23 +336,27 @@ impl AutoStreams {
                 ),
             });
         }
-        if self.probing && live > self.min {
-            // the probe did not pay: back to what it was
-            self.probing = false;
-            self.settled = true;
-            self.last_change_ns = now_ns;
-            self.baseline = Some((rate_bps, per_byte));
-            return Some(Change::Remove { why: format!("{words}: the probe did not pay, one fewer") });
+        let grow = (live / 2).max(1).min(self.max.saturating_sub(live));
+        if grow > 0 && w.buffer_limited >= BUFFER_LIMITED {
+            judged(self, false);
+            self.added = grow;
+            return Some(Change::Add {
+                n: grow,
+                why: format!(
+                    "{words}, each limited by its window or send buffer {:.0}% of the time: more carry more",
+                    w.buffer_limited * 100.0
+                ),
+            });
         }
-        if self.settled && live < self.max {
+        if self.settled && grow > 0 {
             // settled a while: try one more
-            self.settled = false;
-            self.probing = true;
-            return add(self, 1, format!("{words}: probing with one more"));
+            judged(self, false);
+            self.added = 1;
+            return Some(Change::Add { n: 1, why: format!("{words}: probing with one more") });
         }
-        self.settled = true;
-        self.last_change_ns = now_ns;
-        self.baseline = Some((rate_bps, per_byte));
+        if !self.settled {
+            judged(self, true);
+        }
         None
     }
 }
@@ -370,6 +422,13 @@ mod tests {
     }
 
     #[test]
+    fn at_the_tail_only_a_slow_or_stalled_connections_blocks_are_sent_again() {
+        let conns = vec![conn(0, 100.0, 0), conn(1, 80.0, 0), conn(2, 0.0, 3), conn(3, 30.0, 9), conn(4, 120.0, 0)];
+        assert_eq!(tail_holders(&conns), vec![2, 3]);
+        assert_eq!(tail_holders(&conns[..1]), Vec::<u32>::new());
+    }
+
+    #[test]
     fn restarts_are_one_a_window_and_six_a_minute() {
         let mut r = Restarts::default();
         let mut t = 20 * S;
@@ -386,14 +445,31 @@ mod tests {
     }
 
     /// Runs `-P auto` against a path whose rate for n connections is
-    /// `rate(n)` and retransmissions `retrans(n)`, for `secs` seconds; the
-    /// connection counts it went through.
-    fn auto_on(rate: impl Fn(u32) -> f64, retrans: impl Fn(u32) -> u32, secs: u64) -> Vec<u32> {
+    /// `rate(n)`, their buffer-limited share `limited(n)` and
+    /// retransmissions `retrans(n)`, for `secs` seconds, each new connection
+    /// ramping up over 2 s; the connection counts it went through.
+    fn auto_on(
+        rate: impl Fn(u32) -> f64,
+        limited: impl Fn(u32) -> f64,
+        retrans: impl Fn(u32) -> u32,
+        secs: u64,
+    ) -> Vec<u32> {
         let mut a = AutoStreams::new(1, 16);
-        let (mut live, mut born) = (1u32, 0u64);
+        let (mut live, mut born) = (AutoStreams::start(1, 16), 0u64);
         let mut seen = vec![live];
         for t in (0..secs * 10).map(|d| d * S / 10) {
-            match a.decide(t, S, live, t - born, rate(live), retrans(live), true) {
+            let ramp = ((t - born) as f64 / (2 * S) as f64).min(1.0);
+            let w = PoolWindow {
+                now_ns: t,
+                window_ns: S,
+                live,
+                youngest_ns: t - born,
+                rate_bps: rate(live) * (0.2 + 0.8 * ramp),
+                retrans: retrans(live),
+                buffer_limited: limited(live),
+                pending: true,
+            };
+            match a.decide(&w) {
                 Some(Change::Add { n, .. }) => live += n,
                 Some(Change::Remove { .. }) => live -= 1,
                 None => continue,
@@ -405,19 +481,22 @@ mod tests {
     }
 
     #[test]
-    fn auto_grows_while_it_pays_and_stays_bounded() {
-        // each connection gets 100 Mbit/s up to a 1 Gbit/s path: grows to 10 or a little past
-        let seen = auto_on(|n| (f64::from(n) * 100e6).min(1e9), |_| 0, 120);
+    fn auto_grows_while_each_connection_is_buffer_bound_and_stays_bounded() {
+        // each connection capped by its buffers at 100 Mbit/s, up to a 1 Gbit/s path
+        let capped = |n: u32| (f64::from(n) * 100e6).min(1e9);
+        let seen = auto_on(capped, |n| if n < 10 { 0.9 } else { 0.1 }, |_| 0, 120);
         let top = *seen.iter().max().unwrap_or(&0);
         assert!((10..=16).contains(&top), "{seen:?}");
-        assert!(seen.windows(2).all(|w| w[1] <= 16 && w[1] >= 1), "{seen:?}");
-        // one connection fills the path: it probes, and never climbs far
-        let seen = auto_on(|_| 1e9, |_| 0, 120);
-        assert!(seen.iter().all(|&n| n <= 3), "{seen:?}");
+        assert!(seen.iter().all(|&n| (1..=16).contains(&n)), "{seen:?}");
+        // the path filled by the first ones, no buffer limit: it probes, and never climbs far
+        let seen = auto_on(|_| 1e9, |_| 0.0, |_| 0, 120);
+        assert!(seen.iter().all(|&n| n <= AUTO_START + 1), "{seen:?}");
+        assert!(seen.len() <= 10, "a probe at most every 30 windows: {seen:?}");
         // more connections only add losses: it comes back down
-        let seen =
-            auto_on(|n| if n <= 2 { f64::from(n) * 400e6 } else { 800e6 }, |n| if n > 2 { 50 * n } else { 1 }, 120);
-        assert!(*seen.last().unwrap_or(&0) <= 3, "{seen:?}");
+        let seen = auto_on(|_| 8e8, |_| 0.9, |n| if n > 4 { 50 * n } else { 1 }, 120);
+        assert!(*seen.last().unwrap_or(&0) <= 5, "{seen:?}");
+        assert_eq!(AutoStreams::start(1, 2), 2);
+        assert_eq!(AutoStreams::start(8, 16), 8);
     }
 
     #[test]

@@ -20,9 +20,11 @@ pub struct CopyArgs {
     #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
     /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
-    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs: it starts with MIN (1),
-    /// adds streams while the copy's rate grows by 10% after each addition, removes one when retransmissions
-    /// rise without gain, and stays within MIN..MAX (auto: 1..16); every change is an event in the summary.
+    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs: it starts with 4 (within MIN..MAX),
+    /// waits while their rate still ramps up, adds half as many again while they are bound by their window or
+    /// send buffer and each addition paid 10%, takes back one that did not pay, removes one when
+    /// retransmissions rise without gain, and probes with one more every 30 windows; within MIN..MAX (auto:
+    /// 1..16). Every change is an event in the summary.
     #[arg(short = 'P', long, default_value = "4", value_name = "N|auto|MIN..MAX")]
     pub parallel: String,
     /// Do not restart slow streams. By default the sending end (the agent in a pull) closes a stream and opens
@@ -33,8 +35,8 @@ pub struct CopyArgs {
     #[arg(long)]
     pub no_restart: bool,
     /// Do not send the last blocks again at the tail. By default, once no block is left to take, an
-    /// idle stream sends again a block another has had unacknowledged for 4 of its round trips; the first
-    /// verified copy wins and the slower stream is reset at the end.
+    /// idle stream sends again a block that a slow stream (below half its peers' median, or stalled) has had
+    /// unacknowledged for 4 round trips; the first verified copy wins and the slower stream is reset at the end.
     #[arg(long)]
     pub no_tail: bool,
     /// How blocks are shared among the streams: dynamic (one queue every stream takes from: a fast stream
@@ -120,14 +122,14 @@ pub fn parse_parallel(p: &str) -> Result<(u32, Option<(u32, u32)>)> {
         || Error::usage(format!("-P {p}: give a number of streams from 1 to {max}, auto, or MIN..MAX (e.g. 2..32)"));
     let count = |s: &str| s.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(bad);
     match p.trim() {
-        "auto" => Ok((1, Some((1, 16)))),
+        "auto" => Ok((gridperf_core::pool::AutoStreams::start(1, 16), Some((1, 16)))),
         r => match r.split_once("..") {
             Some((lo, hi)) => {
                 let (lo, hi) = (count(lo)?, count(hi)?);
                 if lo > hi {
                     return Err(bad());
                 }
-                Ok((lo, Some((lo, hi))))
+                Ok((gridperf_core::pool::AutoStreams::start(lo, hi), Some((lo, hi))))
             }
             None => Ok((count(r)?, None)),
         },
@@ -223,8 +225,9 @@ mod tests {
     #[test]
     fn parallel_is_a_count_auto_or_bounds() {
         assert_eq!(parse_parallel("4").ok(), Some((4, None)));
-        assert_eq!(parse_parallel("auto").ok(), Some((1, Some((1, 16)))));
-        assert_eq!(parse_parallel("2..32").ok(), Some((2, Some((2, 32)))));
+        assert_eq!(parse_parallel("auto").ok(), Some((4, Some((1, 16)))));
+        assert_eq!(parse_parallel("2..32").ok(), Some((4, Some((2, 32)))));
+        assert_eq!(parse_parallel("1..2").ok(), Some((2, Some((1, 2)))));
         for bad in ["0", "129", "x", "4..2", "..4", "1..", "auto..4", "-1"] {
             let e = parse_parallel(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains("from 1 to 128, auto, or MIN..MAX"), "{bad}: {e}");
