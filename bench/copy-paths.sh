@@ -5,7 +5,8 @@
 # Part 1: the cern-icepp profile (1 Gbit/s, 270 ms) as 4 parallel paths of
 # 250 Mbit/s (a link aggregate: each connection's 5-tuple hashed onto one),
 # path 2 losing 1%; 8 streams of CUBIC (BBR shrugs random loss off), one
-# file pushed a -> b: gridperf copy as it is (restarts and the tail), with
+# file pushed a -> b (--streams: fewer than the good paths leaves capacity
+# a stream stranded on the bad one cannot use): gridperf copy as it is (restarts and the tail), with
 # --no-restart, with --no-restart --no-tail, and with --split static (each
 # stream a fixed slice, as bbftp does), ROUNDS rounds each, interleaved. A
 # static copy that is not done after STATIC_CAP seconds is stopped, and its
@@ -16,7 +17,7 @@
 # control): the best fixed count and how far -P auto is from it.
 #
 #   bench/copy-paths.sh [--rounds 3] [--size 2G] [--size-wan 64M] [--window 32M]
-#       [--static-cap 180] [--part 1|2|all] [--gridperf PATH] [--out DIR]
+#       [--static-cap 180] [--streams 8] [--part 1|2|all] [--gridperf PATH] [--out DIR]
 #
 # Each copy is checked with cmp; one during which the lab's emulator fell
 # behind (INVALID, exit 4) is run again, up to twice. Needs root:
@@ -30,6 +31,7 @@ SIZE=2G
 SIZE_WAN=64M
 WINDOW=32M
 STATIC_CAP=180
+STREAMS=8
 PART=all
 OUT=$REPO/bench/results/copy-paths-$(date +%Y%m%d-%H%M%S)
 while [ $# -gt 0 ]; do
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
         --size-wan) SIZE_WAN=$2; shift 2 ;;
         --window) WINDOW=$2; shift 2 ;;
         --static-cap) STATIC_CAP=$2; shift 2 ;;
+        --streams) STREAMS=$2; shift 2 ;;
         --part) PART=$2; shift 2 ;;
         --gridperf) GRIDPERF=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
@@ -110,14 +113,14 @@ PY
 window=$(numfmt --from=iec "$WINDOW")
 if [ "$PART" = all ] || [ "$PART" = 1 ]; then
     head -c "$(numfmt --from=iec "$SIZE")" /dev/urandom >"$WORK/f.dat"
-    PATHS=(--lab cern-icepp --lab-set paths=4 --lab-set "path2:loss=1%" -P 8 -C cubic -w "$WINDOW")
+    PATHS=(--lab cern-icepp --lab-set paths=4 --lab-set "path2:loss=1%" -P "$STREAMS" -C cubic -w "$WINDOW")
     declare -A MODE=(
         [restart]=""
         [no-restart]="--no-restart"
         [neither]="--no-restart --no-tail"
         [static]="--split static"
     )
-    echo "part 1: cern-icepp as 4 paths of 250 Mbit/s, path 2 at 1% loss; 8 CUBIC streams, -w $WINDOW, $SIZE"
+    echo "part 1: cern-icepp as 4 paths of 250 Mbit/s, path 2 at 1% loss; $STREAMS CUBIC streams, -w $WINDOW, $SIZE"
     printf '%-12s %-6s %9s %9s %6s  %s\n' mode round seconds restarts tail status | tee "$OUT/part1.txt"
     for round in $(seq 1 "$ROUNDS"); do
         for mode in restart no-restart neither static; do
