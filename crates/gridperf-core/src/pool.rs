@@ -79,17 +79,9 @@ pub struct Restarts {
     pub stopped: Option<String>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// The median of some rates, NaN for none (the code base's one median).
+fn median(v: Vec<f64>) -> f64 {
+    crate::stats::median(&v).unwrap_or(f64::NAN)
 }
 
 fn mbit(bps: f64) -> String {

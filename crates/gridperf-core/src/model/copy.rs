@@ -82,6 +82,17 @@ pub struct CopyFileResult {
     pub checksum: Option<String>,
 }
 
+impl CopyEvent {
+    /// The connections it concerns, in words: " stream 2 -> 7", " stream 2", or nothing.
+    pub fn who(&self) -> String {
+        match (self.stream, self.new_stream) {
+            (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
+            (Some(a), None) => format!(" stream {a}"),
+            _ => String::new(),
+        }
+    }
+}
+
 /// A copy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CopyReport {

@@ -275,12 +275,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             },
             // restarts, -P auto's changes, broken connections: always said, as they happen
             event: &mut |e| {
-                let who = match (e.stream, e.new_stream) {
-                    (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
-                    (Some(a), None) => format!(" stream {a}"),
-                    _ => String::new(),
-                };
-                say(format!("{:>6.1} s  {}{who}: {}", e.t_s, e.kind, e.why));
+                say(format!("{:>6.1} s  {}{}: {}", e.t_s, e.kind, e.who(), e.why));
                 line(&e.kind, serde_json::to_value(e).unwrap_or_default());
             },
         };

@@ -803,11 +803,7 @@ pub fn send_pool(
                 .iter()
                 .filter_map(|l| l.hist.back().and_then(|h| h.2.as_ref()).map(|t| f64::from(t.srtt_us)))
                 .collect();
-            let srtt_us = {
-                let mut v = srtts.clone();
-                v.sort_by(f64::total_cmp);
-                v.get(v.len() / 2).copied().unwrap_or(0.0)
-            };
+            let srtt_us = gridperf_core::stats::median(&srtts).unwrap_or(0.0);
             let window = MIN_WINDOW.max(Duration::from_micros((srtt_us * f64::from(WINDOW_RTTS)) as u64));
             if plan.tail {
                 let t = TAIL_MIN.max(Duration::from_micros((srtt_us * 4.0) as u64));

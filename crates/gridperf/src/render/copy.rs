@@ -88,12 +88,7 @@ pub fn table(r: &CopyReport) -> String {
             r.tail_blocks
         );
         for e in &r.events {
-            let who = match (e.stream, e.new_stream) {
-                (Some(a), Some(b)) => format!(" stream {a} -> {b}"),
-                (Some(a), None) => format!(" stream {a}"),
-                _ => String::new(),
-            };
-            let _ = writeln!(out, "  {:>7.1} s  {}{who}: {}", e.t_s, e.kind, e.why);
+            let _ = writeln!(out, "  {:>7.1} s  {}{}: {}", e.t_s, e.kind, e.who(), e.why);
         }
     } else if r.tail_blocks > 0 {
         let _ = writeln!(out, "{} blocks sent again at the tail", r.tail_blocks);

@@ -552,17 +552,13 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
             if !events.is_empty() {
                 h.push_str("<table><tr><th>time</th><th>event</th><th>stream</th><th>why</th></tr>");
                 for e in &events {
-                    let who = match (e.stream, e.new_stream) {
-                        (Some(a), Some(b)) => format!("{a} -> {b}"),
-                        (Some(a), None) => a.to_string(),
-                        _ => String::new(),
-                    };
+                    let who = e.who();
                     let _ = write!(
                         h,
                         "<tr><td>{:.1} s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                         e.t_s,
                         escape(&e.kind),
-                        escape(&who),
+                        escape(who.trim_start()),
                         escape(&e.why)
                     );
                 }

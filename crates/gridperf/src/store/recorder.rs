@@ -264,15 +264,10 @@ impl Stored for gridperf_core::model::CopyStream {
 /// change, a broken connection): keyed by its kind and connections.
 impl Stored for gridperf_core::model::CopyEvent {
     fn row(&self) -> PointRow {
-        let who = match (self.stream, self.new_stream) {
-            (Some(a), Some(b)) => format!(" {a} -> {b}"),
-            (Some(a), None) => format!(" {a}"),
-            _ => String::new(),
-        };
         PointRow {
             proto: "copy-event".into(),
             size: 0,
-            setting: format!("{}{who} at {:.1} s", self.kind, self.t_s),
+            setting: format!("{}{} at {:.1} s", self.kind, self.who(), self.t_s),
             median_ns: None,
             q1_ns: None,
             q3_ns: None,

@@ -967,7 +967,7 @@ fn a_copys_report_draws_each_connection_and_lists_its_events() {
     rows.push(event.row());
     assert_eq!(
         rows.last().map(|p| (p.proto.as_str(), p.setting.as_str())),
-        Some(("copy-event", "restart 1 -> 2 at 2.2 s"))
+        Some(("copy-event", "restart stream 1 -> 2 at 2.2 s"))
     );
     let runs = vec![(run_row(7, "copy", "lab cern-icepp", None), rows)];
     let (html, svgs) = render::html::render(&runs);
@@ -975,6 +975,9 @@ fn a_copys_report_draws_each_connection_and_lists_its_events() {
     assert!(svgs[0].1.contains("stream 2 (in 1&apos;s place)"), "{}", svgs[0].1);
     // the file table holds the file only, the events table the restart, escaped
     assert_eq!(html.matches("<td>f.dat</td>").count(), 1, "{html}");
-    assert!(html.contains("<tr><td>2.2 s</td><td>restart</td><td>1 -&gt; 2</td><td>1.0 Mbit/s against"), "{html}");
+    assert!(
+        html.contains("<tr><td>2.2 s</td><td>restart</td><td>stream 1 -&gt; 2</td><td>1.0 Mbit/s against"),
+        "{html}"
+    );
     assert!(html.contains("&lt;over&gt;"), "{html}");
 }
