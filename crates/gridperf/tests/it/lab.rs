@@ -138,6 +138,24 @@ impl Lab {
         }
     }
 
+    /// A measurement against `serve --once` on b, run again (after a new
+    /// agent) while the emulator marks it INVALID, up to three times in all.
+    fn unless_invalid_serving(&mut self, measure: impl Fn(&Lab) -> Output) -> Output {
+        let mut o = measure(self);
+        for _ in 0..2 {
+            if o.status.code() != Some(4) {
+                break;
+            }
+            if let Some(mut a) = self.agent.take() {
+                let _ = a.kill();
+                let _ = a.wait();
+            }
+            self.serve_on_b();
+            o = measure(self);
+        }
+        o
+    }
+
     fn exec_a(&self, args: &[&str]) -> Output {
         let mut all = vec!["lab", "exec", "--name", &self.name, "a", "--", BIN];
         all.extend_from_slice(args);
@@ -428,7 +446,7 @@ fn jitter_spreads_the_round_trip_as_configured() {
     // 2 ms x sqrt(2/3) = 1.63 ms, and which stays within +-4 ms
     let mut lab = Lab::up("jitter", &["--rtt", "20ms", "--jitter", "2ms", "--reorder"]);
     lab.serve_on_b();
-    let o = lab.rtt_a_to_b("udp", "300", &["--warmup", "2", "--samples"]);
+    let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("udp", "300", &["--warmup", "2", "--samples"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let s = &v["points"][0]["summary"];
@@ -525,7 +543,7 @@ fn parallel_paths_hash_each_connection_onto_one() {
     // of them, and both are taken (all 16 on one path: 1 in 32 768)
     let mut lab = Lab::up("paths", &["--rtt", "10ms", "--rate", "100M", "--paths", "2", "--path", "2:delay=20ms"]);
     lab.serve_on_b();
-    let o = unless_invalid(|| lab.exec_a(&["stream", "10.77.2.1", "-P", "16", "-t", "1", "--json"]));
+    let o = lab.unless_invalid_serving(|l| l.exec_a(&["stream", "10.77.2.1", "-P", "16", "-t", "1", "--json"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
     let rtts: Vec<f64> = v["runs"][0]["streams"]
