@@ -46,6 +46,28 @@ pub struct CopyStream {
     /// Blocks it sent again at the tail (another connection still had them).
     #[serde(default)]
     pub tail_blocks: u64,
+    /// A copy between agents: the host pair it belongs to (an index of the report's `pairs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<u32>,
+}
+
+/// One host pair of a copy between agents (third-party): a source agent
+/// sending to a destination agent over its own pool of streams, blocks
+/// leased from the one queue the client keeps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CopyPair {
+    pub source: String,
+    pub destination: String,
+    /// Block bytes its destination acknowledged (as its leases reported them).
+    pub bytes: u64,
+    /// When it ended, seconds from the start.
+    pub seconds: f64,
+    /// Bytes acknowledged in each interval of the report's `interval_ms`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interval_bytes: Vec<u64>,
+    /// Why it was lost (its blocks went to the other pairs), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Something the pool of connections did while the copy ran.
@@ -119,9 +141,13 @@ pub struct CopyReport {
     pub seconds: f64,
     /// Bytes moved over that time, bits per second.
     pub throughput_bps: f64,
-    /// This end's streams.
+    /// This end's streams (a copy between agents: the source agents').
     pub per_stream: Vec<CopyStream>,
-    /// The agent's streams: the other end's disk, hashing and socket time.
+    /// The host pairs of a copy between agents (direction "third-party"); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<CopyPair>,
+    /// The agent's streams: the other end's disk, hashing and socket time
+    /// (a copy between agents: the destination agents').
     #[serde(default)]
     pub agent_streams: Vec<CopyStream>,
     /// How the data connections were protected (`--encrypt`), or null.

@@ -22,6 +22,11 @@ pub enum CopyDirection {
     Push,
     /// The agent reads beneath its root and sends, the client writes.
     Pull,
+    /// A third-party copy's source: the agent reads beneath its root and
+    /// sends to another agent (the client names it with CopyTo), blocks
+    /// the client hands out in leases (CopyLease, CopyLeased), so that
+    /// several pairs of agents share one queue.
+    Send,
 }
 
 /// A copy request: the list of files follows in CopyFiles messages.
@@ -65,7 +70,20 @@ pub struct CopySpec {
     pub tail: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<(u32, u32)>,
+    /// A third-party copy's destination (a push): the data connections come
+    /// from these addresses (the source agents'), not from the client's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub senders: Vec<String>,
+    /// A third-party copy's second destination on storage it shares with
+    /// the first: write into the partial files the first prepared (refused
+    /// if they are not there: not the same storage); never rename (the
+    /// first does, once every block is verified by either).
+    #[serde(default)]
+    pub join: bool,
 }
+
+/// The most host pairs (source agents into one destination) of a third-party copy.
+pub const MAX_PAIRS: usize = 16;
 
 /// The most data connections one copy may open over its life.
 pub const MAX_COPY_CONNECTIONS: u32 = 1024;
@@ -98,6 +116,23 @@ impl CopySpec {
         if let Some(p) = self.pacing_bps.filter(|&p| p == 0 || p > MAX_RATE_BPS) {
             return Err(unsupported(format!("pacing at {p} bit/s: give 1 to {MAX_RATE_BPS}")));
         }
+        if self.senders.len() > MAX_PAIRS {
+            return Err(unsupported(format!("{} source agents: give at most {MAX_PAIRS}", self.senders.len())));
+        }
+        if let Some(bad) = self.senders.iter().find(|a| a.parse::<std::net::IpAddr>().is_err()) {
+            return Err(Refusal {
+                code: ErrorCode::BadMessage,
+                message: format!("a sender {bad:?} that is not an IP address"),
+            });
+        }
+        if (!self.senders.is_empty() || self.join) && self.direction != CopyDirection::Push {
+            return Err(unsupported("senders and join are for a third-party copy's destination (a push)".into()));
+        }
+        if self.direction == CopyDirection::Send && self.encrypt.is_some() {
+            return Err(unsupported(
+                "a third-party copy is not encrypted yet: copy through this host for --encrypt".into(),
+            ));
+        }
         if self.encrypt.as_deref().is_some_and(|k| crate::auth::unhex(k).is_none()) {
             return Err(Refusal {
                 code: ErrorCode::BadMessage,
@@ -116,6 +151,11 @@ pub struct CopyFile {
     pub path: String,
     pub size: u64,
     pub mtime_ns: i64,
+    /// A third-party source's BLAKE3 of the file (hex, from its blocks),
+    /// so that the client can tell before any byte moves that several
+    /// source agents hold the same data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// What the writing end needs of one file: the blocks, as ranges of
@@ -129,6 +169,25 @@ pub struct CopyNeed {
     /// Why this file is not copied (the rest go on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+}
+
+impl CopyNeed {
+    /// Blocks (file, index) as ranges by file, in order: a lease, or a lease's report.
+    pub fn of_blocks(mut blocks: Vec<(u32, u64)>) -> Vec<CopyNeed> {
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut out: Vec<CopyNeed> = Vec::new();
+        for (file, idx) in blocks {
+            match out.last_mut() {
+                Some(n) if n.file == file => match n.ranges.last_mut() {
+                    Some(r) if r.1 == idx => r.1 = idx + 1,
+                    _ => n.ranges.push((idx, idx + 1)),
+                },
+                _ => out.push(CopyNeed { file, ranges: vec![(idx, idx + 1)], kept: 0, refused: None }),
+            }
+        }
+        out
+    }
 }
 
 /// How one file's copy ended, as the writing end saw it.
@@ -198,9 +257,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn blocks_become_ranges_by_file() {
+        let n = CopyNeed::of_blocks(vec![(1, 4), (0, 2), (0, 0), (0, 1), (1, 5), (0, 7), (0, 1)]);
+        let got: Vec<(u32, Vec<(u64, u64)>)> = n.into_iter().map(|x| (x.file, x.ranges)).collect();
+        assert_eq!(got, vec![(0, vec![(0, 3), (7, 8)]), (1, vec![(4, 6)])]);
+        assert!(CopyNeed::of_blocks(Vec::new()).is_empty());
+    }
+
+    #[test]
     fn lists_and_needs_are_cut_to_fit_a_frame() {
-        let files: Vec<CopyFile> =
-            (0..500).map(|i| CopyFile { path: format!("dir/file-{i:05}.dat"), size: 1, mtime_ns: 0 }).collect();
+        let files: Vec<CopyFile> = (0..500)
+            .map(|i| CopyFile { path: format!("dir/file-{i:05}.dat"), size: 1, mtime_ns: 0, digest: None })
+            .collect();
         let chunks = chunk_files(&files);
         assert!(chunks.len() > 1);
         assert_eq!(chunks.iter().map(Vec::len).sum::<usize>(), 500);

@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 /// The control-channel protocol version. Both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The word every Hello carries, so a stray client is told apart from an old gridperf.
 pub const MAGIC: &str = "gridperf";
@@ -236,6 +236,20 @@ pub enum ClientMsg {
     CopyDone {
         changed: Vec<u32>,
     },
+    /// A third-party source: send to the agent at `addr` (its data port),
+    /// each data connection's hello carrying `token` and an index from `base`.
+    CopyTo {
+        addr: String,
+        token: u64,
+        base: u32,
+    },
+    /// A third-party source: blocks to send (as ranges, by file); `last`:
+    /// no more will come, finish what is taken. None now and not last:
+    /// others still hold blocks that may come back; ask again.
+    CopyLeased {
+        blocks: Vec<CopyNeed>,
+        last: bool,
+    },
     Abort {
         reason: String,
     },
@@ -357,6 +371,13 @@ pub enum AgentMsg {
     /// the copy's token; the agent takes it within its control deadline.
     CopyConnect {
         index: u32,
+    },
+    /// A third-party source: the blocks acknowledged since the last lease
+    /// (ranges, by file) and how many more it wants; the client answers
+    /// with CopyLeased.
+    CopyLease {
+        done: Vec<CopyNeed>,
+        want: u32,
     },
     /// Pull: something the agent's pool of connections did, as it happened.
     CopyEvent {

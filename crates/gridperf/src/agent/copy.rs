@@ -38,6 +38,7 @@ pub(super) fn run(
         ));
     };
     let push = spec.direction == CopyDirection::Push;
+    let third_party_source = spec.direction == CopyDirection::Send;
     if push && shared.cfg.read_only {
         return Err(send_error(
             ctl,
@@ -45,8 +46,13 @@ pub(super) fn run(
             "this agent's root is read-only (serve --read-only): pull from it, never push".into(),
         ));
     }
-    // writes from beyond loopback need keys, or an allow-list the operator gave
-    if push && shared.cfg.auth.is_none() && shared.cfg.allow.is_empty() && !peer.ip().to_canonical().is_loopback() {
+    // writes from beyond loopback need keys, or an allow-list the operator
+    // gave; so does sending to another agent the client names
+    if (push || third_party_source)
+        && shared.cfg.auth.is_none()
+        && shared.cfg.allow.is_empty()
+        && !peer.ip().to_canonical().is_loopback()
+    {
         return Err(send_error(
             ctl,
             ErrorCode::Refused,
@@ -63,6 +69,18 @@ pub(super) fn run(
         ));
     }
     let root: OwnedFd = File::open(root_path).map_err(|e| format!("the root {}: {e}", root_path.display()))?.into();
+    if third_party_source {
+        return send_to_agent(shared, ctl, peer, spec, &root);
+    }
+    // a third-party copy's destination takes the data from the source agents
+    let mut senders: Vec<std::net::IpAddr> = Vec::new();
+    for a in &spec.senders {
+        senders.push(a.parse::<std::net::IpAddr>().map_err(|e| format!("sender {a}: {e}"))?.to_canonical());
+    }
+    if senders.is_empty() {
+        senders.push(peer.ip().to_canonical());
+    }
+    let third_party = !spec.senders.is_empty();
     let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
     let l = data::listener(local_ip, spec.window, spec.window, spec.streams as i32 * 2)
         .map_err(|e| format!("data listener: {e}"))?;
@@ -90,20 +108,13 @@ pub(super) fn run(
     let list = read_list(ctl, spec.files, idle)?;
     let sockets = |ctl: &mut TcpStream| -> Result<Vec<TcpStream>, Fail> {
         let until = Instant::now() + shared.cfg.control_timeout;
+        // a third-party destination's sources number theirs from their own bases
+        let first = if third_party { spec.connections.max(spec.streams) } else { spec.streams };
         let mut fits = |h: &DataHello, got: &[data::Conn]| {
-            h.kind == DataKind::Copy && h.index < spec.streams && !got.iter().any(|(g, _)| g.index == h.index)
+            h.kind == DataKind::Copy && h.index < first && !got.iter().any(|(g, _)| g.index == h.index)
         };
-        let mut conns = accept_all(
-            &l,
-            ctl,
-            peer.ip().to_canonical(),
-            token,
-            spec.streams as usize,
-            until,
-            &shared.stop,
-            false,
-            &mut fits,
-        )?;
+        let mut conns =
+            accept_all(&l, ctl, &senders, token, spec.streams as usize, until, &shared.stop, false, &mut fits)?;
         conns.sort_by_key(|(h, _)| h.index);
         let mut out = Vec::new();
         for (_, s) in conns {
@@ -113,6 +124,9 @@ pub(super) fn run(
                 }
             }
             tune_socket(&s, spec);
+            if third_party {
+                welcome(&s, token).map_err(|e| format!("a source agent's data connection: {e}"))?;
+            }
             out.push(s);
         }
         // every connection taken: the client may start
@@ -121,7 +135,14 @@ pub(super) fn run(
     };
     if push {
         // the writing end: prepare every file, say what is needed, take the blocks
-        let rules = SinkRules { force: spec.force, resume: spec.resume, checksum: spec.checksum };
+        let rules = SinkRules {
+            force: spec.force,
+            resume: spec.resume,
+            // the first destination computes the checksum, in order, reading back what others wrote
+            checksum: spec.checksum.filter(|_| !spec.join),
+            join: spec.join,
+            adopt: third_party && !spec.join,
+        };
         let (files, needs) = dp::prepare_all(&root, &list, spec.block, rules);
         let parts = chunk_needs(&needs);
         let n = parts.len();
@@ -130,7 +151,7 @@ pub(super) fn run(
         }
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
-        let (works, changed) = receive_all(shared, ctl, &l, peer, token, spec, socks, &files, keys.as_ref())?;
+        let (works, changed) = receive_all(shared, ctl, &l, &senders, token, spec, socks, &files, keys.as_ref())?;
         let outcomes = finish_all(&files, &changed);
         let chunks: Vec<Vec<wire::CopyOutcome>> = outcomes.chunks(2000).map(<[_]>::to_vec).collect();
         let n = chunks.len().max(1);
@@ -145,32 +166,9 @@ pub(super) fn run(
         finish(ctl, idle, agent)
     } else {
         // the reading end: expand what was named, send the list, take the needs, send the blocks
-        let mut sources: Vec<SourceFile> = Vec::new();
-        let mut skipped: Vec<(String, String)> = Vec::new();
-        for f in &list {
-            let room = MAX_COPY_FILES as usize - sources.len();
-            match dp::expand(&root, &f.path, room) {
-                Ok((found, skip)) => {
-                    sources.extend(found);
-                    skipped.extend(skip);
-                }
-                Err(e) => {
-                    return Err(send_error(ctl, ErrorCode::Refused, format!("{}: {e}", wire::printable(&f.path))))
-                }
-            }
-        }
-        for (path, why) in &skipped {
-            if shared.cfg.log {
-                eprintln!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path));
-            }
-        }
+        let sources = sources_of(shared, ctl, peer, &root, &list)?;
         let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
-        let parts = chunk_files(&infos);
-        let n = parts.len().max(1);
-        for k in 0..n {
-            let files = parts.get(k).cloned().unwrap_or_default();
-            wire::write_msg(ctl, &AgentMsg::CopySources { files, last: k + 1 == n }).map_err(|e| e.to_string())?;
-        }
+        tell_sources(ctl, &infos)?;
         let needs = read_needs(ctl, &infos, spec.block, idle)?;
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
@@ -224,6 +222,192 @@ pub(super) fn run(
     }
 }
 
+/// What the client named, beneath the root, expanded into files (what
+/// cannot be read is logged and left out; a name that is not there ends the copy).
+fn sources_of(
+    shared: &Shared,
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    root: &OwnedFd,
+    list: &[CopyFile],
+) -> Result<Vec<SourceFile>, Fail> {
+    let mut sources: Vec<SourceFile> = Vec::new();
+    for f in list {
+        let room = MAX_COPY_FILES as usize - sources.len();
+        match dp::expand(root, &f.path, room) {
+            Ok((found, skip)) => {
+                sources.extend(found);
+                for (path, why) in &skip {
+                    if shared.cfg.log {
+                        eprintln!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path));
+                    }
+                }
+            }
+            Err(e) => return Err(send_error(ctl, ErrorCode::Refused, format!("{}: {e}", wire::printable(&f.path)))),
+        }
+    }
+    Ok(sources)
+}
+
+/// The files this end will send, in CopySources parts.
+fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile]) -> Result<(), Fail> {
+    let parts = chunk_files(infos);
+    let n = parts.len().max(1);
+    for k in 0..n {
+        let files = parts.get(k).cloned().unwrap_or_default();
+        wire::write_msg(ctl, &AgentMsg::CopySources { files, last: k + 1 == n }).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// A third-party copy's source: the files named, each with a sample of
+/// its data (for the client to check that every source holds the same),
+/// then, once the client names the destination agent, the blocks it
+/// leases, sent straight to that agent over this end's pool of
+/// connections (restarts, the tail and -P auto as in a pull). The client
+/// hears of each lease's acknowledged blocks, the pool's events and the end.
+fn send_to_agent(
+    shared: &Shared,
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    spec: &CopySpec,
+    root: &OwnedFd,
+) -> Result<(), Fail> {
+    let agent = host::end_info(None, false);
+    data::ready(ctl, None, Vec::new(), new_token(peer), agent.clone())?;
+    let idle = shared.cfg.max_idle;
+    let within = shared.cfg.control_timeout;
+    let list = read_list(ctl, spec.files, idle)?;
+    let mut sources = sources_of(shared, ctl, peer, root, &list)?;
+    // each file hashed once, before any byte moves: the client compares the sources' digests
+    for s in &mut sources {
+        let digest = s.digest(spec.block).map_err(|e| format!("{}: {e}", wire::printable(&s.info.path)))?;
+        s.info.digest = Some(digest);
+    }
+    let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
+    tell_sources(ctl, &infos)?;
+    let (to, token, base) = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+        Ok(ClientMsg::CopyTo { addr, token, base }) => match addr.parse::<SocketAddr>() {
+            Ok(a) if base < wire::MAX_COPY_CONNECTIONS => (a, token, base),
+            _ => return Err(send_error(ctl, ErrorCode::BadMessage, format!("copy-to {addr:?} base {base}"))),
+        },
+        Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
+        Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-to, got {other:?}"))),
+        Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for copy-to: {e}"))),
+    };
+    if shared.cfg.log {
+        eprintln!("gridperf serve: {peer}: copy sends {} files to the agent at {to}", infos.len());
+    }
+    let budget = spec.connections.max(spec.streams);
+    let plan = dp::PoolPlan {
+        start: spec.streams,
+        auto: spec.auto,
+        restart: spec.restart,
+        tail: spec.tail,
+        connections: budget,
+        restart_caveat: host::ssthresh_cached(),
+    };
+    let dial = dp::Dial {
+        window: spec.window,
+        congestion: spec.congestion.clone(),
+        pacing_bps: spec.pacing_bps,
+        within,
+        // from the address the client reached this agent at: the one the destination expects
+        bind: Some(ctl.local_addr().map_err(|e| e.to_string())?.ip()),
+        welcome: true,
+    };
+    let open = |k: u32| -> std::io::Result<dp::Link> {
+        let sock = dp::dial(to, token, base + k, &dial).map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(dp::Link { sock, idle, crypt: None, window: spec.window })
+    };
+    let ctl_shared = std::sync::Mutex::new(ctl.try_clone().map_err(|e| e.to_string())?);
+    let talk = || ctl_shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tell = |e: &gridperf_core::model::CopyEvent| {
+        let _ = wire::write_msg(&mut *talk(), &AgentMsg::CopyEvent { event: e.clone() });
+    };
+    let queue = BlockQueue::fed();
+    let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
+    let ended = std::sync::atomic::AtomicBool::new(false);
+    let pool = std::thread::scope(|scope| {
+        // the leases: asked for while this end's queue runs low, with the
+        // blocks acknowledged since the last, until the client says last
+        scope.spawn(|| {
+            let most = spec.auto.map_or(spec.streams, |(_, hi)| hi.max(spec.streams)) as usize;
+            let (low, high) = (most, 3 * most);
+            let mut last_said = Instant::now();
+            while !ended.load(std::sync::atomic::Ordering::Relaxed) {
+                let len = queue.len();
+                let want = if len < low { (high - len) as u32 } else { 0 };
+                if want == 0 && last_said.elapsed() < std::time::Duration::from_millis(500) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                }
+                let done = CopyNeed::of_blocks(queue.take_acked());
+                let mut c = talk();
+                let asked = wire::write_msg(&mut *c, &AgentMsg::CopyLease { done, want });
+                let answer = asked
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| ctl::read_msg_within::<ClientMsg>(&c, idle).map_err(|e| e.to_string()));
+                drop(c);
+                last_said = Instant::now();
+                match answer {
+                    Ok(ClientMsg::CopyLeased { blocks, last }) => {
+                        let fits = blocks.iter().all(|n| {
+                            infos.get(n.file as usize).is_some_and(|f| {
+                                let count = gridperf_core::copy::block_count(f.size, spec.block);
+                                n.ranges.iter().all(|&(a, b)| a < b && b <= count)
+                            })
+                        });
+                        if !fits {
+                            queue.stop("the client leased blocks beyond its files".into());
+                            return;
+                        }
+                        let none = blocks.is_empty();
+                        queue.feed(&blocks);
+                        if last {
+                            queue.end_feed();
+                            return;
+                        }
+                        if none && want > 0 {
+                            // others hold what is left: ask again in a while
+                            std::thread::sleep(std::time::Duration::from_millis(200));
+                        }
+                    }
+                    Ok(ClientMsg::Abort { reason }) => {
+                        queue.stop(format!("client aborted: {reason}"));
+                        return;
+                    }
+                    Ok(other) => {
+                        queue.stop(format!("expected copy-leased, got {other:?}"));
+                        return;
+                    }
+                    Err(e) => {
+                        queue.stop(format!("waiting for a lease: {e}"));
+                        return;
+                    }
+                }
+            }
+        });
+        let pool = dp::send_pool(&sources, spec.block, &queue, &plan, &open, &moved, &tell);
+        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        pool
+    });
+    if let Some(why) = queue.stopped() {
+        return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+    }
+    let mut changed: Vec<u32> =
+        sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
+    changed.extend(queue.failed().iter().map(|(f, _)| *f));
+    let sent = AgentMsg::CopySent {
+        changed,
+        streams: streams_of(&pool.works),
+        events: pool.events,
+        tail_blocks: queue.tail_sent(),
+    };
+    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
+    finish(ctl, idle, agent)
+}
+
 /// The writing end's connections of a push: the first ones, then any the
 /// client opens while the copy runs (a restart, `-P auto`), each with its
 /// own number below `spec.connections`, taken as they come; until the
@@ -237,7 +421,7 @@ fn receive_all(
     shared: &Shared,
     ctl: &mut TcpStream,
     l: &std::net::TcpListener,
-    peer: SocketAddr,
+    senders: &[std::net::IpAddr],
     token: u64,
     spec: &CopySpec,
     socks: Vec<TcpStream>,
@@ -284,8 +468,11 @@ fn receive_all(
             };
             if ready[0] {
                 let mut fits = |h: &DataHello| h.kind == DataKind::Copy && h.index < most && !seen.contains(&h.index);
-                if let Some((h, s)) = data::accept_one(l, peer.ip().to_canonical(), token, &mut fits) {
+                if let Some((h, s)) = data::accept_one(l, senders, token, &mut fits) {
                     tune_socket(&s, spec);
+                    if !spec.senders.is_empty() && welcome(&s, token).is_err() {
+                        continue;
+                    }
                     seen.push(h.index);
                     set.start(h.index, s);
                 }
@@ -316,6 +503,15 @@ fn receive_all(
         let works = set.finish();
         outcome.map(|changed| (works, changed))
     })
+}
+
+/// A third-party copy's destination greets a source agent's data
+/// connection with the token it carried: the source sends nothing until
+/// it sees it (a client cannot aim a source agent's data at anything but
+/// an agent expecting it).
+fn welcome(mut s: &TcpStream, token: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    s.write_all(&token.to_be_bytes())
 }
 
 /// The copy's congestion control and pacing on a data connection the agent took.
@@ -366,7 +562,7 @@ impl PullConnections<'_> {
             let mut got = lock(&self.arrived);
             let seen = got.1.clone();
             let mut fits = |h: &DataHello| h.kind == DataKind::Copy && h.index < most && !seen.contains(&h.index);
-            if let Some((h, s)) = data::accept_one(self.l, self.peer.ip().to_canonical(), self.token, &mut fits) {
+            if let Some((h, s)) = data::accept_one(self.l, &[self.peer.ip().to_canonical()], self.token, &mut fits) {
                 tune_socket(&s, self.spec);
                 got.1.push(h.index);
                 got.0.insert(h.index, s);

@@ -40,10 +40,15 @@ pub fn listener(local: IpAddr, sndbuf: Option<u64>, rcvbuf: Option<u64>, backlog
 }
 
 /// Accepts one pending connection and reads its hello: Some when it is the
-/// client's (its address, the token, a kind `fits` takes).
-pub fn accept_one(l: &TcpListener, peer: IpAddr, token: u64, fits: &mut dyn FnMut(&DataHello) -> bool) -> Option<Conn> {
+/// client's (from one of `peers`, with the token, of a kind `fits` takes).
+pub fn accept_one(
+    l: &TcpListener,
+    peers: &[IpAddr],
+    token: u64,
+    fits: &mut dyn FnMut(&DataHello) -> bool,
+) -> Option<Conn> {
     let (mut s, from) = l.accept().ok()?;
-    if from.ip().to_canonical() != peer {
+    if !peers.contains(&from.ip().to_canonical()) {
         return None;
     }
     let hello = read_hello(&mut s, HELLO_WITHIN)?;
@@ -89,7 +94,7 @@ pub fn out_of_turn(ctl: &mut TcpStream, within: Duration, during: &str) -> Fail 
 pub fn accept_all(
     l: &TcpListener,
     ctl: &mut TcpStream,
-    peer: IpAddr,
+    peers: &[IpAddr],
     token: u64,
     want: usize,
     until: Instant,
@@ -128,7 +133,7 @@ pub fn accept_all(
             continue;
         }
         let mut take = |h: &DataHello| fits(h, &got);
-        if let Some(c) = accept_one(l, peer, token, &mut take) {
+        if let Some(c) = accept_one(l, peers, token, &mut take) {
             got.push(c);
         }
     }

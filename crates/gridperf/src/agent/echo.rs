@@ -65,7 +65,7 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &
             };
             streams.contains(&proto) && !got.iter().any(|(g, _)| g.kind == h.kind)
         };
-        let mut conns = accept_all(l, ctl, peer_ip, token, streams.len(), until, &shared.stop, true, &mut fits)?;
+        let mut conns = accept_all(l, ctl, &[peer_ip], token, streams.len(), until, &shared.stop, true, &mut fits)?;
         // in the order the request named them
         for p in &streams {
             let want = if *p == Proto::Sendfile { DataKind::Sendfile } else { DataKind::Tcp };

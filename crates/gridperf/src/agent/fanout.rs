@@ -53,7 +53,7 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, f: &Fa
         if !ready[0] {
             continue;
         }
-        let Some((_, mut s)) = accept_one(&listener, peer_ip, token, &mut |h| h.kind == DataKind::Fanout) else {
+        let Some((_, mut s)) = accept_one(&listener, &[peer_ip], token, &mut |h| h.kind == DataKind::Fanout) else {
             continue;
         };
         if consumers.0.len() >= MAX_CONSUMERS {

@@ -49,7 +49,7 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
                 && layout.iter().any(|(i, _)| *i == h.index)
                 && !got.iter().any(|(g, _)| g.index == h.index)
         };
-        for (h, s) in accept_all(l, ctl, peer_ip, token, layout.len(), until, &shared.stop, false, &mut fits)? {
+        for (h, s) in accept_all(l, ctl, &[peer_ip], token, layout.len(), until, &shared.stop, false, &mut fits)? {
             if let Some(cc) = &spec.congestion {
                 if let Err(e) = gridperf_sys::set_tcp_congestion(&s, cc) {
                     return Err(send_error(ctl, ErrorCode::Unsupported, format!("TCP_CONGESTION {cc}: {e}")));

@@ -13,9 +13,17 @@ use std::time::Duration;
 pub struct CopyArgs {
     /// What to copy, then where: local paths, or HOST:PATH beneath a `gridperf serve --root DIR` agent's root
     /// ([v6addr]:PATH for IPv6). From here to there is a push, from there to here a pull; two local paths copy
-    /// through an agent of this process. A directory is copied with everything in it.
+    /// through an agent of this process. A directory is copied with everything in it. Both ends on agents is a
+    /// copy between agents (third-party: the data goes straight from one to the other); a comma list of agents
+    /// on either side (a1:data/f,a2:data/f b1:data/f,b2:data/f) makes host pairs, a source agent each, the
+    /// sources holding the same data: one destination (every pair writes to it) or one per source (on storage
+    /// they share). Every pair takes its blocks from one queue, so a faster pair carries more.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DEST")]
     pub paths: Vec<String>,
+    /// Host pairs all write to the first destination agent (the study's "same destination"), whatever
+    /// other destinations are named.
+    #[arg(long)]
+    pub same_destination: bool,
     /// The agent's control port.
     #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
@@ -136,6 +144,17 @@ pub fn parse_parallel(p: &str) -> Result<(u32, Option<(u32, u32)>)> {
     }
 }
 
+/// One end, or a comma list of agents (host pairs): a1:PATH,a2:PATH.
+pub fn ends(s: &str, port: u16) -> Result<Vec<End>> {
+    if s.contains(',') {
+        let parts: Vec<End> = s.split(',').map(|p| end(p, port)).collect::<Result<_>>()?;
+        if parts.len() > 1 && parts.iter().all(|e| matches!(e, End::Remote { .. })) {
+            return Ok(parts);
+        }
+    }
+    Ok(vec![end(s, port)?])
+}
+
 /// HOST:PATH (or [v6]:PATH) on an agent, else a local path.
 pub fn end(s: &str, port: u16) -> Result<End> {
     let local = || End::Local(s.into());
@@ -171,9 +190,30 @@ impl TryFrom<CopyArgs> for Opts {
             other => return Err(Error::usage(format!("--split {other}: give dynamic or static"))),
         };
         let connect = duration(&a.connect_timeout, "--connect-timeout")?;
+        let mut all_sources = Vec::new();
+        for s in sources {
+            let e = ends(s, a.port)?;
+            if e.len() > 1 && sources.len() > 1 {
+                return Err(Error::usage(format!(
+                    "{s}: host pairs take one source, named on each of its agents (a1:PATH,a2:PATH)"
+                )));
+            }
+            all_sources.extend(e);
+        }
+        let mut dests = ends(dest, a.port)?;
+        if a.same_destination && !(dests.len() > 1 || all_sources.len() > 1) {
+            return Err(Error::usage(
+                "--same-destination is for host pairs: name several source agents (a1:PATH,a2:PATH)",
+            ));
+        }
+        if a.same_destination {
+            dests.truncate(1);
+        }
+        let dest = dests.remove(0);
         Ok(Opts {
-            sources: sources.iter().map(|s| end(s, a.port)).collect::<Result<_>>()?,
-            dest: end(dest, a.port)?,
+            sources: all_sources,
+            dest,
+            dests_more: dests,
             copy: CopyOptions {
                 streams,
                 auto,

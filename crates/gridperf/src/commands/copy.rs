@@ -29,6 +29,8 @@ pub enum End {
 pub struct Opts {
     pub sources: Vec<End>,
     pub dest: End,
+    /// More destination agents (host pairs with different destinations).
+    pub dests_more: Vec<End>,
     pub copy: CopyOptions,
     pub store: StoreChoice,
     pub json: bool,
@@ -69,6 +71,24 @@ fn dest_names(dest: &str, many: bool) -> (String, Option<String>) {
     }
 }
 
+/// What a copy runs: one agent and this host, or host pairs of agents.
+enum Work {
+    Direct(Target, Job),
+    Pairs(crate::engines::copy_pairs::Pairs),
+}
+
+/// Where a listed file (`p`, from the named source's parent) goes beneath
+/// an agent's root given the destination path there: beneath a directory
+/// (the path ends in '/', or is empty, or the source was a directory:
+/// its files' paths have a '/'), else at the path itself.
+fn place_beneath(dest: &str, p: &str) -> String {
+    if dest.is_empty() || dest.ends_with('/') || p.contains('/') {
+        join(dest.trim_end_matches('/'), p)
+    } else {
+        dest.to_string()
+    }
+}
+
 fn join(dir: &str, rest: &str) -> String {
     if dir.is_empty() {
         rest.to_string()
@@ -105,11 +125,31 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     // (or the lab's, on its host b)
     let mut _local_agent: Option<LocalAgent> = None;
     let mut _lab: Option<crate::runner::Prepared> = None;
-    let (target, job, network) = match (&o.dest, remote_sources.is_empty()) {
-        (End::Remote { .. }, false) => {
-            return Err(Error::usage(
-                "both ends on agents (a third-party copy) is not built yet: copy from or to this host",
-            ))
+    if !o.dests_more.is_empty() && !matches!(o.dest, End::Remote { .. }) {
+        return Err(Error::usage("several destinations are for host pairs: name agents on both sides"));
+    }
+    let (work, network) = match (&o.dest, remote_sources.is_empty()) {
+        (End::Remote { addr, host, path }, false) => {
+            if remote_sources.len() != o.sources.len() {
+                return Err(Error::usage(
+                    "mixed sources: a copy between agents takes HOST:PATH sources only (a1:PATH,a2:PATH for pairs)",
+                ));
+            }
+            let remote = |e: &End| match e {
+                End::Remote { addr, host, path } => Some((*addr, host.clone(), path.clone())),
+                End::Local(_) => None,
+            };
+            let mut dests = vec![(*addr, host.clone(), path.clone())];
+            dests.extend(o.dests_more.iter().filter_map(remote));
+            let pairs = crate::engines::copy_pairs::Pairs {
+                sources: o.sources.iter().filter_map(remote).collect(),
+                dests,
+                place: place_beneath,
+                source: source_words.clone(),
+                destination: dest_words.clone(),
+            };
+            let network = crate::runner::Network::Host { addr: *addr, label: addr.to_string() }.name();
+            (Work::Pairs(pairs), network)
         }
         (End::Local(dest), false) => {
             if remote_sources.len() != o.sources.len() {
@@ -140,8 +180,10 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             };
             let names = remote_sources.iter().map(|(_, p)| p.clone()).collect();
             (
-                Target::remote(addr),
-                Job::Pull { names, dest: root, place, source: source_words, destination: dest_words },
+                Work::Direct(
+                    Target::remote(addr),
+                    Job::Pull { names, dest: root, place, source: source_words, destination: dest_words },
+                ),
                 crate::runner::Network::Host { addr, label: addr.to_string() }.name(),
             )
         }
@@ -209,7 +251,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             for (path, why) in &skipped {
                 out.note(&format!("gridperf copy: skipped {path}: {why}"));
             }
-            (target, Job::Push { sources, skipped, source: source_words, destination: dest_words }, network)
+            let job = Job::Push { sources, skipped, source: source_words, destination: dest_words };
+            (Work::Direct(target, job), network)
         }
     };
     let bar = out.bar();
@@ -279,7 +322,10 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                 line(&e.kind, serde_json::to_value(e).unwrap_or_default());
             },
         };
-        crate::engines::copy::run(&target, &o.copy, job, &mut watch)
+        match work {
+            Work::Direct(target, job) => crate::engines::copy::run(&target, &o.copy, job, &mut watch),
+            Work::Pairs(pairs) => crate::engines::copy_pairs::run(pairs, &o.copy, &mut watch),
+        }
     };
     bar.finish_and_clear();
     let settings = serde_json::json!({

@@ -61,7 +61,27 @@ impl SourceFile {
         if !m.file_type().is_file() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
         }
-        Ok(SourceFile { info: CopyFile { path, size: m.len(), mtime_ns: mtime_ns(&m) }, file })
+        Ok(SourceFile { info: CopyFile { path, size: m.len(), mtime_ns: mtime_ns(&m), digest: None }, file })
+    }
+
+    /// The file's BLAKE3 (hex), from its blocks' chaining values, for a
+    /// third-party copy's sources to be compared before any byte moves: a
+    /// read of the whole file at each source, side by side.
+    pub fn digest(&self, block: u64) -> io::Result<String> {
+        let n = block_count(self.info.size, block);
+        let mut buf = vec![0u8; block as usize];
+        let mut cvs = Vec::with_capacity(n as usize);
+        let mut single = None;
+        for i in 0..n {
+            let len = block_len(self.info.size, block, i) as usize;
+            self.file.read_exact_at(&mut buf[..len], i * block)?;
+            cvs.push(block_cv(&buf[..len], i * block));
+            if n == 1 {
+                single = Some(gridperf_core::copy::whole_hash(&buf[..len]));
+            }
+        }
+        let hash = file_hash(&cvs, self.info.size, block, single).ok_or_else(|| io::Error::other("no hash"))?;
+        Ok(hash.to_hex().to_string())
     }
 
     /// Whether the file changed (size or modification time) since it was opened.
@@ -110,6 +130,11 @@ struct QueueState {
     /// A static split (bbftp's): connection k takes only from `slices[k]`,
     /// a contiguous k-th of the blocks. Empty: one shared queue.
     slices: Vec<VecDeque<BlockId>>,
+    /// A third-party source's queue, fed in leases: more may come, so an
+    /// empty queue is not the end until the feed ends.
+    feeding: bool,
+    /// Blocks acknowledged since the feed last asked (the lease's report).
+    acked_log: Vec<BlockId>,
 }
 
 impl BlockQueue {
@@ -130,6 +155,8 @@ impl BlockQueue {
                 tail_sent: 0,
                 slow: None,
                 slices: Vec::new(),
+                feeding: false,
+                acked_log: Vec::new(),
             }),
             wake: Condvar::new(),
         }
@@ -148,6 +175,35 @@ impl BlockQueue {
             s.slices.resize_with(n.max(1) as usize, VecDeque::new);
         }
         q
+    }
+
+    /// An empty queue that the caller feeds ([`BlockQueue::feed`]) until
+    /// [`BlockQueue::end_feed`]: a third-party source's, whose blocks the
+    /// client hands out in leases shared with the other pairs.
+    pub fn fed() -> BlockQueue {
+        let q = BlockQueue::new(&[]);
+        lock(&q.state).feeding = true;
+        q
+    }
+
+    /// More blocks, at the back.
+    pub fn feed(&self, needs: &[CopyNeed]) {
+        let mut s = lock(&self.state);
+        for n in needs.iter().filter(|n| n.refused.is_none()) {
+            s.pending.extend(n.ranges.iter().flat_map(|&(a, b)| (a..b).map(move |i| (n.file, i))));
+        }
+        self.wake.notify_all();
+    }
+
+    /// No more blocks will be fed: the queue ends once what it has is acknowledged.
+    pub fn end_feed(&self) {
+        lock(&self.state).feeding = false;
+        self.wake.notify_all();
+    }
+
+    /// The blocks acknowledged since the last call (a lease's report).
+    pub fn take_acked(&self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut lock(&self.state).acked_log)
     }
 
     /// Where connection `conn` takes its blocks from (and gives them back to).
@@ -174,7 +230,8 @@ impl BlockQueue {
     pub fn done(&self) -> bool {
         let s = lock(&self.state);
         s.stop.is_some()
-            || (s.outstanding.is_empty()
+            || (!s.feeding
+                && s.outstanding.is_empty()
                 && s.pending.iter().chain(s.slices.iter().flatten()).all(|b| s.failed.iter().any(|f| f.0 == b.0)))
     }
 
@@ -205,7 +262,9 @@ impl BlockQueue {
             }
             // a static split: done once its own slice is acknowledged
             let static_split = !s.slices.is_empty();
-            if s.outstanding.is_empty() || (static_split && !s.outstanding.values().any(|t| t.by.contains(&conn))) {
+            if !s.feeding
+                && (s.outstanding.is_empty() || (static_split && !s.outstanding.values().any(|t| t.by.contains(&conn))))
+            {
                 return None;
             }
             // only a connection with nothing of its own unacknowledged (keeping
@@ -240,6 +299,7 @@ impl BlockQueue {
         };
         let first = if ok {
             s.outstanding.remove(&block);
+            s.acked_log.push(block);
             true
         } else {
             t.by.retain(|&c| c != conn);
@@ -340,6 +400,71 @@ impl ConnCtl {
         *lock(&self.why) = Some(why);
         self.cancel.store(true, Ordering::SeqCst);
     }
+}
+
+/// How a sending end opens its data connections: the copy's buffers,
+/// congestion control and pacing, set before it connects.
+#[derive(Debug, Clone, Default)]
+pub struct Dial {
+    pub window: Option<u64>,
+    pub congestion: Option<String>,
+    pub pacing_bps: Option<u64>,
+    pub within: Duration,
+    /// The local address to send from (a third-party source: the one its client reached it at).
+    pub bind: Option<std::net::IpAddr>,
+    /// A third-party source: wait for the destination agent to greet the
+    /// connection with its token before sending anything.
+    pub welcome: bool,
+}
+
+/// What went wrong opening a data connection: the congestion control
+/// asked for (the user's to fix), or the connection.
+pub enum DialError {
+    Congestion(String, io::Error),
+    Net(String),
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Congestion(cc, e) => write!(f, "-C {cc}: {e}"),
+            DialError::Net(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Opens data connection `k` of a copy to `at`, with its hello (`token`).
+pub fn dial(at: std::net::SocketAddr, token: u64, k: u32, d: &Dial) -> Result<TcpStream, DialError> {
+    let net = |e: io::Error| DialError::Net(e.to_string());
+    let sock = socket2::Socket::new(socket2::Domain::for_address(at), socket2::Type::STREAM, None).map_err(net)?;
+    if let Some(w) = d.window {
+        gridperf_sys::set_sndbuf(&sock, w as usize).map_err(net)?;
+        gridperf_sys::set_rcvbuf(&sock, w as usize).map_err(net)?;
+    }
+    if let Some(cc) = &d.congestion {
+        gridperf_sys::set_tcp_congestion(&sock, cc).map_err(|e| DialError::Congestion(cc.clone(), e))?;
+    }
+    if let Some(p) = d.pacing_bps {
+        gridperf_sys::set_max_pacing_rate(&sock, p / 8).map_err(net)?;
+    }
+    if let Some(ip) = d.bind {
+        sock.bind(&std::net::SocketAddr::new(ip, 0).into()).map_err(net)?;
+    }
+    sock.connect_timeout(&at.into(), d.within)
+        .map_err(|e| DialError::Net(format!("data connection {k} to {at}: {e}")))?;
+    let mut s: TcpStream = sock.into();
+    let hello = gridperf_core::wire::DataHello::new(token, gridperf_core::wire::DataKind::Copy, k);
+    super::write_hello(&mut s, &hello).map_err(net)?;
+    if d.welcome {
+        let mut got = [0u8; 8];
+        s.set_read_timeout(Some(d.within)).map_err(net)?;
+        s.read_exact(&mut got)
+            .map_err(|e| DialError::Net(format!("data connection {k} to {at}: no agent's greeting: {e}")))?;
+        if u64::from_be_bytes(got) != token {
+            return Err(DialError::Net(format!("data connection {k} to {at}: not the agent the client named")));
+        }
+    }
+    Ok(s)
 }
 
 /// Resets a connection at once (what its socket still holds is thrown away).
@@ -976,6 +1101,15 @@ pub struct SinkFile {
     /// The checksum asked for, the next offset's block it takes, a buffer
     /// for blocks read back (they arrived ahead of the ones before them).
     summer: Mutex<Option<(gridperf_core::copy::Summer, u64, Vec<u8>)>>,
+    /// A third-party copy's second destination: writes into the first's
+    /// partial file, never renames it.
+    joined: bool,
+    /// A third-party copy's first destination with others joined: blocks
+    /// they verified are taken from the shared journal at the finish:
+    /// its records from this offset on (written in this run; the ones
+    /// before were hashed again, or did not hold).
+    adopt: bool,
+    adopt_from: u64,
 }
 
 #[derive(Default)]
@@ -998,6 +1132,12 @@ pub struct SinkRules {
     /// Keep a finished destination of the source's size and time (a resumed
     /// directory copy).
     pub resume: bool,
+    /// Write into the partial files another destination agent prepared on
+    /// shared storage (a third-party copy's second destination).
+    pub join: bool,
+    /// Take the blocks other destination agents verified from the shared
+    /// journal at the finish (a third-party copy's first destination).
+    pub adopt: bool,
 }
 
 /// Flips one byte of the n-th block a writing end receives (counted from 1,
@@ -1035,7 +1175,13 @@ impl SinkFile {
             summer: Mutex::new(rules.checksum.map(|c| (c.summer(), 0, Vec::new()))),
             // the blocks' values are kept once the file's space is known to be there
             state: Mutex::new(SinkState::default()),
+            joined: rules.join,
+            adopt: rules.adopt,
+            adopt_from: 0,
         };
+        if rules.join {
+            return file.join(&partial_name, &journal_name, n);
+        }
         let none = |kept| CopyNeed { file: 0, ranges: Vec::new(), kept, refused: None };
         // a finished destination
         if let Ok(existing) = gridperf_sys::open_beneath(&file.dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0) {
@@ -1086,7 +1232,9 @@ impl SinkFile {
             })?;
             lock(&file.state).cvs = vec![None; n];
             // a new journal: the source it belongs to, then a record per verified block
-            let j = gridperf_sys::open_beneath(&file.dir, &journal_name, rw | libc::O_CREAT | libc::O_TRUNC, 0o600)
+            // appended to (other destination agents may write records into it too)
+            let flags = rw | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND;
+            let j = gridperf_sys::open_beneath(&file.dir, &journal_name, flags, 0o600)
                 .map_err(|e| format!("{journal_name}: {e}"))?;
             let mut j = File::from(j);
             let head =
@@ -1095,12 +1243,67 @@ impl SinkFile {
             *lock(&file.journal) = Some(j);
         }
         file.partial = Some(partial);
+        file.adopt_from = lock(&file.journal).as_ref().and_then(|j| j.metadata().ok()).map_or(u64::MAX, |m| m.len());
         let need: Vec<u64> = {
             let s = lock(&file.state);
             (0..n as u64).filter(|&i| s.cvs[i as usize].is_none()).collect()
         };
         let kept = lock(&file.state).kept;
         Ok((file, CopyNeed { ranges: gridperf_core::copy::ranges(need), ..none(kept) }))
+    }
+
+    /// A second destination's side of a file: the partial file and journal
+    /// the first destination prepared, opened where this agent sees them
+    /// (refused when they are not there: not the same storage). It needs
+    /// nothing of its own: the client's leases say what comes here.
+    fn join(mut self, partial_name: &str, journal_name: &str, n: usize) -> Result<(SinkFile, CopyNeed), String> {
+        let name = self.name.clone();
+        let not_shared = |what: &str| {
+            format!(
+                "{name}: {what}: this destination does not share the first one's storage (give \
+                 --same-destination, or destinations on one shared filesystem)"
+            )
+        };
+        let rw = libc::O_RDWR | libc::O_NOFOLLOW;
+        let partial = gridperf_sys::open_beneath(&self.dir, partial_name, rw, 0)
+            .map(File::from)
+            .map_err(|e| not_shared(&format!("the first destination's {partial_name}: {e}")))?;
+        if !partial.metadata().is_ok_and(|m| m.len() == self.info.size) {
+            return Err(not_shared(&format!("{partial_name} is not of the source's size")));
+        }
+        let mut j = gridperf_sys::open_beneath(&self.dir, journal_name, rw | libc::O_APPEND, 0)
+            .map(File::from)
+            .map_err(|e| not_shared(&format!("the first destination's {journal_name}: {e}")))?;
+        let mut head = String::new();
+        io::BufRead::read_line(&mut io::BufReader::new(&mut j), &mut head)
+            .map_err(|e| format!("{journal_name}: {e}"))?;
+        let head: serde_json::Value = serde_json::from_str(&head).unwrap_or_default();
+        if head["size"] != self.info.size || head["mtime_ns"] != self.info.mtime_ns || head["block"] != self.block {
+            return Err(not_shared(&format!("{journal_name} belongs to another copy")));
+        }
+        self.partial = Some(partial);
+        *lock(&self.journal) = Some(j);
+        lock(&self.state).cvs = vec![None; n];
+        Ok((self, CopyNeed { file: 0, ranges: Vec::new(), kept: 0, refused: None }))
+    }
+
+    /// Takes from the journal the blocks other destination agents verified
+    /// and recorded there (a third-party copy on shared storage).
+    fn adopt_joined(&self) -> io::Result<()> {
+        let journal_name = format!(".{}{JOURNAL}", self.name);
+        let fd = gridperf_sys::open_beneath(&self.dir, &journal_name, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
+        let mut all = Vec::new();
+        File::from(fd).read_to_end(&mut all)?;
+        let from = (self.adopt_from as usize).min(all.len());
+        let mut s = lock(&self.state);
+        for rec in all[from..].chunks_exact(40) {
+            let idx = u64::from_be_bytes(rec[..8].try_into().expect("8 bytes")) as usize;
+            let Some(cv) = unhex32(&hex(&rec[8..40])) else { continue };
+            if let Some(slot @ None) = s.cvs.get_mut(idx) {
+                *slot = Some(cv);
+            }
+        }
+        Ok(())
     }
 
     /// Hashes again each block the journal says arrived verified; returns
@@ -1228,6 +1431,18 @@ impl SinkFile {
             // kept from an earlier run, or refused
             return out;
         };
+        if self.joined {
+            // the first destination renames: what this one wrote is made durable first
+            if let Err(e) = partial.sync_data() {
+                out.error = Some(format!("{}: {e}", self.name));
+            }
+            return out;
+        }
+        if self.adopt && !self.complete() {
+            if let Err(e) = self.adopt_joined() {
+                out.error.get_or_insert(format!("reading the journal others wrote: {e}; kept partial"));
+            }
+        }
         if out.error.is_none() && source_changed {
             out.error =
                 Some("the source changed during the copy (its size or time): not renamed; copy it again".into());

@@ -7,15 +7,13 @@
 
 use crate::datapath::copy::{self as dp, BlockQueue, SinkRules, StreamWork};
 pub use crate::datapath::copy::{expand, Skipped, SourceFile, FLIP_BLOCK, UNREADABLE};
-use crate::datapath::write_hello;
 use crate::error::{Error, Result};
 use crate::host;
 use crate::runner::{Deadlines, Target};
 use gridperf_core::copy::{block_count, block_len};
 use gridperf_core::model::{copy_verdict, CopyEvent, CopyFileResult, CopyReport, COPY_SCHEMA};
 use gridperf_core::wire::{
-    chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopyOutcome, CopySpec, DataHello,
-    DataKind, Test,
+    chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopyOutcome, CopySpec, Test,
 };
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
@@ -54,6 +52,18 @@ impl CopyOptions {
         self.auto.map_or(self.streams, |(_, hi)| hi.max(self.streams))
     }
 
+    /// How the sending end opens its data connections.
+    pub fn dial(&self) -> dp::Dial {
+        dp::Dial {
+            window: self.window,
+            congestion: self.congestion.clone(),
+            pacing_bps: self.pacing_bps,
+            within: self.deadlines.connect,
+            bind: None,
+            welcome: false,
+        }
+    }
+
     /// The most connections over the copy: restarts and -P auto's changes open new ones.
     pub fn connections(&self) -> u32 {
         (self.most_streams() * 2 + 16).min(gridperf_core::wire::MAX_COPY_CONNECTIONS)
@@ -75,7 +85,7 @@ fn net(e: impl std::fmt::Display) -> Error {
 }
 
 /// Bytes the needs ask for.
-fn needed_bytes(needs: &[CopyNeed], files: &[CopyFile], block: u64) -> u64 {
+pub(crate) fn needed_bytes(needs: &[CopyNeed], files: &[CopyFile], block: u64) -> u64 {
     needs
         .iter()
         .filter(|n| n.refused.is_none())
@@ -126,6 +136,8 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         restart: o.restart,
         tail: o.tail,
         auto: o.auto,
+        senders: Vec::new(),
+        join: false,
     };
     let exchange = if o.encrypt {
         Some(gridperf_core::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
@@ -307,7 +319,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         }
         Job::Pull { names, dest, place, source: src, destination: dst } => {
             let asked: Vec<CopyFile> =
-                names.iter().map(|n| CopyFile { path: n.clone(), size: 0, mtime_ns: 0 }).collect();
+                names.iter().map(|n| CopyFile { path: n.clone(), size: 0, mtime_ns: 0, digest: None }).collect();
             for part in chunk_files(&asked) {
                 session.tell(&ClientMsg::CopyFiles { files: part })?;
             }
@@ -322,7 +334,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                     .map_err(|m| net(format!("the agent named a file {m}: nothing was written")))?;
                 local.push(CopyFile { path: place(&f.path), ..f.clone() });
             }
-            let rules = SinkRules { force: o.force, resume: o.resume, checksum: o.checksum };
+            let rules = SinkRules { force: o.force, resume: o.resume, checksum: o.checksum, ..Default::default() };
             let (sinks, needs) = dp::prepare_all(&dest, &local, o.block, rules);
             let parts = chunk_needs(&needs);
             let n = parts.len();
@@ -463,6 +475,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             copy_verdict(&agent_streams, &per_stream)
         },
         per_stream,
+        pairs: Vec::new(),
         agent_streams,
         encryption,
         interval_ms: INTERVAL.as_millis() as u64,
@@ -474,7 +487,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
 
 /// The parts of one of the agent's lists, until the one marked last; at
 /// most [`gridperf_core::wire::MAX_COPY_FILES`] items in all.
-fn parts<T>(
+pub(crate) fn parts<T>(
     session: &mut crate::runner::Session,
     within: Duration,
     what: &str,
@@ -499,7 +512,7 @@ fn parts<T>(
 
 /// Runs the streams (`streams` returns their results) while this thread
 /// reports progress every 200 ms.
-fn drive<R: Send>(
+pub(crate) fn drive<R: Send>(
     counters: &[AtomicU64],
     total: u64,
     watch: &mut Watch,
@@ -562,26 +575,12 @@ fn connect(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions) -> Result<V
     (0..o.streams).map(|k| connect_one(addr, port, token, o, k)).collect()
 }
 
-/// Data connection `k`, with the copy's buffers, congestion control and
-/// pacing set before it connects, opened with its hello.
+/// Data connection `k`, opened as [`dp::dial`] opens it.
 fn connect_one(addr: SocketAddr, port: u16, token: u64, o: &CopyOptions, k: u32) -> Result<TcpStream> {
-    let at = SocketAddr::new(addr.ip(), port);
-    let sock = socket2::Socket::new(socket2::Domain::for_address(at), socket2::Type::STREAM, None).map_err(net)?;
-    if let Some(w) = o.window {
-        gridperf_sys::set_sndbuf(&sock, w as usize).map_err(net)?;
-        gridperf_sys::set_rcvbuf(&sock, w as usize).map_err(net)?;
-    }
-    if let Some(cc) = &o.congestion {
-        gridperf_sys::set_tcp_congestion(&sock, cc).map_err(|e| Error::usage(format!("-C {cc}: {e}")))?;
-    }
-    if let Some(p) = o.pacing_bps {
-        gridperf_sys::set_max_pacing_rate(&sock, p / 8).map_err(net)?;
-    }
-    sock.connect_timeout(&at.into(), o.deadlines.connect)
-        .map_err(|e| net(format!("data connection {k} to {at}: {e}")))?;
-    let mut s: TcpStream = sock.into();
-    write_hello(&mut s, &DataHello::new(token, DataKind::Copy, k)).map_err(net)?;
-    Ok(s)
+    dp::dial(SocketAddr::new(addr.ip(), port), token, k, &o.dial()).map_err(|e| match e {
+        dp::DialError::Congestion(..) => Error::usage(e.to_string()),
+        dp::DialError::Net(m) => net(m),
+    })
 }
 
 /// Blocks a file of `size` has (for the report's words).

@@ -6,6 +6,7 @@
 //! `stream`.
 
 pub mod copy;
+pub mod copy_pairs;
 pub mod echo;
 pub mod fanout;
 pub mod rtt;

@@ -63,6 +63,19 @@ pub fn table(r: &CopyReport) -> String {
         fmt_bytes(r.bytes_kept),
         r.blocks_resent
     );
+    for (k, p) in r.pairs.iter().enumerate() {
+        let rate = if p.seconds > 0.0 { fmt_bps(p.bytes as f64 * 8.0 / p.seconds) } else { "-".into() };
+        let lost = p.error.as_deref().map(|e| format!("; LOST: {e}")).unwrap_or_default();
+        let share = if r.bytes_moved > 0 { 100.0 * p.bytes as f64 / r.bytes_moved as f64 } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "  pair {k}: {} -> {}: {} ({share:.0}%) in {:.2} s: {rate}{lost}",
+            p.source,
+            p.destination,
+            fmt_bytes(p.bytes),
+            p.seconds
+        );
+    }
     for s in &r.per_stream {
         let retrans = s.retransmits.map(|n| format!(", {n} retransmits")).unwrap_or_default();
         let rtt = s.rtt_us.map(|u| format!(", RTT {:.2} ms", f64::from(u) / 1000.0)).unwrap_or_default();
@@ -72,8 +85,9 @@ pub fn table(r: &CopyReport) -> String {
         let ended = s.ended.as_deref().map(|e| format!("; ended early: {e}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "  stream {}{slot}: {} in {} blocks{retrans}{rtt}{tail}{ended}",
+            "  stream {}{}{slot}: {} in {} blocks{retrans}{rtt}{tail}{ended}",
             s.index,
+            s.pair.map(|p| format!(" (pair {p})")).unwrap_or_default(),
             fmt_bytes(s.bytes),
             s.blocks
         );

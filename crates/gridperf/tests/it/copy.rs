@@ -785,3 +785,131 @@ fn json_stream_prints_a_line_a_second_then_the_result() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Agents on 127.0.0.1 to 127.0.0.4, one port (a copy names every agent
+/// on it): sources rooted at `src` (storage they share), destinations at
+/// `dst` (or each its own, `dst` then `dst2`).
+fn four_agents(src: &Path, dst: &Path, dst2: &Path) -> (Vec<crate::Served>, String) {
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind").local_addr().expect("addr").port();
+    let roots = [src, src, dst, dst2];
+    let agents = (0..4)
+        .map(|i| crate::serve_at(&format!("127.0.0.{}", i + 1), port, &["--root", roots[i].to_str().expect("p")]));
+    (agents.collect(), port.to_string())
+}
+
+#[test]
+fn host_pairs_share_one_queue_and_a_lost_pair_gives_its_blocks_to_the_others() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("pairs");
+    let (src, dst) = (d.join("src"), d.join("dst"));
+    std::fs::create_dir_all(&dst).expect("dst");
+    let data = bytes(48 << 20, 21);
+    write(&src.join("f.dat"), &data);
+    let (mut agents, port) = four_agents(&src, &dst, &dst);
+    // two pairs, each writing through its own destination agent into the storage they share
+    let copy = |extra: &[&str]| {
+        let mut a = vec![
+            "copy",
+            "127.0.0.1:f.dat,127.0.0.2:f.dat",
+            "127.0.0.3:f.dat,127.0.0.4:f.dat",
+            "--port",
+            &port,
+            "-P",
+            "2",
+            "--block",
+            "1M",
+            "--force",
+            "--no-store",
+            "--json",
+        ];
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let v = json(&run(&copy(&[]).iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(v["direction"], "third-party");
+    assert!(std::fs::read(dst.join("f.dat")).expect("copied") == data, "the assembled copy differs");
+    assert_eq!(v["files"][0]["blake3"], blake3_hex(&data).as_str());
+    let pairs = v["pairs"].as_array().expect("pairs");
+    assert_eq!(pairs.len(), 2, "{v}");
+    let moved: Vec<u64> = pairs.iter().map(|p| p["bytes"].as_u64().expect("bytes")).collect();
+    assert_eq!(moved.iter().sum::<u64>(), data.len() as u64, "{v}");
+    assert!(moved.iter().all(|&b| b >= 4 << 20), "one queue: both pairs carry blocks: {moved:?}");
+    assert!(std::fs::read_dir(&dst).expect("dst").count() == 1, "a partial file or journal was left");
+    // the same destination: every pair into the first destination agent
+    let mut same = copy(&["--same-destination"]);
+    same[2] = "127.0.0.3:g.dat,127.0.0.4:g.dat".into();
+    let v = json(&run(&same.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert!(std::fs::read(dst.join("g.dat")).expect("copied") == data);
+    let into: Vec<&str> =
+        v["pairs"].as_array().expect("pairs").iter().filter_map(|p| p["destination"].as_str()).collect();
+    assert_eq!(into, ["127.0.0.3:g.dat", "127.0.0.3:g.dat"]);
+    // a source agent dies mid-copy: its blocks go to the other pair, the copy completes and says so
+    let mut h = copy(&["--pacing", "40M"]);
+    h[2] = "127.0.0.3:h.dat,127.0.0.4:h.dat".into();
+    let child = Command::new(BIN).args(&h).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = agents[1].kill();
+    let o = child.wait_with_output().expect("copy");
+    let v = json(&o);
+    assert!(std::fs::read(dst.join("h.dat")).expect("copied") == data, "the copy after a lost pair differs");
+    let lost: Vec<&serde_json::Value> =
+        v["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "pair-lost").collect();
+    assert_eq!(lost.len(), 1, "{v}");
+    assert!(lost[0]["why"]
+        .as_str()
+        .is_some_and(|w| w.contains("127.0.0.2") && w.contains("the other pairs take them")));
+    assert!(v["pairs"][1]["error"].is_string() && v["pairs"][0]["error"].is_null(), "{v}");
+    assert!(stderr(&o).contains("pair-lost"), "said as it happened: {}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn blake3_hex(data: &[u8]) -> String {
+    blake3::hash(data).to_hex().to_string()
+}
+
+#[test]
+fn host_pairs_refuse_sources_that_differ_and_destinations_that_share_no_storage() {
+    let _heavy = crate::heavy();
+    let d = tmpdir("pairs-bad");
+    let (src, other, dst, dst2) = (d.join("src"), d.join("other"), d.join("dst"), d.join("dst2"));
+    let data = bytes(12 << 20, 22);
+    write(&src.join("f.dat"), &data);
+    let mut changed = data.clone();
+    changed[5 << 20] ^= 1;
+    write(&other.join("f.dat"), &changed);
+    for p in [&dst, &dst2] {
+        std::fs::create_dir_all(p).expect("dst");
+    }
+    // sources with the same name and size, one byte apart: refused before any byte moves
+    let port2 = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind").local_addr().expect("addr").port();
+    let p2 = port2.to_string();
+    let _agents: Vec<crate::Served> = [("1", &src), ("2", &other), ("3", &dst), ("4", &dst2)]
+        .iter()
+        .map(|(i, root)| crate::serve_at(&format!("127.0.0.{i}"), port2, &["--root", root.to_str().expect("p")]))
+        .collect();
+    let o = run(&["copy", "127.0.0.1:f.dat,127.0.0.2:f.dat", "127.0.0.3:f.dat", "--port", &p2, "--no-store"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the sources do not hold the same data"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("its BLAKE3 differs"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_dir(&dst).expect("dst").count(), 0, "something was written");
+    // different destinations that do not see the same storage: refused before any byte moves
+    let (_same_sources, port) = four_agents(&src, &dst, &dst2);
+    let o = run(&[
+        "copy",
+        "127.0.0.1:f.dat,127.0.0.2:f.dat",
+        "127.0.0.3:f.dat,127.0.0.4:f.dat",
+        "--port",
+        &port,
+        "--no-store",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not share the first one's storage"), "{}", stderr(&o));
+    assert!(!dst.join("f.dat").exists() && std::fs::read_dir(&dst2).expect("dst2").count() == 0);
+    // each agent once, one destination or one per source
+    let o = run(&["copy", "127.0.0.1:f.dat,127.0.0.1:f.dat", "127.0.0.3:f.dat", "--port", &p2, "--no-store"]);
+    assert_eq!(o.status.code(), Some(2), "an agent named twice: {}", stderr(&o));
+    let o = run(&["copy", "127.0.0.1:f.dat", "127.0.0.3:f.dat,127.0.0.4:f.dat", "--port", &p2, "--no-store"]);
+    assert_eq!(o.status.code(), Some(2), "two destinations for one source: {}", stderr(&o));
+    assert!(stderr(&o).contains("one per source"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -126,6 +126,12 @@ impl Drop for Served {
 pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
     let ip: std::net::IpAddr = host.parse().expect("an IP address");
     let port = std::net::TcpListener::bind((ip, 0)).expect("bind").local_addr().expect("addr").port();
+    (serve_at(host, port, extra), port)
+}
+
+/// Starts `gridperf serve` on `host` and `port` and waits, at most 5 s, until it listens.
+pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
+    let ip: std::net::IpAddr = host.parse().expect("an IP address");
     let p = port.to_string();
     let mut args = vec!["serve", "--bind", host, "--port", &p];
     args.extend_from_slice(extra);
@@ -142,7 +148,7 @@ pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
         assert!(std::time::Instant::now() < deadline, "the agent did not start listening on {host}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, port)
+    child
 }
 
 pub fn faults(drop_every: Option<u64>, delay_every: Option<u64>, delay: Duration) -> Faults {

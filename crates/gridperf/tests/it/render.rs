@@ -896,6 +896,7 @@ fn a_copys_table_names_each_file_its_hash_and_what_is_not_in_place() {
             },
             CopyStream { index: 2, slot: 1, bytes: 3 << 20, blocks: 3, tail_blocks: 1, ..Default::default() },
         ],
+        pairs: Vec::new(),
         agent_streams: Vec::new(),
         encryption: Some("AES-256-GCM, keys by X25519 (no key: ...)".into()),
         verdict: "limited by the network: the sockets waited (the sending end 90% of its time)".into(),
