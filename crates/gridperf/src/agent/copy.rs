@@ -313,7 +313,7 @@ fn send_to_agent(
         pacing_bps: spec.pacing_bps,
         within,
         // from the address the client reached this agent at: the one the destination expects
-        bind: Some(ctl.local_addr().map_err(|e| e.to_string())?.ip()),
+        bind: Some(ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical()),
         welcome: true,
     };
     let open = |k: u32| -> std::io::Result<dp::Link> {

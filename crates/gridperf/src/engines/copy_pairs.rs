@@ -338,8 +338,12 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
                                         }
                                     }
                                     moved[k].fetch_add(bytes, Ordering::Relaxed);
+                                    // at most an even share of what is left, so that a small
+                                    // file's blocks do not all go to the pair that asked first
+                                    let alive = l.alive.iter().filter(|a| **a).count().max(1);
+                                    let share = l.pending.len().div_ceil(alive).max(1);
                                     let mut give = Vec::new();
-                                    while give.len() < want.min(4096) as usize {
+                                    while give.len() < (want.min(4096) as usize).min(share) {
                                         let Some(b) = l.pending.pop_front() else { break };
                                         give.push(b);
                                     }

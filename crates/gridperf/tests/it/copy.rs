@@ -860,6 +860,29 @@ fn host_pairs_share_one_queue_and_a_lost_pair_gives_its_blocks_to_the_others() {
         .is_some_and(|w| w.contains("127.0.0.2") && w.contains("the other pairs take them")));
     assert!(v["pairs"][1]["error"].is_string() && v["pairs"][0]["error"].is_null(), "{v}");
     assert!(stderr(&o).contains("pair-lost"), "said as it happened: {}", stderr(&o));
+    // every source agent dies: a clear error, and what arrived resumes
+    agents[1] = crate::serve_at("127.0.0.2", port.parse().expect("port"), &["--root", src.to_str().expect("p")]);
+    let mut k = copy(&["--pacing", "40M"]);
+    k[2] = "127.0.0.3:k.dat,127.0.0.4:k.dat".into();
+    let child = Command::new(BIN).args(&k).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
+    journal_reaches(&dst.join(".k.dat.gridperf-manifest"), 8);
+    let _ = agents[0].kill();
+    let _ = agents[1].kill();
+    let t = Instant::now();
+    let o = child.wait_with_output().expect("copy");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("every host pair was lost") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(15), "the client waited {:?} on dead agents", t.elapsed());
+    assert!(!dst.join("k.dat").exists(), "a file not whole was put in place");
+    let p: u16 = port.parse().expect("port");
+    agents[0] = crate::serve_at("127.0.0.1", p, &["--root", src.to_str().expect("p")]);
+    agents[1] = crate::serve_at("127.0.0.2", p, &["--root", src.to_str().expect("p")]);
+    let mut k = copy(&["--resume"]);
+    k[2] = "127.0.0.3:k.dat,127.0.0.4:k.dat".into();
+    k.retain(|a| a != "--force");
+    let v = json(&run(&k.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert!(std::fs::read(dst.join("k.dat")).expect("resumed") == data, "the resumed copy differs");
+    assert!(v["files"][0]["kept"].as_u64().unwrap_or(0) >= 8 << 20, "{v}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

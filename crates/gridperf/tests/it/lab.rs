@@ -157,7 +157,12 @@ impl Lab {
     }
 
     fn exec_a(&self, args: &[&str]) -> Output {
-        let mut all = vec!["lab", "exec", "--name", &self.name, "a", "--", BIN];
+        self.exec_on("a", args)
+    }
+
+    /// gridperf ARGS on one of the lab's hosts.
+    fn exec_on(&self, host: &str, args: &[&str]) -> Output {
+        let mut all = vec!["lab", "exec", "--name", &self.name, host, "--", BIN];
         all.extend_from_slice(args);
         run(&all)
     }
@@ -1216,4 +1221,61 @@ fn a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection() {
     }
     let _ = std::fs::remove_dir_all(&d);
     assert!(restarted, "no stream of a pull was restarted in three copies across a lossy path");
+}
+
+#[test]
+fn host_pairs_cross_a_dumbbell_agent_to_agent_and_assemble_one_file() {
+    if !privileged("host_pairs_cross_a_dumbbell_agent_to_agent_and_assemble_one_file") {
+        return;
+    }
+    let d = std::env::temp_dir().join(format!("gridperf-lab-pairs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    for p in ["src", "dst"] {
+        std::fs::create_dir_all(d.join(p)).expect("dir");
+    }
+    let data: Vec<u8> = (0..64u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(d.join("src/f.dat"), &data).expect("write");
+    // each host's access link (100 Mbit/s) is narrower than the shared 1 Gbit/s bottleneck
+    let lab = Lab::up("pairs", &["--hosts", "2x2", "--rate", "1G", "--rtt", "10ms", "--access", "rate=100M"]);
+    // a1, a2 see the sources, b1, b2 the destination: one storage each side (this machine's)
+    let _agents: Vec<crate::Served> = [("a1", "src"), ("a2", "src"), ("b1", "dst"), ("b2", "dst")]
+        .iter()
+        .map(|(host, root)| {
+            let root = d.join(root).display().to_string();
+            crate::Served(
+                Command::new(BIN)
+                    .args(["lab", "exec", "--name", &lab.name, host, "--", BIN, "serve"])
+                    .args(["--root", &root, "--allow", "10.77.0.0/16"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("serve"),
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for (k, extra) in [(0, None), (1, Some("--same-destination"))] {
+        let name = format!("f{k}.dat");
+        let to = format!("10.77.2.1:{name},10.77.2.2:{name}");
+        let o = unless_invalid(|| {
+            let mut a = vec!["copy", "10.77.1.1:f.dat,10.77.1.2:f.dat", &to, "-P", "2", "--force", "--no-store"];
+            a.extend(extra);
+            a.push("--json");
+            lab.exec_on("a1", &a)
+        });
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["direction"], "third-party");
+        assert!(std::fs::read(d.join("dst").join(&name)).expect("copied") == data, "{name} differs");
+        let pairs = v["pairs"].as_array().expect("pairs");
+        let bytes: Vec<u64> = pairs.iter().map(|p| p["bytes"].as_u64().unwrap_or(0)).collect();
+        assert_eq!(bytes.iter().sum::<u64>(), data.len() as u64, "{v}");
+        // one queue across two equal pairs: each carried a fair part
+        assert!(bytes.iter().all(|&b| b > data.len() as u64 / 5), "{bytes:?}");
+        let dests: Vec<&str> = pairs.iter().filter_map(|p| p["destination"].as_str()).collect();
+        let (b1, b2) = (format!("10.77.2.1:{name}"), format!("10.77.2.2:{name}"));
+        let want = if extra.is_some() { [&b1, &b1] } else { [&b1, &b2] };
+        assert_eq!(dests, want, "{v}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
 }
