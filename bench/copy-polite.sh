@@ -2,15 +2,17 @@
 # bench/copy-polite.sh: whether restarting slow streams is antisocial
 # (issue 18), in one run, across gridperf's lab. A 2x2 dumbbell whose
 # bottleneck (RATE, 200 Mbit/s by default, RTT 20 ms) is 4 parallel paths
-# with path 2 losing 1% (where restarts act). A competing CUBIC flow runs
-# from a2 to b2 (gridperf stream, one stream, for the whole round) while a
-# copy of 8 CUBIC streams goes from a1 to b1, with restarts (the default)
-# or --no-restart, ROUNDS rounds each, interleaved. Over the copy's time:
+# with path 2 losing LOSS (3% by default: where restarts act). A competing
+# CUBIC flow runs from a2 to b2 (iperf3, one stream, for the whole round,
+# from a client port chosen first so that the lab's hash puts it on a good
+# path: where a restarted stream may land) while a copy of 8 CUBIC streams
+# goes from a1 to b1, with restarts (the default) or --no-restart, ROUNDS
+# rounds each, interleaved. Over the copy's time:
 # the competitor's rate, and Jain's fairness index over the 9 flows (the
 # copy's 8 stream slots, a restarted stream's replacement in its slot, and
 # the competitor): 1 is fair, 1/9 one flow taking all.
 #
-#   bench/copy-polite.sh [--rounds 3] [--size 384M] [--rate 200M] [--gridperf PATH] [--out DIR]
+#   bench/copy-polite.sh [--rounds 3] [--size 384M] [--rate 200M] [--loss 3%] [--gridperf PATH] [--out DIR]
 #
 # Needs root or unprivileged user namespaces (the lab). Every copy is
 # checked with cmp.
@@ -20,12 +22,14 @@ GRIDPERF=$REPO/target/release/gridperf
 ROUNDS=3
 SIZE=384M
 RATE=200M
+LOSS=3%
 OUT=$REPO/bench/results/copy-polite-$(date +%Y%m%d-%H%M%S)
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
         --size) SIZE=$2; shift 2 ;;
         --rate) RATE=$2; shift 2 ;;
+        --loss) LOSS=$2; shift 2 ;;
         --gridperf) GRIDPERF=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         *) echo "copy-polite: unknown argument $1" >&2; exit 2 ;;
@@ -53,22 +57,41 @@ import sys
 s=sys.argv[1].upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
 print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$SIZE")
 head -c "$bytes" /dev/urandom >"$WORK/f.dat"
-log "lab $LAB: 2x2, $RATE as 4 paths, path 2 at 1% loss, RTT 20 ms; a copy of $SIZE against one CUBIC flow"
-"$GRIDPERF" lab up --name "$LAB" --hosts 2x2 --rate "$RATE" --rtt 20ms --paths 4 --path 2:loss=1% >/dev/null
+command -v iperf3 >/dev/null || die "needs iperf3 (bench/install-peers.sh)"
+log "lab $LAB: 2x2, $RATE as 4 paths, path 2 at $LOSS loss, RTT 20 ms; a copy of $SIZE against one CUBIC flow"
+"$GRIDPERF" lab up --name "$LAB" --hosts 2x2 --rate "$RATE" --rtt 20ms --paths 4 --path "2:loss=$LOSS" >/dev/null
 "$GRIDPERF" lab exec --name "$LAB" b1 -- "$GRIDPERF" serve --root "$WORK/dst" --allow 10.77.0.0/16 \
     2>"$OUT/agent-b1.log" &
 PIDS+=($!)
-"$GRIDPERF" lab exec --name "$LAB" b2 -- "$GRIDPERF" serve 2>"$OUT/agent-b2.log" &
+"$GRIDPERF" lab exec --name "$LAB" b2 -- iperf3 -s -p 5201 >"$OUT/iperf3-b2.log" 2>&1 &
 PIDS+=($!)
 sleep 1
+
+# the path each lab path's counters say carried the most since the last call (1-based)
+path_bytes() {
+    "$GRIDPERF" lab status --name "$LAB" --json |
+        python3 -c "import json,sys; print(' '.join(str(p[0]['arrived_bytes']) for p in json.load(sys.stdin)['health']['paths']))"
+}
+CPORT=""
+for c in $(seq 40001 40024); do
+    before=$(path_bytes)
+    "$GRIDPERF" lab exec --name "$LAB" a2 -- iperf3 -c 10.77.2.2 -p 5201 --cport "$c" -t 1 -C cubic >/dev/null 2>&1 || continue
+    after=$(path_bytes)
+    on=$(python3 -c "
+import sys
+b=[int(x) for x in sys.argv[1].split()]; a=[int(x) for x in sys.argv[2].split()]
+d=[y-x for x,y in zip(b,a)]; print(d.index(max(d))+1)" "$before" "$after")
+    if [ "$on" != 2 ]; then CPORT=$c; log "the competitor from port $c takes path $on"; break; fi
+done
+[ -n "$CPORT" ] || die "no client port among 40001-40024 hashed onto a good path"
 
 # round TAG ARGS...: the competitor for 40 s, the copy 3 s into it; prints the figures
 round() {
     local tag=$1 t0 t1 comp status=0
     shift
     rm -f "$WORK/dst/f.dat"
-    "$GRIDPERF" lab exec --name "$LAB" a2 -- "$GRIDPERF" stream 10.77.2.2 -P 1 -C cubic -t 40 --omit 0 \
-        --no-store --json >"$OUT/$tag-competitor.json" 2>"$OUT/$tag-competitor.err" &
+    "$GRIDPERF" lab exec --name "$LAB" a2 -- iperf3 -c 10.77.2.2 -p 5201 --cport "$CPORT" -C cubic -t 40 -J \
+        >"$OUT/$tag-competitor.json" 2>"$OUT/$tag-competitor.err" &
     comp=$!
     sleep 3
     t0=$(date +%s.%N)
@@ -86,7 +109,7 @@ secs = copy["seconds"]
 # the copy's data began within its command's wall time: its last `seconds` of it
 start = float(sys.argv[4]) - secs
 comp_start = float(sys.argv[3]) - 3.0
-iv = comp["runs"][0]["streams"][0]["interval_bps"]
+iv = [i["sum"]["bits_per_second"] for i in comp["intervals"]]
 lo, hi = start - comp_start, start - comp_start + secs
 # the competitor's 1 s intervals over the copy's time, weighted by their overlap
 num = sum(b * max(0.0, min(hi, k + 1) - max(lo, k)) for k, b in enumerate(iv))

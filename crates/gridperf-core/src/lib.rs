@@ -15,9 +15,12 @@
 //! - [`labcfg`]: the lab's settings and named profiles, resolved into [`emu`] link configs;
 //! - [`survey`]: the best protocol per size range, and where a curve jumps or changes slope;
 //! - [`svg`]: self-contained SVG line charts for reports;
-//! - [`seal`]: a copy's encrypted data channel: X25519 key agreement, AES-256-GCM frames.
+//! - [`seal`]: a copy's encrypted data channel: X25519 key agreement, AES-256-GCM frames;
+//! - [`capture`]: pcap and pcapng read as a stream, frames decoded to TCP segments, pcap written;
+//! - [`trace`]: a capture's TCP connections over time, and `stream`'s verdict from them.
 
 pub mod auth;
+pub mod capture;
 pub mod compare;
 pub mod copy;
 pub mod emu;
@@ -32,6 +35,7 @@ pub mod shape;
 pub mod stats;
 pub mod survey;
 pub mod svg;
+pub mod trace;
 pub mod tune;
 pub mod units;
 pub mod wire;

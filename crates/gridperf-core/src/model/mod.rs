@@ -10,6 +10,7 @@ mod echo;
 mod fanout;
 mod stream;
 mod sweep;
+mod trace;
 mod tune;
 
 pub use copy::*;
@@ -17,6 +18,7 @@ pub use echo::*;
 pub use fanout::*;
 pub use stream::*;
 pub use sweep::*;
+pub use trace::*;
 pub use tune::*;
 
 use crate::plan::Proto;
@@ -35,6 +37,8 @@ pub const COPY_SCHEMA: &str = "gridperf.copy/1";
 pub const SWEEP_SCHEMA: &str = "gridperf.sweep/1";
 pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
 pub const TUNE_SCHEMA: &str = "gridperf.tune/2";
+/// `gridperf trace --json`: a capture's TCP connections.
+pub const TRACE_SCHEMA: &str = "gridperf.trace/1";
 /// `gridperf survey --json`: the conclusions per network.
 pub const SURVEY_SCHEMA: &str = "gridperf.survey/1";
 /// `gridperf runs list --json`: the stored runs.
