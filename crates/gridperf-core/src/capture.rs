@@ -61,9 +61,15 @@ pub enum CaptureError {
     /// Not a pcap or pcapng file (its first bytes).
     NotACapture(String),
     /// The file ends inside a record that starts at `offset`: read to the last whole packet.
-    Truncated { offset: u64, what: String },
+    Truncated {
+        offset: u64,
+        what: String,
+    },
     /// A record that cannot be (a length beyond any frame, a block too short).
-    Corrupt { offset: u64, what: String },
+    Corrupt {
+        offset: u64,
+        what: String,
+    },
     Io(String),
 }
 
@@ -181,6 +187,14 @@ impl<R: Read> CaptureReader<R> {
             }
         }
         Ok(reader)
+    }
+
+    /// pcap or pcapng.
+    pub fn format_name(&self) -> &'static str {
+        match self.format {
+            Format::Pcap { .. } => "pcap",
+            Format::PcapNg { .. } => "pcapng",
+        }
     }
 
     /// Bytes read so far.
@@ -303,7 +317,7 @@ impl<R: Read> CaptureReader<R> {
                             let b = [v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]];
                             iface.offset_s = if big { i64::from_be_bytes(b) } else { i64::from_le_bytes(b) };
                         }
-                        opts = &opts[(4 + olen + 3) / 4 * 4..];
+                        opts = &opts[(4 + olen).div_ceil(4) * 4..];
                     }
                     ifaces.push(iface);
                 }
@@ -311,16 +325,22 @@ impl<R: Read> CaptureReader<R> {
                 6 if body.len() >= 20 => {
                     let id = u32_of(&body[0..4], big) as usize;
                     let Some(iface) = ifaces.get(id).copied() else {
-                        return Err(CaptureError::Corrupt { offset: at, what: format!("a packet of interface {id}, not described") });
+                        return Err(CaptureError::Corrupt {
+                            offset: at,
+                            what: format!("a packet of interface {id}, not described"),
+                        });
                     };
                     let ts = (u64::from(u32_of(&body[4..8], big)) << 32) | u64::from(u32_of(&body[8..12], big));
                     let (cap, orig) = (u32_of(&body[12..16], big) as usize, u32_of(&body[16..20], big));
                     if 20 + cap > body.len() {
-                        return Err(CaptureError::Corrupt { offset: at, what: "a packet longer than its block".into() });
+                        return Err(CaptureError::Corrupt {
+                            offset: at,
+                            what: "a packet longer than its block".into(),
+                        });
                     }
                     let per = iface.per_sec.max(1);
-                    let ns = (u128::from(ts / per) * 1_000_000_000 + u128::from(ts % per) * 1_000_000_000 / u128::from(per))
-                        as i64;
+                    let ns = (u128::from(ts / per) * 1_000_000_000
+                        + u128::from(ts % per) * 1_000_000_000 / u128::from(per)) as i64;
                     return Ok(Some(Frame {
                         t_ns: ns + iface.offset_s * 1_000_000_000,
                         link: iface.link,
@@ -389,6 +409,8 @@ pub struct Segment {
     pub mss: Option<u16>,
     pub wscale: Option<u8>,
     pub sack: Vec<(u32, u32)>,
+    /// It carries the timestamps option (12 bytes of every segment, with padding, once both SYNs had it).
+    pub timestamps: bool,
 }
 
 /// Why a frame was not a TCP segment.
@@ -556,6 +578,7 @@ fn tcp(t: &[u8], len_from_ip: usize, src: IpAddr, dst: IpAddr) -> Result<Segment
                 match (kind, v.len()) {
                     (2, 2) => s.mss = Some(u16::from_be_bytes([v[0], v[1]])),
                     (3, 1) => s.wscale = Some(v[0].min(14)),
+                    (8, 8) => s.timestamps = true,
                     (5, n) if n % 8 == 0 => {
                         for b in v.chunks_exact(8) {
                             let left = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
@@ -580,7 +603,8 @@ mod tests {
     pub(crate) fn v4_segment(seq: u32, ack: u32, flags: u8, win: u16, opts: &[u8], payload: usize) -> Vec<u8> {
         let off = 20 + opts.len();
         let total = 20 + off + payload;
-        let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut p =
+            vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
         p.extend_from_slice(&40000u16.to_be_bytes());
         p.extend_from_slice(&5201u16.to_be_bytes());
         p.extend_from_slice(&seq.to_be_bytes());

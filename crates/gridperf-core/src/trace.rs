@@ -26,6 +26,8 @@ pub const MAX_CONNECTIONS: usize = 100_000;
 pub const MAX_OUTSTANDING: usize = 1 << 16;
 /// RTT samples kept per direction (then thinned by half, and so on).
 pub const MAX_RTT_SAMPLES: usize = 1 << 20;
+/// Data segments a direction needs for a verdict.
+pub const MIN_VERDICT_SEGMENTS: u64 = 32;
 /// The least silence before a retransmission that reads as a timeout.
 const MIN_RTO_NS: i64 = 200_000_000;
 
@@ -38,13 +40,18 @@ struct Side {
     last_rel: u64,
     wscale: Option<u8>,
     mss: Option<u16>,
+    timestamps: bool,
     syn: bool,
     snd_max: u64,
     una: Option<u64>,
     sacked: Vec<(u64, u64)>,
     outstanding: BTreeMap<u64, (i64, bool)>,
     bytes_sent: u64,
+    /// Data segments, counted as the sender's TCP counts them: a
+    /// super-packet (GSO/TSO seen at the host) as the segments it becomes.
     segments: u64,
+    /// The sender's segment size: the largest payload not above the peer's MSS.
+    seg_size: u32,
     acked_total: u64,
     fast: u64,
     timeout: u64,
@@ -58,6 +65,8 @@ struct Side {
     first_data_t: Option<i64>,
     /// The first data byte seen (relative): where a capture that missed the handshake starts counting.
     first_seq: Option<u64>,
+    /// The end of the highest data sent (a FIN's sequence number is not data).
+    data_max: u64,
     last_ack_t: Option<i64>,
     window: Option<u64>,
     zero_windows: u64,
@@ -143,12 +152,12 @@ impl Side {
             retransmits: self.iv_retrans,
             rtt_ms: (self.iv_rtt_n > 0).then(|| self.iv_rtt_sum as f64 / self.iv_rtt_n as f64 / 1e6),
         });
-        let mss = u32::from(self.mss.unwrap_or(1448).max(1));
         let min_rtt = self.rtts.iter().copied().min().unwrap_or(0);
+        // in flight in bytes (as unacked segments of one byte: the capture counts bytes)
         self.samples.push(TcpSample {
             t_ns: (k * interval) as u64,
-            unacked: self.iv_flight.div_ceil(u64::from(mss)) as u32,
-            mss,
+            unacked: self.iv_flight.min(u64::from(u32::MAX)) as u32,
+            mss: 1,
             total_retrans: (self.fast + self.timeout + self.other) as u32,
             data_segs_out: self.segments as u32,
             bytes_acked: self.acked_total,
@@ -242,7 +251,9 @@ impl Analyzer {
         let fresh_syn = s.flags & SYN != 0 && s.flags & ACK == 0;
         let idx = match self.by_key.get(&k) {
             // a SYN on an ended connection's ports: a new connection
-            Some(&i) if !(fresh_syn && (self.conns[i].ended || self.conns[i].sides.iter().any(|x| x.bytes_sent > 0))) => {
+            Some(&i)
+                if !(fresh_syn && (self.conns[i].ended || self.conns[i].sides.iter().any(|x| x.bytes_sent > 0))) =>
+            {
                 i
             }
             _ => {
@@ -296,6 +307,7 @@ impl Analyzer {
             me.syn = true;
             me.wscale = s.wscale;
             me.mss = s.mss;
+            me.timestamps = s.timestamps;
             me.snd_max = me.snd_max.max(1);
         }
         let seq = me.rel(s.seq);
@@ -304,20 +316,33 @@ impl Analyzer {
             let end = seq + u64::from(s.len);
             me.first_data_t.get_or_insert(t);
             me.first_seq.get_or_insert(seq);
+            me.data_max = me.data_max.max(end);
             me.bytes_sent += u64::from(s.len);
-            me.segments += 1;
+            // the peer's MSS (less the timestamps, when both SYNs had them) is a full segment; a
+            // larger payload is a super-packet seen at the host (GSO/TSO), counted as its segments
+            let limit = peer.mss.map_or(u32::MAX, |m| {
+                u32::from(m).saturating_sub(if me.timestamps && peer.timestamps { 12 } else { 0 })
+            });
+            if me.seg_size == 0 && limit != u32::MAX {
+                me.seg_size = limit;
+            }
+            if s.len <= limit {
+                me.seg_size = me.seg_size.max(s.len);
+            }
+            let segs = u64::from(s.len.div_ceil(me.seg_size.max(1)).max(1));
+            me.segments += segs;
             if seq < me.snd_max {
                 // sent before: a retransmission, by what came before it
                 let silence = me.last_progress_t.or(me.last_send_t).map_or(0, |p| t - p);
                 let rto = me.srtt_ns().map_or(MIN_RTO_NS, |r| (2 * r as i64).max(MIN_RTO_NS));
                 if me.dupacks >= 3 || me.sack_since_ack {
-                    me.fast += 1;
+                    me.fast += segs;
                 } else if silence >= rto {
-                    me.timeout += 1;
+                    me.timeout += segs;
                 } else {
-                    me.other += 1;
+                    me.other += segs;
                 }
-                me.iv_retrans += 1;
+                me.iv_retrans += segs;
                 if me.una.is_none_or(|u| u >= me.recovery_until) {
                     // a new loss episode: what was in flight is the window's estimate
                     let at = (t - start) as f64 / 1e9;
@@ -365,8 +390,9 @@ impl Analyzer {
             }
             match peer.una {
                 Some(u) if ack > u => {
-                    let newly = ack - u;
-                    peer.acked_total += newly.min(peer.bytes_sent);
+                    // data bytes only: a SYN's or FIN's sequence number is none
+                    let newly = ack.min(peer.data_max).saturating_sub(u.min(peer.data_max));
+                    peer.acked_total += newly;
                     peer.iv_acked += newly;
                     peer.una = Some(ack);
                     peer.dupacks = 0;
@@ -398,7 +424,8 @@ impl Analyzer {
                     continue;
                 }
                 // a D-SACK: the first block below the ACK, or within the second
-                if i == 0 && (r <= una || s.sack.get(1).is_some_and(|&(l2, r2)| l >= peer.rel(l2) && r <= peer.rel(r2))) {
+                if i == 0 && (r <= una || s.sack.get(1).is_some_and(|&(l2, r2)| l >= peer.rel(l2) && r <= peer.rel(r2)))
+                {
                     peer.spurious += 1;
                     continue;
                 }
@@ -489,7 +516,8 @@ impl Analyzer {
                 let other = 1 - k;
                 let mut rtts = std::mem::take(&mut side.rtts);
                 rtts.sort_unstable();
-                let q = |p: f64| rtts.get(((rtts.len() - 1) as f64 * p).round() as usize).map(|&u| f64::from(u) / 1000.0);
+                let q =
+                    |p: f64| rtts.get(((rtts.len() - 1) as f64 * p).round() as usize).map(|&u| f64::from(u) / 1000.0);
                 let (rtt_min, rtt_med, rtt_max) =
                     if rtts.is_empty() { (None, None, None) } else { (q(0.0), q(0.5), q(1.0)) };
                 let rtt_basis = match near {
@@ -515,7 +543,8 @@ impl Analyzer {
                         }
                     }
                 }
-                let verdict = (samples.len() >= 2).then(|| {
+                // a verdict needs a transfer: a control connection's few messages tell nothing
+                let verdict = (samples.len() >= 2 && side.segments >= MIN_VERDICT_SEGMENTS).then(|| {
                     let mut v = crate::flow::verdict(
                         &samples,
                         &VerdictContext {
@@ -543,7 +572,11 @@ impl Analyzer {
                     other: side.other,
                     spurious: side.spurious,
                     zero_windows: side.zero_windows,
-                    window_scale: if handshake { wscales[other].filter(|_| wscales[k].is_some()).or(Some(0)) } else { None },
+                    window_scale: if handshake {
+                        wscales[other].filter(|_| wscales[k].is_some()).or(Some(0))
+                    } else {
+                        None
+                    },
                     mss: msses[k].or(msses[other]),
                     rtt_samples: rtts.len() as u64,
                     rtt_min_ms: rtt_min,

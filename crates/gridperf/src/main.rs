@@ -33,6 +33,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
         }
         Command::Copy(a) => go(*a, table, commands::copy::run),
         Command::Tune(a) => go(a, table, commands::tune::run),
+        Command::Trace(a) => go(a, table, commands::trace::run),
         Command::Survey(a) => {
             let f = gridperf::cli::format(a.json, false);
             go(a, f, commands::survey::run)

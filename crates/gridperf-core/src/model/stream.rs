@@ -119,4 +119,37 @@ pub struct StreamReport {
     pub warnings: Vec<Warning>,
     /// Notes on what the kernel granted (capped buffers and the like).
     pub notes: Vec<String>,
+    /// `--capture`: what the capture of the test's packets tells, next to TCP_INFO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<StreamCapture>,
+}
+
+/// A stream test's own capture (`stream --capture`) read as `trace` reads
+/// one, next to the senders' TCP_INFO.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamCapture {
+    pub file: String,
+    /// Packets written, and those the kernel dropped before the capture read them.
+    pub packets: u64,
+    pub dropped: u64,
+    /// Each data direction of the test (the largest first), beside the stream of the same rank by bytes.
+    pub streams: Vec<CaptureVsTcpInfo>,
+}
+
+/// One data direction: the capture's figures and TCP_INFO's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureVsTcpInfo {
+    pub from: String,
+    pub to: String,
+    /// The stream (index) it is set beside.
+    pub stream: Option<u32>,
+    pub bytes_acked: u64,
+    pub retransmits: u64,
+    pub tcp_info_retransmits: Option<u64>,
+    pub max_in_flight: u64,
+    pub tcp_info_max_in_flight: Option<u64>,
+    pub rtt_median_ms: Option<f64>,
+    pub tcp_info_srtt_median_ms: Option<f64>,
+    pub verdict: Option<String>,
+    pub tcp_info_verdict: Option<String>,
 }

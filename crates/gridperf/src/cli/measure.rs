@@ -226,6 +226,14 @@ pub struct StreamArgs {
     /// Write every stream's TCP_INFO timeline (the sender's) here: CSV if the name ends in .csv, else JSON lines.
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<std::path::PathBuf>,
+    /// Capture the test's packets at this end (an AF_PACKET socket: root, or --lab, whose hosts are this user's
+    /// own) into FILE, a raw-IP pcap of the first --snaplen bytes of each, and compare what the capture tells
+    /// (`gridperf trace`) with TCP_INFO: retransmissions, the most in flight, RTT.
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<std::path::PathBuf>,
+    /// Bytes kept of each captured packet (the headers need 40 to 120).
+    #[arg(long, default_value = "128", value_name = "BYTES", requires = "capture")]
+    pub snaplen: u32,
     /// Run the test N times; report each run and the median and spread of the total (or the best, with --best)
     /// [default: 1, or the --preset's].
     #[arg(long, value_name = "N")]
@@ -610,6 +618,16 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             },
             best,
             timeline: a.timeline.clone(),
+            capture: match &a.capture {
+                Some(p) if !(64..=65535).contains(&a.snaplen) => {
+                    return Err(Error::usage(format!("--snaplen {}: give 64 to 65535 bytes", a.snaplen)))
+                }
+                Some(p) if !sweep.is_empty() => {
+                    return Err(Error::usage(format!("--capture {}: one test at a time, not a sweep", p.display())))
+                }
+                Some(p) => Some((p.clone(), a.snaplen)),
+                None => None,
+            },
             store: StoreChoice::new(a.db.clone(), a.no_store),
             json: a.json,
             sweep,

@@ -9,6 +9,7 @@ pub mod lab;
 pub mod measure;
 pub mod serve;
 pub mod store;
+pub mod trace;
 pub mod tune;
 
 use crate::error::{Error, Result};
@@ -95,6 +96,18 @@ pub enum Command {
         A partial file is always resumed: each block the journal names is hashed again and kept only if it still holds.\n\
         Exit codes: 0 every file in place, 4 some files not (the summary says which and why).")]
     Copy(Box<copy::CopyArgs>),
+    /// A packet capture's TCP connections over time (throughput, in flight, the receiver's window, RTT,
+    /// retransmissions) and why each was slow, in `stream`'s words, from the capture alone.
+    #[command(after_help = "Examples:\n  \
+        gridperf trace run.pcap                          every connection, and a verdict per direction\n  \
+        gridperf trace run.pcapng --filter :5201         only the connections with port 5201\n  \
+        gridperf trace run.pcap --csv > series.csv       the time series (in flight, window, bytes acknowledged)\n  \
+        gridperf trace run.pcap -i 1s --json             one point a second, gridperf.trace/1\n\n\
+        In flight is the highest sequence sent minus the highest acknowledged, less what the receiver SACKed, as\n\
+        seen at the capture point; the window is the receiver's, scaled by the scale its SYN carried. RTT samples\n\
+        are a segment's first sending to the ACK that covers it (Karn's rule): from the sender's side, the path's\n\
+        round trip; from the receiver's side, only its own delay (the handshake says which).")]
+    Trace(trace::TraceArgs),
     /// What caps a single TCP stream on a path (rate x RTT), from this host's settings or both ends', and what to set.
     #[command(after_help = "Examples:\n  \
         gridperf tune --rate 1G --rtt 35ms                 the BDP, what each setting caps, the fix\n  \

@@ -14,6 +14,7 @@ pub mod serve;
 pub mod stream;
 pub mod survey;
 pub mod sweep;
+pub mod trace;
 pub mod transfer;
 pub mod tune;
 

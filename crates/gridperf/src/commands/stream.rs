@@ -19,6 +19,8 @@ pub struct Opts {
     pub best: bool,
     /// Write every stream's TCP_INFO timeline here (CSV if it ends in .csv).
     pub timeline: Option<PathBuf>,
+    /// Capture the test's packets here (and the snap length), then compare the capture with TCP_INFO.
+    pub capture: Option<(PathBuf, u32)>,
     pub store: StoreChoice,
     pub json: bool,
     /// The unit rates are printed in (-f).
@@ -72,6 +74,16 @@ pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
     if o.stream.path_rate_bps.is_none() {
         o.stream.path_rate_bps = prepared.path_rate_bps;
     }
+    let capture = match &o.capture {
+        Some((path, snaplen)) => {
+            let peer = match &prepared.target.agent {
+                crate::runner::Endpoint::Remote(a) => a.ip().to_canonical(),
+                crate::runner::Endpoint::Local(_) => std::net::IpAddr::from([127, 0, 0, 1]),
+            };
+            Some(super::trace::Capture::start(path, peer, *snaplen)?)
+        }
+        None => None,
+    };
     let opts = &o.stream;
     let sending_ms = (opts.omit.as_millis() as u64) + opts.spec.duration_ms;
     let mut headed = false;
@@ -94,13 +106,17 @@ pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
             let _ = out.print(&line);
         }
     });
-    let r = match result {
+    let captured = capture.map(super::trace::Capture::stop);
+    let mut r = match result {
         Ok(r) => r,
         Err(e) => {
             store_failure(&o, &e)?;
             return Err(e);
         }
     };
+    if let (Some(stats), Some((path, _))) = (captured, &o.capture) {
+        r.capture = Some(super::trace::compare(path, stats?, &r)?);
+    }
     store(&o, &r, out)?;
     Ok(r)
 }

@@ -77,6 +77,7 @@ pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) 
         spread,
         warnings,
         notes: [opts.notes.clone(), notes].concat(),
+        capture: None,
     })
 }
 

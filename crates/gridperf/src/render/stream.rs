@@ -166,6 +166,9 @@ pub fn table(r: &StreamReport, best: bool, units: Units) -> String {
             );
         }
     }
+    if let Some(c) = &r.capture {
+        out.push_str(&capture_lines(c));
+    }
     out
 }
 
@@ -353,4 +356,48 @@ pub fn csv(streams: &[StreamResult]) -> String {
         ]);
     }
     t.text()
+}
+
+/// `stream --capture`: the capture's figures beside TCP_INFO's.
+pub fn capture_lines(c: &gridperf_core::model::StreamCapture) -> String {
+    use gridperf_core::units::fmt_bytes;
+    let mut out = String::new();
+    let dropped = if c.dropped > 0 {
+        format!(" ({} dropped by the kernel before the capture read them: the figures below miss them)", c.dropped)
+    } else {
+        " (none dropped)".to_string()
+    };
+    let _ = writeln!(
+        out,
+        "
+capture {}: {} packets{dropped}; what it tells, beside TCP_INFO:",
+        c.file, c.packets
+    );
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2} ms"));
+    for d in &c.streams {
+        let who = d.stream.map_or(String::new(), |s| format!(" (stream {s})"));
+        let _ = writeln!(out, "  {} -> {}{who}: {} acknowledged", d.from, d.to, fmt_bytes(d.bytes_acked));
+        let _ =
+            writeln!(out, "    retransmissions: capture {}, TCP_INFO {}", d.retransmits, opt(d.tcp_info_retransmits));
+        let _ = writeln!(
+            out,
+            "    most in flight: capture {}, TCP_INFO {}",
+            fmt_bytes(d.max_in_flight),
+            d.tcp_info_max_in_flight.map_or("-".to_string(), fmt_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "    RTT median: capture {}, TCP_INFO's smoothed {}",
+            ms(d.rtt_median_ms),
+            ms(d.tcp_info_srtt_median_ms)
+        );
+        if let Some(v) = &d.verdict {
+            let _ = writeln!(out, "    from the capture: {v}");
+        }
+        if let Some(v) = &d.tcp_info_verdict {
+            let _ = writeln!(out, "    from TCP_INFO:    {v}");
+        }
+    }
+    out
 }

@@ -1279,3 +1279,54 @@ fn host_pairs_cross_a_dumbbell_agent_to_agent_and_assemble_one_file() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_streams_own_capture_tells_what_tcp_info_tells() {
+    if !privileged("a_streams_own_capture_tells_what_tcp_info_tells") {
+        return;
+    }
+    let _serial = serial();
+    let cap = std::env::temp_dir().join(format!("gridperf-lab-capture-{}.pcap", std::process::id()));
+    let c = cap.display().to_string();
+    // 1% loss at 20 ms: retransmissions to count; the capture on host a, the sender's side
+    let o = unless_invalid(|| {
+        run(&[
+            "stream",
+            "--lab",
+            "man",
+            "--lab-set",
+            "rtt=20ms",
+            "--lab-set",
+            "loss=1%",
+            "-t",
+            "4",
+            "-C",
+            "cubic",
+            "--capture",
+            &c,
+            "--no-store",
+            "--json",
+        ])
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let k = &v["capture"];
+    assert_eq!(k["dropped"], 0, "{k}");
+    let s = &k["streams"][0];
+    let (cap_rx, tcp_rx) = (s["retransmits"].as_u64().unwrap_or(0), s["tcp_info_retransmits"].as_u64().unwrap_or(0));
+    assert!(tcp_rx >= 5, "1% loss retransmits: {s}");
+    // every retransmission the sender counted passed the capture point, as one segment or more
+    assert!(cap_rx.abs_diff(tcp_rx) <= 1 + tcp_rx / 20, "capture {cap_rx} against TCP_INFO {tcp_rx}: {s}");
+    let (rtt, srtt) =
+        (s["rtt_median_ms"].as_f64().unwrap_or(0.0), s["tcp_info_srtt_median_ms"].as_f64().unwrap_or(0.0));
+    assert!((rtt - srtt).abs() <= 0.15 * srtt, "RTT: capture {rtt} ms, TCP_INFO {srtt} ms");
+    // in flight past the capture point is at most what TCP_INFO counts (which includes the local queue)
+    let (fl, tfl) = (s["max_in_flight"].as_u64().unwrap_or(0), s["tcp_info_max_in_flight"].as_u64().unwrap_or(0));
+    assert!(fl > 0 && fl as f64 <= 1.05 * tfl as f64 && fl as f64 >= 0.4 * tfl as f64, "in flight {fl} against {tfl}");
+    // the file reads as any capture does
+    let o = run(&["trace", &c, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(t["connections"].as_array().is_some_and(|c| c.len() >= 2), "control and data: {t}");
+    let _ = std::fs::remove_file(&cap);
+}

@@ -27,6 +27,7 @@ mod netns;
 mod render;
 mod store;
 mod stream;
+mod trace;
 
 use gridperf::agent::{Agent, AgentConfig, Faults, StopHandle};
 use gridperf::engines::EchoOptions;

@@ -285,6 +285,7 @@ fn stream_report(runs: Vec<StreamRun>) -> StreamReport {
         runs,
         warnings: vec![],
         notes: vec!["-w 4194304: the receiver (agent) was granted 425984 bytes, not the 8388608 Linux gives for it: capped by net.core.rmem_max = 212992 (the kernel doubles the request up to twice that cap); raise net.core.rmem_max to allow more".into()],
+        capture: None,
     }
 }
 

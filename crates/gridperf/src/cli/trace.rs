@@ -1,0 +1,37 @@
+//! `gridperf trace`'s arguments.
+
+use super::duration;
+use crate::commands::trace::Opts;
+use crate::error::{Error, Result};
+use clap::Args;
+
+#[derive(Args)]
+pub struct TraceArgs {
+    /// A packet capture: pcap or pcapng (tcpdump -w, dumpcap, tshark -w, `gridperf stream --capture`), of
+    /// Ethernet (VLAN tags too), Linux cooked (SLL, SLL2), raw IP or loopback frames, IPv4 or IPv6; read as a
+    /// stream, in bounded memory, whatever its size.
+    pub file: std::path::PathBuf,
+    /// The length of each point of the time series (throughput, in flight, window).
+    #[arg(short, long, default_value = "100ms", value_name = "DURATION")]
+    pub interval: String,
+    /// Only the connections with this endpoint (ADDR, ADDR:PORT or :PORT).
+    #[arg(long, value_name = "ENDPOINT")]
+    pub filter: Option<String>,
+    /// Print gridperf.trace/1 JSON (docs/json.md) instead of the table.
+    #[arg(short = 'J', long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the time series as CSV: a row per connection, direction and interval.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+impl TryFrom<TraceArgs> for Opts {
+    type Error = Error;
+    fn try_from(a: TraceArgs) -> Result<Opts> {
+        let interval = duration(&a.interval, "--interval")?;
+        if interval < std::time::Duration::from_millis(1) {
+            return Err(Error::usage(format!("--interval {}: give 1ms or more", a.interval)));
+        }
+        Ok(Opts { file: a.file, interval, filter: a.filter, json: a.json, csv: a.csv })
+    }
+}

@@ -1,0 +1,331 @@
+//! `gridperf trace FILE`: a packet capture's TCP connections over time,
+//! and the same verdict `stream` gives from TCP_INFO, from the capture alone.
+
+use super::Output;
+use crate::error::{Error, Result};
+use crate::render;
+use gridperf_core::capture::{decode, link_name, CaptureError, CaptureReader, Skip};
+use gridperf_core::model::{TraceReport, TraceSkipped, TRACE_SCHEMA};
+use gridperf_core::trace::Analyzer;
+use std::io::Read;
+use std::time::Duration;
+
+/// What `gridperf trace` runs, checked.
+pub struct Opts {
+    pub file: std::path::PathBuf,
+    pub interval: Duration,
+    /// ADDR, ADDR:PORT or :PORT: only connections with such an endpoint.
+    pub filter: Option<String>,
+    pub json: bool,
+    pub csv: bool,
+}
+
+/// A reader that counts what it read (for the progress bar).
+struct Counted<R> {
+    r: R,
+    n: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.r.read(buf)?;
+        self.n.set(self.n.get() + k as u64);
+        Ok(k)
+    }
+}
+
+/// Whether an endpoint matches the filter.
+fn matches(filter: &str, end: std::net::SocketAddr) -> bool {
+    if let Some(port) = filter.strip_prefix(':') {
+        return port.parse::<u16>().is_ok_and(|p| p == end.port());
+    }
+    if let Ok(a) = filter.parse::<std::net::SocketAddr>() {
+        return a == end;
+    }
+    filter.parse::<std::net::IpAddr>().is_ok_and(|ip| ip == end.ip())
+}
+
+/// Reads the capture at `path` into its report (the analysis of `trace`, and of `stream --capture`).
+pub fn analyse(
+    path: &std::path::Path,
+    interval: Duration,
+    filter: Option<&str>,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<TraceReport> {
+    if let Some(f) = filter {
+        let ok = f.strip_prefix(':').map_or_else(
+            || f.parse::<std::net::SocketAddr>().is_ok() || f.parse::<std::net::IpAddr>().is_ok(),
+            |p| p.parse::<u16>().is_ok(),
+        );
+        if !ok {
+            return Err(Error::usage(format!("--filter {f}: give ADDR, ADDR:PORT or :PORT")));
+        }
+    }
+    let file = std::fs::File::open(path).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let count = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let reader = std::io::BufReader::with_capacity(1 << 20, Counted { r: file, n: count.clone() });
+    let mut cap = match CaptureReader::new(reader) {
+        Ok(c) => c,
+        Err(CaptureError::Io(e)) => return Err(Error::usage(format!("{}: {e}", path.display()))),
+        Err(e) => return Err(Error::usage(format!("{}: {e}", path.display()))),
+    };
+    if let Some(b) = progress {
+        b.set_length(size);
+    }
+    let mut an = Analyzer::new(interval.as_nanos() as u64);
+    let mut r = TraceReport {
+        schema: TRACE_SCHEMA.into(),
+        file: path.display().to_string(),
+        interval_ms: interval.as_millis() as u64,
+        ..TraceReport::default()
+    };
+    let mut skipped = TraceSkipped::default();
+    let mut links: Vec<u16> = Vec::new();
+    let mut first: Option<i64> = None;
+    let mut last_t = i64::MIN;
+    while let Some(frame) = cap.next_frame() {
+        let f = match frame {
+            Ok(f) => f,
+            Err(e @ (CaptureError::Truncated { .. } | CaptureError::Corrupt { .. })) => {
+                r.ended = Some(e.to_string());
+                break;
+            }
+            Err(e) => return Err(Error::usage(format!("{}: {e}", path.display()))),
+        };
+        r.frames += 1;
+        if !links.contains(&f.link) {
+            links.push(f.link);
+        }
+        first.get_or_insert(f.t_ns);
+        if f.t_ns < last_t {
+            r.out_of_order += 1;
+        }
+        last_t = last_t.max(f.t_ns);
+        match decode(f.link, &f.data) {
+            Ok(seg) => {
+                let keep = filter.is_none_or(|flt| {
+                    seg.src.is_some_and(|a| matches(flt, a)) || seg.dst.is_some_and(|a| matches(flt, a))
+                });
+                if keep {
+                    r.tcp_segments += 1;
+                    an.segment(f.t_ns, &seg);
+                }
+            }
+            Err(Skip::NotTcp) => skipped.not_tcp += 1,
+            Err(Skip::Short) => skipped.short += 1,
+            Err(Skip::Fragment) => skipped.fragments += 1,
+            Err(Skip::Link(l)) => {
+                return Err(Error::usage(format!(
+                    "{}: frames of link type {}: gridperf trace reads Ethernet (with VLAN tags), Linux cooked \
+                     (SLL, SLL2), raw IP and loopback captures",
+                    path.display(),
+                    link_name(l)
+                )))
+            }
+        }
+        if let Some(b) = progress {
+            if r.frames % 4096 == 0 {
+                b.set_position(count.get());
+            }
+        }
+    }
+    r.format = cap.format_name().into();
+    r.links = links.iter().map(|&l| link_name(l)).collect();
+    skipped.beyond_limit = an.beyond_limit;
+    r.skipped = skipped;
+    r.start_unix_s = first.map_or(0.0, |t| t as f64 / 1e9);
+    r.seconds = first.map_or(0.0, |f| (last_t - f) as f64 / 1e9);
+    r.connections = an.finish();
+    if r.skipped.short > 0 {
+        r.cannot_tell.push(format!(
+            "{} frames were cut by the snap length before the end of their TCP header: left out",
+            r.skipped.short
+        ));
+    }
+    r.cannot_tell.push(
+        "a capture does not see the sender's congestion window or send buffer: the window is estimated at each loss \
+         (the data in flight then), and a sender held back by its send buffer reads as application-limited"
+            .into(),
+    );
+    r.cannot_tell.push(
+        "in flight is as seen at the capture point: at the receiver's side it lags the sender's by the path's delay"
+            .into(),
+    );
+    if r.connections.iter().any(|c| !c.handshake) {
+        r.cannot_tell.push(
+            "a connection whose handshake is not in the capture has unknown window scales: its windows are shown as \
+             sent (unscaled)"
+                .into(),
+        );
+    }
+    Ok(r)
+}
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let bar = out.bar();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("reading {bar:30} {bytes}/{total_bytes} · {bytes_per_sec}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let r = analyse(&o.file, o.interval, o.filter.as_deref(), Some(&bar));
+    bar.finish_and_clear();
+    let r = r?;
+    if let Some(e) = &r.ended {
+        out.note(&format!("gridperf trace: {e}"));
+    }
+    if o.json {
+        out.json(&r)?;
+    } else if o.csv {
+        out.print(&render::trace::csv(&r))?;
+    } else {
+        out.print(&render::trace::table(&r))?;
+    }
+    if r.connections.is_empty() {
+        return Err(Error::measurement(format!(
+            "no TCP connection in {} ({} frames: {} not TCP, {} cut short, {} fragments)",
+            o.file.display(),
+            r.frames,
+            r.skipped.not_tcp,
+            r.skipped.short,
+            r.skipped.fragments
+        )));
+    }
+    Ok(())
+}
+
+/// A capture of this network namespace's IP packets to and from one
+/// address (`stream --capture`), written by a thread of its own as a
+/// raw-IP pcap until stopped.
+pub struct Capture {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<std::io::Result<(u64, u64)>>,
+}
+
+/// The source and destination addresses of an IPv4 or IPv6 packet.
+fn ends(p: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 => {
+            let a: [u8; 4] = p[12..16].try_into().ok()?;
+            let b: [u8; 4] = p[16..20].try_into().ok()?;
+            Some((a.into(), b.into()))
+        }
+        Some(6) if p.len() >= 40 => {
+            let a: [u8; 16] = p[8..24].try_into().ok()?;
+            let b: [u8; 16] = p[24..40].try_into().ok()?;
+            Some((std::net::IpAddr::from(a).to_canonical(), std::net::IpAddr::from(b).to_canonical()))
+        }
+        _ => None,
+    }
+}
+
+impl Capture {
+    /// Starts capturing what goes to or comes from `peer` into `path`.
+    pub fn start(path: &std::path::Path, peer: std::net::IpAddr, snaplen: u32) -> Result<Capture> {
+        let sock = gridperf_sys::PacketSocket::open().map_err(|e| {
+            Error::usage(format!(
+                "--capture needs a packet socket (CAP_NET_RAW: root, or --lab, whose hosts are this user's own): {e}"
+            ))
+        })?;
+        let file =
+            std::fs::File::create(path).map_err(|e| Error::usage(format!("--capture {}: {e}", path.display())))?;
+        let mut w = gridperf_core::capture::PcapWriter::new(
+            std::io::BufWriter::with_capacity(1 << 20, file),
+            gridperf_core::capture::LINKTYPE_RAW,
+            snaplen,
+        )
+        .map_err(|e| Error::usage(format!("--capture {}: {e}", path.display())))?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("capture".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; snaplen as usize];
+                let mut written = 0u64;
+                while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Some(m) = sock.recv(&mut buf, 50)? else { continue };
+                    // on loopback each packet passes twice: keep it as it arrives
+                    if m.loopback && m.outgoing || !matches!(m.protocol, 0x0800 | 0x86dd) {
+                        continue;
+                    }
+                    if !ends(&buf[..m.len]).is_some_and(|(a, b)| a.to_canonical() == peer || b.to_canonical() == peer) {
+                        continue;
+                    }
+                    w.write(m.t_ns, &buf[..m.len], m.orig_len as u32)?;
+                    written += 1;
+                }
+                // what is still queued in the socket, then the kernel's count of drops
+                while let Some(m) = sock.recv(&mut buf, 0)? {
+                    if !(m.loopback && m.outgoing)
+                        && matches!(m.protocol, 0x0800 | 0x86dd)
+                        && ends(&buf[..m.len]).is_some_and(|(a, b)| a == peer || b == peer)
+                    {
+                        w.write(m.t_ns, &buf[..m.len], m.orig_len as u32)?;
+                        written += 1;
+                    }
+                }
+                std::io::Write::flush(&mut w.into_inner())?;
+                let (_, dropped) = sock.drops()?;
+                Ok((written, dropped))
+            })
+            .map_err(|e| Error::internal(format!("the capture thread: {e}")))?;
+        Ok(Capture { stop, handle })
+    }
+
+    /// Stops it; the packets written and those the kernel dropped.
+    pub fn stop(self) -> Result<(u64, u64)> {
+        // the last ACKs are on their way: let them arrive
+        std::thread::sleep(Duration::from_millis(100));
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.handle.join() {
+            Ok(r) => r.map_err(|e| Error::internal(format!("--capture: {e}"))),
+            Err(_) => Err(Error::internal("the capture thread panicked")),
+        }
+    }
+}
+
+/// A stream test's capture read as `trace` reads one, each data direction
+/// beside the stream of the same rank by bytes, with its TCP_INFO figures.
+pub fn compare(
+    path: &std::path::Path,
+    (packets, dropped): (u64, u64),
+    r: &gridperf_core::model::StreamReport,
+) -> Result<gridperf_core::model::StreamCapture> {
+    use gridperf_core::model::{CaptureVsTcpInfo, StreamCapture};
+    let tr = analyse(path, Duration::from_millis(100), None, None)?;
+    let mut dirs: Vec<&gridperf_core::model::TraceDirection> =
+        tr.connections.iter().flat_map(|c| c.directions.iter()).filter(|d| d.segments >= 32).collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.bytes_acked));
+    let mut streams: Vec<&gridperf_core::model::StreamResult> =
+        r.runs.iter().flat_map(|run| run.streams.iter()).collect();
+    streams.sort_by_key(|s| std::cmp::Reverse(s.receiver.bytes));
+    let median = |mut v: Vec<f64>| -> Option<f64> {
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    let rows = dirs
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let s = streams.get(k);
+            CaptureVsTcpInfo {
+                from: d.from.clone(),
+                to: d.to.clone(),
+                stream: s.map(|s| s.index),
+                bytes_acked: d.bytes_acked,
+                retransmits: d.retransmits,
+                tcp_info_retransmits: s.and_then(|s| s.retransmits).map(u64::from),
+                max_in_flight: d.max_in_flight,
+                tcp_info_max_in_flight: s
+                    .and_then(|s| s.timeline.iter().map(|t| u64::from(t.unacked) * u64::from(t.mss)).max()),
+                rtt_median_ms: d.rtt_median_ms,
+                tcp_info_srtt_median_ms: s.and_then(|s| {
+                    median(s.timeline.iter().filter(|t| t.srtt_us > 0).map(|t| f64::from(t.srtt_us) / 1000.0).collect())
+                }),
+                verdict: d.verdict.as_ref().map(|v| v.text.clone()),
+                tcp_info_verdict: s.and_then(|s| s.verdict.as_ref().map(|v| v.text.clone())),
+            }
+        })
+        .collect();
+    Ok(StreamCapture { file: path.display().to_string(), packets, dropped, streams: rows })
+}
