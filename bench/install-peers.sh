@@ -3,15 +3,17 @@
 # distribution's archive:
 #   bench/rtt-peers.sh     sockperf, netpipe-tcp (NPtcp), qperf
 #   bench/stream-peers.sh  iperf3, iperf (iperf2), nuttcp
+#   bench/copy-polite.sh   iperf3
+#   bench/trace-peers.sh   tcptrace, tshark (with editcap, mergecap, capinfos, dumpcap)
 #
 # Idempotent: does nothing when all of them are installed. Runs `apt-get update`
 # only when something is missing. Exits non-zero, with a message saying what
 # failed, if it cannot leave every tool installed and on PATH.
 set -euo pipefail
 
-PKGS=(sockperf netpipe-tcp qperf iperf3 iperf nuttcp)
+PKGS=(sockperf netpipe-tcp qperf iperf3 iperf nuttcp tcptrace tshark)
 declare -A BIN=([sockperf]=sockperf [netpipe-tcp]=NPtcp [qperf]=qperf
-                [iperf3]=iperf3 [iperf]=iperf [nuttcp]=nuttcp)
+                [iperf3]=iperf3 [iperf]=iperf [nuttcp]=nuttcp [tcptrace]=tcptrace [tshark]=tshark)
 
 die() { echo "install-peers: error: $*" >&2; exit 1; }
 say() { echo "install-peers: $*"; }
@@ -42,8 +44,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     "${SUDO[@]}" apt-get "${LOCK[@]}" update ||
         die "apt-get update failed (network or apt sources?)."
     say "installing: ${missing[*]}"
-    # iperf3's package asks (debconf) whether to start a daemon; noninteractive
-    # takes the default (no).
+    # iperf3's package asks (debconf) whether to start a daemon, wireshark-common
+    # whether non-root users may capture; noninteractive takes the defaults (no).
     "${SUDO[@]}" apt-get "${LOCK[@]}" install -y --no-install-recommends "${missing[@]}" ||
         die "apt-get install ${missing[*]} failed. These packages are in Debian/Ubuntu main/universe; check that the archive is reachable."
 fi

@@ -55,6 +55,14 @@ pub struct Frame {
     pub orig_len: u32,
 }
 
+/// A frame's time (ns since the Unix epoch), link type and length on the wire.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameHead {
+    pub t_ns: i64,
+    pub link: u16,
+    pub orig_len: u32,
+}
+
 /// Why a capture could not be read (the frames before it were).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CaptureError {
@@ -235,12 +243,20 @@ impl<R: Read> CaptureReader<R> {
 
     /// The next frame; None at the end; an error once (then None).
     pub fn next_frame(&mut self) -> Option<Result<Frame, CaptureError>> {
+        let mut data = Vec::new();
+        self.next_frame_into(&mut data)
+            .map(|r| r.map(|h| Frame { t_ns: h.t_ns, link: h.link, data, orig_len: h.orig_len }))
+    }
+
+    /// The same into `data` (reused from frame to frame: no allocation per
+    /// frame); returns the frame's time, link type and length on the wire.
+    pub fn next_frame_into(&mut self, data: &mut Vec<u8>) -> Option<Result<FrameHead, CaptureError>> {
         if self.done {
             return None;
         }
         let r = match self.format {
-            Format::Pcap { big, nanos, link } => self.pcap_record(big, nanos, link),
-            Format::PcapNg { .. } => self.pcapng_block(),
+            Format::Pcap { big, nanos, link } => self.pcap_record(big, nanos, link, data),
+            Format::PcapNg { .. } => self.pcapng_block(data),
         };
         match r {
             Ok(Some(f)) => Some(Ok(f)),
@@ -255,7 +271,13 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
-    fn pcap_record(&mut self, big: bool, nanos: bool, link: u16) -> Result<Option<Frame>, CaptureError> {
+    fn pcap_record(
+        &mut self,
+        big: bool,
+        nanos: bool,
+        link: u16,
+        data: &mut Vec<u8>,
+    ) -> Result<Option<FrameHead>, CaptureError> {
         let at = self.offset;
         let mut head = [0u8; 16];
         if !read_full(&mut self.r, &mut head, at, "a packet record's header")? {
@@ -266,16 +288,16 @@ impl<R: Read> CaptureReader<R> {
         if incl > MAX_FRAME {
             return Err(CaptureError::Corrupt { offset: at, what: format!("a packet record of {incl} bytes") });
         }
-        let mut data = vec![0u8; incl as usize];
-        if !read_full(&mut self.r, &mut data, at, "a packet record")? && incl > 0 {
+        data.resize(incl as usize, 0);
+        if !read_full(&mut self.r, data, at, "a packet record")? && incl > 0 {
             return Err(CaptureError::Truncated { offset: at, what: "a packet record".into() });
         }
         self.offset = at + 16 + u64::from(incl);
         let frac_ns = if nanos { i64::from(frac) } else { i64::from(frac) * 1000 };
-        Ok(Some(Frame { t_ns: i64::from(sec) * 1_000_000_000 + frac_ns, link, data, orig_len: orig }))
+        Ok(Some(FrameHead { t_ns: i64::from(sec) * 1_000_000_000 + frac_ns, link, orig_len: orig }))
     }
 
-    fn pcapng_block(&mut self) -> Result<Option<Frame>, CaptureError> {
+    fn pcapng_block(&mut self, data: &mut Vec<u8>) -> Result<Option<FrameHead>, CaptureError> {
         loop {
             let at = self.offset;
             let mut head = [0u8; 8];
@@ -341,10 +363,11 @@ impl<R: Read> CaptureReader<R> {
                     let per = iface.per_sec.max(1);
                     let ns = (u128::from(ts / per) * 1_000_000_000
                         + u128::from(ts % per) * 1_000_000_000 / u128::from(per)) as i64;
-                    return Ok(Some(Frame {
+                    data.clear();
+                    data.extend_from_slice(&body[20..20 + cap]);
+                    return Ok(Some(FrameHead {
                         t_ns: ns + iface.offset_s * 1_000_000_000,
                         link: iface.link,
-                        data: body[20..20 + cap].to_vec(),
                         orig_len: orig,
                     }));
                 }

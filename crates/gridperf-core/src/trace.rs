@@ -214,8 +214,14 @@ struct Conn {
 pub struct Analyzer {
     interval_ns: i64,
     start: Option<i64>,
-    conns: Vec<Conn>,
+    /// Connections being followed, by index (None once summarized).
+    conns: Vec<Option<Conn>>,
+    /// Connections summarized when another took their ports: a few
+    /// kilobytes each, their raw state (RTT samples, segments in flight) gone.
+    done: Vec<TraceConn>,
     by_key: HashMap<(SocketAddr, SocketAddr), usize>,
+    /// The last segment's connection (most segments follow one of the same).
+    last: Option<((SocketAddr, SocketAddr), usize)>,
     pub beyond_limit: u64,
 }
 
@@ -233,7 +239,9 @@ impl Analyzer {
             interval_ns: interval_ns.max(1_000_000) as i64,
             start: None,
             conns: Vec::new(),
+            done: Vec::new(),
             by_key: HashMap::new(),
+            last: None,
             beyond_limit: 0,
         }
     }
@@ -249,21 +257,28 @@ impl Analyzer {
         let start = *self.start.get_or_insert(t);
         let k = key(src, dst);
         let fresh_syn = s.flags & SYN != 0 && s.flags & ACK == 0;
-        let idx = match self.by_key.get(&k) {
-            // a SYN on an ended connection's ports: a new connection
-            Some(&i)
-                if !(fresh_syn && (self.conns[i].ended || self.conns[i].sides.iter().any(|x| x.bytes_sent > 0))) =>
-            {
-                i
-            }
+        let found = match self.last {
+            Some((lk, i)) if lk == k => Some(i),
+            _ => self.by_key.get(&k).copied(),
+        };
+        let existing = found.filter(|&i| self.conns[i].is_some());
+        let replaced = existing.is_some_and(|i| {
+            self.conns[i].as_ref().is_some_and(|c| fresh_syn && (c.ended || c.sides.iter().any(|x| x.bytes_sent > 0)))
+        });
+        let idx = match existing {
+            Some(i) if !replaced => i,
             _ => {
+                // a SYN on an ended connection's ports: a new connection; the old one is summed up now
+                if let Some((i, mut c)) = existing.and_then(|i| self.conns[i].take().map(|c| (i, c))) {
+                    self.done.push(summarize(&mut c, i, start, self.interval_ns));
+                }
                 if self.conns.len() >= MAX_CONNECTIONS {
                     self.beyond_limit += 1;
                     return;
                 }
                 // the first sender is `a`, unless this is a SYN-ACK (then its peer sent the SYN)
                 let (a, b) = if s.flags & SYN != 0 && s.flags & ACK != 0 { (dst, src) } else { (src, dst) };
-                self.conns.push(Conn {
+                self.conns.push(Some(Conn {
                     a,
                     b,
                     first_t: t,
@@ -274,13 +289,14 @@ impl Analyzer {
                     ack_t: None,
                     ended: false,
                     sides: [Side::default(), Side::default()],
-                });
+                }));
                 self.by_key.insert(k, self.conns.len() - 1);
                 self.conns.len() - 1
             }
         };
         let interval = self.interval_ns;
-        let c = &mut self.conns[idx];
+        self.last = Some((k, idx));
+        let Some(c) = self.conns[idx].as_mut() else { return };
         c.segments += 1;
         c.last_t = c.last_t.max(t);
         if s.flags & (FIN | RST) != 0 {
@@ -470,140 +486,142 @@ impl Analyzer {
     pub fn finish(mut self) -> Vec<TraceConn> {
         let start = self.start.unwrap_or(0);
         let interval = self.interval_ns;
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.done);
         for (i, c) in self.conns.iter_mut().enumerate() {
-            for side in &mut c.sides {
-                if let Some(k) = side.iv {
-                    side.close(k, interval);
-                }
+            if let Some(c) = c.as_mut() {
+                out.push(summarize(c, i, start, interval));
             }
-            let handshake = c.syn_t.is_some() && c.synack_t.is_some();
-            let (d1, d2) = match (c.syn_t, c.synack_t, c.ack_t) {
-                (Some(s), Some(sa), Some(a)) => (Some(sa - s), Some(a - sa)),
-                (Some(s), Some(sa), None) => (Some(sa - s), None),
-                _ => (None, None),
-            };
-            let handshake_rtt = d1.zip(d2).map(|(x, y)| x + y);
-            // near the end whose packets need the least time to come back to the capture point
-            let near = match (d1, d2) {
-                (Some(x), Some(y)) if x > 4 * y.max(1) => Some(0usize),
-                (Some(x), Some(y)) if y > 4 * x.max(1) => Some(1),
-                (Some(_), Some(_)) => None,
-                _ => None,
-            };
-            let ends = [c.a.to_string(), c.b.to_string()];
-            let capture_point = match (handshake_rtt, near) {
-                (None, _) => "unknown: the capture started after the handshake".to_string(),
-                (Some(_), Some(n)) => format!(
-                    "near {} (its SYN's answer took {:.2} ms, its own ACK {:.2} ms)",
-                    ends[n],
-                    d1.unwrap_or(0) as f64 / 1e6,
-                    d2.unwrap_or(0) as f64 / 1e6
-                ),
-                (Some(_), None) => format!(
-                    "between the ends (the SYN's answer {:.2} ms, the handshake's last ACK {:.2} ms)",
-                    d1.unwrap_or(0) as f64 / 1e6,
-                    d2.unwrap_or(0) as f64 / 1e6
-                ),
-            };
-            let wscales = [c.sides[0].wscale, c.sides[1].wscale];
-            let msses = [c.sides[0].mss, c.sides[1].mss];
-            let mut directions = Vec::new();
-            for (k, side) in c.sides.iter_mut().enumerate() {
-                if side.bytes_sent == 0 {
-                    continue;
-                }
-                let other = 1 - k;
-                let mut rtts = std::mem::take(&mut side.rtts);
-                rtts.sort_unstable();
-                let q =
-                    |p: f64| rtts.get(((rtts.len() - 1) as f64 * p).round() as usize).map(|&u| f64::from(u) / 1000.0);
-                let (rtt_min, rtt_med, rtt_max) =
-                    if rtts.is_empty() { (None, None, None) } else { (q(0.0), q(0.5), q(1.0)) };
-                let rtt_basis = match near {
-                    Some(n) if n == k => "data to its ACK from the capture point at the sender's side: the path's round trip".to_string(),
-                    Some(_) => format!(
-                        "data to its ACK from the capture point at the receiver's side: the receiver's delay only (the handshake's round trip: {:.2} ms)",
-                        handshake_rtt.unwrap_or(0) as f64 / 1e6
-                    ),
-                    None => "data to its ACK from the capture point (its place in the path unknown: the part of the round trip beyond it)".to_string(),
-                };
-                let seconds = match (side.first_data_t, side.last_ack_t) {
-                    (Some(f), Some(l)) if l > f => (l - f) as f64 / 1e9,
-                    _ => 0.0,
-                };
-                let throughput = if seconds > 0.0 { side.acked_total as f64 * 8.0 / seconds } else { 0.0 };
-                // the verdict's RTT: the handshake's when the samples are only the receiver's delay
-                let mut samples = std::mem::take(&mut side.samples);
-                if let (Some(n), Some(h)) = (near, handshake_rtt) {
-                    if n != k {
-                        for x in &mut samples {
-                            x.min_rtt_us = (h / 1000) as u32;
-                            x.srtt_us = x.srtt_us.max((h / 1000) as u32);
-                        }
-                    }
-                }
-                // a verdict needs a transfer: a control connection's few messages tell nothing
-                let verdict = (samples.len() >= 2 && side.segments >= MIN_VERDICT_SEGMENTS).then(|| {
-                    let mut v = crate::flow::verdict(
-                        &samples,
-                        &VerdictContext {
-                            throughput_bps: throughput,
-                            elapsed_ns: (seconds * 1e9) as u64,
-                            ..VerdictContext::default()
-                        },
-                    );
-                    if v.limit == crate::flow::Limit::Application {
-                        v.text += " (from a capture: a sender held back by its send buffer looks the same)";
-                    }
-                    v
-                });
-                directions.push(TraceDirection {
-                    from: ends[k].clone(),
-                    to: ends[other].clone(),
-                    bytes_acked: side.acked_total,
-                    bytes_sent: side.bytes_sent,
-                    segments: side.segments,
-                    seconds,
-                    throughput_bps: throughput,
-                    retransmits: side.fast + side.timeout + side.other,
-                    fast: side.fast,
-                    timeout: side.timeout,
-                    other: side.other,
-                    spurious: side.spurious,
-                    zero_windows: side.zero_windows,
-                    window_scale: if handshake {
-                        wscales[other].filter(|_| wscales[k].is_some()).or(Some(0))
-                    } else {
-                        None
-                    },
-                    mss: msses[k].or(msses[other]),
-                    rtt_samples: rtts.len() as u64,
-                    rtt_min_ms: rtt_min,
-                    rtt_median_ms: rtt_med,
-                    rtt_max_ms: rtt_max,
-                    rtt_basis,
-                    max_in_flight: side.max_in_flight,
-                    max_window: side.max_window,
-                    cwnd_at_loss: std::mem::take(&mut side.cwnd_at_loss),
-                    series: std::mem::take(&mut side.series),
-                    verdict,
-                });
-            }
-            out.push(TraceConn {
-                index: i as u32,
-                a: c.a.to_string(),
-                b: c.b.to_string(),
-                start_s: (c.first_t - start) as f64 / 1e9,
-                duration_s: (c.last_t - c.first_t) as f64 / 1e9,
-                segments: c.segments,
-                handshake,
-                handshake_rtt_ms: handshake_rtt.map(|h| h as f64 / 1e6),
-                capture_point,
-                directions,
-            });
         }
+        out.sort_by_key(|c| c.index);
         out
+    }
+}
+
+/// One connection's figures, its raw state spent.
+fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
+    for side in &mut c.sides {
+        if let Some(k) = side.iv {
+            side.close(k, interval);
+        }
+    }
+    let handshake = c.syn_t.is_some() && c.synack_t.is_some();
+    let (d1, d2) = match (c.syn_t, c.synack_t, c.ack_t) {
+        (Some(s), Some(sa), Some(a)) => (Some(sa - s), Some(a - sa)),
+        (Some(s), Some(sa), None) => (Some(sa - s), None),
+        _ => (None, None),
+    };
+    let handshake_rtt = d1.zip(d2).map(|(x, y)| x + y);
+    // near the end whose packets need the least time to come back to the capture point
+    let near = match (d1, d2) {
+        (Some(x), Some(y)) if x > 4 * y.max(1) => Some(0usize),
+        (Some(x), Some(y)) if y > 4 * x.max(1) => Some(1),
+        (Some(_), Some(_)) => None,
+        _ => None,
+    };
+    let ends = [c.a.to_string(), c.b.to_string()];
+    let capture_point = match (handshake_rtt, near) {
+        (None, _) => "unknown: the capture started after the handshake".to_string(),
+        (Some(_), Some(n)) => format!(
+            "near {} (its SYN's answer took {:.2} ms, its own ACK {:.2} ms)",
+            ends[n],
+            d1.unwrap_or(0) as f64 / 1e6,
+            d2.unwrap_or(0) as f64 / 1e6
+        ),
+        (Some(_), None) => format!(
+            "between the ends (the SYN's answer {:.2} ms, the handshake's last ACK {:.2} ms)",
+            d1.unwrap_or(0) as f64 / 1e6,
+            d2.unwrap_or(0) as f64 / 1e6
+        ),
+    };
+    let wscales = [c.sides[0].wscale, c.sides[1].wscale];
+    let msses = [c.sides[0].mss, c.sides[1].mss];
+    let mut directions = Vec::new();
+    for (k, side) in c.sides.iter_mut().enumerate() {
+        if side.bytes_sent == 0 {
+            continue;
+        }
+        let other = 1 - k;
+        let mut rtts = std::mem::take(&mut side.rtts);
+        rtts.sort_unstable();
+        let q = |p: f64| rtts.get(((rtts.len() - 1) as f64 * p).round() as usize).map(|&u| f64::from(u) / 1000.0);
+        let (rtt_min, rtt_med, rtt_max) = if rtts.is_empty() { (None, None, None) } else { (q(0.0), q(0.5), q(1.0)) };
+        let rtt_basis = match near {
+                Some(n) if n == k => "data to its ACK from the capture point at the sender's side: the path's round trip".to_string(),
+                Some(_) => format!(
+                    "data to its ACK from the capture point at the receiver's side: the receiver's delay only (the handshake's round trip: {:.2} ms)",
+                    handshake_rtt.unwrap_or(0) as f64 / 1e6
+                ),
+                None => "data to its ACK from the capture point (its place in the path unknown: the part of the round trip beyond it)".to_string(),
+            };
+        let seconds = match (side.first_data_t, side.last_ack_t) {
+            (Some(f), Some(l)) if l > f => (l - f) as f64 / 1e9,
+            _ => 0.0,
+        };
+        let throughput = if seconds > 0.0 { side.acked_total as f64 * 8.0 / seconds } else { 0.0 };
+        // the verdict's RTT: the handshake's when the samples are only the receiver's delay
+        let mut samples = std::mem::take(&mut side.samples);
+        if let (Some(n), Some(h)) = (near, handshake_rtt) {
+            if n != k {
+                for x in &mut samples {
+                    x.min_rtt_us = (h / 1000) as u32;
+                    x.srtt_us = x.srtt_us.max((h / 1000) as u32);
+                }
+            }
+        }
+        // a verdict needs a transfer: a control connection's few messages tell nothing
+        let verdict = (samples.len() >= 2 && side.segments >= MIN_VERDICT_SEGMENTS).then(|| {
+            let mut v = crate::flow::verdict(
+                &samples,
+                &VerdictContext {
+                    throughput_bps: throughput,
+                    elapsed_ns: (seconds * 1e9) as u64,
+                    ..VerdictContext::default()
+                },
+            );
+            if v.limit == crate::flow::Limit::Application {
+                v.text += " (from a capture: a sender held back by its send buffer looks the same)";
+            }
+            v
+        });
+        directions.push(TraceDirection {
+            from: ends[k].clone(),
+            to: ends[other].clone(),
+            bytes_acked: side.acked_total,
+            bytes_sent: side.bytes_sent,
+            segments: side.segments,
+            seconds,
+            throughput_bps: throughput,
+            retransmits: side.fast + side.timeout + side.other,
+            fast: side.fast,
+            timeout: side.timeout,
+            other: side.other,
+            spurious: side.spurious,
+            zero_windows: side.zero_windows,
+            window_scale: if handshake { wscales[other].filter(|_| wscales[k].is_some()).or(Some(0)) } else { None },
+            mss: msses[k].or(msses[other]),
+            rtt_samples: rtts.len() as u64,
+            rtt_min_ms: rtt_min,
+            rtt_median_ms: rtt_med,
+            rtt_max_ms: rtt_max,
+            rtt_basis,
+            max_in_flight: side.max_in_flight,
+            max_window: side.max_window,
+            cwnd_at_loss: std::mem::take(&mut side.cwnd_at_loss),
+            series: std::mem::take(&mut side.series),
+            verdict,
+        });
+    }
+    TraceConn {
+        index: i as u32,
+        a: c.a.to_string(),
+        b: c.b.to_string(),
+        start_s: (c.first_t - start) as f64 / 1e9,
+        duration_s: (c.last_t - c.first_t) as f64 / 1e9,
+        segments: c.segments,
+        handshake,
+        handshake_rtt_ms: handshake_rtt.map(|h| h as f64 / 1e6),
+        capture_point,
+        directions,
     }
 }
 
@@ -687,5 +705,24 @@ mod tests {
         assert_eq!((d.retransmits, d.timeout), (1, 1));
         assert_eq!(d.bytes_acked, 2000);
         assert_eq!(d.zero_windows, 1);
+    }
+
+    #[test]
+    fn a_new_syn_on_the_same_ports_is_a_new_connection_and_the_old_is_summed_up() {
+        let mut an = Analyzer::new(100_000_000);
+        let ms = 1_000_000i64;
+        for k in 0..3i64 {
+            let t = k * 1000 * ms;
+            an.segment(t, &seg(0, 1000, 0, SYN, 65535, 0));
+            an.segment(t + ms, &seg(1, 5000, 1001, SYN | ACK, 65535, 0));
+            an.segment(t + 2 * ms, &seg(0, 1001, 5001, ACK, 512, 1000));
+            an.segment(t + 3 * ms, &seg(1, 5001, 2001, ACK, 512, 0));
+            an.segment(t + 4 * ms, &seg(0, 2001, 5001, ACK | FIN, 512, 0));
+            // the first two are summed up as soon as the next SYN comes
+            assert_eq!(an.done.len() as i64, k);
+        }
+        let conns = an.finish();
+        assert_eq!(conns.len(), 3);
+        assert!(conns.iter().enumerate().all(|(k, c)| c.index as usize == k && c.directions[0].bytes_acked == 1000));
     }
 }

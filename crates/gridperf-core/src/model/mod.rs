@@ -72,11 +72,14 @@ pub enum Measure {
     Fanout,
     /// Files moved, verified (`gridperf copy`).
     Copy,
+    /// A packet capture's TCP connections (`gridperf trace`).
+    Trace,
 }
 
 impl Measure {
-    pub const ALL: [Measure; 5] = [Measure::Rtt, Measure::Transfer, Measure::Stream, Measure::Fanout, Measure::Copy];
-    pub const VALID: &'static str = "rtt, transfer, stream, fanout, copy";
+    pub const ALL: [Measure; 6] =
+        [Measure::Rtt, Measure::Transfer, Measure::Stream, Measure::Fanout, Measure::Copy, Measure::Trace];
+    pub const VALID: &'static str = "rtt, transfer, stream, fanout, copy, trace";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -85,6 +88,7 @@ impl Measure {
             Measure::Stream => "stream",
             Measure::Fanout => "fanout",
             Measure::Copy => "copy",
+            Measure::Trace => "trace",
         }
     }
 
@@ -100,6 +104,7 @@ impl Measure {
             Measure::Stream => STREAM_SCHEMA,
             Measure::Fanout => FANOUT_SCHEMA,
             Measure::Copy => COPY_SCHEMA,
+            Measure::Trace => TRACE_SCHEMA,
         }
     }
 }

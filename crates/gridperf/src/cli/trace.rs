@@ -23,6 +23,12 @@ pub struct TraceArgs {
     /// Print the time series as CSV: a row per connection, direction and interval.
     #[arg(long)]
     pub csv: bool,
+    /// The results database (default ~/.local/share/gridperf/results.db); `report` draws the stored trace.
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not store this trace.
+    #[arg(long, conflicts_with = "db")]
+    pub no_store: bool,
 }
 
 impl TryFrom<TraceArgs> for Opts {
@@ -32,6 +38,13 @@ impl TryFrom<TraceArgs> for Opts {
         if interval < std::time::Duration::from_millis(1) {
             return Err(Error::usage(format!("--interval {}: give 1ms or more", a.interval)));
         }
-        Ok(Opts { file: a.file, interval, filter: a.filter, json: a.json, csv: a.csv })
+        Ok(Opts {
+            file: a.file,
+            interval,
+            filter: a.filter,
+            json: a.json,
+            csv: a.csv,
+            store: crate::store::StoreChoice::new(a.db, a.no_store),
+        })
     }
 }

@@ -74,6 +74,10 @@ pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
     if o.stream.path_rate_bps.is_none() {
         o.stream.path_rate_bps = prepared.path_rate_bps;
     }
+    let control = match &prepared.target.agent {
+        crate::runner::Endpoint::Remote(a) => Some(std::net::SocketAddr::new(a.ip().to_canonical(), a.port())),
+        crate::runner::Endpoint::Local(_) => None,
+    };
     let capture = match &o.capture {
         Some((path, snaplen)) => {
             let peer = match &prepared.target.agent {
@@ -115,7 +119,10 @@ pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
         }
     };
     if let (Some(stats), Some((path, _))) = (captured, &o.capture) {
-        r.capture = Some(super::trace::compare(path, stats?, &r)?);
+        r.capture = Some(super::trace::compare(path, stats?, &r, control)?);
+        if let Some(svg) = super::trace::overlay(path, &r)? {
+            out.note(&format!("gridperf: TCP_INFO and the capture on one chart: {}", svg.display()));
+        }
     }
     store(&o, &r, out)?;
     Ok(r)

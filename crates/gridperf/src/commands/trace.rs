@@ -18,6 +18,7 @@ pub struct Opts {
     pub filter: Option<String>,
     pub json: bool,
     pub csv: bool,
+    pub store: crate::store::StoreChoice,
 }
 
 /// A reader that counts what it read (for the progress bar).
@@ -84,7 +85,8 @@ pub fn analyse(
     let mut links: Vec<u16> = Vec::new();
     let mut first: Option<i64> = None;
     let mut last_t = i64::MIN;
-    while let Some(frame) = cap.next_frame() {
+    let mut data = Vec::with_capacity(65536);
+    while let Some(frame) = cap.next_frame_into(&mut data) {
         let f = match frame {
             Ok(f) => f,
             Err(e @ (CaptureError::Truncated { .. } | CaptureError::Corrupt { .. })) => {
@@ -102,7 +104,7 @@ pub fn analyse(
             r.out_of_order += 1;
         }
         last_t = last_t.max(f.t_ns);
-        match decode(f.link, &f.data) {
+        match decode(f.link, &data) {
             Ok(seg) => {
                 let keep = filter.is_none_or(|flt| {
                     seg.src.is_some_and(|a| matches(flt, a)) || seg.dst.is_some_and(|a| matches(flt, a))
@@ -163,6 +165,8 @@ pub fn analyse(
 }
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    o.store.check()?;
+    let started = std::time::SystemTime::now();
     let bar = out.bar();
     bar.set_style(
         indicatif::ProgressStyle::with_template("reading {bar:30} {bytes}/{total_bytes} · {bytes_per_sec}")
@@ -174,6 +178,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     if let Some(e) = &r.ended {
         out.note(&format!("gridperf trace: {e}"));
     }
+    store(&o, &r, started, out)?;
     if o.json {
         out.json(&r)?;
     } else if o.csv {
@@ -290,11 +295,16 @@ pub fn compare(
     path: &std::path::Path,
     (packets, dropped): (u64, u64),
     r: &gridperf_core::model::StreamReport,
+    control: Option<std::net::SocketAddr>,
 ) -> Result<gridperf_core::model::StreamCapture> {
     use gridperf_core::model::{CaptureVsTcpInfo, StreamCapture};
     let tr = analyse(path, Duration::from_millis(100), None, None)?;
     let mut dirs: Vec<&gridperf_core::model::TraceDirection> =
         tr.connections.iter().flat_map(|c| c.directions.iter()).filter(|d| d.segments >= 32).collect();
+    // the test's control connection is not one of its streams
+    if let Some(ctl) = control.map(|c| c.to_string()) {
+        dirs.retain(|d| d.from != ctl && d.to != ctl);
+    }
     dirs.sort_by_key(|d| std::cmp::Reverse(d.bytes_acked));
     let mut streams: Vec<&gridperf_core::model::StreamResult> =
         r.runs.iter().flat_map(|run| run.streams.iter()).collect();
@@ -328,4 +338,153 @@ pub fn compare(
         })
         .collect();
     Ok(StreamCapture { file: path.display().to_string(), packets, dropped, streams: rows })
+}
+
+/// A trace is a run of kind `trace` in the store: a point per direction
+/// that carried data, its series in the figures (`report` draws them).
+fn store(o: &Opts, r: &TraceReport, started: std::time::SystemTime, out: &mut Output) -> Result<()> {
+    let unix = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let settings = serde_json::json!({ "file": r.file, "interval_ms": r.interval_ms, "filter": o.filter,
+        "frames": r.frames, "tcp_segments": r.tcp_segments, "capture_start_unix_s": r.start_unix_s });
+    let new_run = crate::store::NewRun {
+        survey_id: None,
+        sweep_id: None,
+        kind: gridperf_core::model::Measure::Trace,
+        network: "capture",
+        target: &r.file,
+        settings,
+        lab_profile: None,
+        mtu: None,
+    };
+    let mut rec = crate::store::Recorder::open(&o.store, &new_run)?;
+    for c in &r.connections {
+        for d in &c.directions {
+            rec.point(d)?;
+        }
+    }
+    let mut notes = r.cannot_tell.clone();
+    notes.extend(r.ended.clone());
+    let env = gridperf_core::model::Environment {
+        tool_version: crate::host::software(),
+        command_line: std::env::args().collect(),
+        started_unix: unix(started),
+        finished_unix: unix(std::time::SystemTime::now()),
+        target: r.file.clone(),
+        client: crate::host::end_info(None, false),
+        server: None,
+        notes,
+        lab: None,
+    };
+    if let Some(where_) = rec.finish(Ok(&env))? {
+        out.note(&format!("gridperf: {where_}"));
+    }
+    Ok(())
+}
+
+/// `stream --capture`: for each stream, the data in flight and the
+/// receiver's window over time as TCP_INFO saw them at the sender and as
+/// the capture reconstructs them, on one chart (the capture's times
+/// aligned on the data connection's SYN, the test's start to within a
+/// round trip). The SVG goes beside the capture (FILE.svg).
+pub fn overlay(path: &std::path::Path, r: &gridperf_core::model::StreamReport) -> Result<Option<std::path::PathBuf>> {
+    use gridperf_core::svg::{Chart, Series, SeriesPoint};
+    let tr = analyse(path, Duration::from_millis(100), None, None)?;
+    let Some(c) = &r.capture else { return Ok(None) };
+    let mut charts = Vec::new();
+    let mb = |b: f64| b / 1e6;
+    for row in &c.streams {
+        let Some(s) = row.stream.and_then(|k| r.runs.iter().flat_map(|run| run.streams.iter()).find(|s| s.index == k))
+        else {
+            continue;
+        };
+        let Some((conn, dir)) = tr
+            .connections
+            .iter()
+            .find_map(|cn| cn.directions.iter().find(|d| d.from == row.from && d.to == row.to).map(|d| (cn, d)))
+        else {
+            continue;
+        };
+        let t0 = conn.start_s;
+        let at = |p: &gridperf_core::model::TracePoint| p.t_s - t0;
+        let series = vec![
+            Series {
+                label: "in flight, TCP_INFO".into(),
+                points: s
+                    .timeline
+                    .iter()
+                    .map(|t| SeriesPoint {
+                        x: t.t_ns as f64 / 1e9,
+                        y: mb(f64::from(t.unacked) * f64::from(t.mss)),
+                        band: None,
+                    })
+                    .collect(),
+                color: None,
+            },
+            Series {
+                label: "in flight, capture".into(),
+                points: dir
+                    .series
+                    .iter()
+                    .map(|p| SeriesPoint { x: at(p), y: mb(p.in_flight as f64), band: None })
+                    .collect(),
+                color: None,
+            },
+            Series {
+                label: "window, TCP_INFO".into(),
+                points: s
+                    .timeline
+                    .iter()
+                    .map(|t| SeriesPoint { x: t.t_ns as f64 / 1e9, y: mb(f64::from(t.snd_wnd)), band: None })
+                    .collect(),
+                color: None,
+            },
+            Series {
+                label: "window, capture".into(),
+                points: dir
+                    .series
+                    .iter()
+                    .map(|p| SeriesPoint { x: at(p), y: mb(p.window as f64), band: None })
+                    .collect(),
+                color: None,
+            },
+        ];
+        charts.push(Chart {
+            title: format!("stream {}: TCP_INFO against the capture", s.index),
+            x_label: "time (s)".into(),
+            y_label: "bytes (MB)".into(),
+            series,
+            ..Chart::default()
+        });
+    }
+    if charts.is_empty() {
+        return Ok(None);
+    }
+    let mut svg = String::new();
+    for ch in &charts {
+        svg.push_str(&gridperf_core::svg::render(ch, 900, 420));
+    }
+    // several charts: one SVG document holding each in turn
+    let doc = if charts.len() == 1 {
+        svg
+    } else {
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{}\">{}</svg>",
+            420 * charts.len(),
+            charts
+                .iter()
+                .enumerate()
+                .map(|(k, ch)| format!(
+                    "<g transform=\"translate(0,{})\">{}</g>",
+                    420 * k,
+                    gridperf_core::svg::render(ch, 900, 420)
+                ))
+                .collect::<String>()
+        )
+    };
+    let out = path.with_extension(format!(
+        "{}svg",
+        path.extension().map(|e| format!("{}.", e.to_string_lossy())).unwrap_or_default()
+    ));
+    std::fs::write(&out, doc).map_err(|e| Error::usage(format!("{}: {e}", out.display())))?;
+    Ok(Some(out))
 }

@@ -384,6 +384,68 @@ fn copy_charts(slug: &str, run: &RunRow, streams: &[gridperf_core::model::CopySt
     vec![(format!("{slug}-streams.svg"), chart)]
 }
 
+/// A capture's largest directions (at most 4): the time-sequence graph
+/// (the highest sequence sent and the bytes acknowledged over time, as
+/// Stevens drew them) and the window against the data in flight, as the
+/// CERN-Tokyo study drew its windows from tcpdump.
+fn trace_charts(slug: &str, dirs: &[gridperf_core::model::TraceDirection]) -> Vec<(String, Chart)> {
+    let mut dirs: Vec<&gridperf_core::model::TraceDirection> = dirs.iter().filter(|d| d.series.len() >= 2).collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.bytes_acked));
+    let mut out = Vec::new();
+    for (k, d) in dirs.iter().take(4).enumerate() {
+        let mb = |b: u64| b as f64 / 1e6;
+        let mut acked = 0u64;
+        let seq = Chart {
+            title: format!("time-sequence: {} -> {}", d.from, d.to),
+            x_label: "time (s)".into(),
+            y_label: "sequence (MB from the first)".into(),
+            series: vec![
+                Series {
+                    label: "highest sent".into(),
+                    points: d.series.iter().map(|p| SeriesPoint { x: p.t_s, y: mb(p.seq), band: None }).collect(),
+                    color: None,
+                },
+                Series {
+                    label: "acknowledged".into(),
+                    points: d
+                        .series
+                        .iter()
+                        .map(|p| {
+                            acked += p.acked;
+                            SeriesPoint { x: p.t_s, y: mb(acked), band: None }
+                        })
+                        .collect(),
+                    color: None,
+                },
+            ],
+            marks: d.cwnd_at_loss.iter().take(20).map(|(t, _)| (*t, "loss".to_string())).collect(),
+            ..Chart::default()
+        };
+        let window = Chart {
+            title: format!("window and data in flight: {} -> {}", d.from, d.to),
+            x_label: "time (s)".into(),
+            y_label: "bytes (MB)".into(),
+            series: vec![
+                Series {
+                    label: "in flight (most per interval)".into(),
+                    points: d.series.iter().map(|p| SeriesPoint { x: p.t_s, y: mb(p.in_flight), band: None }).collect(),
+                    color: None,
+                },
+                Series {
+                    label: "the receiver's window".into(),
+                    points: d.series.iter().map(|p| SeriesPoint { x: p.t_s, y: mb(p.window), band: None }).collect(),
+                    color: None,
+                },
+            ],
+            marks: d.cwnd_at_loss.iter().take(20).map(|(t, _)| (*t, "loss".to_string())).collect(),
+            ..Chart::default()
+        };
+        out.push((format!("{slug}-{k}-sequence.svg"), seq));
+        out.push((format!("{slug}-{k}-window.svg"), window));
+    }
+    out
+}
+
 fn run_title(run: &RunRow) -> String {
     format!("{} on {} (run {})", run.kind, run.network, run.id)
 }
@@ -506,6 +568,14 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
                     .filter_map(|p| serde_json::from_value(p.figures.clone()).ok())
                     .collect();
                 copy_charts(&slug, run, &streams)
+            }
+            Some(Measure::Trace) => {
+                let dirs: Vec<gridperf_core::model::TraceDirection> = points
+                    .iter()
+                    .filter(|p| p.proto == "trace-direction")
+                    .filter_map(|p| serde_json::from_value(p.figures.clone()).ok())
+                    .collect();
+                trace_charts(&slug, &dirs)
             }
             None => Vec::new(),
         };

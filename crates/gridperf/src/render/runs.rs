@@ -86,8 +86,8 @@ fn points_table(r: &RunRow, points: &[PointRow]) -> String {
             super::stream::rows(proto, &s, super::stream::Units::Auto)
         }),
         Some(Measure::Fanout) => figures::<FanoutPoint>(points).map(|p| super::fanout::rows(&p)),
-        // a copy's points are its files: the stored table of them
-        Some(Measure::Copy) | None => None,
+        // a copy's points are its files, a trace's its directions: the stored table of them
+        Some(Measure::Copy | Measure::Trace) | None => None,
     };
     let table = table.unwrap_or_else(|| quartiles(points));
     if table.starts_with('\n') {

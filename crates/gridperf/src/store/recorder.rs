@@ -260,6 +260,22 @@ impl Stored for gridperf_core::model::CopyStream {
     }
 }
 
+/// One direction of a captured TCP connection (`gridperf trace`), its series in the figures.
+impl Stored for gridperf_core::model::TraceDirection {
+    fn row(&self) -> PointRow {
+        PointRow {
+            proto: "trace-direction".into(),
+            size: self.bytes_acked,
+            setting: format!("{} -> {}", self.from, self.to),
+            median_ns: self.rtt_median_ms.map(|m| m * 1e6),
+            q1_ns: None,
+            q3_ns: None,
+            figures: figures(self),
+            samples: None,
+        }
+    }
+}
+
 /// Something a copy's pool of connections did (a restart, -P auto's
 /// change, a broken connection): keyed by its kind and connections.
 impl Stored for gridperf_core::model::CopyEvent {
