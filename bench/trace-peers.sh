@@ -78,6 +78,8 @@ sleep 0.5
 kill -INT "$DC"
 wait "$DC" 2>/dev/null || true
 cp "$WORK/cern.pcap" "$OUT/cern.pcap"
+# stream --capture's charts of TCP_INFO and the capture together
+cp "$WORK"/*.pcap.svg "$OUT/" 2>/dev/null || true
 # the CERN-Tokyo figure from the capture: stored, drawn by report
 "$GRIDPERF" trace "$WORK/cern.pcap" --db "$WORK/t.db" >"$OUT/cern-trace.txt"
 "$GRIDPERF" report 1 --db "$WORK/t.db" -o "$OUT/cern-report.html" --svg-dir "$OUT/cern-plots" >/dev/null
