@@ -186,15 +186,7 @@ pub(super) fn run(
                 first,
             )),
         };
-        let budget = spec.connections.max(spec.streams);
-        let plan = dp::PoolPlan {
-            start: spec.streams,
-            auto: spec.auto,
-            restart: spec.restart,
-            tail: spec.tail,
-            connections: budget,
-            restart_caveat: host::ssthresh_cached(),
-        };
+        let (budget, plan) = pool_plan(spec);
         let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
         let open = |k: u32| -> std::io::Result<dp::Link> {
             let sock = conns.open(k)?;
@@ -205,21 +197,50 @@ pub(super) fn run(
             let _ = wire::write_msg(&mut *c, &AgentMsg::CopyEvent { event: e.clone() });
         };
         let pool = dp::send_pool(&sources, spec.block, &queue, &plan, &open, &moved, &tell);
-        if let Some(why) = queue.stopped() {
-            return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
-        }
-        let mut changed: Vec<u32> =
-            sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
-        changed.extend(queue.failed().iter().map(|(f, _)| *f));
-        let sent = AgentMsg::CopySent {
-            changed,
-            streams: streams_of(&pool.works),
-            events: pool.events,
-            tail_blocks: queue.tail_sent(),
-        };
-        wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
-        finish(ctl, idle, agent)
+        sent(ctl, idle, agent, &sources, &queue, pool)
     }
+}
+
+/// A sending agent's end of a copy (a pull, a third-party source): the
+/// queue's stop is the copy's error; else what changed, its streams and
+/// events, then the client's finish.
+fn sent(
+    ctl: &mut TcpStream,
+    idle: std::time::Duration,
+    agent: gridperf_core::model::EndInfo,
+    sources: &[SourceFile],
+    queue: &BlockQueue,
+    pool: dp::PoolOut,
+) -> Result<(), Fail> {
+    if let Some(why) = queue.stopped() {
+        return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+    }
+    let mut changed: Vec<u32> =
+        sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
+    changed.extend(queue.failed().iter().map(|(f, _)| *f));
+    let sent = AgentMsg::CopySent {
+        changed,
+        streams: streams_of(&pool.works),
+        events: pool.events,
+        tail_blocks: queue.tail_sent(),
+    };
+    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
+    finish(ctl, idle, agent)
+}
+
+/// A sending agent's pool, as the request asks: the most connections over
+/// the copy, and the plan.
+fn pool_plan(spec: &CopySpec) -> (u32, dp::PoolPlan) {
+    let budget = spec.connections.max(spec.streams);
+    let plan = dp::PoolPlan {
+        start: spec.streams,
+        auto: spec.auto,
+        restart: spec.restart,
+        tail: spec.tail,
+        connections: budget,
+        restart_caveat: host::ssthresh_cached(),
+    };
+    (budget, plan)
 }
 
 /// What the client named, beneath the root, expanded into files (what
@@ -298,15 +319,7 @@ fn send_to_agent(
     if shared.cfg.log {
         eprintln!("gridperf serve: {peer}: copy sends {} files to the agent at {to}", infos.len());
     }
-    let budget = spec.connections.max(spec.streams);
-    let plan = dp::PoolPlan {
-        start: spec.streams,
-        auto: spec.auto,
-        restart: spec.restart,
-        tail: spec.tail,
-        connections: budget,
-        restart_caveat: host::ssthresh_cached(),
-    };
+    let (budget, plan) = pool_plan(spec);
     let dial = dp::Dial {
         window: spec.window,
         congestion: spec.congestion.clone(),
@@ -392,20 +405,7 @@ fn send_to_agent(
         ended.store(true, std::sync::atomic::Ordering::Relaxed);
         pool
     });
-    if let Some(why) = queue.stopped() {
-        return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
-    }
-    let mut changed: Vec<u32> =
-        sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
-    changed.extend(queue.failed().iter().map(|(f, _)| *f));
-    let sent = AgentMsg::CopySent {
-        changed,
-        streams: streams_of(&pool.works),
-        events: pool.events,
-        tail_blocks: queue.tail_sent(),
-    };
-    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
-    finish(ctl, idle, agent)
+    sent(ctl, idle, agent, &sources, &queue, pool)
 }
 
 /// The writing end's connections of a push: the first ones, then any the

@@ -28,7 +28,7 @@ pub struct CopyArgs {
     #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
     /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
-    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs: it starts with 4 (within MIN..MAX),
+    /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs: it starts with 2 (within MIN..MAX),
     /// waits while their rate still ramps up, adds half as many again while they are bound by their window or
     /// send buffer and each addition paid 10%, takes back one that did not pay, removes one when
     /// retransmissions rise without gain, and probes with one more every 30 windows; within MIN..MAX (auto:
@@ -265,8 +265,9 @@ mod tests {
     #[test]
     fn parallel_is_a_count_auto_or_bounds() {
         assert_eq!(parse_parallel("4").ok(), Some((4, None)));
-        assert_eq!(parse_parallel("auto").ok(), Some((4, Some((1, 16)))));
-        assert_eq!(parse_parallel("2..32").ok(), Some((4, Some((2, 32)))));
+        assert_eq!(parse_parallel("auto").ok(), Some((2, Some((1, 16)))));
+        assert_eq!(parse_parallel("2..32").ok(), Some((2, Some((2, 32)))));
+        assert_eq!(parse_parallel("4..32").ok(), Some((4, Some((4, 32)))));
         assert_eq!(parse_parallel("1..2").ok(), Some((2, Some((1, 2)))));
         for bad in ["0", "129", "x", "4..2", "..4", "1..", "auto..4", "-1"] {
             let e = parse_parallel(bad).err().map(|e| e.to_string()).unwrap_or_default();

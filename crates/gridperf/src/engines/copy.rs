@@ -52,6 +52,29 @@ impl CopyOptions {
         self.auto.map_or(self.streams, |(_, hi)| hi.max(self.streams))
     }
 
+    /// The request of a copy of `files` entries this way, as these options ask.
+    pub fn spec(&self, direction: CopyDirection, files: u32) -> CopySpec {
+        CopySpec {
+            direction,
+            files,
+            streams: self.streams,
+            block: self.block,
+            window: self.window,
+            congestion: self.congestion.clone(),
+            pacing_bps: self.pacing_bps,
+            resume: self.resume,
+            force: self.force,
+            checksum: self.checksum,
+            encrypt: None,
+            connections: self.connections(),
+            restart: self.restart,
+            tail: self.tail,
+            auto: self.auto,
+            senders: Vec::new(),
+            join: false,
+        }
+    }
+
     /// How the sending end opens its data connections.
     pub fn dial(&self) -> dp::Dial {
         dp::Dial {
@@ -120,25 +143,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         return Err(Error::usage("--split static is for a push (this host sends)"));
     }
 
-    let spec = CopySpec {
-        direction,
-        files: count as u32,
-        streams: o.streams,
-        block: o.block,
-        window: o.window,
-        congestion: o.congestion.clone(),
-        pacing_bps: o.pacing_bps,
-        resume: o.resume,
-        force: o.force,
-        checksum: o.checksum,
-        encrypt: None,
-        connections: o.connections(),
-        restart: o.restart,
-        tail: o.tail,
-        auto: o.auto,
-        senders: Vec::new(),
-        join: false,
-    };
+    let spec = o.spec(direction, count as u32);
     let exchange = if o.encrypt {
         Some(gridperf_core::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
     } else {

@@ -105,25 +105,7 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
     let same = job.dests.len() == 1;
     let dest_of = |k: usize| if same { 0 } else { k };
     let conns = o.connections();
-    let base_spec = CopySpec {
-        direction: CopyDirection::Send,
-        files: 1,
-        streams: o.streams,
-        block: o.block,
-        window: o.window,
-        congestion: o.congestion.clone(),
-        pacing_bps: o.pacing_bps,
-        resume: o.resume,
-        force: o.force,
-        checksum: o.checksum,
-        encrypt: None,
-        connections: conns,
-        restart: o.restart,
-        tail: o.tail,
-        auto: o.auto,
-        senders: Vec::new(),
-        join: false,
-    };
+    let base_spec = o.spec(CopyDirection::Send, 1);
     let within = o.deadlines.control + o.idle;
     // sessions opened so far: each is told why if the copy cannot go on
     let mut opened: Vec<Opened> = Vec::new();

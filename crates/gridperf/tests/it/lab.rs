@@ -1126,10 +1126,10 @@ fn auto_streams_grow_while_each_stream_is_window_bound() {
     }
     let _serial = serial();
     // 100 ms and a 64 KB buffer: one stream moves about 7 Mbit/s of the
-    // 100, the first 4 about 27: more streams pay, and -P auto must find
+    // 100, the first 2 about 14: more streams pay, and -P auto must find
     // that out (from TCP_INFO: each at the receiver's window), within 1..8
     let settings = ["--lab-set", "loss=0", "--lab-set", "rtt=100ms", "-P", "1..8", "-w", "64K", "--block", "256K"];
-    let (o, d) = lab_copy("auto", 48, 9, &settings);
+    let (o, d) = lab_copy("auto", 64, 9, &settings);
     let _ = std::fs::remove_dir_all(&d);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let events = v["events"].as_array().cloned().unwrap_or_default();
@@ -1137,12 +1137,12 @@ fn auto_streams_grow_while_each_stream_is_window_bound() {
     assert!(!adds.is_empty(), "{events:?}");
     assert!(adds[0]["why"].as_str().is_some_and(|w| w.contains("limited by its window or send buffer")), "{events:?}");
     let streams = v["per_stream"].as_array().expect("streams").len();
-    assert!((5..=8 + 4).contains(&streams), "{streams} connections: {events:?}");
+    assert!((4..=8 + 4).contains(&streams), "{streams} connections: {events:?}");
     assert_eq!(v["streams_auto"], serde_json::json!([1, 8]));
-    assert_eq!(v["streams"], 4, "it starts with 4");
-    // faster than the first four window-bound streams could be (about 27 Mbit/s)
+    assert_eq!(v["streams"], 2, "it starts with 2");
+    // faster than the first two window-bound streams could be (about 14 Mbit/s)
     let rate = v["throughput_bps"].as_f64().expect("rate");
-    assert!(rate > 30e6, "{rate} bit/s: {events:?}");
+    assert!(rate > 18e6, "{rate} bit/s: {events:?}");
 }
 
 #[test]
