@@ -281,8 +281,8 @@ fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile]) -> Result<(), Fail> {
     Ok(())
 }
 
-/// A third-party copy's source: the files named, each with a sample of
-/// its data (for the client to check that every source holds the same),
+/// A third-party copy's source: the files named, each with its BLAKE3
+/// (for the client to check that every source holds the same),
 /// then, once the client names the destination agent, the blocks it
 /// leases, sent straight to that agent over this end's pool of
 /// connections (restarts, the tail and -P auto as in a pull). The client

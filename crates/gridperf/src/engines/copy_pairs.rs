@@ -5,8 +5,8 @@
 //! from one queue this client keeps, in leases, so that a faster pair
 //! takes more and a pair that is lost gives its blocks back to the others.
 //!
-//! The conversation: each source lists the files with a sample of their
-//! data (sources that differ are refused before any byte moves); the
+//! The conversation: each source lists the files with their BLAKE3
+//! (sources that differ are refused before any byte moves); the
 //! first destination prepares the partial files and says what it needs;
 //! with different destinations on shared storage, the others join those
 //! partial files (refused if they do not see them); each source is told
@@ -116,7 +116,7 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
         e
     };
 
-    // 1. every source lists the files, with samples of their data
+    // 1. every source lists the files, each with its BLAKE3
     let mut lists: Vec<Vec<CopyFile>> = Vec::new();
     for (addr, host, path) in &job.sources {
         gridperf_core::copy::check_relative(path).map_err(|m| Error::usage(format!("{host}:{path}: {m}")))?;
