@@ -147,16 +147,22 @@ impl Restarts {
                 c.buffer_limited * 100.0
             )
         };
-        // a replacement, once old enough to judge: slow too when it is
-        // still slow, or not twice as fast as the connection it replaced
+        // a replacement, once old enough to judge: slow too when it is slow
+        // by the rule that restarted the old one (losses included). One
+        // slow without losses is still in its slow start, not judged yet: at
+        // 270 ms replacements at 0.7 Mbit/s without a retransmission were
+        // called slow too, their slots given up and restarting stopped
         for c in &mature {
             let Some((old, old_rate)) = c.replaces else { continue };
             if self.judged.contains(&c.id) || c.age_ns >= YOUTH_WINDOWS * window_ns {
                 continue;
             }
-            self.judged.push(c.id);
             let others = peers(c);
-            if !slow(c, others) && c.rate_bps >= 2.0 * old_rate {
+            if c.retrans == 0 && c.rate_bps < SLOW_FRACTION * others {
+                continue;
+            }
+            self.judged.push(c.id);
+            if !slow(c, others) {
                 continue;
             }
             self.failed += 1;
@@ -442,9 +448,14 @@ mod tests {
         let mut r = ramped();
         let mut conns = vec![conn(0, 100.0, 0), conn(1, 95.0, 3), conn(2, 1.0, 40), conn(3, 105.0, 0)];
         assert!(matches!(r.decide(20 * S, S, &conns, true), Some(Decision::Restart { id: 2, .. })));
+        // still in its slow start (slow, no losses): not judged yet
+        conns[2] = ConnWindow { id: 4, slot: 2, age_ns: 2 * S, replaces: Some((2, 1e6)), ..conn(4, 1.0, 0) };
+        assert_eq!(r.decide(22 * S, S, &conns, true), None);
+        assert!(r.given_up.is_empty() && r.judged.is_empty());
         // hashed onto a good path: 40 Mbit/s against the 1 it replaced
         conns[2] = ConnWindow { id: 4, slot: 2, age_ns: 2 * S, replaces: Some((2, 1e6)), ..conn(4, 40.0, 2) };
         assert_eq!(r.decide(23 * S, S, &conns, true), None);
+        assert!(r.given_up.is_empty());
         // a second slow one, restarted; its replacement as slow: the slot is given up, restarting goes on
         conns[1] = conn(1, 1.5, 30);
         assert!(matches!(r.decide(25 * S, S, &conns, true), Some(Decision::Restart { id: 1, .. })));

@@ -36,9 +36,10 @@ pub struct CopyArgs {
     #[arg(short = 'P', long, default_value = "4", value_name = "N|auto|MIN..MAX")]
     pub parallel: String,
     /// Do not restart slow streams. By default the sending end (the agent in a pull) closes a stream and opens
-    /// it again from a new port, its blocks back on the queue, when over several round trips its rate stays
+    /// it again from a new port, its blocks back on the queue, once the copy's rate has stopped ramping up (under
+    /// 10% growth a window), when over several round trips its rate stays
     /// below a third of its peers' median AND its TCP_INFO shows losses while not limited by a window or
-    /// buffer; at most 6 a minute, one per window; a replacement slow too (not twice as fast) is left alone,
+    /// buffer; at most 6 a minute, one per window; a replacement slow too by the same rule is left alone,
     /// and once two such are half the restarts or more, restarting stops (the path is slow for all).
     #[arg(long)]
     pub no_restart: bool,
