@@ -55,10 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/src" "$WORK/dst"
-bytes=$(python3 -c "
-import sys
-s=sys.argv[1].upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$SIZE")
+bytes=$(numfmt --from=iec "$SIZE")
 head -c "$bytes" /dev/urandom >"$WORK/src/f.dat"
 log "lab $LAB: 2x2, bottleneck 1G 20 ms, access links $ACCESS; file of $SIZE"
 "$GRIDPERF" lab up --name "$LAB" --hosts 2x2 --rate 1G --rtt 20ms --access "rate=$ACCESS" >/dev/null

@@ -52,10 +52,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/dst"
-bytes=$(python3 -c "
-import sys
-s=sys.argv[1].upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$SIZE")
+bytes=$(numfmt --from=iec "$SIZE")
 head -c "$bytes" /dev/urandom >"$WORK/f.dat"
 command -v iperf3 >/dev/null || die "needs iperf3 (bench/install-peers.sh)"
 log "lab $LAB: 2x2, $RATE as 4 paths, path 2 at $LOSS loss, RTT 20 ms; a copy of $SIZE against one CUBIC flow"
