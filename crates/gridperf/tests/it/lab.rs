@@ -201,7 +201,7 @@ impl Drop for Lab {
     }
 }
 
-/// Runs a measurement again, up to three times in all, while the lab's
+/// Runs a measurement again, up to five times in all, while the lab's
 /// emulator marks it INVALID (exit 4: it fell behind on a busy machine,
 /// and rightly says so; CI saw one packet 15 ms late in 281).
 fn unless_invalid(mut measure: impl FnMut() -> Output) -> Output {
@@ -371,29 +371,46 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
         return;
     }
     let mut lab = Lab::up("stall", &["--rtt", "2ms"]);
-    lab.serve_on_b();
     let pid = lab.status()["lab"]["pid"].as_u64().expect("emulator pid").to_string();
-    let name = lab.name.clone();
-    let probe = std::thread::spawn(move || {
-        let args =
-            ["lab", "exec", "--name", &name, "a", "--", BIN, "rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64"];
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend_from_slice(&["-t", "3s", "--warmup-time", "0s", "--json"]);
-        run(&all)
-    });
-    // stop the emulator for 150 ms in the middle of the run: every packet in
-    // flight is then delivered far behind its schedule (while traffic flows
-    // it never sleeps longer than 5 ms, so it sees that it overslept)
-    // (first wait until the probe's traffic flows through the emulator)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lab.status()["health"]["links"][0]["arrived"].as_u64().unwrap_or(0) < 300 {
-        assert!(Instant::now() < deadline, "the probe's traffic never came");
-        std::thread::sleep(Duration::from_millis(50));
+    // twice at most: a stop that falls while the probe's one packet is in a
+    // host's stack, not in the emulator's delay line, delays nothing the
+    // emulator had scheduled (the rootless CI once saw that)
+    let mut o = None;
+    for _ in 0..2 {
+        lab.serve_on_b();
+        let name = lab.name.clone();
+        let probe = std::thread::spawn(move || {
+            let args =
+                ["lab", "exec", "--name", &name, "a", "--", BIN, "rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64"];
+            let mut all: Vec<&str> = args.to_vec();
+            all.extend_from_slice(&["-t", "3s", "--warmup-time", "0s", "--json"]);
+            run(&all)
+        });
+        // stop the emulator for 150 ms in the middle of the run: every packet in
+        // flight is then delivered far behind its schedule (while traffic flows
+        // it never sleeps longer than 5 ms, so it sees that it overslept)
+        // (first wait until the probe's traffic flows through the emulator)
+        let before = lab.status()["health"]["links"][0]["arrived"].as_u64().unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lab.status()["health"]["links"][0]["arrived"].as_u64().unwrap_or(0) < before + 300 {
+            assert!(Instant::now() < deadline, "the probe's traffic never came");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+        let got = probe.join().expect("probe");
+        let invalid = got.status.code() == Some(4);
+        o = Some(got);
+        if invalid {
+            break;
+        }
+        if let Some(mut a) = lab.agent.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
     }
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
-    std::thread::sleep(Duration::from_millis(150));
-    assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
-    let o = probe.join().expect("probe");
+    let o = o.expect("a probe ran");
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stderr(&o).contains("INVALID"), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
@@ -1323,9 +1340,11 @@ fn a_streams_own_capture_tells_what_tcp_info_tells() {
     let (rtt, srtt) =
         (s["rtt_median_ms"].as_f64().unwrap_or(0.0), s["tcp_info_srtt_median_ms"].as_f64().unwrap_or(0.0));
     assert!((rtt - srtt).abs() <= 0.15 * srtt, "RTT: capture {rtt} ms, TCP_INFO {srtt} ms");
-    // in flight past the capture point is at most what TCP_INFO counts (which includes the local queue)
+    // the most in flight: TCP_INFO's counts the host's own queue, which the
+    // capture point does not see, but is sampled every 100 ms and misses
+    // peaks the capture sees (CI: 356 208 against 327 248): within 0.4-1.5x
     let (fl, tfl) = (s["max_in_flight"].as_u64().unwrap_or(0), s["tcp_info_max_in_flight"].as_u64().unwrap_or(0));
-    assert!(fl > 0 && fl as f64 <= 1.05 * tfl as f64 && fl as f64 >= 0.4 * tfl as f64, "in flight {fl} against {tfl}");
+    assert!(fl > 0 && fl as f64 <= 1.5 * tfl as f64 && fl as f64 >= 0.4 * tfl as f64, "in flight {fl} against {tfl}");
     // the file reads as any capture does
     let o = run(&["trace", &c, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
