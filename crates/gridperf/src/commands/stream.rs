@@ -119,8 +119,9 @@ pub fn measure(o: &Opts, out: &mut Output, live: bool) -> Result<StreamReport> {
         }
     };
     if let (Some(stats), Some((path, _))) = (captured, &o.capture) {
-        r.capture = Some(super::trace::compare(path, stats?, &r, control)?);
-        if let Some(svg) = super::trace::overlay(path, &r)? {
+        let tr = super::trace::analyse(path, std::time::Duration::from_millis(100), None, None)?;
+        r.capture = Some(super::trace::compare(path, &tr, stats?, &r, control)?);
+        if let Some(svg) = super::trace::overlay(path, &tr, &r)? {
             out.note(&format!("gridperf: TCP_INFO and the capture on one chart: {}", svg.display()));
         }
     }

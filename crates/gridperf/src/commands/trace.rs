@@ -7,7 +7,6 @@ use crate::render;
 use gridperf_core::capture::{decode, link_name, CaptureError, CaptureReader, Skip};
 use gridperf_core::model::{TraceReport, TraceSkipped, TRACE_SCHEMA};
 use gridperf_core::trace::Analyzer;
-use std::io::Read;
 use std::time::Duration;
 
 /// What `gridperf trace` runs, checked.
@@ -19,20 +18,6 @@ pub struct Opts {
     pub json: bool,
     pub csv: bool,
     pub store: crate::store::StoreChoice,
-}
-
-/// A reader that counts what it read (for the progress bar).
-struct Counted<R> {
-    r: R,
-    n: std::rc::Rc<std::cell::Cell<u64>>,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let k = self.r.read(buf)?;
-        self.n.set(self.n.get() + k as u64);
-        Ok(k)
-    }
 }
 
 /// Whether an endpoint matches the filter.
@@ -64,13 +49,8 @@ pub fn analyse(
     }
     let file = std::fs::File::open(path).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let count = std::rc::Rc::new(std::cell::Cell::new(0u64));
-    let reader = std::io::BufReader::with_capacity(1 << 20, Counted { r: file, n: count.clone() });
-    let mut cap = match CaptureReader::new(reader) {
-        Ok(c) => c,
-        Err(CaptureError::Io(e)) => return Err(Error::usage(format!("{}: {e}", path.display()))),
-        Err(e) => return Err(Error::usage(format!("{}: {e}", path.display()))),
-    };
+    let reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut cap = CaptureReader::new(reader).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
     if let Some(b) = progress {
         b.set_length(size);
     }
@@ -128,7 +108,7 @@ pub fn analyse(
         }
         if let Some(b) = progress {
             if r.frames % 4096 == 0 {
-                b.set_position(count.get());
+                b.set_position(cap.offset());
             }
         }
     }
@@ -247,24 +227,22 @@ impl Capture {
             .spawn(move || {
                 let mut buf = vec![0u8; snaplen as usize];
                 let mut written = 0u64;
-                while !halt.load(std::sync::atomic::Ordering::Relaxed) {
-                    let Some(m) = sock.recv(&mut buf, 50)? else { continue };
-                    // on loopback each packet passes twice: keep it as it arrives
-                    if m.loopback && m.outgoing || !matches!(m.protocol, 0x0800 | 0x86dd) {
-                        continue;
-                    }
-                    if !ends(&buf[..m.len]).is_some_and(|(a, b)| a.to_canonical() == peer || b.to_canonical() == peer) {
-                        continue;
-                    }
-                    w.write(m.t_ns, &buf[..m.len], m.orig_len as u32)?;
-                    written += 1;
-                }
-                // what is still queued in the socket, then the kernel's count of drops
-                while let Some(m) = sock.recv(&mut buf, 0)? {
-                    if !(m.loopback && m.outgoing)
+                // IP to or from the peer; on loopback each packet passes twice: kept as it arrives
+                let keep = |m: &gridperf_sys::PacketMeta, p: &[u8]| {
+                    !(m.loopback && m.outgoing)
                         && matches!(m.protocol, 0x0800 | 0x86dd)
-                        && ends(&buf[..m.len]).is_some_and(|(a, b)| a == peer || b == peer)
-                    {
+                        && ends(p).is_some_and(|(a, b)| a == peer || b == peer)
+                };
+                // until stopped, then what is still queued in the socket
+                loop {
+                    let halted = halt.load(std::sync::atomic::Ordering::Relaxed);
+                    let Some(m) = sock.recv(&mut buf, if halted { 0 } else { 50 })? else {
+                        if halted {
+                            break;
+                        }
+                        continue;
+                    };
+                    if keep(&m, &buf[..m.len]) {
                         w.write(m.t_ns, &buf[..m.len], m.orig_len as u32)?;
                         written += 1;
                     }
@@ -293,12 +271,12 @@ impl Capture {
 /// beside the stream of the same rank by bytes, with its TCP_INFO figures.
 pub fn compare(
     path: &std::path::Path,
+    tr: &TraceReport,
     (packets, dropped): (u64, u64),
     r: &gridperf_core::model::StreamReport,
     control: Option<std::net::SocketAddr>,
 ) -> Result<gridperf_core::model::StreamCapture> {
     use gridperf_core::model::{CaptureVsTcpInfo, StreamCapture};
-    let tr = analyse(path, Duration::from_millis(100), None, None)?;
     let mut dirs: Vec<&gridperf_core::model::TraceDirection> =
         tr.connections.iter().flat_map(|c| c.directions.iter()).filter(|d| d.segments >= 32).collect();
     // the test's control connection is not one of its streams
@@ -386,9 +364,12 @@ fn store(o: &Opts, r: &TraceReport, started: std::time::SystemTime, out: &mut Ou
 /// the capture reconstructs them, on one chart (the capture's times
 /// aligned on the data connection's SYN, the test's start to within a
 /// round trip). The SVG goes beside the capture (FILE.svg).
-pub fn overlay(path: &std::path::Path, r: &gridperf_core::model::StreamReport) -> Result<Option<std::path::PathBuf>> {
+pub fn overlay(
+    path: &std::path::Path,
+    tr: &TraceReport,
+    r: &gridperf_core::model::StreamReport,
+) -> Result<Option<std::path::PathBuf>> {
     use gridperf_core::svg::{Chart, Series, SeriesPoint};
-    let tr = analyse(path, Duration::from_millis(100), None, None)?;
     let Some(c) = &r.capture else { return Ok(None) };
     let mut charts = Vec::new();
     let mb = |b: f64| b / 1e6;
