@@ -48,8 +48,7 @@ WORK=$(mktemp -d /dev/shm/gridperf-copy-pairs.XXXXXX)
 LAB=bpairs$$
 PIDS=()
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    stop_started
     "$GRIDPERF" lab down --name "$LAB" >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }

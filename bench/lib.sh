@@ -108,3 +108,11 @@ install_debs() {
     [ -n "$made" ] && rm -f /usr/sbin/policy-rc.d
     return 0
 }
+
+# stop_started: ends the processes this bench started (their ids in the
+# PIDS array) and waits for them; the copy and trace benches call it on exit.
+stop_started() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}

@@ -51,8 +51,7 @@ old_r=$(sysctl -n net.core.rmem_max)
 old_w=$(sysctl -n net.core.wmem_max)
 PIDS=()
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    stop_started
     sysctl -qw net.core.rmem_max="$old_r" net.core.wmem_max="$old_w"
     rm -rf "$WORK"
 }
