@@ -249,11 +249,28 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 /// Whether this process may make a lab: root, or a user in a user
-/// namespace of their own; and a TUN device to make.
-fn may_make(what: &str) -> Result<()> {
+/// namespace of their own; and a TUN device to make (`tun`: the lab's
+/// hosts are TUN devices, not the loopback lab's one namespace).
+fn may_make(what: &str, tun: bool) -> Result<()> {
     crate::host::may_make_namespaces(what)?;
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Err(Error::usage(format!("{what} needs /dev/net/tun (the tun kernel module)")));
+    let dev = "/dev/net/tun";
+    if !tun {
+        return Ok(());
+    }
+    if !std::path::Path::new(dev).exists() {
+        return Err(Error::usage(format!("{what} needs {dev} (the tun kernel module)")));
+    }
+    // opening it makes nothing (a device is made by TUNSETIFF); a user who
+    // is not root needs it open to all, as udev's rule leaves it (mode 0666)
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open(dev) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode =
+            std::fs::metadata(dev).map(|m| format!("{:04o}", m.permissions().mode() & 0o777)).unwrap_or_default();
+        return Err(Error::usage(format!(
+            "{what} makes its hosts' network devices with {dev}, which this user cannot open ({e}; its mode is {mode}, \
+             where udev's rule makes it 0666): run it as root (sudo), or open the device to users as udev does: \
+             sudo chmod 0666 {dev}"
+        )));
     }
     Ok(())
 }
@@ -405,7 +422,7 @@ pub fn stop_child(child: &mut std::process::Child, grace: Duration) {
 /// Brings a lab up: starts the emulator and waits until it is ready.
 pub fn up(spec: LabSpec) -> Result<LabState> {
     check_name(&spec.name)?;
-    may_make("lab up")?;
+    may_make("lab up", !spec.loopback)?;
     if let Some(s) = state(&spec.name) {
         if emulator_alive(s.pid) {
             return Err(Error::usage(format!(
@@ -516,7 +533,7 @@ pub fn down(name: &str) -> Result<bool> {
 /// Runs a command on a lab host (in its namespace); returns its exit status.
 pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::ExitStatus> {
     let st = running(name)?;
-    may_make("lab exec")?;
+    may_make("lab exec", false)?;
     let h = st.hosts.iter().find(|h| h.name == host).ok_or_else(|| {
         let names: Vec<&str> = st.hosts.iter().map(|h| h.name.as_str()).collect();
         Error::usage(format!("lab {name:?} has no host {host:?}: its hosts are {}", names.join(", ")))
