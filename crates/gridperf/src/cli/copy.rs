@@ -112,8 +112,10 @@ pub struct CopyArgs {
     /// "broken","data":{t_s, stream, new_stream, why}} as they happen, then {"event":"end","data":<gridperf.copy/1>}.
     #[arg(long, conflicts_with = "json")]
     pub json_stream: bool,
-    /// The results database (default ~/.local/share/gridperf/results.db).
-    #[arg(long, value_name = "PATH")]
+    /// The results store: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
     /// Do not store this copy.
     #[arg(long, conflicts_with = "db")]

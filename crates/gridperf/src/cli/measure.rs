@@ -85,8 +85,10 @@ pub struct EchoArgs {
     /// both hosts a per-namespace sysctl: net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     pub lab_sets: Vec<String>,
-    /// The results database every point is written to (default ~/.local/share/gridperf/results.db).
-    #[arg(long, value_name = "PATH")]
+    /// The results store every point is written to: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
     /// Do not store this run.
     #[arg(long, conflicts_with = "db")]
@@ -263,8 +265,10 @@ pub struct StreamArgs {
     /// Print JSON (schema in docs/json.md) instead of the table (iperf3's -J).
     #[arg(short = 'J', long)]
     pub json: bool,
-    /// The results database (default ~/.local/share/gridperf/results.db).
-    #[arg(long, value_name = "PATH")]
+    /// The results store: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
     /// Do not store this run.
     #[arg(long, conflicts_with = "db")]
@@ -328,8 +332,10 @@ pub struct FanoutArgs {
     /// Print CSV instead of the table.
     #[arg(long)]
     pub csv: bool,
-    /// The results database (default ~/.local/share/gridperf/results.db).
-    #[arg(long, value_name = "PATH")]
+    /// The results store: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
     /// Do not store this sweep.
     #[arg(long, conflicts_with = "db")]

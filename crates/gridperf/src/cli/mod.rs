@@ -340,9 +340,9 @@ pub fn lab_error(e: gridperf_core::labcfg::LabError) -> Error {
     Error::usage(e.to_string())
 }
 
-/// The results database: the one given, or the default.
+/// The results store: the one given (--db, else GRIDPERF_DB), or the default.
 pub fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
-    p.clone().unwrap_or_else(crate::store::default_path)
+    crate::store::named(p.clone()).unwrap_or_else(crate::store::default_path)
 }
 
 /// The lab this process runs in, when `gridperf lab exec` started it.

@@ -30,8 +30,10 @@ pub struct SurveyArgs {
     /// Leave out the transfer-time measurements.
     #[arg(long)]
     pub no_transfer: bool,
-    /// The results database.
-    #[arg(long, value_name = "PATH")]
+    /// The results store: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
     /// Where to write the report.
     #[arg(short, long, default_value = "gridperf-report.html", value_name = "FILE")]
@@ -63,8 +65,10 @@ pub enum RunsCommand {
 
 #[derive(Args)]
 pub struct DbArg {
-    /// The results database.
-    #[arg(long, value_name = "PATH", global = true)]
+    /// The results store: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN", global = true)]
     pub db: Option<std::path::PathBuf>,
 }
 

@@ -23,8 +23,10 @@ pub struct TraceArgs {
     /// Print the time series as CSV: a row per connection, direction and interval.
     #[arg(long)]
     pub csv: bool,
-    /// The results database (default ~/.local/share/gridperf/results.db); `report` draws the stored trace.
-    #[arg(long, value_name = "PATH")]
+    /// The results store, from which `report` draws the stored trace: a
+    /// SQLite file (default ~/.local/share/gridperf/results.db) or a
+    /// PostgreSQL archive (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
     /// Do not store this trace.
     #[arg(long, conflicts_with = "db")]

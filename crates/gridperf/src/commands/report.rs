@@ -68,7 +68,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         return Err(Error::usage(format!(
             "nothing to draw: no runs{} in {} (gridperf runs list shows what is there)",
             o.survey.map(|s| format!(" in survey {s}")).unwrap_or_default(),
-            store.path.display()
+            store.shown()
         )));
     }
     let runs = load(&store, &rows)?;

@@ -22,8 +22,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     match o {
         Opts::List { db, filter } => {
             // no store yet is no run yet: an empty list, not an error
-            let runs = if db.exists() { Store::open_existing(&db)?.runs(&filter)? } else { Vec::new() };
-            if !db.exists() {
+            let runs = if Store::exists(&db) { Store::open_existing(&db)?.runs(&filter)? } else { Vec::new() };
+            if !Store::exists(&db) {
                 out.note(&format!("gridperf runs: no runs stored yet ({} does not exist)", db.display()));
             }
             match out.format {

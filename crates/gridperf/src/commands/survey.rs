@@ -332,7 +332,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         out.json(&serde_json::json!({
             "schema": gridperf_core::model::SURVEY_SCHEMA,
             "survey": outcome.survey,
-            "db": store.path,
+            "db": store.shown(),
             "report": o.output,
             "seconds": started.elapsed().as_secs_f64(),
             "networks": analysis,
@@ -344,7 +344,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             outcome.survey,
             o.spec.networks.len(),
             started.elapsed().as_secs_f64(),
-            store.path.display(),
+            store.shown(),
             render::survey::best_table_text(&analysis),
             render::survey::thresholds_text(&analysis),
             o.output.display()

@@ -378,7 +378,7 @@ fn begin(o: &Opts) -> Result<(Option<Store>, Option<i64>, std::collections::Hash
         let id = store.unfinished_sweep(&spec)?.ok_or_else(|| {
             Error::usage(format!(
                 "--resume: no unfinished sweep with these settings in {}; run it without --resume",
-                store.path.display()
+                store.shown()
             ))
         })?;
         for (key, point) in store.sweep(id)?.points {

@@ -117,7 +117,7 @@ pub enum StoreChoice {
 
 impl StoreChoice {
     pub fn new(db: Option<PathBuf>, no_store: bool) -> StoreChoice {
-        match (db, no_store) {
+        match (super::named(db), no_store) {
             (_, true) => StoreChoice::Off,
             (Some(p), false) => StoreChoice::At(p),
             (None, false) => StoreChoice::Default,
@@ -218,7 +218,7 @@ impl Recorder {
             Err(e) => s.finish_run(run, None, "failed", Some(&e.message)),
         };
         match done {
-            Ok(()) => Ok(Some(format!("stored as run {run} in {}", s.path.display()))),
+            Ok(()) => Ok(Some(format!("stored as run {run} in {}", s.shown()))),
             Err(e) if self.strict => Err(e),
             Err(e) => {
                 eprintln!("gridperf: warning: the store failed at the end of this run: {e}");

@@ -7,6 +7,7 @@
 //! - `cli`: the binary: exit codes, output formats, signals, a dying agent;
 //! - `fanout`: the producer/consumer benchmark, its deadlock and the watchdog;
 //! - `store`: the results store, survey (killed and resumed), runs and report;
+//! - `archive`: the store in a real PostgreSQL server (a private cluster per test);
 //! - `copy`: gridperf copy through the binary: local, push and pull, refusals, damage, resume;
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (root, or a user namespace of one's own);
@@ -16,6 +17,7 @@
 //! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots.
 
 mod agent;
+mod archive;
 mod cli;
 mod copy;
 mod echo;
