@@ -132,8 +132,66 @@ pub fn fmt_bps(bps: f64) -> String {
     format!("{v:.2} {unit}")
 }
 
+/// An ISO 8601 duration (as perfSONAR's pScheduler writes them: PnW, PnD, TnH, nM,
+/// nS, fractions allowed) in seconds.
+pub fn iso_duration_seconds(s: &str) -> Option<f64> {
+    let rest = s.strip_prefix('P')?;
+    let (date, time) = match rest.split_once('T') {
+        Some((d, t)) => (d, Some(t)),
+        None => (rest, None),
+    };
+    let mut total = 0.0;
+    let mut take = |part: &str, units: &[(char, f64)]| -> Option<()> {
+        let mut num = String::new();
+        let mut i = 0;
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                num.push(c);
+                continue;
+            }
+            while i < units.len() && units[i].0 != c {
+                i += 1;
+            }
+            let (_, mult) = units.get(i)?;
+            total += num.parse::<f64>().ok()? * mult;
+            num.clear();
+            i += 1;
+        }
+        num.is_empty().then_some(())
+    };
+    take(date, &[('W', 604_800.0), ('D', 86_400.0)])?;
+    if let Some(t) = time {
+        if t.is_empty() {
+            return None;
+        }
+        take(t, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)])?;
+    }
+    Some(total)
+}
+
+/// Seconds as an ISO 8601 duration: PT<seconds>S, never in exponent form.
+pub fn iso_duration(seconds: f64) -> String {
+    let s = format!("{:.9}", seconds.max(0.0));
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("PT{s}S")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn iso_durations_read_and_write() {
+        assert_eq!(iso_duration_seconds("PT30S"), Some(30.0));
+        assert_eq!(iso_duration_seconds("PT1M30.5S"), Some(90.5));
+        assert_eq!(iso_duration_seconds("P1DT2H"), Some(93_600.0));
+        assert_eq!(iso_duration_seconds("P1W"), Some(604_800.0));
+        for bad in ["30", "PT", "P1H", "PTS", "PT1S2M", "P1X"] {
+            assert_eq!(iso_duration_seconds(bad), None, "{bad}");
+        }
+        assert_eq!(iso_duration(0.000_123_4), "PT0.0001234S");
+        assert_eq!(iso_duration(30.0), "PT30S");
+        assert_eq!(iso_duration_seconds(&iso_duration(1.5e-7)), Some(1.5e-7));
+    }
+
     #[test]
     fn sizes_for_reading() {
         use super::fmt_size;

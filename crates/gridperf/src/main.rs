@@ -43,6 +43,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             go(c, f, commands::runs::run)
         }
         Command::Report(a) => go(a, table, commands::report::run),
+        Command::Pscheduler(a) => go(a, table, commands::pscheduler::run),
         Command::Lab(c) => {
             let mut out = Output::stdout(c.format());
             commands::lab::run(commands::lab::Opts::try_from(c)?, &mut out)

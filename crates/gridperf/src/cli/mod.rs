@@ -157,6 +157,16 @@ pub enum Command {
         holds it too, without sending it (BLAKE3 keyed MACs over a fresh challenge: a recorded answer is no\n\
         use on another connection).")]
     Keygen(KeygenArgs),
+    /// gridperf as a perfSONAR pScheduler tool: the six methods pScheduler runs, JSON on stdin and stdout.
+    #[command(after_help = "Examples:\n  \
+        gridperf pscheduler enumerate\n  \
+        echo '{\"type\":\"throughput\",\"spec\":{\"dest\":\"dtn2\",\"parallel\":4}}' | gridperf pscheduler can-run\n  \
+        gridperf pscheduler run < input.json            the measurement, as pScheduler runs it\n\n\
+        Tests: throughput (gridperf stream), rtt (gridperf rtt, UDP echoes) and disk-to-disk (gridperf copy from\n\
+        gridperf://HOST[:PORT]/PATH or HOST:PATH), each against a `gridperf serve` agent at the other end. Results\n\
+        are in each test's own result schema; a bad input exits non-zero with the reason on stderr.\n\
+        pscheduler/ in the source tree holds the tool's directory of one-line executables and its packaging notes.")]
+    Pscheduler(PschedulerArgs),
     /// Manual pages: gridperf.1 on stdout, or one page per command into --dir.
     #[command(after_help = "Examples:\n  \
         gridperf man | man -l -\n  \
@@ -199,6 +209,20 @@ impl Command {
             Command::Lab(lab::LabCommand::Exec(a)) => Namespaces::OfLab(a.name.clone()),
             _ => Namespaces::None,
         }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct PschedulerArgs {
+    /// The method pScheduler calls: enumerate, can-run, duration, participant-data, run, merged-results.
+    #[arg(value_enum)]
+    pub method: crate::commands::pscheduler::Method,
+}
+
+impl TryFrom<PschedulerArgs> for crate::commands::pscheduler::Opts {
+    type Error = Error;
+    fn try_from(a: PschedulerArgs) -> Result<Self> {
+        Ok(crate::commands::pscheduler::Opts { method: a.method })
     }
 }
 

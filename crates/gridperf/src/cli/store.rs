@@ -134,6 +134,10 @@ pub struct ReportArgs {
     /// each window's W/RTT drawn dashed.
     #[arg(long, conflicts_with = "runs")]
     pub sweep: Option<i64>,
+    /// Draw the results pScheduler's postgresql archiver put into the archive's pscheduler_results table
+    /// (any tool's: throughput and RTT over time per path, and a row per run).
+    #[arg(long, conflicts_with_all = ["runs", "survey", "sweep"])]
+    pub pscheduler: bool,
     #[command(flatten)]
     pub db: DbArg,
     #[arg(short, long, default_value = "gridperf-report.html", value_name = "FILE")]
@@ -234,6 +238,7 @@ impl TryFrom<ReportArgs> for commands::report::Opts {
             runs: a.runs,
             survey: a.survey,
             sweep: a.sweep,
+            pscheduler: a.pscheduler,
             output: a.output,
             svg_dir: a.svg_dir,
         })

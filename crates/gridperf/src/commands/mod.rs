@@ -7,6 +7,7 @@
 pub mod copy;
 pub mod fanout;
 pub mod lab;
+pub mod pscheduler;
 pub mod report;
 pub mod rtt;
 pub mod runs;

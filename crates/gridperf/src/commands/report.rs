@@ -16,6 +16,8 @@ pub struct Opts {
     pub survey: Option<i64>,
     /// This sweep's figures (stream --sweep).
     pub sweep: Option<i64>,
+    /// The pScheduler results the archive holds (its pscheduler_results table).
+    pub pscheduler: bool,
     pub output: PathBuf,
     pub svg_dir: Option<PathBuf>,
 }
@@ -31,6 +33,29 @@ pub fn load(store: &Store, runs: &[RunRow]) -> Result<Vec<(RunRow, Vec<PointRow>
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     let store = Store::open_existing(&o.db)?;
+    if o.pscheduler {
+        let rows: Vec<_> = store
+            .pscheduler_results(None)?
+            .iter()
+            .map(|(id, received, doc)| render::pscheduler::read(*id, *received, doc))
+            .collect();
+        if rows.is_empty() {
+            return Err(Error::usage(format!(
+                "nothing to draw: {} holds no pScheduler results (point pScheduler's postgresql archiver at its \
+                 pscheduler_results table, column document)",
+                store.shown()
+            )));
+        }
+        let (html, svgs) = render::pscheduler::html(&rows, &store.shown());
+        write(&o, &html, &svgs)?;
+        out.note(&format!(
+            "gridperf report: {} pScheduler results, {} plots -> {}",
+            rows.len(),
+            svgs.len(),
+            o.output.display()
+        ));
+        return Ok(());
+    }
     // a sweep asked for, or (nothing asked for) the latest sweep when it is newer than the latest survey
     let sweep = match (o.sweep, o.runs.is_empty() && o.survey.is_none()) {
         (Some(id), _) => Some(id),

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod fanout;
 pub mod html;
 pub mod lab;
+pub mod pscheduler;
 pub mod rtt;
 pub mod runs;
 pub mod stream;

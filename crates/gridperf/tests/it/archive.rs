@@ -317,3 +317,55 @@ fn an_archive_down_newer_or_not_ours_is_refused_and_left_untouched() {
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn pscheduler_archiver_documents_are_drawn_by_the_report() {
+    let _heavy = crate::heavy();
+    let Some(pg) = PgServer::start("psched") else { return };
+    let dsn = pg.dsn("postgres");
+    // the archive's tables, as any gridperf makes them on first use
+    assert!(run(&["runs", "list", "--db", &dsn]).status.success());
+    // a throughput result as gridperf's pScheduler tool gives it, against a real agent
+    let (_agent, port) = crate::serve_on("127.0.0.1", &[]);
+    let test =
+        serde_json::json!({ "type": "throughput", "spec": { "schema": 1, "dest": "127.0.0.1", "duration": "PT1S" } });
+    let input = serde_json::json!({ "participant": 0, "participant-data": [{}, { "agent-port": port }], "test": test });
+    let mut child = Command::new(BIN)
+        .args(["pscheduler", "run"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pscheduler run");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), input.to_string().as_bytes()).expect("write");
+    let o = child.wait_with_output().expect("run");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let result: serde_json::Value = serde_json::from_slice(&o.stdout).expect("result");
+    let bps = result["summary"]["summary"]["throughput-bits"].as_f64().expect("throughput");
+    // the document pScheduler's archiver hands its archivers, for this run and a failed rtt of another tool
+    let doc = |tool: &str, test: serde_json::Value, result: serde_json::Value| {
+        serde_json::json!({ "id": "0c7d1b7e", "schedule": { "start": "2026-11-24T12:00:00Z", "duration": "PT11S" },
+                            "test": test, "tool": { "name": tool, "version": "1.0" }, "participants": ["src.example"],
+                            "result": result })
+    };
+    let failed_rtt = doc(
+        "ping",
+        serde_json::json!({ "type": "rtt", "spec": { "dest": "203.0.113.9" } }),
+        serde_json::json!({ "succeeded": false, "error": "host unreachable" }),
+    );
+    // as the archiver inserts it: INSERT INTO table (column) VALUES (%s), the JSON as a literal
+    let mut c = pg.client("postgres");
+    for d in [doc("gridperf", test, result), failed_rtt] {
+        let text = d.to_string().replace('\'', "''");
+        c.batch_execute(&format!("INSERT INTO pscheduler_results (document) VALUES ('{text}')")).expect("archive");
+    }
+    let report = pg.dir.join("ps.html");
+    let o = run(&["report", "--pscheduler", "--db", &dsn, "-o", report.to_str().expect("path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("2 pScheduler results, 1 plots"), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&report).expect("report");
+    assert!(html.contains(&format!("{:.2} Mbit/s", bps / 1e6)), "the run's throughput is not in the table");
+    assert!(html.contains("failed: host unreachable"));
+    assert!(html.contains("src.example -&gt; 203.0.113.9"), "{html}");
+    assert!(html.contains("<svg"));
+}
