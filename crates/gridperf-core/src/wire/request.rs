@@ -123,6 +123,17 @@ impl Test {
         }
     }
 
+    /// The test's kind, as metrics and logs name it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Test::Rtt(_) => "rtt",
+            Test::Transfer(_) => "transfer",
+            Test::Stream(_) => "stream",
+            Test::Fanout(_) => "fanout",
+            Test::Copy(_) => "copy",
+        }
+    }
+
     /// A line for the agent's log.
     pub fn describe(&self) -> String {
         match self {

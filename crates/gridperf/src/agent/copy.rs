@@ -197,6 +197,7 @@ pub(super) fn run(
             let _ = wire::write_msg(&mut *c, &AgentMsg::CopyEvent { event: e.clone() });
         };
         let pool = dp::send_pool(&sources, spec.block, &queue, &plan, &open, &moved, &tell);
+        shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
         sent(ctl, idle, agent, &sources, &queue, pool)
     }
 }
@@ -405,6 +406,7 @@ fn send_to_agent(
         ended.store(true, std::sync::atomic::Ordering::Relaxed);
         pool
     });
+    shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
     sent(ctl, idle, agent, &sources, &queue, pool)
 }
 
@@ -432,7 +434,7 @@ fn receive_all(
     let most = if spec.connections == 0 { spec.streams } else { spec.connections };
     let moved: Vec<AtomicU64> = (0..most).map(|_| AtomicU64::new(0)).collect();
     let mut seen: Vec<u32> = (0..socks.len() as u32).collect();
-    std::thread::scope(|scope| {
+    let received = std::thread::scope(|scope| {
         let mut set = dp::ReceiveSet::new(scope, files, spec.block, idle, spec.window, keys, &moved);
         for (k, s) in socks.into_iter().enumerate() {
             set.start(k as u32, s);
@@ -502,7 +504,9 @@ fn receive_all(
         // connections still carry is not needed
         let works = set.finish();
         outcome.map(|changed| (works, changed))
-    })
+    });
+    shared.metrics.moved(0, moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum());
+    received
 }
 
 /// A third-party copy's destination greets a source agent's data

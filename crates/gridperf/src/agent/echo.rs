@@ -130,7 +130,10 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &
                     last_look: Instant::now(),
                 };
                 match step.run(sock, &mut buf) {
-                    Ok(figures) => wire::write_msg(ctl, &AgentMsg::StepDone { figures }).map_err(|e| e.to_string())?,
+                    Ok(figures) => {
+                        shared.metrics.moved(0, figures.bytes_in);
+                        wire::write_msg(ctl, &AgentMsg::StepDone { figures }).map_err(|e| e.to_string())?
+                    }
                     Err(StepError::Control(m)) => return Err(m.into()),
                     Err(StepError::Stopped) => {
                         return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()))

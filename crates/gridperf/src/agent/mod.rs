@@ -13,6 +13,7 @@ pub(crate) mod copy;
 mod data;
 pub mod echo;
 mod fanout;
+pub mod metrics;
 mod session;
 mod slots;
 mod stream;
@@ -239,6 +240,8 @@ pub(crate) struct Shared {
     /// When each client address started its tests of the last minute.
     started: Mutex<HashMap<IpAddr, std::collections::VecDeque<Instant>>>,
     tests_done: AtomicUsize,
+    /// What `serve --metrics` exposes.
+    pub(crate) metrics: Arc<metrics::Metrics>,
     stop: Arc<AtomicBool>,
     /// A clone of every open control connection, to shut them down on stop.
     live: Mutex<HashMap<u64, TcpStream>>,
@@ -367,6 +370,7 @@ impl Agent {
             per_address: Mutex::new(HashMap::new()),
             started: Mutex::new(HashMap::new()),
             tests_done: AtomicUsize::new(0),
+            metrics: Arc::new(metrics::Metrics::default()),
             stop: Arc::new(AtomicBool::new(false)),
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -380,6 +384,11 @@ impl Agent {
 
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(self.shared.stop.clone())
+    }
+
+    /// The agent's counters (serve --metrics reads them while it runs).
+    pub fn metrics(&self) -> Arc<metrics::Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// Accepts clients until stopped (or, with `once`, until one test has finished).
@@ -416,6 +425,7 @@ impl Agent {
                 let shared = self.shared.clone();
                 let ip = peer.ip().to_canonical();
                 if !shared.cfg.allow.is_empty() && !shared.cfg.allow.iter().any(|c| c.contains(ip)) {
+                    shared.metrics.refused(metrics::Refusal::Address);
                     refuse_at_once(
                         stream,
                         format!("{ip} is not among the addresses this agent serves (serve --allow)"),
@@ -429,6 +439,7 @@ impl Agent {
                     if *n >= shared.cfg.max_per_address {
                         let open = *n;
                         drop(per);
+                        shared.metrics.refused(metrics::Refusal::PerAddress);
                         refuse_at_once(
                             stream,
                             format!(
@@ -444,6 +455,7 @@ impl Agent {
                 if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
                     shared.connections.fetch_sub(1, Ordering::SeqCst);
                     shared.release_address(ip);
+                    shared.metrics.refused(metrics::Refusal::Connections);
                     refuse_at_once(
                         stream,
                         format!(

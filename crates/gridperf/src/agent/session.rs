@@ -3,6 +3,7 @@
 //! has the control deadline; every refusal is told to the client with what
 //! is valid.
 
+use super::metrics::Refusal;
 use super::{copy, echo, fanout, slots, stream, Shared};
 use crate::{ctl, host};
 use gridperf_core::auth;
@@ -131,6 +132,7 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
                 return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("bad magic {magic:?}")));
             }
             if version != wire::PROTOCOL_VERSION {
+                shared.metrics.refused(Refusal::Version);
                 return Err(send_error(
                     &mut ctl,
                     ErrorCode::VersionMismatch,
@@ -162,22 +164,32 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
     )
     .map_err(|e| e.to_string())?;
     let mut session_secret = None;
+    let counted = |why: Refusal| {
+        move |f: Fail| {
+            shared.metrics.refused(why);
+            f
+        }
+    };
     if let (Some(keys), Some(nonce)) = (&shared.cfg.auth, nonce) {
-        session_secret = Some(authenticate(&mut ctl, keys, &nonce, until)?);
+        session_secret = Some(authenticate(&mut ctl, keys, &nonce, until).map_err(counted(Refusal::Auth))?);
     }
 
-    let req = read_request(&mut ctl, until)?;
+    let req = read_request(&mut ctl, until).map_err(counted(Refusal::BadRequest))?;
     if let Err(r) = req.test.validate(&host::limits()) {
+        shared.metrics.refused(Refusal::BadRequest);
         return Err(send_error(&mut ctl, r.code, r.message));
     }
     if let Some(why) = shared.cfg.limits.refuses(&req.test) {
+        shared.metrics.refused(Refusal::Limits);
         return Err(send_error(&mut ctl, ErrorCode::Refused, why));
     }
     if let Some(why) = shared.may_start(peer.ip().to_canonical()) {
+        shared.metrics.refused(Refusal::Rate);
         return Err(send_error(&mut ctl, ErrorCode::Busy, why));
     }
     if let (Test::Rtt(e) | Test::Transfer(e), false) = (&req.test, shared.cfg.allow_busy_poll) {
         if e.busy_poll {
+            shared.metrics.refused(Refusal::Unsupported);
             return Err(send_error(
                 &mut ctl,
                 ErrorCode::Unsupported,
@@ -187,16 +199,19 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
             ));
         }
     }
-    let _slot = slots::take(shared, &mut ctl, req.queue_ms)?;
+    let _slot = slots::take(shared, &mut ctl, req.queue_ms).map_err(counted(Refusal::Busy))?;
     if shared.cfg.log {
         eprintln!("gridperf serve: {peer}: {}", req.test.describe());
     }
+    let (kind, began) = (req.test.kind_name(), Instant::now());
+    shared.metrics.begin();
     let result = match &req.test {
         Test::Rtt(spec) | Test::Transfer(spec) => echo::run(shared, &mut ctl, peer, spec),
         Test::Stream(spec) => stream::run(shared, &mut ctl, peer, spec),
         Test::Fanout(spec) => fanout::run(shared, &mut ctl, peer, spec),
         Test::Copy(spec) => copy::run(shared, &mut ctl, peer, spec, session_secret.as_ref()),
     };
+    shared.metrics.end(peer.ip().to_canonical(), kind, result.is_ok(), began.elapsed().as_secs_f64());
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
     match result {
         Ok(()) => Ok(()),

@@ -177,6 +177,8 @@ fn stream_both(
         std::thread::sleep(running.until_next_cut().clamp(Duration::from_millis(1), Duration::from_millis(20)));
     }
     let (ends, samples) = running.finish();
+    let moved = |sending: bool| ends.iter().filter(|e| e.sending == sending).map(|e| e.bytes).sum();
+    shared.metrics.moved(moved(true), moved(false));
     for (index, v) in samples {
         // frames are at most 1 MiB: a sample is about 400 bytes of JSON
         for chunk in v.chunks(2_000) {

@@ -153,6 +153,27 @@ pub struct ServeArgs {
     /// Test seam: receive but do not echo every N-th UDP datagram.
     #[arg(long, hide = true, value_name = "N")]
     pub fault_drop_udp: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (tests served and refused, running, bytes moved,
+    /// each client's last test) and, with --probe-config, probes at /probe?target=HOST&module=NAME.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
+    /// The probe modules and the targets they may measure (JSON: {"modules": {"rtt": {"test": "rtt",
+    /// "duration": "1s"}}, "targets": ["10.0.0.0/8", "dtn2.example"]}); at most --max-tests probes at once,
+    /// each at most 10 s and cut to Prometheus' scrape timeout.
+    #[arg(long, value_name = "FILE", requires = "metrics")]
+    pub probe_config: Option<std::path::PathBuf>,
+}
+
+impl TryFrom<ServeArgs> for crate::commands::serve::Opts {
+    type Error = Error;
+    fn try_from(mut a: ServeArgs) -> Result<Self> {
+        let metrics = a.metrics.take();
+        let probes = match a.probe_config.take() {
+            Some(p) => Some(crate::commands::exporter::ProbeConfig::load(&p)?),
+            None => None,
+        };
+        Ok(crate::commands::serve::Opts { agent: AgentConfig::try_from(a)?, metrics, probes })
+    }
 }
 
 impl TryFrom<ServeArgs> for AgentConfig {

@@ -5,6 +5,7 @@
 //! and warnings go to stderr.
 
 pub mod copy;
+pub mod exporter;
 pub mod fanout;
 pub mod lab;
 pub mod pscheduler;
@@ -28,6 +29,7 @@ use gridperf_core::model::{Environment, Measure};
 use gridperf_core::stats::Warning;
 use gridperf_core::units::fmt_bytes;
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 /// How a result is printed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -280,4 +282,50 @@ pub(crate) fn echo_measure<R, P: Stored>(
         out.note(&format!("gridperf: {where_}"));
     }
     result
+}
+
+/// Runs this gridperf with `args` as a child, killed when `limit` has
+/// passed: (exit code, stdout, stderr). The pScheduler tool and the
+/// exporter's probes measure this way: nothing they start outlives its slot.
+pub(crate) fn run_self_bounded(args: &[String], limit: Duration) -> Result<(Option<i32>, String, String)> {
+    let exe = std::env::current_exe().map_err(|e| Error::internal(format!("finding this gridperf: {e}")))?;
+    let mut child = std::process::Command::new(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::internal(format!("starting gridperf {}: {e}", args.join(" "))))?;
+    let read = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = std::io::Read::read_to_string(&mut r, &mut s);
+            }
+            s
+        })
+    };
+    let out = read(child.stdout.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+    let err = read(child.stderr.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| Error::internal(format!("waiting for gridperf: {e}")))? {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (out, mut err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    if status.is_none() {
+        err.push_str(&format!(
+            "\ngridperf {} did not finish within {:.0} s: stopped",
+            args.join(" "),
+            limit.as_secs_f64()
+        ));
+    }
+    Ok((status.and_then(|s| s.code()), out, err))
 }

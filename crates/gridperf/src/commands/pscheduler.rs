@@ -349,50 +349,6 @@ fn command_of(kind: &str, spec: &Value, port: u16) -> Result<Vec<String>> {
     Ok(a)
 }
 
-/// Runs this gridperf with `args`, killed at `deadline`: (exit code, stdout, stderr).
-fn run_bounded(args: &[String], limit: Duration) -> Result<(Option<i32>, String, String)> {
-    let exe = std::env::current_exe().map_err(|e| Error::internal(format!("finding this gridperf: {e}")))?;
-    let mut child = std::process::Command::new(exe)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::internal(format!("starting gridperf {}: {e}", args.join(" "))))?;
-    let read = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out = read(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let err = read(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| Error::internal(format!("waiting for gridperf: {e}")))? {
-            break Some(s);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let (out, mut err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    if status.is_none() {
-        err.push_str(&format!(
-            "\ngridperf {} did not finish within {:.0} s: stopped",
-            args.join(" "),
-            limit.as_secs_f64()
-        ));
-    }
-    Ok((status.and_then(|s| s.code()), out, err))
-}
-
 /// A failed run's result, in any test's schema.
 fn failed(error: &str, diags: &str) -> Value {
     json!({ "schema": 1, "succeeded": false, "error": error, "diags": diags })
@@ -581,7 +537,7 @@ fn run_test(v: &Value) -> Result<Value> {
     let args = command_of(&kind, &spec, port)?;
     let limit = Duration::from_secs_f64(duration_s(&kind, &spec)?);
     let started = Instant::now();
-    let (code, out, err) = run_bounded(&args, limit)?;
+    let (code, out, err) = super::run_self_bounded(&args, limit)?;
     let wall = started.elapsed().as_secs_f64();
     let diags = format!("gridperf {}\n{}", args.join(" "), err.trim());
     let parsed: Option<Value> = serde_json::from_str(&out).ok();

@@ -4,7 +4,17 @@ use super::Output;
 use crate::agent::{Agent, AgentConfig};
 use crate::error::{Error, Result};
 
-pub fn run(cfg: AgentConfig, out: &mut Output) -> Result<()> {
+/// What `gridperf serve` does, checked.
+pub struct Opts {
+    pub agent: AgentConfig,
+    /// Where to serve /metrics and /probe (serve --metrics).
+    pub metrics: Option<std::net::SocketAddr>,
+    /// The probe modules and targets (serve --probe-config).
+    pub probes: Option<(super::exporter::ProbeConfig, Vec<super::exporter::Checked>)>,
+}
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let cfg = o.agent;
     let max_tests = cfg.max_tests;
     let keys = cfg.auth.as_ref().map(|k| k.len());
     let open_wide = cfg.bind.iter().any(|a| !a.ip().is_loopback());
@@ -30,7 +40,33 @@ pub fn run(cfg: AgentConfig, out: &mut Output) -> Result<()> {
         ),
         None => {}
     }
-    agent.run().map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
+    let exporter = match o.metrics {
+        Some(addr) => {
+            let listener = super::exporter::bind(addr)?;
+            let shown = listener.local_addr().map_or(addr.to_string(), |a| a.to_string());
+            let probes = o.probes.as_ref().map_or(0, |(_, m)| m.len());
+            let ex = std::sync::Arc::new(super::exporter::Exporter::new(agent.metrics(), max_tests, o.probes));
+            let flag = stop.flag();
+            out.note(&format!(
+                "gridperf serve: metrics on http://{shown}/metrics, {}",
+                if probes > 0 { format!("{probes} probe module(s) on /probe") } else { "no probes".into() }
+            ));
+            Some(
+                std::thread::Builder::new()
+                    .name("gridperf-exporter".into())
+                    .spawn(move || ex.serve(listener, flag))
+                    .map_err(|e| Error::internal(e.to_string()))?,
+            )
+        }
+        None => None,
+    };
+    let ran = agent.run();
+    // the agent ended (stopped, or --once): the exporter with it
+    stop.stop();
+    if let Some(t) = exporter {
+        let _ = t.join();
+    }
+    ran.map_err(|e| Error::network(format!("gridperf serve: {e}")))?;
     out.note("gridperf serve: stopped");
     Ok(())
 }

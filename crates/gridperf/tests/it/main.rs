@@ -13,6 +13,7 @@
 //! - `netns`: runs in private network namespaces (root, or a user namespace of one's own);
 //! - `lab`: the lab across real namespaces and TUN devices (root, or rootless: CI runs them both ways);
 //! - `isolation`: one user's rootless lab, out of another's reach (root, to be two users);
+//! - `prometheus`: serve --metrics, /probe's refusals and bounds, and a real Prometheus scraping it;
 //! - `pscheduler`: gridperf as a pScheduler tool, its JSON checked against pScheduler's own schemas;
 //! - `layers`: which module of the binary crate may use which (the layer graph);
 //! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots.
@@ -27,6 +28,7 @@ mod isolation;
 mod lab;
 mod layers;
 mod netns;
+mod prometheus;
 mod pscheduler;
 mod render;
 mod store;

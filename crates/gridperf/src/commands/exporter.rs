@@ -1,0 +1,545 @@
+//! `gridperf serve --metrics ADDR`: the agent's counters for Prometheus at
+//! `/metrics`, and probes at `/probe?target=HOST&module=NAME` that measure
+//! to another agent at scrape time, as blackbox_exporter does.
+//!
+//! Probes are what the site allows: modules from `--probe-config FILE`
+//! (each a short, bounded rtt or stream), targets from its list, at most
+//! `--max-tests` probes at once, each cut to Prometheus' scrape timeout
+//! (`X-Prometheus-Scrape-Timeout-Seconds`). Every HTTP read and write has a
+//! deadline; a client that says nothing is dropped.
+
+use crate::agent::metrics::Metrics;
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// HTTP connections served at once; more are told 503 at once.
+pub const MAX_HTTP: usize = 16;
+/// The longest a module's measurement may last.
+pub const MAX_PROBE: Duration = Duration::from_secs(10);
+/// What a probe needs beyond its measurement: starting gridperf,
+/// connecting, the agent's end, the reply.
+pub const PROBE_SETUP: Duration = Duration::from_millis(1500);
+/// How long a request may take to arrive, and a response to leave.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest request head read.
+const MAX_HEAD: usize = 8192;
+
+/// A probe module, as the configuration file gives it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Module {
+    /// rtt or stream.
+    pub test: String,
+    /// How long it measures (rtt's time budget, stream's -t): at most 10 s.
+    #[serde(default = "default_duration")]
+    pub duration: String,
+    /// rtt: the message size; stream: the write size.
+    pub size: Option<u64>,
+    /// rtt: tcp or udp (default udp).
+    pub proto: Option<String>,
+    /// stream: parallel streams (at most 8).
+    pub parallel: Option<u32>,
+    /// stream: each stream's cap (SO_MAX_PACING_RATE), e.g. 500M.
+    pub rate: Option<String>,
+    /// stream: the agent sends (-R).
+    #[serde(default)]
+    pub reverse: bool,
+}
+
+fn default_duration() -> String {
+    "1s".into()
+}
+
+/// The probe configuration file (JSON).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    pub modules: std::collections::BTreeMap<String, Module>,
+    /// Who may be probed: address blocks (10.0.0.0/8) for targets given as
+    /// addresses, exact HOST or HOST:PORT strings for names.
+    pub targets: Vec<String>,
+}
+
+/// A module checked: its measurement's length and the command line it runs.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub name: String,
+    pub measure: Duration,
+    pub module: Module,
+}
+
+impl ProbeConfig {
+    /// Reads and checks a configuration file: every module within the safe limits.
+    pub fn load(path: &std::path::Path) -> Result<(ProbeConfig, Vec<Checked>)> {
+        let what = |e: String| Error::usage(format!("--probe-config {}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
+        let cfg: ProbeConfig = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
+        let mut checked = Vec::new();
+        for (name, m) in &cfg.modules {
+            let bad = |why: String| what(format!("module {name}: {why}"));
+            let measure = crate::cli::positive_seconds(&m.duration, "duration").map_err(|e| bad(e.message))?;
+            if measure > MAX_PROBE {
+                return Err(bad(format!("duration {}: a probe may measure for at most 10 s", m.duration)));
+            }
+            match m.test.as_str() {
+                "rtt" => {
+                    if m.parallel.is_some() || m.rate.is_some() || m.reverse {
+                        return Err(bad("parallel, rate and reverse are stream's".into()));
+                    }
+                    if !matches!(m.proto.as_deref(), None | Some("udp") | Some("tcp")) {
+                        return Err(bad("proto: tcp or udp".into()));
+                    }
+                    if m.size.is_some_and(|s| s == 0 || s > 65_507) {
+                        return Err(bad("size: 1 to 65507 bytes".into()));
+                    }
+                }
+                "stream" => {
+                    if m.proto.is_some() {
+                        return Err(bad("proto is rtt's (a stream probe is TCP)".into()));
+                    }
+                    if m.parallel.is_some_and(|p| p == 0 || p > 8) {
+                        return Err(bad("parallel: 1 to 8".into()));
+                    }
+                    if let Some(r) = &m.rate {
+                        crate::cli::rate(r, "rate").map_err(|e| bad(e.message))?;
+                    }
+                }
+                other => return Err(bad(format!("test {other:?}: rtt or stream"))),
+            }
+            checked.push(Checked { name: name.clone(), measure, module: m.clone() });
+        }
+        for t in &cfg.targets {
+            if t.contains('/') {
+                t.parse::<gridperf_core::auth::Cidr>().map_err(|e| what(format!("target {t}: {e}")))?;
+            }
+        }
+        Ok((cfg, checked))
+    }
+
+    /// Whether `target` (HOST or HOST:PORT, as `gridperf rtt` takes it) may be probed.
+    pub fn allows(&self, target: &str) -> bool {
+        let host = host_of(target);
+        self.targets.iter().any(|t| {
+            if t.contains('/') {
+                let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>();
+                match (t.parse::<gridperf_core::auth::Cidr>(), ip) {
+                    (Ok(c), Ok(ip)) => c.contains(ip.to_canonical()),
+                    _ => false,
+                }
+            } else {
+                t == target || t == host
+            }
+        })
+    }
+}
+
+/// The host part of HOST, HOST:PORT, [V6]:PORT or a bare IPv6 address.
+fn host_of(target: &str) -> &str {
+    if target.starts_with('[') {
+        return target.split(']').next().map_or(target, |h| &target[..h.len() + 1]);
+    }
+    if target.matches(':').count() == 1 {
+        return target.split(':').next().unwrap_or(target);
+    }
+    target
+}
+
+/// What `--metrics` serves.
+pub struct Exporter {
+    pub metrics: Arc<Metrics>,
+    pub max_tests: usize,
+    pub probes: Option<(ProbeConfig, Vec<Checked>)>,
+    probing: AtomicUsize,
+    http: AtomicUsize,
+    probes_refused: AtomicU64,
+    probes_run: AtomicU64,
+}
+
+impl Exporter {
+    pub fn new(metrics: Arc<Metrics>, max_tests: usize, probes: Option<(ProbeConfig, Vec<Checked>)>) -> Exporter {
+        Exporter {
+            metrics,
+            max_tests,
+            probes,
+            probing: AtomicUsize::new(0),
+            http: AtomicUsize::new(0),
+            probes_refused: AtomicU64::new(0),
+            probes_run: AtomicU64::new(0),
+        }
+    }
+
+    /// Serves HTTP on `listener` until `stop`.
+    pub fn serve(self: Arc<Self>, listener: TcpListener, stop: Arc<AtomicBool>) {
+        let _ = listener.set_nonblocking(true);
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    if self.http.fetch_add(1, Ordering::SeqCst) >= MAX_HTTP {
+                        self.http.fetch_sub(1, Ordering::SeqCst);
+                        shed(&s);
+                        continue;
+                    }
+                    let me = self.clone();
+                    let spawned = std::thread::Builder::new().name("gridperf-metrics".into()).spawn(move || {
+                        me.handle(s);
+                        me.http.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    if spawned.is_err() {
+                        self.http.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn handle(&self, s: TcpStream) {
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_write_timeout(Some(HTTP_TIMEOUT));
+        let Some((path, query, headers)) = read_head(&s) else {
+            respond(&s, 400, "text/plain", "a request is GET PATH HTTP/1.1 and its headers, within 8 KiB and 5 s\n");
+            return;
+        };
+        match path.as_str() {
+            "/metrics" => {
+                let mut body = self.metrics.render(self.max_tests);
+                body.push_str(&format!(
+                    "# HELP gridperf_probes_running Probes measuring now.\n# TYPE gridperf_probes_running gauge\n\
+                     gridperf_probes_running {}\n\
+                     # HELP gridperf_probes_total Probes run.\n# TYPE gridperf_probes_total counter\n\
+                     gridperf_probes_total {}\n\
+                     # HELP gridperf_probes_refused_total Probes refused (a target or module not allowed, too many \
+                     at once, a scrape timeout too short).\n# TYPE gridperf_probes_refused_total counter\n\
+                     gridperf_probes_refused_total {}\n",
+                    self.probing.load(Ordering::SeqCst),
+                    self.probes_run.load(Ordering::Relaxed),
+                    self.probes_refused.load(Ordering::Relaxed)
+                ));
+                respond(&s, 200, "text/plain; version=0.0.4; charset=utf-8", &body);
+            }
+            "/probe" => {
+                let timeout = headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("x-prometheus-scrape-timeout-seconds"))
+                    .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+                    .filter(|t| t.is_finite() && *t > 0.0)
+                    .map(Duration::from_secs_f64);
+                match self.probe(&query, timeout) {
+                    Ok(body) => respond(&s, 200, "text/plain; version=0.0.4; charset=utf-8", &body),
+                    Err((code, why)) => {
+                        self.probes_refused.fetch_add(1, Ordering::Relaxed);
+                        respond(&s, code, "text/plain", &format!("{why}\n"));
+                    }
+                }
+            }
+            "/" => respond(
+                &s,
+                200,
+                "text/html",
+                "<html><head><title>gridperf agent</title></head><body><h1>gridperf agent</h1>\
+                 <p><a href=\"/metrics\">/metrics</a>; /probe?target=HOST&amp;module=NAME</p></body></html>\n",
+            ),
+            _ => respond(&s, 404, "text/plain", "not found: /metrics, or /probe?target=HOST&module=NAME\n"),
+        }
+    }
+
+    /// Runs a probe; its metrics, or (HTTP status, why not).
+    fn probe(
+        &self,
+        query: &[(String, String)],
+        scrape: Option<Duration>,
+    ) -> std::result::Result<String, (u16, String)> {
+        let get = |k: &str| query.iter().find(|(q, _)| q == k).map(|(_, v)| v.as_str());
+        let Some((cfg, modules)) = &self.probes else {
+            return Err((
+                404,
+                "this agent runs no probes: its operator gives modules with serve --probe-config FILE".into(),
+            ));
+        };
+        let target = get("target").filter(|t| !t.is_empty()).ok_or((400, "give target=HOST[:PORT]".to_string()))?;
+        let name = get("module").ok_or((400, "give module=NAME".to_string()))?;
+        let Some(m) = modules.iter().find(|m| m.name == name) else {
+            let names: Vec<&str> = modules.iter().map(|m| m.name.as_str()).collect();
+            return Err((400, format!("no module {name:?}: this agent's are {}", names.join(", "))));
+        };
+        if !cfg.allows(target) {
+            return Err((
+                403,
+                format!("target {target} is not among the targets this agent may probe (--probe-config)"),
+            ));
+        }
+        // the measurement fits the scrape: Prometheus' timeout, less a margin for the reply
+        let mut measure = m.measure;
+        if let Some(t) = scrape {
+            let room = t.saturating_sub(PROBE_SETUP + Duration::from_millis(500));
+            if room < Duration::from_millis(200) {
+                return Err((
+                    400,
+                    format!(
+                        "a scrape timeout of {:.1} s leaves no time to measure: the probe needs {:.1} s to set up and \
+                         at least 0.2 s to measure (raise scrape_timeout)",
+                        t.as_secs_f64(),
+                        PROBE_SETUP.as_secs_f64() + 0.5
+                    ),
+                ));
+            }
+            measure = measure.min(room);
+        }
+        if self.probing.fetch_add(1, Ordering::SeqCst) >= self.max_tests {
+            self.probing.fetch_sub(1, Ordering::SeqCst);
+            return Err((503, format!("{} probes are measuring, this agent's --max-tests; try again", self.max_tests)));
+        }
+        let args = command(&m.module, target, measure);
+        let started = Instant::now();
+        let ran = super::run_self_bounded(&args, measure + PROBE_SETUP);
+        self.probing.fetch_sub(1, Ordering::SeqCst);
+        self.probes_run.fetch_add(1, Ordering::Relaxed);
+        let took = started.elapsed().as_secs_f64();
+        let mut out = String::new();
+        let (ok, figures) = match ran {
+            Ok((Some(0), stdout, _)) => match serde_json::from_str::<Value>(&stdout) {
+                Ok(v) => (true, figures(&m.module.test, &v)),
+                Err(_) => (false, String::new()),
+            },
+            Ok((_, _, err)) => {
+                let why = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().replace('"', "'");
+                (false, format!("# the probe failed: {why}\n"))
+            }
+            Err(e) => (false, format!("# the probe failed: {}\n", e.message)),
+        };
+        out.push_str(&format!(
+            "# HELP gridperf_probe_success Whether the probe measured.\n# TYPE gridperf_probe_success gauge\n\
+             gridperf_probe_success {}\n\
+             # HELP gridperf_probe_duration_seconds How long the probe took.\n\
+             # TYPE gridperf_probe_duration_seconds gauge\ngridperf_probe_duration_seconds {took}\n",
+            u8::from(ok)
+        ));
+        out.push_str(&figures);
+        Ok(out)
+    }
+}
+
+/// The gridperf command line of a probe.
+fn command(m: &Module, target: &str, measure: Duration) -> Vec<String> {
+    let secs = format!("{}s", measure.as_secs_f64());
+    let mut a: Vec<String> = match m.test.as_str() {
+        "rtt" => vec![
+            "rtt".into(),
+            target.into(),
+            "--proto".into(),
+            m.proto.clone().unwrap_or_else(|| "udp".into()),
+            "--sizes".into(),
+            m.size.unwrap_or(64).to_string(),
+            "-t".into(),
+            secs,
+            "--warmup".into(),
+            "10".into(),
+        ],
+        _ => {
+            let mut a = vec!["stream".into(), target.into(), "-t".into(), secs];
+            if let Some(p) = m.parallel {
+                a.extend(["-P".into(), p.to_string()]);
+            }
+            if let Some(r) = &m.rate {
+                a.extend(["--pacing".into(), r.clone()]);
+            }
+            if let Some(s) = m.size {
+                a.extend(["-l".into(), s.to_string()]);
+            }
+            if m.reverse {
+                a.push("-R".into());
+            }
+            a
+        }
+    };
+    a.extend(["--json".into(), "--no-store".into()]);
+    a
+}
+
+/// A probe's figures as metrics (base units: seconds, bytes).
+pub fn figures(test: &str, v: &Value) -> String {
+    let mut o = String::new();
+    let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
+        if samples.is_empty() {
+            return;
+        }
+        o.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (labels, value) in samples {
+            o.push_str(&format!("{name}{labels} {value}\n"));
+        }
+    };
+    if test == "rtt" {
+        let p = &v["points"][0];
+        let s = &p["summary"];
+        let q: Vec<(String, f64)> = [
+            ("0", "min_ns"),
+            ("0.25", "q1_ns"),
+            ("0.5", "median_ns"),
+            ("0.75", "q3_ns"),
+            ("0.99", "p99_ns"),
+            ("1", "max_ns"),
+        ]
+        .iter()
+        .filter_map(|(q, f)| s[*f].as_f64().map(|ns| (format!("{{quantile=\"{q}\"}}"), ns / 1e9)))
+        .collect();
+        gauge("gridperf_probe_rtt_seconds", "Round-trip times of the probe's exchanges (full round trips).", &q);
+        let one = |f: &str| s[f].as_f64().map(|ns| vec![(String::new(), ns / 1e9)]).unwrap_or_default();
+        gauge("gridperf_probe_rtt_mean_seconds", "The mean round trip.", &one("mean_ns"));
+        let n = |f: &str| p[f].as_f64().map(|x| vec![(String::new(), x)]).unwrap_or_default();
+        gauge(
+            "gridperf_probe_exchanges",
+            "Exchanges counted.",
+            &s["count"].as_f64().map(|x| vec![(String::new(), x)]).unwrap_or_default(),
+        );
+        gauge("gridperf_probe_lost", "Exchanges with no reply within the timeout (UDP).", &n("lost"));
+    } else {
+        let run = &v["runs"][0];
+        let bps = run["up_bps"].as_f64().or(run["down_bps"].as_f64());
+        gauge(
+            "gridperf_probe_throughput_bytes_per_second",
+            "What the receivers got per second, all streams.",
+            &bps.map(|b| vec![(String::new(), b / 8.0)]).unwrap_or_default(),
+        );
+        let streams = run["streams"].as_array().cloned().unwrap_or_default();
+        let retrans: Vec<(String, f64)> = streams
+            .iter()
+            .filter_map(|s| s["retransmits"].as_f64().map(|r| (format!("{{stream=\"{}\"}}", s["index"]), r)))
+            .collect();
+        gauge("gridperf_probe_retransmits", "Segments each stream's sender retransmitted.", &retrans);
+        let srtt: Vec<(String, f64)> = streams
+            .iter()
+            .filter_map(|s| {
+                let us = s["timeline"].as_array()?.last()?["srtt_us"].as_f64()?;
+                Some((format!("{{stream=\"{}\"}}", s["index"]), us / 1e6))
+            })
+            .collect();
+        gauge("gridperf_probe_srtt_seconds", "Each stream's smoothed RTT as it ended (the sender's TCP_INFO).", &srtt);
+    }
+    o
+}
+
+/// Reads a request head: (path, query pairs, headers), within MAX_HEAD bytes and HTTP_TIMEOUT.
+/// Name and value pairs (a query's, or a request's headers).
+type Pairs = Vec<(String, String)>;
+
+fn read_head(mut s: &TcpStream) -> Option<(String, Pairs, Pairs)> {
+    let until = Instant::now() + HTTP_TIMEOUT;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = until.checked_duration_since(Instant::now())?;
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1)))).ok()?;
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 || buf.len() + n > MAX_HEAD {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    if first.next()? != "GET" {
+        return None;
+    }
+    let target = first.next()?;
+    let (path, q) = target.split_once('?').unwrap_or((target, ""));
+    let query = q
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect();
+    let headers = lines
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
+    Some((path.to_string(), query, headers))
+}
+
+/// A URL query component, %XX and + decoded.
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Tells a connection beyond MAX_HTTP to come back, briefly: what it sent
+/// is read first (at most 100 ms), so that closing does not reset it.
+fn shed(mut s: &TcpStream) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; MAX_HEAD];
+    let _ = s.read(&mut buf);
+    respond(s, 503, "text/plain", "too many HTTP connections at once; try again\n");
+    let _ = s.shutdown(std::net::Shutdown::Write);
+}
+
+fn respond(mut s: &TcpStream, code: u16, kind: &str, body: &str) {
+    let reason = match code {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        _ => "Service Unavailable",
+    };
+    let _ = write!(
+        s,
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.flush();
+}
+
+/// Binds the exporter's address, and says what is wrong with it.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| Error::usage(format!("--metrics {addr}: cannot listen there: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_allowed_by_block_or_by_name() {
+        let cfg = ProbeConfig {
+            modules: Default::default(),
+            targets: vec!["10.0.0.0/8".into(), "dtn2.example".into(), "dtn3.example:6000".into()],
+        };
+        assert!(cfg.allows("10.1.2.3") && cfg.allows("10.1.2.3:6000"));
+        assert!(cfg.allows("dtn2.example") && cfg.allows("dtn2.example:5301") && cfg.allows("dtn3.example:6000"));
+        assert!(!cfg.allows("dtn3.example") && !cfg.allows("11.0.0.1") && !cfg.allows("evil.example"));
+    }
+
+    #[test]
+    fn query_components_are_decoded() {
+        assert_eq!(decode("127.0.0.1%3A5301"), "127.0.0.1:5301");
+        assert_eq!(decode("a+b%2"), "a b%2");
+    }
+}
