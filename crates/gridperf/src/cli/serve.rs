@@ -2,6 +2,7 @@
 
 use super::duration;
 use crate::agent::{AgentConfig, Faults};
+use crate::commands::exporter::{Checked, ProbeConfig, MAX_PROBE};
 use crate::error::{Error, Result};
 use clap::Args;
 use gridperf_core::wire::DEFAULT_PORT;
@@ -169,7 +170,7 @@ impl TryFrom<ServeArgs> for crate::commands::serve::Opts {
     fn try_from(mut a: ServeArgs) -> Result<Self> {
         let metrics = a.metrics.take();
         let probes = match a.probe_config.take() {
-            Some(p) => Some(crate::commands::exporter::ProbeConfig::load(&p)?),
+            Some(p) => Some(probe_config(&p)?),
             None => None,
         };
         Ok(crate::commands::serve::Opts { agent: AgentConfig::try_from(a)?, metrics, probes })
@@ -231,6 +232,53 @@ impl TryFrom<ServeArgs> for AgentConfig {
             ..AgentConfig::default()
         })
     }
+}
+
+/// Reads and checks serve --probe-config's file: every module within the safe limits.
+pub fn probe_config(path: &std::path::Path) -> Result<(ProbeConfig, Vec<Checked>)> {
+    let what = |e: String| Error::usage(format!("--probe-config {}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
+    let cfg: ProbeConfig = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
+    let mut checked = Vec::new();
+    for (name, m) in &cfg.modules {
+        let bad = |why: String| what(format!("module {name}: {why}"));
+        let measure = super::positive_seconds(&m.duration, "duration").map_err(|e| bad(e.message))?;
+        if measure > MAX_PROBE {
+            return Err(bad(format!("duration {}: a probe may measure for at most 10 s", m.duration)));
+        }
+        match m.test.as_str() {
+            "rtt" => {
+                if m.parallel.is_some() || m.rate.is_some() || m.reverse {
+                    return Err(bad("parallel, rate and reverse are stream's".into()));
+                }
+                if !matches!(m.proto.as_deref(), None | Some("udp") | Some("tcp")) {
+                    return Err(bad("proto: tcp or udp".into()));
+                }
+                if m.size.is_some_and(|s| s == 0 || s > 65_507) {
+                    return Err(bad("size: 1 to 65507 bytes".into()));
+                }
+            }
+            "stream" => {
+                if m.proto.is_some() {
+                    return Err(bad("proto is rtt's (a stream probe is TCP)".into()));
+                }
+                if m.parallel.is_some_and(|p| p == 0 || p > 8) {
+                    return Err(bad("parallel: 1 to 8".into()));
+                }
+                if let Some(r) = &m.rate {
+                    super::rate(r, "rate").map_err(|e| bad(e.message))?;
+                }
+            }
+            other => return Err(bad(format!("test {other:?}: rtt or stream"))),
+        }
+        checked.push(Checked { name: name.clone(), measure, module: m.clone() });
+    }
+    for t in &cfg.targets {
+        if t.contains('/') {
+            t.parse::<gridperf_core::auth::Cidr>().map_err(|e| what(format!("target {t}: {e}")))?;
+        }
+    }
+    Ok((cfg, checked))
 }
 
 /// The agent's authorized keys: a file only its owner may read.

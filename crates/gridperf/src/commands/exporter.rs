@@ -75,53 +75,6 @@ pub struct Checked {
 }
 
 impl ProbeConfig {
-    /// Reads and checks a configuration file: every module within the safe limits.
-    pub fn load(path: &std::path::Path) -> Result<(ProbeConfig, Vec<Checked>)> {
-        let what = |e: String| Error::usage(format!("--probe-config {}: {e}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
-        let cfg: ProbeConfig = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
-        let mut checked = Vec::new();
-        for (name, m) in &cfg.modules {
-            let bad = |why: String| what(format!("module {name}: {why}"));
-            let measure = crate::cli::positive_seconds(&m.duration, "duration").map_err(|e| bad(e.message))?;
-            if measure > MAX_PROBE {
-                return Err(bad(format!("duration {}: a probe may measure for at most 10 s", m.duration)));
-            }
-            match m.test.as_str() {
-                "rtt" => {
-                    if m.parallel.is_some() || m.rate.is_some() || m.reverse {
-                        return Err(bad("parallel, rate and reverse are stream's".into()));
-                    }
-                    if !matches!(m.proto.as_deref(), None | Some("udp") | Some("tcp")) {
-                        return Err(bad("proto: tcp or udp".into()));
-                    }
-                    if m.size.is_some_and(|s| s == 0 || s > 65_507) {
-                        return Err(bad("size: 1 to 65507 bytes".into()));
-                    }
-                }
-                "stream" => {
-                    if m.proto.is_some() {
-                        return Err(bad("proto is rtt's (a stream probe is TCP)".into()));
-                    }
-                    if m.parallel.is_some_and(|p| p == 0 || p > 8) {
-                        return Err(bad("parallel: 1 to 8".into()));
-                    }
-                    if let Some(r) = &m.rate {
-                        crate::cli::rate(r, "rate").map_err(|e| bad(e.message))?;
-                    }
-                }
-                other => return Err(bad(format!("test {other:?}: rtt or stream"))),
-            }
-            checked.push(Checked { name: name.clone(), measure, module: m.clone() });
-        }
-        for t in &cfg.targets {
-            if t.contains('/') {
-                t.parse::<gridperf_core::auth::Cidr>().map_err(|e| what(format!("target {t}: {e}")))?;
-            }
-        }
-        Ok((cfg, checked))
-    }
-
     /// Whether `target` (HOST or HOST:PORT, as `gridperf rtt` takes it) may be probed.
     pub fn allows(&self, target: &str) -> bool {
         let host = host_of(target);
