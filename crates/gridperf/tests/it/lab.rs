@@ -748,29 +748,33 @@ fn fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback() {
     let _serial = serial();
     let labs = || labs_named("fo");
     let before = labs();
-    let o = run(&[
-        "fanout",
-        "--lab",
-        "lan-gige",
-        "--hosts",
-        "1x2",
-        "--nodes",
-        "2",
-        "--variant",
-        "original,drain",
-        "--size",
-        "4k",
-        "--messages",
-        "16,256",
-        "-w",
-        "16k",
-        "--repeat",
-        "1",
-        "--watchdog",
-        "1s",
-        "--no-store",
-        "--json",
-    ]);
+    // a run the emulator marks INVALID (it fell behind on a busy machine: the
+    // rootless CI once saw it 23 ms behind) is run again
+    let o = unless_invalid(|| {
+        run(&[
+            "fanout",
+            "--lab",
+            "lan-gige",
+            "--hosts",
+            "1x2",
+            "--nodes",
+            "2",
+            "--variant",
+            "original,drain",
+            "--size",
+            "4k",
+            "--messages",
+            "16,256",
+            "-w",
+            "16k",
+            "--repeat",
+            "1",
+            "--watchdog",
+            "1s",
+            "--no-store",
+            "--json",
+        ])
+    });
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let p = v["points"].as_array().expect("points");
