@@ -53,6 +53,8 @@ cluster() {
     local dir=$1 addr=$2 port=$3 host=${4:-}
     mkdir -p "$dir"; chown postgres:postgres "$dir"
     runuser -u postgres -- "$PGBIN/initdb" -D "$dir/data" -A trust -U gridperf -E UTF8 --no-sync >/dev/null
+    # the lab's hosts reach it from their own addresses
+    echo "host all all 10.77.0.0/16 trust" >> "$dir/data/pg_hba.conf"
     local start=(runuser -u postgres -- "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 30
                  -o "-p $port -k $dir -c listen_addresses=$addr -c max_connections=50" start)
     if [ -n "$host" ]; then "$GRIDPERF" lab exec --name "$LAB" "$host" -- "${start[@]}" >/dev/null
@@ -98,7 +100,9 @@ for h in a1 a2; do
         --db "$DSN" -o "$WORKDIR/survey-$h.html" --json > "$WORKDIR/survey-$h.json" 2> "$WORKDIR/survey-$h.err" &
     eval "S_$h=$!"
 done
-wait "$S_a1"; ra1=$?; wait "$S_a2"; ra2=$?
+ra1=0; ra2=0
+wait "$S_a1" || ra1=$?
+wait "$S_a2" || ra2=$?
 end=$(date +%s.%N)
 log "surveys done: exit $ra1 and $ra2 in $(python3 -c "print(round($end - $start, 1))") s"
 "$GRIDPERF" lab exec --name "$LAB" b1 -- "$GRIDPERF" runs list --db "$DSN" > "$WORKDIR/runs.txt"
@@ -116,7 +120,7 @@ EOF
 
 # ---- 3: Prometheus in a1, scraping a1's agent and probing b1's
 cat > "$WORKDIR/probes.json" <<'EOF'
-{ "modules": { "rtt": { "test": "rtt", "duration": "1s" } }, "targets": ["10.77.2.0/24"] }
+{ "modules": { "rtt": { "test": "rtt", "duration": "1s", "timeout": "250ms" } }, "targets": ["10.77.2.0/24"] }
 EOF
 "$GRIDPERF" lab exec --name "$LAB" a1 -- "$GRIDPERF" serve --bind 10.77.1.1 --metrics 10.77.1.1:9301 \
     --probe-config "$WORKDIR/probes.json" 2>/dev/null &

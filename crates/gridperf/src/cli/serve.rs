@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use clap::Args;
 use gridperf_core::wire::DEFAULT_PORT;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// The settings a `serve --config FILE` may hold: serve's own flags.
 const CONFIG_KEYS: &[(&str, bool)] = &[
@@ -271,7 +272,15 @@ pub fn probe_config(path: &std::path::Path) -> Result<(ProbeConfig, Vec<Checked>
             }
             other => return Err(bad(format!("test {other:?}: rtt or stream"))),
         }
-        checked.push(Checked { name: name.clone(), measure, module: m.clone() });
+        let timeout = match &m.timeout {
+            Some(t) if m.test != "rtt" => return Err(bad(format!("timeout {t} is rtt's"))),
+            Some(t) => duration(t, "timeout").map_err(|e| bad(e.message))?,
+            None => Duration::from_secs(1),
+        };
+        if timeout > Duration::from_secs(5) {
+            return Err(bad("timeout: at most 5 s".into()));
+        }
+        checked.push(Checked { name: name.clone(), measure, timeout, module: m.clone() });
     }
     for t in &cfg.targets {
         if t.contains('/') {

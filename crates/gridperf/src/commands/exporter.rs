@@ -23,8 +23,10 @@ pub const MAX_HTTP: usize = 16;
 /// The longest a module's measurement may last.
 pub const MAX_PROBE: Duration = Duration::from_secs(10);
 /// What a probe needs beyond its measurement: starting gridperf,
-/// connecting, the agent's end, the reply.
+/// connecting, the agent's end, the reply (measured on a 2-vCPU VM: an rtt
+/// of 1 s took 1.6 s end to end, a stream of 1 s 2.3 s).
 pub const PROBE_SETUP: Duration = Duration::from_millis(1500);
+pub const STREAM_SETUP: Duration = Duration::from_millis(2500);
 /// How long a request may take to arrive, and a response to leave.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head read.
@@ -43,6 +45,8 @@ pub struct Module {
     pub size: Option<u64>,
     /// rtt: tcp or udp (default udp).
     pub proto: Option<String>,
+    /// rtt: a message with no reply by then is lost (rtt --timeout; default 1s, at most 5s).
+    pub timeout: Option<String>,
     /// stream: parallel streams (at most 8).
     pub parallel: Option<u32>,
     /// stream: each stream's cap (SO_MAX_PACING_RATE), e.g. 500M.
@@ -71,7 +75,21 @@ pub struct ProbeConfig {
 pub struct Checked {
     pub name: String,
     pub measure: Duration,
+    /// rtt: the per-message timeout.
+    pub timeout: Duration,
     pub module: Module,
+}
+
+impl Checked {
+    /// What the probe needs beyond its measurement: setting up, and for an
+    /// rtt two timeouts (a lost warm-up message, the last message lost as
+    /// the time budget ends).
+    pub fn overhead(&self) -> Duration {
+        match self.module.test.as_str() {
+            "rtt" => PROBE_SETUP + 2 * self.timeout,
+            _ => STREAM_SETUP,
+        }
+    }
 }
 
 impl ProbeConfig {
@@ -231,15 +249,18 @@ impl Exporter {
         // the measurement fits the scrape: Prometheus' timeout, less a margin for the reply
         let mut measure = m.measure;
         if let Some(t) = scrape {
-            let room = t.saturating_sub(PROBE_SETUP + Duration::from_millis(500));
+            let need = m.overhead() + Duration::from_millis(500);
+            let room = t.saturating_sub(need);
             if room < Duration::from_millis(200) {
                 return Err((
                     400,
                     format!(
-                        "a scrape timeout of {:.1} s leaves no time to measure: the probe needs {:.1} s to set up and \
-                         at least 0.2 s to measure (raise scrape_timeout)",
+                        "a scrape timeout of {:.1} s leaves no time to measure: module {} needs {:.1} s beyond its \
+                         measurement, and at least 0.2 s to measure (raise scrape_timeout{})",
                         t.as_secs_f64(),
-                        PROBE_SETUP.as_secs_f64() + 0.5
+                        m.name,
+                        need.as_secs_f64(),
+                        if m.module.test == "rtt" { ", or lower the module's timeout" } else { "" }
                     ),
                 ));
             }
@@ -249,9 +270,9 @@ impl Exporter {
             self.probing.fetch_sub(1, Ordering::SeqCst);
             return Err((503, format!("{} probes are measuring, this agent's --max-tests; try again", self.max_tests)));
         }
-        let args = command(&m.module, target, measure);
+        let args = command(m, target, measure);
         let started = Instant::now();
-        let ran = super::run_self_bounded(&args, measure + PROBE_SETUP);
+        let ran = super::run_self_bounded(&args, measure + m.overhead());
         self.probing.fetch_sub(1, Ordering::SeqCst);
         self.probes_run.fetch_add(1, Ordering::Relaxed);
         let took = started.elapsed().as_secs_f64();
@@ -280,7 +301,8 @@ impl Exporter {
 }
 
 /// The gridperf command line of a probe.
-fn command(m: &Module, target: &str, measure: Duration) -> Vec<String> {
+fn command(c: &Checked, target: &str, measure: Duration) -> Vec<String> {
+    let m = &c.module;
     let secs = format!("{}s", measure.as_secs_f64());
     let mut a: Vec<String> = match m.test.as_str() {
         "rtt" => vec![
@@ -294,6 +316,8 @@ fn command(m: &Module, target: &str, measure: Duration) -> Vec<String> {
             secs,
             "--warmup".into(),
             "10".into(),
+            "--timeout".into(),
+            format!("{}s", c.timeout.as_secs_f64()),
         ],
         _ => {
             let mut a = vec!["stream".into(), target.into(), "-t".into(), secs];

@@ -112,11 +112,14 @@ impl Row {
 }
 
 /// What went wrong, as the database said it, and whether it is the
-/// connection (unreachable, gone) rather than the statement.
+/// connection (unreachable, gone) rather than the statement, or the server
+/// turning the connection away (its pg_hba.conf, a password, a database
+/// that is not there).
 #[derive(Debug)]
 pub struct DbError {
     pub text: String,
     pub connection: bool,
+    pub refused: bool,
 }
 
 impl std::fmt::Display for DbError {
@@ -127,7 +130,7 @@ impl std::fmt::Display for DbError {
 
 impl From<rusqlite::Error> for DbError {
     fn from(e: rusqlite::Error) -> DbError {
-        DbError { text: e.to_string(), connection: false }
+        DbError { text: e.to_string(), connection: false, refused: false }
     }
 }
 
@@ -147,7 +150,7 @@ impl From<postgres::Error> for DbError {
                 t
             }
         };
-        DbError { connection: e.is_closed(), text }
+        DbError { connection: e.is_closed(), refused: false, text }
     }
 }
 
@@ -235,6 +238,7 @@ fn pg_row(r: &postgres::Row) -> DbResult<Row> {
                 return Err(DbError {
                     text: format!("column {} is of type {other}, which the store does not read", c.name()),
                     connection: false,
+                    refused: false,
                 })
             }
         };
@@ -274,9 +278,11 @@ impl Db {
     /// Connects to a PostgreSQL server (a `postgres://` or `postgresql://`
     /// URL, with libpq's parameters: host may be a socket directory).
     pub fn connect_postgres(dsn: &str) -> DbResult<Db> {
-        let mut config: postgres::Config = dsn
-            .parse()
-            .map_err(|e: postgres::Error| DbError { text: format!("not a usable DSN: {e}"), connection: false })?;
+        let mut config: postgres::Config = dsn.parse().map_err(|e: postgres::Error| DbError {
+            text: format!("not a usable DSN: {e}"),
+            connection: false,
+            refused: false,
+        })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(PG_CONNECT_TIMEOUT);
         }
@@ -286,9 +292,9 @@ impl Db {
         config.keepalives(true).keepalives_idle(Duration::from_secs(30));
         config.tcp_user_timeout(PG_STATEMENT_TIMEOUT);
         let mut client = config.connect(postgres::NoTls).map_err(|e| {
-            let mut d = DbError::from(e);
-            d.connection = true;
-            d
+            // the server answered, and said no; or no server answered
+            let refused = e.as_db_error().is_some();
+            DbError { connection: !refused, refused, ..DbError::from(e) }
         })?;
         client.batch_execute(&format!(
             "SET statement_timeout = {}; SET client_min_messages = warning",

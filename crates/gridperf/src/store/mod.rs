@@ -341,6 +341,12 @@ fn db_err(path: &Path, e: DbError) -> Error {
     let text = e.text;
     let name = shown(path);
     if is_postgres(path) {
+        if e.refused {
+            return Error::usage(format!(
+                "the results archive {name} turned gridperf away ({text}): check the DSN's user, password and \
+                 database, and the server's pg_hba.conf"
+            ));
+        }
         return if e.connection {
             Error::usage(format!(
                 "the results archive {name} cannot be reached ({text}): check that its server runs and the DSN, \

@@ -300,6 +300,14 @@ fn an_archive_down_newer_or_not_ours_is_refused_and_left_untouched() {
         .expect("tables")
         .get(0);
     assert_eq!(tables, 1, "a table was added to another application's database");
+    // a user the server does not know, and a DSN that asks for TLS (which
+    // gridperf does not speak): turned away, never downgraded
+    let o = run(&["runs", "list", "--db", &format!("postgres://nobody@127.0.0.1:{}/postgres", pg.port)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("turned gridperf away") && stderr(&o).contains("nobody"), "{}", stderr(&o));
+    let o = run(&["runs", "list", "--db", &format!("{}?sslmode=require", pg.dsn("postgres"))]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot be reached"), "{}", stderr(&o));
     // the server gone: a clear error before anything is measured
     let dsn = pg.dsn("postgres");
     drop((c, n, t));

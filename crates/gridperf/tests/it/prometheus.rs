@@ -59,7 +59,7 @@ fn exporter(d: &std::path::Path, config: Option<&str>, extra: &[&str]) -> (crate
     (agent, mport, port)
 }
 
-const CONFIG: &str = r#"{ "modules": { "rtt": { "test": "rtt", "duration": "500ms" },
+const CONFIG: &str = r#"{ "modules": { "rtt": { "test": "rtt", "duration": "500ms", "timeout": "200ms" },
                                        "bulk": { "test": "stream", "duration": "1s", "rate": "100M" } },
                           "targets": ["127.0.0.0/8"] }"#;
 
@@ -158,6 +158,8 @@ fn a_bad_probe_config_is_refused_before_the_agent_starts() {
         (r#"{"modules": {"x": {"test": "stream", "parallel": 64}}, "targets": []}"#, "parallel: 1 to 8"),
         (r#"{"modules": {}, "targets": ["10.0.0.0/99"]}"#, "target 10.0.0.0/99"),
         (r#"{"modules": {}, "targets": [], "extra": 1}"#, "unknown field"),
+        (r#"{"modules": {"x": {"test": "rtt", "timeout": "9s"}}, "targets": []}"#, "at most 5 s"),
+        (r#"{"modules": {"x": {"test": "stream", "timeout": "1s"}}, "targets": []}"#, "is rtt's"),
     ] {
         let path = d.join("c.json");
         std::fs::write(&path, cfg).expect("write");
