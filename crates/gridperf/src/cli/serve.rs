@@ -259,6 +259,15 @@ pub fn probe_config(path: &std::path::Path) -> Result<(ProbeConfig, Vec<Checked>
                     return Err(bad("size: 1 to 65507 bytes".into()));
                 }
             }
+            "tune" => {
+                if m.parallel.is_some() || m.reverse || m.proto.is_some() || m.size.is_some() {
+                    return Err(bad("a tune probe takes only rate (the path's, for the advice)".into()));
+                }
+                match &m.rate {
+                    Some(r) => super::rate(r, "rate").map(drop).map_err(|e| bad(e.message))?,
+                    None => return Err(bad("a tune probe needs the path's rate (\"rate\": \"10G\")".into())),
+                }
+            }
             "stream" => {
                 if m.proto.is_some() {
                     return Err(bad("proto is rtt's (a stream probe is TCP)".into()));
@@ -270,7 +279,7 @@ pub fn probe_config(path: &std::path::Path) -> Result<(ProbeConfig, Vec<Checked>
                     super::rate(r, "rate").map_err(|e| bad(e.message))?;
                 }
             }
-            other => return Err(bad(format!("test {other:?}: rtt or stream"))),
+            other => return Err(bad(format!("test {other:?}: rtt, stream or tune"))),
         }
         let timeout = match &m.timeout {
             Some(t) if m.test != "rtt" => return Err(bad(format!("timeout {t} is rtt's"))),

@@ -36,7 +36,8 @@ const MAX_HEAD: usize = 8192;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Module {
-    /// rtt or stream.
+    /// rtt, stream or tune (the target's RTT measured, both ends' settings
+    /// read: what caps one stream on the path).
     pub test: String,
     /// How long it measures (rtt's time budget, stream's -t): at most 10 s.
     #[serde(default = "default_duration")]
@@ -49,7 +50,8 @@ pub struct Module {
     pub timeout: Option<String>,
     /// stream: parallel streams (at most 8).
     pub parallel: Option<u32>,
-    /// stream: each stream's cap (SO_MAX_PACING_RATE), e.g. 500M.
+    /// stream: each stream's cap (SO_MAX_PACING_RATE), e.g. 500M; tune:
+    /// the path's rate, for the advice.
     pub rate: Option<String>,
     /// stream: the agent sends (-R).
     #[serde(default)]
@@ -319,6 +321,7 @@ fn command(c: &Checked, target: &str, measure: Duration) -> Vec<String> {
             "--timeout".into(),
             format!("{}s", c.timeout.as_secs_f64()),
         ],
+        "tune" => vec!["tune".into(), target.into(), "--rate".into(), m.rate.clone().unwrap_or_default()],
         _ => {
             let mut a = vec!["stream".into(), target.into(), "-t".into(), secs];
             if let Some(p) = m.parallel {
@@ -336,7 +339,10 @@ fn command(c: &Checked, target: &str, measure: Duration) -> Vec<String> {
             a
         }
     };
-    a.extend(["--json".into(), "--no-store".into()]);
+    a.push("--json".into());
+    if m.test != "tune" {
+        a.push("--no-store".into());
+    }
     a
 }
 
@@ -376,6 +382,37 @@ pub fn figures(test: &str, v: &Value) -> String {
             &s["count"].as_f64().map(|x| vec![(String::new(), x)]).unwrap_or_default(),
         );
         gauge("gridperf_probe_lost", "Exchanges with no reply within the timeout (UDP).", &n("lost"));
+    } else if test == "tune" {
+        let one = |x: Option<f64>| x.map(|x| vec![(String::new(), x)]).unwrap_or_default();
+        gauge(
+            "gridperf_probe_tune_rtt_seconds",
+            "The median RTT tune measured to the target.",
+            &one(v["measured"]["rtt_median_ns"].as_f64().map(|ns| ns / 1e9)),
+        );
+        gauge(
+            "gridperf_probe_tune_bdp_bytes",
+            "The path's bandwidth-delay product (the module's rate x the RTT).",
+            &one(v["bdp_bytes"].as_f64()),
+        );
+        let label = |x: &Value| x.as_str().unwrap_or("").replace(['"', '\\'], "'");
+        let caps: Vec<(String, f64)> = v["directions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| {
+                let bps = d["cap_bps"].as_f64()?;
+                let binding = if d["binding"].is_null() { "none".to_string() } else { label(&d["binding"]) };
+                Some((
+                    format!("{{from=\"{}\",to=\"{}\",binding=\"{binding}\"}}", label(&d["from"]), label(&d["to"])),
+                    bps / 8.0,
+                ))
+            })
+            .collect();
+        gauge(
+            "gridperf_probe_tune_stream_cap_bytes_per_second",
+            "What the ends' settings let one stream carry on the path, each direction (binding: the setting that caps it, none: the path's rate).",
+            &caps,
+        );
     } else {
         let run = &v["runs"][0];
         let bps = run["up_bps"].as_f64().or(run["down_bps"].as_f64());

@@ -60,7 +60,8 @@ fn exporter(d: &std::path::Path, config: Option<&str>, extra: &[&str]) -> (crate
 }
 
 const CONFIG: &str = r#"{ "modules": { "rtt": { "test": "rtt", "duration": "500ms", "timeout": "200ms" },
-                                       "bulk": { "test": "stream", "duration": "1s", "rate": "100M" } },
+                                       "bulk": { "test": "stream", "duration": "1s", "rate": "100M" },
+                                       "tune": { "test": "tune", "rate": "10G" } },
                           "targets": ["127.0.0.0/8"] }"#;
 
 #[test]
@@ -74,7 +75,7 @@ fn probes_are_refused_outside_the_config_and_bounded_by_max_tests() {
     // a module that does not exist, a target not allowed, a scrape timeout too short
     let (code, body) = get(m, &probe("dns", &target), &[]);
     assert_eq!(code, 400, "{body}");
-    assert!(body.contains("no module \"dns\": this agent's are bulk, rtt"), "{body}");
+    assert!(body.contains("no module \"dns\": this agent's are bulk, rtt, tune"), "{body}");
     let (code, body) = get(m, &probe("rtt", "192.0.2.7"), &[]);
     assert_eq!(code, 403, "{body}");
     let (code, body) = get(m, &probe("rtt", &target), &[("X-Prometheus-Scrape-Timeout-Seconds", "1")]);
@@ -92,6 +93,13 @@ fn probes_are_refused_outside_the_config_and_bounded_by_max_tests() {
     // 100 Mbit/s paced (SO_MAX_PACING_RATE): 12.5 MB/s, which the kernel's
     // pacing keeps within a few per cent over a 1-s stream (measured 12.69)
     assert!((10e6..=13e6).contains(&rate), "{rate} B/s");
+    // a tune probe: the RTT measured, and what the ends' settings let one stream carry each way
+    let (code, body) = get(m, &probe("tune", &target), &[]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("gridperf_probe_success 1\n"), "{body}");
+    let caps = body.lines().filter(|l| l.starts_with("gridperf_probe_tune_stream_cap_bytes_per_second{from=")).count();
+    assert_eq!(caps, 2, "{body}");
+    assert!(body.lines().any(|l| l.starts_with("gridperf_probe_tune_rtt_seconds ")), "{body}");
     // six scrapes at once against --max-tests 1: one measures, the others are told so; none overloads the target
     let handles: Vec<_> = (0..6)
         .map(|_| {
@@ -154,7 +162,8 @@ fn a_bad_probe_config_is_refused_before_the_agent_starts() {
     let d = tmpdir("badcfg");
     for (cfg, says) in [
         (r#"{"modules": {"x": {"test": "rtt", "duration": "30s"}}, "targets": []}"#, "at most 10 s"),
-        (r#"{"modules": {"x": {"test": "ping"}}, "targets": []}"#, "rtt or stream"),
+        (r#"{"modules": {"x": {"test": "ping"}}, "targets": []}"#, "rtt, stream or tune"),
+        (r#"{"modules": {"x": {"test": "tune"}}, "targets": []}"#, "needs the path's rate"),
         (r#"{"modules": {"x": {"test": "stream", "parallel": 64}}, "targets": []}"#, "parallel: 1 to 8"),
         (r#"{"modules": {}, "targets": ["10.0.0.0/99"]}"#, "target 10.0.0.0/99"),
         (r#"{"modules": {}, "targets": [], "extra": 1}"#, "unknown field"),
