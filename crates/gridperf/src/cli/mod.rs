@@ -138,7 +138,8 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gridperf report                              the latest survey, to gridperf-report.html\n  \
         gridperf report 12 13 -o cmp.html            runs 12 and 13\n  \
-        gridperf report --survey 3 --svg-dir plots   the plots also as SVG files")]
+        gridperf report --survey 3 --svg-dir plots   the plots also as SVG files\n  \
+        gridperf report --pscheduler --db postgres://archive.example/gridperf   what pScheduler's archiver put there")]
     Report(store::ReportArgs),
     /// Emulated networks on this machine: hosts in network namespaces joined by a user-space link emulator.
     #[command(subcommand)]
