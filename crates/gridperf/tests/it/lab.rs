@@ -1358,4 +1358,6 @@ fn a_streams_own_capture_tells_what_tcp_info_tells() {
     let t: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert!(t["connections"].as_array().is_some_and(|c| c.len() >= 2), "control and data: {t}");
     let _ = std::fs::remove_file(&cap);
+    // and the chart stream --capture draws beside it
+    let _ = std::fs::remove_file(format!("{c}.svg"));
 }
