@@ -139,39 +139,49 @@ impl Metrics {
     pub fn render(&self, max_tests: usize) -> String {
         let i = self.inner();
         let mut o = String::new();
-        let mut family = |name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family("gridperf_agent_tests_total", "counter", "Tests the agent served, by kind and outcome.");
-        let mut body = String::new();
-        for ((kind, outcome), n) in &i.tests {
-            let _ = writeln!(body, "gridperf_agent_tests_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}");
-        }
-        o.push_str(&body);
-        let _ = writeln!(
-            o,
-            "# HELP gridperf_agent_refused_total Clients and tests the agent turned away, by reason.\n\
-             # TYPE gridperf_agent_refused_total counter"
+        let one = |v: f64| vec![(String::new(), v)];
+        family(
+            &mut o,
+            "gridperf_agent_tests_total",
+            "counter",
+            "Tests the agent served, by kind and outcome.",
+            i.tests
+                .iter()
+                .map(|((kind, outcome), n)| (format!("{{kind=\"{kind}\",outcome=\"{outcome}\"}}"), *n as f64)),
         );
-        for (why, n) in &i.refused {
-            let _ = writeln!(o, "gridperf_agent_refused_total{{reason=\"{}\"}} {n}", why.label());
-        }
-        let _ = writeln!(
-            o,
-            "# HELP gridperf_agent_tests_running Tests running now.\n# TYPE gridperf_agent_tests_running gauge\n\
-             gridperf_agent_tests_running {}\n\
-             # HELP gridperf_agent_max_tests Tests that may run at once (serve --max-tests).\n\
-             # TYPE gridperf_agent_max_tests gauge\ngridperf_agent_max_tests {max_tests}\n\
-             # HELP gridperf_agent_data_bytes_total Bytes the agent's end of the data connections moved.\n\
-             # TYPE gridperf_agent_data_bytes_total counter\n\
-             gridperf_agent_data_bytes_total{{direction=\"sent\"}} {}\n\
-             gridperf_agent_data_bytes_total{{direction=\"received\"}} {}",
-            self.running.load(Ordering::SeqCst),
-            self.sent.load(Ordering::Relaxed),
-            self.received.load(Ordering::Relaxed)
+        family(
+            &mut o,
+            "gridperf_agent_refused_total",
+            "counter",
+            "Clients and tests the agent turned away, by reason.",
+            i.refused.iter().map(|(why, n)| (format!("{{reason=\"{}\"}}", why.label()), *n as f64)),
         );
-        type Family = (&'static str, &'static str, fn(&Last) -> f64);
-        let lasts: [Family; 4] = [
+        family(
+            &mut o,
+            "gridperf_agent_tests_running",
+            "gauge",
+            "Tests running now.",
+            one(self.running.load(Ordering::SeqCst) as f64),
+        );
+        family(
+            &mut o,
+            "gridperf_agent_max_tests",
+            "gauge",
+            "Tests that may run at once (serve --max-tests).",
+            one(max_tests as f64),
+        );
+        family(
+            &mut o,
+            "gridperf_agent_data_bytes_total",
+            "counter",
+            "Bytes the agent's end of the data connections moved.",
+            [
+                ("{direction=\"sent\"}".to_string(), self.sent.load(Ordering::Relaxed) as f64),
+                ("{direction=\"received\"}".to_string(), self.received.load(Ordering::Relaxed) as f64),
+            ],
+        );
+        type Last_ = (&'static str, &'static str, fn(&Last) -> f64);
+        let lasts: [Last_; 4] = [
             (
                 "gridperf_agent_last_test_timestamp_seconds",
                 "When each client's last test of each kind ended (Unix time).",
@@ -192,12 +202,21 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in lasts {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for ((client, kind), l) in &i.last {
-                let _ = writeln!(o, "{name}{{client=\"{client}\",kind=\"{kind}\"}} {}", value(l));
-            }
+            let samples =
+                i.last.iter().map(|((client, kind), l)| (format!("{{client=\"{client}\",kind=\"{kind}\"}}"), value(l)));
+            family(&mut o, name, "gauge", help, samples);
         }
         o
+    }
+}
+
+/// One metric family in Prometheus' text format: its HELP and TYPE lines,
+/// then a line per sample (labels as `{name="value",...}`, or empty). The
+/// agent's metrics and the exporter's probes are written through it.
+pub fn family(o: &mut String, name: &str, kind: &str, help: &str, samples: impl IntoIterator<Item = (String, f64)>) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(o, "{name}{labels} {value}");
     }
 }
 

@@ -8,7 +8,7 @@
 //! (`X-Prometheus-Scrape-Timeout-Seconds`). Every HTTP read and write has a
 //! deadline; a client that says nothing is dropped.
 
-use crate::agent::metrics::Metrics;
+use crate::agent::metrics::{family, Metrics};
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use serde_json::Value;
@@ -183,18 +183,28 @@ impl Exporter {
         match path.as_str() {
             "/metrics" => {
                 let mut body = self.metrics.render(self.max_tests);
-                body.push_str(&format!(
-                    "# HELP gridperf_probes_running Probes measuring now.\n# TYPE gridperf_probes_running gauge\n\
-                     gridperf_probes_running {}\n\
-                     # HELP gridperf_probes_total Probes run.\n# TYPE gridperf_probes_total counter\n\
-                     gridperf_probes_total {}\n\
-                     # HELP gridperf_probes_refused_total Probes refused (a target or module not allowed, too many \
-                     at once, a scrape timeout too short).\n# TYPE gridperf_probes_refused_total counter\n\
-                     gridperf_probes_refused_total {}\n",
-                    self.probing.load(Ordering::SeqCst),
-                    self.probes_run.load(Ordering::Relaxed),
-                    self.probes_refused.load(Ordering::Relaxed)
-                ));
+                let one = |v: f64| [(String::new(), v)];
+                family(
+                    &mut body,
+                    "gridperf_probes_running",
+                    "gauge",
+                    "Probes measuring now.",
+                    one(self.probing.load(Ordering::SeqCst) as f64),
+                );
+                family(
+                    &mut body,
+                    "gridperf_probes_total",
+                    "counter",
+                    "Probes run.",
+                    one(self.probes_run.load(Ordering::Relaxed) as f64),
+                );
+                family(
+                    &mut body,
+                    "gridperf_probes_refused_total",
+                    "counter",
+                    "Probes refused (a target or module not allowed, too many at once, a scrape timeout too short).",
+                    one(self.probes_refused.load(Ordering::Relaxed) as f64),
+                );
                 respond(&s, 200, "text/plain; version=0.0.4; charset=utf-8", &body);
             }
             "/probe" => {
@@ -290,13 +300,20 @@ impl Exporter {
             }
             Err(e) => (false, format!("# the probe failed: {}\n", e.message)),
         };
-        out.push_str(&format!(
-            "# HELP gridperf_probe_success Whether the probe measured.\n# TYPE gridperf_probe_success gauge\n\
-             gridperf_probe_success {}\n\
-             # HELP gridperf_probe_duration_seconds How long the probe took.\n\
-             # TYPE gridperf_probe_duration_seconds gauge\ngridperf_probe_duration_seconds {took}\n",
-            u8::from(ok)
-        ));
+        family(
+            &mut out,
+            "gridperf_probe_success",
+            "gauge",
+            "Whether the probe measured.",
+            [(String::new(), f64::from(u8::from(ok)))],
+        );
+        family(
+            &mut out,
+            "gridperf_probe_duration_seconds",
+            "gauge",
+            "How long the probe took.",
+            [(String::new(), took)],
+        );
         out.push_str(&figures);
         Ok(out)
     }
@@ -349,13 +366,10 @@ fn command(c: &Checked, target: &str, measure: Duration) -> Vec<String> {
 /// A probe's figures as metrics (base units: seconds, bytes).
 pub fn figures(test: &str, v: &Value) -> String {
     let mut o = String::new();
+    // a figure the probe did not give is left out, family and all
     let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
-        if samples.is_empty() {
-            return;
-        }
-        o.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
-        for (labels, value) in samples {
-            o.push_str(&format!("{name}{labels} {value}\n"));
+        if !samples.is_empty() {
+            family(&mut o, name, "gauge", help, samples.iter().cloned());
         }
     };
     if test == "rtt" {

@@ -5,7 +5,6 @@
 //! Outside CI a machine without the server skips these loudly; in CI
 //! (`.ci/run` installs it) they must run.
 
-use gridperf::store::{RunFilter, Store};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -72,7 +71,7 @@ impl PgServer {
             let (uid, gid) = user_ids(u).expect("the postgresql package's user, postgres");
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown");
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let port = crate::free_port();
         let s = PgServer { dir, bin, user, port, reports: Default::default() };
         let data = s.dir.join("data");
         let o = s
@@ -240,17 +239,8 @@ fn a_survey_killed_mid_run_resumes_against_the_archive() {
     let dsn = pg.dsn("postgres");
     let sizes = "1,64,512,1k,1460,2k,4k,8k,16k,32k";
     let mut child = survey(&pg, &dsn, sizes).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("survey");
-    let points = || {
-        Store::open_existing(Path::new(&dsn))
-            .and_then(|s| s.runs(&RunFilter::default()))
-            .map(|r| r.iter().map(|r| r.points).sum::<i64>())
-            .unwrap_or(0)
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while points() < 5 {
-        assert!(Instant::now() < deadline, "no points stored within 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let points = || crate::store::points_stored(Path::new(&dsn));
+    crate::wait_until(Duration::from_secs(60), "no points stored", || points() >= 5);
     child.kill().expect("kill");
     let _ = child.wait();
     let kept = points();

@@ -14,10 +14,6 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
 /// Starts `gridperf serve` on a free loopback port and waits until it listens.
 fn serve(extra: &[&str]) -> (crate::Served, u16) {
     crate::serve_on("127.0.0.1", extra)
@@ -68,7 +64,7 @@ fn usage_errors_exit_2_and_show_the_valid_forms() {
 
 #[test]
 fn network_errors_exit_3() {
-    let port = free_port().to_string();
+    let port = crate::free_port().to_string();
     let o = run(&["rtt", "127.0.0.1", "-p", &port, "--connect-timeout", "1s"]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("network error"), "{}", stderr(&o));
@@ -410,7 +406,7 @@ fn a_failed_run_is_stored_as_invalid_with_why() {
     std::fs::create_dir_all(&dir).expect("dir");
     let db = dir.join("f.db");
     let dbs = db.to_str().expect("path");
-    let port = free_port().to_string();
+    let port = crate::free_port().to_string();
     // before anything is stored, the list is empty, in both forms
     let o = run(&["runs", "list", "--db", dbs]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -525,7 +521,7 @@ fn a_peers_escape_codes_and_newlines_reach_neither_terminal_nor_log() {
     use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode};
     // the agent's log: a client whose software name would clear the screen and forge a line
     let log = std::env::temp_dir().join(format!("gridperf-test-log-{}", std::process::id()));
-    let port = free_port();
+    let port = crate::free_port();
     let p = port.to_string();
     let _agent = crate::Served(
         Command::new(BIN)

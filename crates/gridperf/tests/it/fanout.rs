@@ -148,7 +148,7 @@ fn consumers_on_an_agent_deadlock_and_drain_the_same() {
 #[test]
 fn an_agent_that_is_not_there_fails_the_sweep_at_once() {
     let _heavy = crate::heavy();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let port = crate::free_port();
     let at = format!("127.0.0.1:{port}");
     let (o, took) = fanout(&["--agents", &at, "--no-store"]);
     assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));

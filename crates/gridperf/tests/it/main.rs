@@ -128,11 +128,30 @@ impl Drop for Served {
     }
 }
 
+/// A port nothing listens on at the moment, on `ip`.
+pub fn free_port_on(ip: std::net::IpAddr) -> u16 {
+    std::net::TcpListener::bind((ip, 0)).expect("bind").local_addr().expect("addr").port()
+}
+
+/// A port nothing listens on at the moment, on 127.0.0.1.
+pub fn free_port() -> u16 {
+    free_port_on(std::net::Ipv4Addr::LOCALHOST.into())
+}
+
+/// Polls `done` every 50 ms until it holds; fails the test, saying `what`
+/// did not happen, once `limit` has passed.
+pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Starts `gridperf serve` (the binary) on a free port of `host` (an IP
 /// address) and waits, at most 5 s, until it listens.
 pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
-    let ip: std::net::IpAddr = host.parse().expect("an IP address");
-    let port = std::net::TcpListener::bind((ip, 0)).expect("bind").local_addr().expect("addr").port();
+    let port = free_port_on(host.parse().expect("an IP address"));
     (serve_at(host, port, extra), port)
 }
 

@@ -27,10 +27,6 @@ fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     (status, body)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("gridperf-prom-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -40,7 +36,7 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 /// `gridperf serve` on 127.0.0.1 with metrics (and probes from `config`); (agent, its metrics port).
 fn exporter(d: &std::path::Path, config: Option<&str>, extra: &[&str]) -> (crate::Served, u16, u16) {
-    let mport = free_port();
+    let mport = crate::free_port();
     let maddr = format!("127.0.0.1:{mport}");
     let mut args = vec!["--metrics", &maddr];
     let path = d.join("probes.json");
@@ -228,7 +224,7 @@ fn prometheus_scrapes_an_agent_and_probes_another_through_it() {
     let d = tmpdir("real");
     let (_b, bport) = crate::serve_on("127.0.0.2", &[]);
     let (_a, m, _) = exporter(&d, Some(CONFIG), &[]);
-    let pport = free_port();
+    let pport = crate::free_port();
     let config = format!(
         "global:\n  scrape_interval: 3s\n  scrape_timeout: 3s\nscrape_configs:\n\
          - job_name: agent\n  static_configs:\n  - targets: ['127.0.0.1:{m}']\n\

@@ -4,7 +4,7 @@
 
 use gridperf::store::{NewRun, PointRow, RunFilter, Store};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
 
@@ -21,6 +21,14 @@ fn tmpdir(tag: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tmpdir");
     d
+}
+
+/// The points every run in a store holds, as another process sees them (0 when it cannot be read).
+pub fn points_stored(db: &std::path::Path) -> i64 {
+    Store::open_existing(db)
+        .and_then(|s| s.runs(&RunFilter::default()))
+        .map(|r| r.iter().map(|r| r.points).sum::<i64>())
+        .unwrap_or(0)
 }
 
 fn point(proto: &str, size: u64, median: f64) -> PointRow {
@@ -131,18 +139,7 @@ fn a_survey_killed_mid_run_loses_at_most_one_point_and_resumes() {
     ];
     let mut child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("survey");
     // kill it once a few points are in
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        assert!(Instant::now() < deadline, "no points stored within 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-        let n = Store::open_existing(&db)
-            .and_then(|s| s.runs(&RunFilter::default()))
-            .map(|r| r.iter().map(|r| r.points).sum::<i64>())
-            .unwrap_or(0);
-        if n >= 5 {
-            break;
-        }
-    }
+    crate::wait_until(Duration::from_secs(60), "no points stored", || points_stored(&db) >= 5);
     child.kill().expect("kill");
     let _ = child.wait();
     let store = Store::open_existing(&db).expect("reopen after the kill");
@@ -427,11 +424,7 @@ fn a_sweep_killed_mid_run_resumes_without_measuring_its_stored_points_again() {
             .map(|s| s.points.len())
             .unwrap_or(0)
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stored() < 2 {
-        assert!(Instant::now() < deadline, "no points stored within 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::wait_until(Duration::from_secs(60), "no points stored", || stored() >= 2);
     child.kill().expect("kill");
     let _ = child.wait();
     let store = Store::open_existing(&db).expect("reopen after the kill");
