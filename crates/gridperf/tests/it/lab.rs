@@ -1053,11 +1053,18 @@ fn lab_copy(tag: &str, mib: u32, shift: u32, settings: &[&str]) -> (Output, std:
     (o, d)
 }
 
-/// "X Mbit/s against its peers' median Y Mbit/s" in an event's words.
-fn rate_and_median(why: &str) -> (f64, f64) {
+/// Asserts that a restart event's words ("X Mbit/s against its peers'
+/// median Y Mbit/s") name a stream slow by the pool's rule (below a third
+/// of the median). Both figures are printed to 0.1 Mbit/s, so the rule is
+/// checked against the least and most each could have been: a stream at
+/// 1.79 against 5.41 prints as 1.8 against 5.4 (CI failed on exactly that).
+fn assert_slow_by_the_rule(e: &serde_json::Value) {
+    let why = e["why"].as_str().unwrap_or_default();
     let num = |s: &str| s.trim().split(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap_or(f64::NAN);
     let (rate, rest) = why.split_once(" against its peers' median ").unwrap_or(("nan", "nan"));
-    (num(rate), num(rest))
+    let (rate, median) = (num(rate), num(rest));
+    assert!(rate.is_finite() && median.is_finite(), "a restart without its figures: {e}");
+    assert!(rate - 0.05 < (median + 0.05) * gridperf_core::pool::SLOW_FRACTION, "a restart of a stream not slow: {e}");
 }
 
 #[test]
@@ -1103,8 +1110,7 @@ fn a_stream_on_a_lossy_path_is_restarted_onto_another() {
             continue;
         }
         for e in &restarts {
-            let (rate, median) = rate_and_median(e["why"].as_str().unwrap_or_default());
-            assert!(rate < median / 3.0, "a restart of a stream not slow: {e}");
+            assert_slow_by_the_rule(e);
             assert!(e["why"].as_str().is_some_and(|w| !w.contains(" 0 segments retransmitted")), "{e}");
             // the old connection says why it ended; the new one took its place
             let (old, new) = (e["stream"].as_u64().expect("old"), e["new_stream"].as_u64().expect("new"));
@@ -1234,8 +1240,7 @@ fn a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection() {
         let restarts: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "restart").collect();
         assert!(restarts.len() <= 6, "{events:?}");
         for e in &restarts {
-            let (rate, median) = rate_and_median(e["why"].as_str().unwrap_or_default());
-            assert!(rate < median / 3.0, "a restart of a stream not slow: {e}");
+            assert_slow_by_the_rule(e);
         }
         if !restarts.is_empty() {
             // the new connection was asked of this end and carried blocks: the agent's side lists it
