@@ -961,6 +961,35 @@ mod tests {
         assert_eq!(outq(&c).expect("outq"), 0);
         assert_eq!(inq(&c).expect("inq"), 0);
     }
+
+    #[test]
+    fn preallocate_on_tmpfs_extends_without_filling_and_refuses_what_cannot_fit() {
+        use std::os::unix::fs::MetadataExt;
+        let shm = std::path::Path::new("/dev/shm");
+        // SAFETY: statfs is plain data, written by the call
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new("/dev/shm").expect("path");
+        // SAFETY: a valid path and a statfs to write
+        if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 || fs.f_type as u64 != TMPFS_MAGIC {
+            eprintln!("SKIPPED preallocate_on_tmpfs_...: /dev/shm is not a tmpfs here");
+            return;
+        }
+        let path = shm.join(format!("gridperf-sys-prealloc-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(&path).expect("create");
+        preallocate(&f, 64 << 20).expect("preallocate");
+        let m = f.metadata().expect("metadata");
+        let (len, blocks) = (m.len(), m.blocks());
+        // more than the tmpfs has free (or, unlimited, than a 64-bit size allows): ENOSPC, nothing extended
+        let beyond =
+            if fs.f_blocks == 0 { i64::MAX as u64 } else { fs.f_bavail as u64 * fs.f_bsize as u64 + (1 << 30) };
+        let big = preallocate(&f, beyond);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(len, 64 << 20);
+        assert!(blocks < 1024, "tmpfs pages were filled ahead of the writes: {blocks} blocks of 512 bytes");
+        if fs.f_blocks != 0 {
+            assert_eq!(big.expect_err("too big").raw_os_error(), Some(libc::ENOSPC));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1078,11 +1107,36 @@ pub fn unlink_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
     }
 }
 
+/// The `f_type` statfs(2) gives a tmpfs (linux/magic.h).
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+
 /// fallocate(2) the first `len` bytes of a file (space reserved now: a full
 /// disk is found before the copy, not in the middle of it).
+///
+/// On tmpfs the file is only extended, after a check that the free space
+/// holds it (ENOSPC if not): a tmpfs has no layout to gain, and its
+/// fallocate zero-fills every page at once, the writes then filling each a
+/// second time (0.25 s before a 2 GiB copy on loopback that took 1.3 s). What
+/// another writer takes meanwhile is found by the copy's pwrite (ENOSPC,
+/// the partial file kept for a resume).
 pub fn preallocate(file: &impl AsRawFd, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
+    }
+    // SAFETY: statfs is plain data, written by the call
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a statfs to write
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0 && fs.f_type as u64 == TMPFS_MAGIC {
+        let free = fs.f_bavail as u64 * fs.f_bsize as u64;
+        // a tmpfs mounted with size=0 has no limit and says 0 blocks
+        if fs.f_blocks != 0 && free < len {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        // SAFETY: as above
+        if unsafe { libc::ftruncate(file.as_raw_fd(), len as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: a valid descriptor and a length
     let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };

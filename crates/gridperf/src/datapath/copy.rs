@@ -811,8 +811,24 @@ struct Live<'s> {
     /// A clone of its socket once connected: its TCP_INFO, and a shutdown to wake it.
     sock: Arc<Mutex<Option<TcpStream>>>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<StreamWork>>,
+    /// Set as its thread returns (or unwinds), just before it wakes the pool.
+    ended: Arc<AtomicBool>,
     /// (when, bytes acknowledged, TCP_INFO) over the last window.
     hist: VecDeque<(Instant, u64, Option<gridperf_core::flow::TcpSample>)>,
+}
+
+/// Dropped as a connection's thread returns or unwinds: marks it ended and
+/// wakes the pool, which then joins it at once instead of at its next tick.
+struct Ended {
+    flag: Arc<AtomicBool>,
+    pool: std::thread::Thread,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.pool.unpark();
+    }
 }
 
 /// Runs a copy's sending connections from one queue: `plan.start` of
@@ -849,14 +865,17 @@ pub fn send_pool(
             ctl.tail_ns.store(tail.map_or(0, |t| t.as_nanos() as u64), Ordering::Relaxed);
             let sock: Arc<Mutex<Option<TcpStream>>> = Arc::default();
             let (c, s) = (ctl.clone(), sock.clone());
+            let ended = Arc::new(AtomicBool::new(false));
+            let wake = Ended { flag: ended.clone(), pool: std::thread::current() };
             let handle = scope.spawn(move || {
+                let _wake = wake;
                 let link = open(id)?;
                 *lock(&s) = Some(link.sock.try_clone()?);
                 let mut w = send_stream(id, files, block, queue, link, &moved[id as usize], &c)?;
                 w.slot = slot;
                 Ok(w)
             });
-            Live { id, slot, ctl, started: Instant::now(), replaces, sock, handle, hist: VecDeque::new() }
+            Live { id, slot, ctl, started: Instant::now(), replaces, sock, handle, ended, hist: VecDeque::new() }
         };
         let mut tail = plan.tail.then_some(TAIL_MIN);
         let mut live: Vec<Live> = Vec::new();
@@ -870,11 +889,13 @@ pub fn send_pool(
         let mut last_error: Option<String> = None;
         let mut done_at: Option<Instant> = None;
         loop {
-            std::thread::sleep(POOL_TICK);
+            // a tick, or sooner when a connection ends (the last one's end
+            // is the copy's: waiting out the tick was up to 100 ms of it)
+            std::thread::park_timeout(POOL_TICK);
             // the connections that ended
             let mut k = 0;
             while k < live.len() {
-                if !live[k].handle.is_finished() {
+                if !live[k].ended.load(Ordering::SeqCst) && !live[k].handle.is_finished() {
                     k += 1;
                     continue;
                 }

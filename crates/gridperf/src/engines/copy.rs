@@ -541,21 +541,28 @@ pub(crate) fn drive<R: Send>(
             last[k] = now;
         }
     };
+    let ended = std::sync::atomic::AtomicBool::new(false);
     let (r, end) = std::thread::scope(|scope| {
         let me = std::thread::current();
-        // the end is stamped where the streams end, not when this thread next looks
+        // the end is stamped where the streams end, not when this thread
+        // next looks; and it looks at once: the flag is set before the
+        // wake (woken before the thread had returned, is_finished said no
+        // and this waited out another 200 ms of every copy)
+        let ended = &ended;
         let h = scope.spawn(move || {
             let r = streams(counters);
             let end = Instant::now();
+            ended.store(true, Ordering::SeqCst);
             me.unpark();
             (r, end)
         });
+        let running = || !ended.load(Ordering::SeqCst) && !h.is_finished();
         let mut next = start + INTERVAL;
-        while !h.is_finished() {
+        while running() {
             (watch.bytes)(sum(), total);
             tell(watch);
             std::thread::park_timeout(Duration::from_millis(200).min(next.saturating_duration_since(Instant::now())));
-            while Instant::now() >= next && !h.is_finished() {
+            while Instant::now() >= next && running() {
                 take(&mut intervals);
                 let k = intervals.first().map(Vec::len).unwrap_or(0);
                 let last: Vec<u64> = intervals.iter().map(|iv| iv.last().copied().unwrap_or(0)).collect();
