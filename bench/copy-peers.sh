@@ -6,7 +6,9 @@
 # one file of --size random bytes moved to or from a server each tool
 # starts here, with 1 and 4 streams (rsync has one), --repeat rounds with
 # the tools taking turns. gridperf runs twice: plain, and with --encrypt
-# (gridperf-enc), whose cost is printed as a ratio.
+# (gridperf-enc), whose cost is printed as a ratio. GridFTP runs twice too:
+# plain (nothing verified) and with -verify-checksum (gridftp-verify: MD5 of
+# both files after the transfer), the peer that checks what gridperf checks.
 #
 #   bench/copy-peers.sh [--size 2G] [--repeat 3] [--gridperf PATH] [--out DIR]
 #
@@ -103,7 +105,7 @@ done
 one() {
     local tool=$1 p=$2 dest t0 t1
     case "$tool" in
-        gridftp) dest=$WORK/gridftp/file.dat ;;
+        gridftp | gridftp-verify) dest=$WORK/gridftp/file.dat ;;
         xrootd) dest=$WORK/xrootd/file.dat ;;
         rsync) dest=$WORK/rsync/file.dat ;;
         gridperf | gridperf-enc) dest=$WORK/gridperf/file.dat ;;
@@ -113,6 +115,8 @@ one() {
     t0=$(date +%s.%N)
     case "$tool" in
         gridftp) timeout 600 globus-url-copy -fast -p "$p" -tcp-bs 4194304 "file://$WORK/file.dat" "ftp://127.0.0.1:5811$dest" ;;
+        gridftp-verify) timeout 600 globus-url-copy -fast -verify-checksum -p "$p" -tcp-bs 4194304 "file://$WORK/file.dat" \
+            "ftp://127.0.0.1:5811$dest" ;;
         xrootd) timeout 600 xrdcp -s -f -S "$p" "$WORK/file.dat" "root://127.0.0.1:5812/$dest" ;;
         rsync) timeout 600 rsync --whole-file "$WORK/file.dat" rsync://127.0.0.1:5813/out/ ;;
         gridperf) timeout 600 "$GRIDPERF" copy "$WORK/file.dat" 127.0.0.1: --port 5814 -P "$p" --no-store --json \
@@ -132,13 +136,13 @@ one() {
 : > "$OUT/times.txt"
 for r in $(seq "$REPEAT"); do
     for p in 1 4; do
-        tools=(gridperf gridperf-enc gridftp xrootd rsync aria2)
-        [ "$p" -eq 4 ] && tools=(gridperf gridperf-enc gridftp xrootd aria2)
+        tools=(gridperf gridperf-enc gridftp gridftp-verify xrootd rsync aria2)
+        [ "$p" -eq 4 ] && tools=(gridperf gridperf-enc gridftp gridftp-verify xrootd aria2)
         # the tools take turns, starting one further each round
         n=${#tools[@]}
         for k in $(seq 0 $((n - 1))); do
             t=${tools[$(((k + r) % n))]}
-            echo "$t $p $(one "$t" "$p")" | tee -a "$OUT/times.txt" >&2
+            echo "$t $p $(one "$t" "$p") $r" | tee -a "$OUT/times.txt" >&2
         done
     done
 done
@@ -148,11 +152,13 @@ rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size = int(sys.argv[2])
 for p in ("1", "4"):
     runs = {}
-    for t, q, s in rows:
+    by_round = {}
+    for t, q, s, *r in rows:
         if q == p:
             runs.setdefault(t, []).append(float(s))
+            by_round.setdefault(r[0] if r else "?", {})[t] = float(s)
     med = {t: statistics.median(v) for t, v in runs.items()}
-    rounds = sum(1 for t, q, _ in rows if q == p and t == "gridperf")
+    rounds = sum(1 for t, q, *_ in rows if q == p and t == "gridperf")
     print(f"{p} stream{'s' if p != '1' else ''}: median wall time of {rounds} rounds, {size / 2**30:g} GiB tmpfs to tmpfs on loopback")
     for t, s in sorted(med.items(), key=lambda x: x[1]):
         lo, hi = min(runs[t]), max(runs[t])
@@ -160,6 +166,18 @@ for p in ("1", "4"):
     peers = [s for t, s in med.items() if not t.startswith("gridperf")]
     if "gridperf" in med and peers:
         print(f"  gridperf / best peer: {min(peers) / med['gridperf']:.2f}x")
+    # within a round the tools run minutes apart at most: the ratio of each
+    # round's best peer to its gridperf copy, over the rounds (the VM's
+    # tmpfs writes drift by 2x from one minute to the next)
+    for label, keep in (("best peer", lambda t: True), ("best verifying peer", lambda t: t.endswith("-verify"))):
+        paired = sorted(
+            min(v for t, v in rr.items() if not t.startswith("gridperf") and keep(t)) / rr["gridperf"]
+            for rr in by_round.values()
+            if "gridperf" in rr and any(not t.startswith("gridperf") and keep(t) for t in rr)
+        )
+        if paired:
+            print(f"  gridperf / {label}, round by round: median {statistics.median(paired):.2f}x, "
+                  f"range {paired[0]:.2f}-{paired[-1]:.2f}x over {len(paired)} rounds")
     if "gridperf-enc" in med and peers:
         print(f"  gridperf --encrypt / best peer: {min(peers) / med['gridperf-enc']:.2f}x")
     if "gridperf" in med and "gridperf-enc" in med:

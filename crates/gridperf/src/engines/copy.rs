@@ -211,16 +211,22 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             for part in chunk_files(&infos) {
                 session.tell(&ClientMsg::CopyFiles { files: part })?;
             }
-            let needs = parts(session, o.deadlines.control + o.idle, "needs", |m| match m {
-                AgentMsg::CopyNeeds { needs, last } => Ok((needs, last)),
-                other => Err(format!("{other:?}")),
+            // the data connections open while the agent looks at the files:
+            // a round trip less before the first block (270 ms at CERN-Tokyo)
+            let (needs, first) = std::thread::scope(|scope| {
+                let opening = scope.spawn(|| connect(addr, port, ready.token, o));
+                let needs = parts(session, o.deadlines.control + o.idle, "needs", |m| match m {
+                    AgentMsg::CopyNeeds { needs, last } => Ok((needs, last)),
+                    other => Err(format!("{other:?}")),
+                });
+                let first = opening.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                needs.and_then(|n| Ok((n, first?)))
             })?;
             // a need of a file the list did not have is the agent's mistake
             if needs.iter().any(|n| n.file as usize >= infos.len()) {
                 return Err(net("the agent needs a file the list did not have"));
             }
             let total = needed_bytes(&needs, &infos, o.block);
-            let first = connect(addr, port, ready.token, o)?;
             match session.next(o.deadlines.control)? {
                 AgentMsg::StepReady => {}
                 other => return Err(net(format!("expected the agent's step-ready, got {other:?}"))),
@@ -328,6 +334,12 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             for part in chunk_files(&asked) {
                 session.tell(&ClientMsg::CopyFiles { files: part })?;
             }
+            // the data connections open while the agent lists its files and
+            // this end prepares the partial files: a round trip less
+            let opening = std::thread::spawn({
+                let (o, token) = (o.clone(), ready.token);
+                move || connect(addr, port, token, &o)
+            });
             let list: Vec<CopyFile> = parts(session, o.deadlines.control + o.idle, "file list", |m| match m {
                 AgentMsg::CopySources { files, last } => Ok((files, last)),
                 other => Err(format!("{other:?}")),
@@ -347,7 +359,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 session.tell(&ClientMsg::CopyNeeds { needs: part, last: k + 1 == n })?;
             }
             let total = needed_bytes(&needs, &local, o.block);
-            let socks = connect(addr, port, ready.token, o)?;
+            let socks = opening.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
             match session.next(o.deadlines.control)? {
                 AgentMsg::StepReady => {}
                 other => return Err(net(format!("expected the agent's step-ready, got {other:?}"))),

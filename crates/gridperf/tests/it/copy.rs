@@ -790,7 +790,17 @@ fn json_stream_prints_a_line_a_second_then_the_result() {
 /// on it): sources rooted at `src` (storage they share), destinations at
 /// `dst` (or each its own, `dst` then `dst2`).
 fn four_agents(src: &Path, dst: &Path, dst2: &Path) -> (Vec<crate::Served>, String) {
-    let port = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind").local_addr().expect("addr").port();
+    // a port free on all four addresses at once (free on 127.0.0.1 alone,
+    // it was once taken on another by the time its agent bound it)
+    let port = (0..50)
+        .find_map(|_| {
+            let first = std::net::TcpListener::bind(("127.0.0.1", 0)).ok()?;
+            let port = first.local_addr().ok()?.port();
+            let rest: Option<Vec<_>> =
+                (2..=4).map(|i| std::net::TcpListener::bind((format!("127.0.0.{i}").as_str(), port)).ok()).collect();
+            rest.map(|_| port)
+        })
+        .expect("a port free on 127.0.0.1-4");
     let roots = [src, src, dst, dst2];
     let agents = (0..4)
         .map(|i| crate::serve_at(&format!("127.0.0.{}", i + 1), port, &["--root", roots[i].to_str().expect("p")]));

@@ -169,9 +169,13 @@ pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
             .spawn()
             .expect("spawn serve"),
     );
+    let mut child = child;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect((ip, port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the agent did not start listening on {host}");
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!("the agent on {host}:{port} ended before it listened ({status}): the port taken meanwhile?");
+        }
+        assert!(std::time::Instant::now() < deadline, "the agent did not start listening on {host}:{port}");
         std::thread::sleep(Duration::from_millis(20));
     }
     child
