@@ -85,6 +85,12 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
     Ok(value)
 }
 
+/// TCP_NOTSENT_LOWAT: a blocking write waits while the socket holds this
+/// many bytes not yet sent (what is in flight is not counted).
+pub fn set_notsent_lowat(sock: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes.min(i32::MAX as u32) as i32)
+}
+
 const SO_BUSY_POLL: libc::c_int = 46;
 
 /// SO_BUSY_POLL: microseconds the kernel may busy-poll the device queue on a
@@ -960,6 +966,56 @@ mod tests {
         assert!(path_mtu(&c, false).expect("mtu") >= 1280);
         assert_eq!(outq(&c).expect("outq"), 0);
         assert_eq!(inq(&c).expect("inq"), 0);
+    }
+
+    /// How many bytes a blocking writer gets into a connection whose reader
+    /// reads nothing, before a 300 ms send timeout: with TCP_NOTSENT_LOWAT
+    /// at `lowat` (or none), a 16 MiB send buffer, a 64 KiB receive buffer
+    /// (about 128 KiB held, as the kernel doubles it).
+    fn written_before_blocking(lowat: Option<u32>) -> (usize, usize) {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let a = l.local_addr().expect("addr");
+        let reader = std::net::TcpStream::connect(a).expect("connect");
+        // set after the handshake: it still caps what the reader's socket holds (and stops autotuning)
+        set_rcvbuf(&reader, 64 << 10).expect("rcvbuf");
+        let (w, _) = l.accept().expect("accept");
+        set_sndbuf(&w, 16 << 20).ok();
+        let held_by_buffer = sndbuf(&w).unwrap_or(0);
+        if let Some(b) = lowat {
+            set_notsent_lowat(&w, b).expect("lowat");
+        }
+        w.set_write_timeout(Some(std::time::Duration::from_millis(300))).expect("timeout");
+        let chunk = vec![7u8; 256 << 10];
+        let mut total = 0;
+        let mut w = &w;
+        while total < 64 << 20 {
+            match w.write(&chunk) {
+                Ok(n) => total += n,
+                Err(_) => break,
+            }
+        }
+        drop(reader);
+        (total, held_by_buffer)
+    }
+
+    #[test]
+    fn notsent_lowat_stops_a_blocking_writer_near_the_mark_not_at_the_send_buffer() {
+        let (free, buffer) = written_before_blocking(None);
+        if buffer < 4 << 20 {
+            eprintln!(
+                "\n*** SKIPPED notsent_lowat_...: net.core.wmem_max lets a send buffer hold only {buffer} bytes, \
+                 too few to tell the mark from the buffer ***\n"
+            );
+            return;
+        }
+        let (held, _) = written_before_blocking(Some(256 << 10));
+        // unread: the reader's buffer holds ~128 KiB, then the mark and a chunk being written
+        assert!(held < 2 << 20, "with a 256 KiB mark the writer got {held} bytes in");
+        assert!(
+            free > 2 << 20,
+            "without it a {buffer}-byte send buffer took only {free} bytes: the control proves nothing"
+        );
     }
 
     #[test]

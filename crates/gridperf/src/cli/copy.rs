@@ -54,7 +54,9 @@ pub struct CopyArgs {
     #[arg(long, default_value = "dynamic", value_name = "dynamic|static")]
     pub split: String,
     /// Block size: a power of two from 64K to 64M. Each stream holds one block in memory at each end and may have
-    /// 256 MiB (at least 4 blocks) sent and not yet acknowledged, kept as block numbers, not data; every block is hashed (BLAKE3) at both ends and sent again if they differ.
+    /// 256 MiB (at least 4 blocks) sent and not yet acknowledged, kept as block numbers, not data, and at most 2 blocks
+    /// written to its socket and not yet sent (the rest stay in the queue for whichever stream is free); every block
+    /// is hashed (BLAKE3) at both ends and sent again if they differ.
     #[arg(long, default_value = "4M", value_name = "SIZE")]
     pub block: String,
     /// SO_SNDBUF and SO_RCVBUF on the data sockets (the kernel doubles it, capped at net.core.wmem_max /

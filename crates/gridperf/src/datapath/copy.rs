@@ -35,6 +35,9 @@ pub const IN_FLIGHT_BYTES: u64 = 256 << 20;
 pub fn unacked_limit(block: u64) -> usize {
     (IN_FLIGHT_BYTES / block.max(1)).max(4) as usize
 }
+/// Blocks a sending stream may have written to its socket and not yet
+/// sent (TCP_NOTSENT_LOWAT), beyond what is in flight.
+pub const UNSENT_BLOCKS: u64 = 2;
 /// Times one block may arrive damaged before the copy of its file gives up.
 pub const MAX_RESENDS: u32 = 3;
 /// The suffixes of a file being written and of its journal.
@@ -585,6 +588,12 @@ pub fn send_stream(
     ctl: &ConnCtl,
 ) -> io::Result<StreamWork> {
     let Link { sock, idle, crypt, window } = link;
+    // at most UNSENT_BLOCKS blocks written and not yet sent: with a large
+    // send buffer (-w 32M) a stream otherwise took a third of a small file
+    // from the queue at once, and a stream on a lossy path held its blocks
+    // where neither the queue nor a restart could give them to the others
+    // (best effort: without it the copy is only slower at its tail)
+    let _ = gridperf_sys::set_notsent_lowat(&sock, (UNSENT_BLOCKS * block).min(u64::from(u32::MAX)) as u32);
     let mut work = StreamWork { index, ..Default::default() };
     let (mut sealer, mut opener) = Crypt::split(crypt);
     let t0 = Instant::now();
