@@ -1074,8 +1074,10 @@ fn a_stream_on_a_lossy_path_is_restarted_onto_another() {
     }
     let _serial = serial();
     // two paths of 100 Mbit/s at 20 ms, the second losing 2%: a stream
-    // hashed onto it moves a few Mbit/s against tens; 6 streams (none on
-    // it at all: 1 in 64, so up to three tries)
+    // hashed onto it moves a few Mbit/s against tens; 6 streams. No
+    // restart is due when none is on it (1 in 64) or when 4 or more are
+    // (their peers' median is slow too: 22 in 64): about 1 copy in 3, so
+    // up to six tries (three failed once in CI: 5% of runs)
     let settings = [
         "--lab-set",
         "rate=200M",
@@ -1098,7 +1100,7 @@ fn a_stream_on_a_lossy_path_is_restarted_onto_another() {
         "net.ipv4.tcp_no_ssthresh_metrics_save=0",
     ];
     let mut restarted = None;
-    for attempt in 0..3 {
+    for attempt in 0..6 {
         let (o, d) = lab_copy(&format!("restart{attempt}"), 96, 12, &settings);
         let _ = std::fs::remove_dir_all(&d);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
@@ -1127,7 +1129,7 @@ fn a_stream_on_a_lossy_path_is_restarted_onto_another() {
         restarted = Some(restarts.len());
         break;
     }
-    assert!(restarted.is_some(), "no stream was restarted in three copies across a lossy path");
+    assert!(restarted.is_some(), "no stream was restarted in six copies across a lossy path");
 }
 
 #[test]
@@ -1213,7 +1215,7 @@ fn a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection() {
     );
     std::thread::sleep(Duration::from_millis(500));
     let mut restarted = false;
-    for attempt in 0..3 {
+    for attempt in 0..6 {
         let out = d.join(format!("out{attempt}/"));
         let o = unless_invalid(|| {
             let _ = std::fs::remove_dir_all(&out);
@@ -1252,7 +1254,7 @@ fn a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection() {
         }
     }
     let _ = std::fs::remove_dir_all(&d);
-    assert!(restarted, "no stream of a pull was restarted in three copies across a lossy path");
+    assert!(restarted, "no stream of a pull was restarted in six copies across a lossy path");
 }
 
 #[test]
