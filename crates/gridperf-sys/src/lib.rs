@@ -1021,28 +1021,25 @@ mod tests {
     #[test]
     fn preallocate_on_tmpfs_extends_without_filling_and_refuses_what_cannot_fit() {
         use std::os::unix::fs::MetadataExt;
-        let shm = std::path::Path::new("/dev/shm");
-        // SAFETY: statfs is plain data, written by the call
-        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-        let c = std::ffi::CString::new("/dev/shm").expect("path");
-        // SAFETY: a valid path and a statfs to write
-        if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 || fs.f_type as u64 != TMPFS_MAGIC {
+        let path = std::path::Path::new("/dev/shm").join(format!("gridperf-sys-prealloc-{}", std::process::id()));
+        let Ok(f) = std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(&path) else {
+            eprintln!("SKIPPED preallocate_on_tmpfs_...: no /dev/shm here");
+            return;
+        };
+        let Some(free) = tmpfs_free(&f) else {
+            let _ = std::fs::remove_file(&path);
             eprintln!("SKIPPED preallocate_on_tmpfs_...: /dev/shm is not a tmpfs here");
             return;
-        }
-        let path = shm.join(format!("gridperf-sys-prealloc-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(&path).expect("create");
+        };
         preallocate(&f, 64 << 20).expect("preallocate");
         let m = f.metadata().expect("metadata");
         let (len, blocks) = (m.len(), m.blocks());
-        // more than the tmpfs has free (or, unlimited, than a 64-bit size allows): ENOSPC, nothing extended
-        let beyond =
-            if fs.f_blocks == 0 { i64::MAX as u64 } else { fs.f_bavail as u64 * fs.f_bsize as u64 + (1 << 30) };
-        let big = preallocate(&f, beyond);
+        // more than the tmpfs has free: ENOSPC
+        let big = free.map(|free| preallocate(&f, free + (1 << 30)));
         let _ = std::fs::remove_file(&path);
         assert_eq!(len, 64 << 20);
         assert!(blocks < 1024, "tmpfs pages were filled ahead of the writes: {blocks} blocks of 512 bytes");
-        if fs.f_blocks != 0 {
+        if let Some(big) = big {
             assert_eq!(big.expect_err("too big").raw_os_error(), Some(libc::ENOSPC));
         }
     }
@@ -1166,6 +1163,18 @@ pub fn unlink_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
 /// The `f_type` statfs(2) gives a tmpfs (linux/magic.h).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
+/// If the file is on a tmpfs: the bytes free there (None for a tmpfs
+/// mounted with size=0, which has no limit and says 0 blocks).
+fn tmpfs_free(file: &impl AsRawFd) -> Option<Option<u64>> {
+    // SAFETY: statfs is plain data, written by the call
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a statfs to write
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } != 0 || fs.f_type as u64 != TMPFS_MAGIC {
+        return None;
+    }
+    Some((fs.f_blocks != 0).then(|| fs.f_bavail as u64 * fs.f_bsize as u64))
+}
+
 /// fallocate(2) the first `len` bytes of a file (space reserved now: a full
 /// disk is found before the copy, not in the middle of it).
 ///
@@ -1179,13 +1188,8 @@ pub fn preallocate(file: &impl AsRawFd, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
-    // SAFETY: statfs is plain data, written by the call
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid descriptor and a statfs to write
-    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0 && fs.f_type as u64 == TMPFS_MAGIC {
-        let free = fs.f_bavail as u64 * fs.f_bsize as u64;
-        // a tmpfs mounted with size=0 has no limit and says 0 blocks
-        if fs.f_blocks != 0 && free < len {
+    if let Some(free) = tmpfs_free(file) {
+        if free.is_some_and(|f| f < len) {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         // SAFETY: as above

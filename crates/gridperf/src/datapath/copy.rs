@@ -831,17 +831,28 @@ struct Live<'s> {
     hist: VecDeque<(Instant, u64, Option<gridperf_core::flow::TcpSample>)>,
 }
 
-/// Dropped as a connection's thread returns or unwinds: marks it ended and
-/// wakes the pool, which then joins it at once instead of at its next tick.
-struct Ended {
-    flag: Arc<AtomicBool>,
-    pool: std::thread::Thread,
+/// Held by a worker thread; dropped as it returns or unwinds: marks it
+/// ended, then wakes the thread that waits for it, which sees the flag at
+/// once (woken before the worker had returned, `is_finished` still said no
+/// and the waiter slept its whole tick). The copy's pool of connections and
+/// its progress loop both wait this way.
+pub struct Ended {
+    pub flag: Arc<AtomicBool>,
+    pub waiter: std::thread::Thread,
+}
+
+impl Ended {
+    /// A guard that wakes the current thread; and the flag it sets.
+    pub fn wakes_me() -> (Ended, Arc<AtomicBool>) {
+        let flag = Arc::new(AtomicBool::new(false));
+        (Ended { flag: flag.clone(), waiter: std::thread::current() }, flag)
+    }
 }
 
 impl Drop for Ended {
     fn drop(&mut self) {
         self.flag.store(true, Ordering::SeqCst);
-        self.pool.unpark();
+        self.waiter.unpark();
     }
 }
 
@@ -879,8 +890,7 @@ pub fn send_pool(
             ctl.tail_ns.store(tail.map_or(0, |t| t.as_nanos() as u64), Ordering::Relaxed);
             let sock: Arc<Mutex<Option<TcpStream>>> = Arc::default();
             let (c, s) = (ctl.clone(), sock.clone());
-            let ended = Arc::new(AtomicBool::new(false));
-            let wake = Ended { flag: ended.clone(), pool: std::thread::current() };
+            let (wake, ended) = Ended::wakes_me();
             let handle = scope.spawn(move || {
                 let _wake = wake;
                 let link = open(id)?;

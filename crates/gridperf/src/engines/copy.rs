@@ -553,20 +553,14 @@ pub(crate) fn drive<R: Send>(
             last[k] = now;
         }
     };
-    let ended = std::sync::atomic::AtomicBool::new(false);
     let (r, end) = std::thread::scope(|scope| {
-        let me = std::thread::current();
         // the end is stamped where the streams end, not when this thread
-        // next looks; and it looks at once: the flag is set before the
-        // wake (woken before the thread had returned, is_finished said no
-        // and this waited out another 200 ms of every copy)
-        let ended = &ended;
+        // next looks; and it looks at once (dp::Ended)
+        let (wake, ended) = dp::Ended::wakes_me();
         let h = scope.spawn(move || {
+            let _wake = wake;
             let r = streams(counters);
-            let end = Instant::now();
-            ended.store(true, Ordering::SeqCst);
-            me.unpark();
-            (r, end)
+            (r, Instant::now())
         });
         let running = || !ended.load(Ordering::SeqCst) && !h.is_finished();
         let mut next = start + INTERVAL;

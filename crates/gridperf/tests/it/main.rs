@@ -161,7 +161,7 @@ pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
     let p = port.to_string();
     let mut args = vec!["serve", "--bind", host, "--port", &p];
     args.extend_from_slice(extra);
-    let child = Served(
+    let mut child = Served(
         std::process::Command::new(env!("CARGO_BIN_EXE_gridperf"))
             .args(&args)
             // nobody reads it: a pipe would fill and stall the agent
@@ -169,7 +169,6 @@ pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
             .spawn()
             .expect("spawn serve"),
     );
-    let mut child = child;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect((ip, port)).is_err() {
         if let Ok(Some(status)) = child.0.try_wait() {
