@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 /// The control-channel protocol version. Both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The word every Hello carries, so a stray client is told apart from an old gridperf.
 pub const MAGIC: &str = "gridperf";

@@ -113,8 +113,9 @@ pub(super) fn run(
         let mut fits = |h: &DataHello, got: &[data::Conn]| {
             h.kind == DataKind::Copy && h.index < first && !got.iter().any(|(g, _)| g.index == h.index)
         };
+        // the client's stream-go may come before the connections (it does not wait for step-ready)
         let mut conns =
-            accept_all(&l, ctl, &senders, token, spec.streams as usize, until, &shared.stop, false, &mut fits)?;
+            accept_all(&l, ctl, &senders, token, spec.streams as usize, until, &shared.stop, true, &mut fits)?;
         conns.sort_by_key(|(h, _)| h.index);
         let mut out = Vec::new();
         for (_, s) in conns {
@@ -520,6 +521,7 @@ fn welcome(mut s: &TcpStream, token: u64) -> std::io::Result<()> {
 
 /// The copy's congestion control and pacing on a data connection the agent took.
 fn tune_socket(s: &TcpStream, spec: &CopySpec) {
+    dp::no_delay(s);
     if let Some(cc) = &spec.congestion {
         let _ = gridperf_sys::set_tcp_congestion(s, cc);
     }

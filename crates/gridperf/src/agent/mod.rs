@@ -473,10 +473,14 @@ impl Agent {
                 let guard = ConnGuard { shared, id, ip };
                 let spawned = thread::Builder::new().name(format!("gridperf-client-{peer}")).spawn(move || {
                     let shared = guard.shared.clone();
+                    let closer = stream.try_clone().ok();
                     if let Err(e) = session::serve(&shared, stream, peer) {
                         if shared.cfg.log {
                             // a client's words in the log: one line, no escape codes
                             eprintln!("gridperf serve: {peer}: {}", gridperf_core::wire::printable(&e.to_string()));
+                        }
+                        if let Some(c) = closer {
+                            session::close_after_error(c);
                         }
                     }
                     drop(guard);

@@ -39,6 +39,29 @@ pub(crate) fn send_error(ctl: &mut TcpStream, code: ErrorCode, message: String) 
     Fail::Told(message)
 }
 
+/// Closes a control connection after an error without resetting it: what
+/// the client sent ahead unasked (its request behind its hello, its finish
+/// behind copy-done) is read and dropped, for a close with unread data
+/// sends a reset that can cost the client the error frame before it. At
+/// most 250 ms and 1 MiB.
+pub(crate) fn close_after_error(mut s: TcpStream) {
+    use std::io::Read;
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let until = Instant::now() + std::time::Duration::from_millis(250);
+    let mut buf = [0u8; 16384];
+    let mut total = 0usize;
+    while total < 1 << 20 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+}
+
 /// The error code for a control channel that failed.
 pub(crate) fn wire_code(e: &WireError) -> ErrorCode {
     match e {

@@ -121,10 +121,34 @@ fn version_mismatch_is_explained_on_both_sides() {
         )
         .expect("welcome");
     });
-    let e = Session::connect(addr, opts(&[Proto::Tcp], &[1]).deadlines).err().expect("refused");
+    // (a client without a key asks for its test right behind its hello: the welcome is read first)
+    let e = Session::connect(addr, opts(&[Proto::Tcp], &[1]).deadlines)
+        .and_then(|mut s| s.request(request(&[Proto::Tcp], 64).test))
+        .expect_err("refused");
     assert_eq!(e.kind, Kind::Refused);
     assert!(e.message.contains("speaks version 99"), "{}", e.message);
     t.join().expect("fake agent");
+    still_serves(&agent);
+}
+
+#[test]
+fn a_request_sent_behind_a_refused_hello_ends_in_the_error_then_a_close_not_a_reset() {
+    use std::io::Read;
+    let agent = TestAgent::loopback();
+    let mut s = raw(&agent);
+    // a client of another version sends its request right behind its hello
+    // (as a client without a key does): the agent refuses the hello with
+    // the request unread; a close then would be a reset, and the client
+    // could lose the error frame to it
+    let hello = ClientMsg::Hello { magic: wire::MAGIC.into(), version: PROTOCOL_VERSION + 1, software: "test".into() };
+    wire::write_msg(&mut s, &hello).expect("hello");
+    wire::write_msg(&mut s, &ClientMsg::Request(request(&[Proto::Tcp], 64))).expect("request");
+    std::thread::sleep(Duration::from_millis(300));
+    expect_error(wire::read_msg(&mut s).expect("the error frame"), ErrorCode::VersionMismatch);
+    s.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut rest = Vec::new();
+    let end = s.read_to_end(&mut rest).map_err(|e| e.kind());
+    assert_eq!(end, Ok(0), "after the error: {end:?} (a reset is ConnectionReset)");
     still_serves(&agent);
 }
 
@@ -241,7 +265,8 @@ fn a_silent_agent_and_a_closed_port_end_within_the_deadline() {
     let mut d = opts(&[Proto::Tcp], &[1]).deadlines;
     d.control = Duration::from_millis(300);
     let t0 = Instant::now();
-    let e = Session::connect(addr, d).err().expect("no answer");
+    let e =
+        Session::connect(addr, d).and_then(|mut s| s.request(request(&[Proto::Tcp], 64).test)).expect_err("no answer");
     assert_eq!(e.kind, Kind::Network);
     assert!(e.message.contains("no answer"), "{}", e.message);
     assert!(t0.elapsed() < Duration::from_secs(2));

@@ -114,8 +114,14 @@ impl Lab {
 
     /// Starts `gridperf serve --once` on host b and waits until it listens.
     fn serve_on_b(&mut self) {
+        self.serve_on_b_with(&["--once"]);
+    }
+
+    /// Starts `gridperf serve ARGS` on host b and waits until it listens.
+    fn serve_on_b_with(&mut self, args: &[&str]) {
         let child = Command::new(BIN)
-            .args(["lab", "exec", "--name", &self.name, "b", "--", BIN, "serve", "--once"])
+            .args(["lab", "exec", "--name", &self.name, "b", "--", BIN, "serve"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -1029,6 +1035,56 @@ fn one_stream_of_small_blocks_fills_a_long_path() {
     let verdict = v["verdict"].as_str().unwrap_or_default();
     assert!(verdict.contains("TCP at the sending end: limited by the receiver's window"), "{verdict}");
     assert!(v["per_stream"][0]["tcp"].as_str().is_some_and(|t| t.contains("-w (now 262 kB)")), "{v}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_small_copy_across_a_long_path_costs_five_round_trips_and_a_pull_six() {
+    if !privileged("a_small_copy_across_a_long_path_costs_five_round_trips_and_a_pull_six") {
+        return;
+    }
+    // at 400 ms a round trip is far above a process's start (about 0.2 s
+    // with lab exec, half a round trip): the wall time counts them. A push: connect; hello with the request behind it; the
+    // file list, while the four data connections open at once; the block
+    // and its acknowledgment; copy-done with finish behind it. A pull: the
+    // agent sends once the needs (and stream-go behind them) arrive, and the
+    // client's finish goes as copy-sent arrives. Before: 12 round trips
+    // for the push (the data connections one after another, the request
+    // behind the welcome, the blocks behind step-ready, finish behind
+    // copy-results), then 6 with the block's last segment held by Nagle
+    // behind the data connection's hello.
+    let mut lab = Lab::up("rtts", &["--rtt", "400ms"]);
+    let d = std::env::temp_dir().join(format!("gridperf-lab-rtts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("root")).expect("tmpdir");
+    let data: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    std::fs::write(d.join("f.dat"), &data).expect("write");
+    std::fs::write(d.join("root/g.dat"), &data).expect("write");
+    let root = d.join("root").display().to_string();
+    lab.serve_on_b_with(&["--root", &root, "--allow", "10.77.0.0/16"]);
+    let rtt = 0.4;
+    let src = d.join("f.dat").display().to_string();
+    let pulled = d.join("pulled.dat").display().to_string();
+    for (what, args, most) in [
+        ("push", vec!["copy", &src, "10.77.2.1:", "-P", "4", "--force", "--no-store"], 5.75),
+        ("pull", vec!["copy", "10.77.2.1:g.dat", &pulled, "-P", "4", "--force", "--no-store"], 6.75),
+    ] {
+        // the fewest of three: a late packet or a busy CPU only adds
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let o = lab.exec_a(&args);
+            let took = t0.elapsed().as_secs_f64();
+            assert!(o.status.success(), "{what}: {}", stderr(&o));
+            best = best.min(took);
+        }
+        eprintln!("a small {what} across 400 ms: {best:.2} s, {:.1} round trips", best / rtt);
+        assert!(best < most * rtt, "a small {what} took {best:.2} s across 400 ms: {:.1} round trips", best / rtt);
+        assert!(best > 4.0 * rtt, "a {what} in {best:.2} s across 400 ms: the lab's delay is not in it");
+    }
+    assert!(std::fs::read(d.join("root/f.dat")).expect("pushed") == data, "the push differs");
+    assert!(std::fs::read(&pulled).expect("pulled") == data, "the pull differs");
+    drop(lab);
     let _ = std::fs::remove_dir_all(&d);
 }
 
