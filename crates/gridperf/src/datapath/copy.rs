@@ -480,6 +480,21 @@ pub fn no_delay(s: &TcpStream) {
     let _ = s.set_nodelay(true);
 }
 
+/// Writes a block's header with MSG_MORE: it leaves with the block's first
+/// bytes, not in a packet of its own (the connection has no Nagle).
+fn write_ahead(sock: &TcpStream, mut head: &[u8]) -> io::Result<()> {
+    let s = socket2::SockRef::from(sock);
+    while !head.is_empty() {
+        match s.send_with_flags(head, libc::MSG_MORE | libc::MSG_NOSIGNAL) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the connection took nothing")),
+            Ok(n) => head = &head[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Resets a connection at once (what its socket still holds is thrown away).
 fn reset(sock: &TcpStream) {
     let _ = socket2::SockRef::from(sock).set_linger(Some(Duration::ZERO));
@@ -728,7 +743,7 @@ pub fn send_stream(
                     work.crypt_ns += t.elapsed().as_nanos() as u64;
                 }
                 let t = Instant::now();
-                out.write_all(&head[..hn])?;
+                write_ahead(&sock, &head[..hn])?;
                 out.write_all(&buf[..dn])?;
                 work.net_ns += t.elapsed().as_nanos() as u64;
                 work.bytes += len;
@@ -1839,4 +1854,38 @@ pub fn prepare_all(
         }
     }
     (files, needs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_blocks_header_waits_for_its_bytes_and_leaves_with_them() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let tx = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (mut rx, _) = l.accept().expect("accept");
+        no_delay(&tx);
+        rx.set_nonblocking(true).expect("nonblocking");
+        let mut got = [0u8; 4096];
+        // without Nagle a plain write leaves at once
+        (&tx).write_all(&[1u8; 52]).expect("write");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(rx.read(&mut got).expect("a plain write arrived"), 52);
+        // a header written ahead waits for the block's bytes
+        write_ahead(&tx, &[2u8; FRAME_HEADER]).expect("header");
+        std::thread::sleep(Duration::from_millis(50));
+        let held = rx.read(&mut got).map_err(|e| e.kind());
+        assert_eq!(held, Err(io::ErrorKind::WouldBlock), "the header left alone");
+        (&tx).write_all(&[3u8; 1000]).expect("block");
+        rx.set_nonblocking(false).expect("blocking");
+        rx.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+        let mut all = Vec::new();
+        while all.len() < FRAME_HEADER + 1000 {
+            let n = rx.read(&mut got).expect("the header and the block");
+            all.extend_from_slice(&got[..n]);
+        }
+        assert!(all[..FRAME_HEADER].iter().all(|&b| b == 2) && all[FRAME_HEADER..].iter().all(|&b| b == 3));
+    }
 }
