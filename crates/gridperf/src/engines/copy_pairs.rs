@@ -483,6 +483,11 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
     if left > 0 {
         notes.push(format!("{left} blocks were never acknowledged: kept partial for --resume"));
     }
+    // every agent is asked to finish at once, then each report is read: one
+    // round trip for all of them, not one each
+    for s in opened.iter_mut() {
+        let _ = s.session.finish_ahead();
+    }
     let mut agents = Vec::new();
     for s in opened.iter_mut() {
         agents.push(s.session.finish().ok());
