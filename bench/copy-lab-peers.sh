@@ -20,7 +20,10 @@
 # (connection, handshakes at the profile's RTT, transfer, and for gridperf
 # the verification of every block) and its goodput against the link's
 # (the rate times 1448/1500: TCP payload per 1500-byte packet, less the
-# profile's loss). A copy during which the lab's emulator fell behind
+# profile's loss). Then, per stream count, `gridperf stream` moving the
+# same bytes a -> b memory to memory (no files, no hashing): each gridperf
+# copy's transfer alone next to what TCP itself carries on the path, the
+# reference for "as fast as the network allows". A copy during which the lab's emulator fell behind
 # (packets over 10 ms late, or more than 1% over 1 ms, or drops it did not
 # decide) is INVALID and run again, up to twice. Every copy is checked
 # with cmp. Needs root; installs globus-gridftp-server-progs
@@ -137,6 +140,28 @@ one() {
     echo INVALID
 }
 
+# tcp P: the same bytes memory to memory, a -> b, over P streams of
+# `gridperf stream` (no files, no hashing): what TCP itself carries on
+# this path, the reference for a copy's transfer; its JSON, or nothing
+tcp() {
+    local p=$1 try rc
+    for try in 1 2 3; do
+        health "$WORK/h0.json"
+        rc=0
+        timeout 1800 "$GRIDPERF" lab exec --name "$LAB" a -- "$GRIDPERF" stream "$B" --port 5814 -P "$p" \
+            -n $((bytes / p)) -t 20m -w "$WINDOW" --no-store --json > "$OUT/$PROFILE-stream-p$p.json" \
+            2>> "$OUT/clients.log" || rc=$?
+        health "$WORK/h1.json"
+        # exit 4: stream saw the lab's emulator fall behind itself (INVALID)
+        [ "$rc" -eq 0 ] || [ "$rc" -eq 4 ] || die "$PROFILE: stream -P $p failed (exit $rc; see $OUT/clients.log)"
+        if [ "$rc" -eq 0 ] && why=$(valid "$WORK/h0.json" "$WORK/h1.json"); then
+            return 0
+        fi
+        log "$PROFILE: stream -P $p: ${why:-INVALID by its own check} (try $try)"
+    done
+    rm -f "$OUT/$PROFILE-stream-p$p.json"
+}
+
 : > "$OUT/times.txt"
 IFS=, read -r -a profs <<< "$PROFILES"
 for PROFILE in "${profs[@]}"; do
@@ -177,12 +202,13 @@ for PROFILE in "${profs[@]}"; do
             s=$(one "$tool" "$p")
             echo "$PROFILE $tool $p $s $bytes $rate" | tee -a "$OUT/times.txt" >&2
         done
+        tcp "$p"
     done
     stop_servers
     "$GRIDPERF" lab down --name "$LAB" >/dev/null
 done
-python3 - "$OUT/times.txt" "$WINDOW" <<'PY' | tee "$OUT/table.txt"
-import sys
+python3 - "$OUT/times.txt" "$WINDOW" "$OUT" <<'PY' | tee "$OUT/table.txt"
+import json, os, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 for prof in dict.fromkeys(r[0] for r in rows):
     rs = [r for r in rows if r[0] == prof]
@@ -203,5 +229,20 @@ for prof in dict.fromkeys(r[0] for r in rows):
         peers = [v for k, v in secs.items() if k != "gridperf"]
         ratio = f"{min(peers) / secs['gridperf']:.2f}x" if "gridperf" in secs and peers else "-"
         print(f"  {p:<8}" + "".join(cells) + f"   {ratio}")
+    # the transfer alone, next to TCP memory to memory on the same path
+    print(f"  transfer alone (first block to last acknowledgment) next to `gridperf stream`, the same bytes memory to memory:")
+    for p in ("1", "2", "4"):
+        def load(name):
+            path = os.path.join(sys.argv[3], f"{prof}-{name}-p{p}.json")
+            return json.load(open(path)) if os.path.exists(path) else None
+        c, st = load("gridperf"), load("stream")
+        if not c or not st:
+            print(f"  {p:<8}{'-':>26}")
+            continue
+        copy_s = c["seconds"]
+        ends = [s["receiver"]["last_ns"] for s in st["runs"][0]["streams"]]
+        tcp_s = max(ends) / 1e9
+        print(f"  {p:<8}   copy {copy_s:>6.1f} s {size * 8 / copy_s / 1e6:>7.1f} Mbit/s"
+              f"   stream {tcp_s:>6.1f} s {size * 8 / tcp_s / 1e6:>7.1f} Mbit/s   copy / stream {tcp_s / copy_s:.2f}x")
 PY
 log "raw times, each gridperf copy's JSON and the servers' logs in $OUT"
