@@ -290,6 +290,22 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
     }
 }
 
+/// Whether the peer of a connected socket has shut down its sending side
+/// (or the connection is gone), even with data still unread before that:
+/// poll(2) for POLLRDHUP, at once.
+pub fn peer_closed(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    loop {
+        // SAFETY: p is one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        match cvt_i(r) {
+            Ok(_) => return p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
 /// ppoll(2) for readability with a nanosecond timeout (None = wait for ever).
 pub fn ppoll_readable(fds: &[RawFd], timeout_ns: Option<u64>) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> =

@@ -116,6 +116,11 @@ pub fn accept_all(
                 within.as_secs_f64()
             )));
         }
+        // a client that spoke early (its message waits unread) and then
+        // left: seen at once, not at the deadline
+        if !watch_control && gridperf_sys::peer_closed(ctl.as_raw_fd()) {
+            return Err(Fail::Told("the client left before opening its data connections".into()));
+        }
         let fds = [l.as_raw_fd(), ctl.as_raw_fd()];
         let ready =
             gridperf_sys::poll_readable(&fds[..if watch_control { 2 } else { 1 }], 100).map_err(|e| e.to_string())?;

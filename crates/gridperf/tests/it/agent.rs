@@ -409,3 +409,59 @@ fn a_silent_client_holds_a_test_no_longer_than_the_agents_max_idle() {
     assert!(held < Duration::from_secs(4), "the slot was held {held:?} ({m})");
     still_serves(&agent);
 }
+
+#[test]
+fn a_copy_client_that_says_go_and_leaves_before_its_connections_frees_the_slot_at_once() {
+    use gridperf_core::wire::{CopyDirection, CopyFile, CopySpec};
+    let root = std::env::temp_dir().join(format!("gridperf-test-go-and-leave-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("root");
+    let r = root.clone();
+    // one test at a time, and a control deadline far above the wait below
+    let agent = TestAgent::with(move |c| {
+        c.root = Some(r);
+        c.control_timeout = Duration::from_secs(20);
+    });
+    let mut s = raw(&agent);
+    assert!(matches!(hello(&mut s, PROTOCOL_VERSION), AgentMsg::Welcome { .. }));
+    let spec = CopySpec {
+        direction: CopyDirection::Push,
+        files: 1,
+        streams: 2,
+        block: 1 << 20,
+        window: None,
+        congestion: None,
+        pacing_bps: None,
+        resume: false,
+        force: false,
+        checksum: None,
+        encrypt: None,
+        connections: 2,
+        restart: false,
+        tail: false,
+        auto: None,
+        senders: Vec::new(),
+        join: false,
+    };
+    wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Copy(spec) })).expect("request");
+    assert!(matches!(wire::read_msg(&mut s).expect("ready"), AgentMsg::Ready { .. }));
+    let files = vec![CopyFile { path: "f.dat".into(), size: 10, mtime_ns: 0, digest: None }];
+    wire::write_msg(&mut s, &ClientMsg::CopyFiles { files }).expect("files");
+    assert!(matches!(wire::read_msg(&mut s).expect("needs"), AgentMsg::CopyNeeds { .. }));
+    // stream-go ahead of the data connections, as a client does now, then gone
+    wire::write_msg(&mut s, &ClientMsg::StreamGo).expect("go");
+    drop(s);
+    // the agent sees the client gone while it waits for the connections
+    // (its stream-go still unread), not at its 20 s deadline
+    let t0 = Instant::now();
+    loop {
+        match hold(&agent, Duration::ZERO) {
+            Ok(_) => break,
+            Err(e) if e.kind == Kind::Refused && t0.elapsed() < Duration::from_secs(3) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("the slot is still taken after {:?}: {e}", t0.elapsed()),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
