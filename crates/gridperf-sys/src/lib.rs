@@ -277,13 +277,17 @@ pub fn tcp_info(sock: &impl AsRawFd) -> io::Result<(TcpInfo, usize)> {
 /// poll(2) for readability: which of `fds` have data (or EOF, or an error)
 /// within `timeout_ms` (0 = just look, -1 = wait forever).
 pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    Ok(poll_events(fds, libc::POLLIN, timeout_ms)?.into_iter().map(|r| r != 0).collect())
+}
+
+/// poll(2) for `events` on each descriptor; each one's revents.
+fn poll_events(fds: &[RawFd], events: libc::c_short, timeout_ms: i32) -> io::Result<Vec<libc::c_short>> {
+    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events, revents: 0 }).collect();
     loop {
         // SAFETY: pfds is a valid array of pollfd of the length given.
         let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
         match cvt_i(r) {
-            Ok(_) => return Ok(pfds.iter().map(|p| p.revents != 0).collect()),
+            Ok(_) => return Ok(pfds.iter().map(|p| p.revents).collect()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
@@ -294,16 +298,8 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
 /// (or the connection is gone), even with data still unread before that:
 /// poll(2) for POLLRDHUP, at once.
 pub fn peer_closed(fd: RawFd) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
-    loop {
-        // SAFETY: p is one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, 0) };
-        match cvt_i(r) {
-            Ok(_) => return p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return true,
-        }
-    }
+    poll_events(&[fd], libc::POLLRDHUP, 0)
+        .map_or(true, |r| r[0] & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
 /// ppoll(2) for readability with a nanosecond timeout (None = wait for ever).

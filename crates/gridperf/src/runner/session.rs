@@ -123,22 +123,26 @@ impl Session {
             version: wire::PROTOCOL_VERSION,
             software: host::software(),
         })?;
-        if client_key().is_none() {
-            // nothing to prove: the request may follow the hello at once (an
-            // agent that asks for a key refuses it, and the welcome says why)
-            s.welcome_due = true;
-            return Ok(s);
+        // with no key there is nothing to prove: the request may follow the
+        // hello at once (an agent that asks for a key refuses it, and the
+        // welcome, read before the answer, says why); with one, the
+        // challenge is answered first
+        s.welcome_due = true;
+        if client_key().is_some() {
+            s.welcome_if_due()?;
         }
-        s.welcome()?;
         Ok(s)
     }
 
-    /// Reads the agent's welcome: its magic, version and, if it asks for
-    /// one, its challenge (answered with this client's key).
-    fn welcome(&mut self) -> Result<()> {
+    /// Reads the agent's welcome if it has not been read: its magic,
+    /// version and, if it asks for one, its challenge (answered with this
+    /// client's key).
+    fn welcome_if_due(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.welcome_due) {
+            return Ok(());
+        }
         let addr = self.addr;
-        let s = self;
-        match s.read_answer(s.deadlines.control)? {
+        match self.read_answer(self.deadlines.control)? {
             AgentMsg::Welcome { magic, version, software, challenge } => {
                 if magic != wire::MAGIC {
                     return Err(Error::network(format!("{addr} is not a gridperf agent")));
@@ -150,9 +154,9 @@ impl Session {
                         wire::PROTOCOL_VERSION
                     )));
                 }
-                s.agent_software = software;
+                self.agent_software = software;
                 if let Some(c) = challenge {
-                    s.authenticate(&c)?;
+                    self.authenticate(&c)?;
                 }
                 Ok(())
             }
@@ -203,10 +207,9 @@ impl Session {
     fn send(&mut self, msg: &ClientMsg) -> Result<()> {
         let sent =
             wire::write_msg(&mut self.ctl, msg).map_err(|e| Error::network(format!("agent at {}: {e}", self.addr)));
-        if sent.is_err() && self.welcome_due {
+        if sent.is_err() {
             // an agent that refused the hello has closed: its answer says why
-            self.welcome_due = false;
-            self.welcome()?;
+            self.welcome_if_due()?;
         }
         sent
     }
@@ -216,10 +219,7 @@ impl Session {
     }
 
     fn recv_within(&mut self, within: Duration) -> Result<AgentMsg> {
-        if self.welcome_due {
-            self.welcome_due = false;
-            self.welcome()?;
-        }
+        self.welcome_if_due()?;
         self.read_answer(within)
     }
 
