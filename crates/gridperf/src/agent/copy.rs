@@ -261,9 +261,7 @@ fn sources_of(
             Ok((found, skip)) => {
                 sources.extend(found);
                 for (path, why) in &skip {
-                    if shared.cfg.log {
-                        eprintln!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path));
-                    }
+                    shared.log.line(&format!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path)));
                 }
             }
             Err(e) => return Err(send_error(ctl, ErrorCode::Refused, format!("{}: {e}", wire::printable(&f.path)))),
@@ -318,9 +316,7 @@ fn send_to_agent(
         Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-to, got {other:?}"))),
         Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for copy-to: {e}"))),
     };
-    if shared.cfg.log {
-        eprintln!("gridperf serve: {peer}: copy sends {} files to the agent at {to}", infos.len());
-    }
+    shared.log.line(&format!("gridperf serve: {peer}: copy sends {} files to the agent at {to}", infos.len()));
     let (budget, plan) = pool_plan(spec);
     let dial = dp::Dial {
         window: spec.window,

@@ -9,6 +9,7 @@
 //! own: [`echo`] (rtt, transfer), [`stream`], [`fanout`]. Any failure of
 //! one client ends that client's connection only; the accept loop goes on.
 
+pub mod conns;
 pub(crate) mod copy;
 mod data;
 pub mod echo;
@@ -25,9 +26,9 @@ use slots::Slots;
 use socket2::{Domain, Socket, Type};
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -234,18 +235,18 @@ pub(crate) struct Shared {
     cfg: AgentConfig,
     slots: Mutex<Slots>,
     freed: Condvar,
-    connections: AtomicUsize,
-    /// Control connections open per client address.
-    per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// The control connections open: in all, per address, per network.
+    conns: Arc<conns::ConnTable>,
+    /// Addresses that failed to authenticate, and their back-off.
+    pub(crate) penalties: conns::Penalties,
+    /// The agent's log (limited: a flood of refusals is summarised).
+    pub(crate) log: conns::Log,
     /// When each client address started its tests of the last minute.
     started: Mutex<HashMap<IpAddr, std::collections::VecDeque<Instant>>>,
     tests_done: AtomicUsize,
     /// What `serve --metrics` exposes.
     pub(crate) metrics: Arc<metrics::Metrics>,
     stop: Arc<AtomicBool>,
-    /// A clone of every open control connection, to shut them down on stop.
-    live: Mutex<HashMap<u64, TcpStream>>,
-    next_id: AtomicU64,
 }
 
 impl Shared {
@@ -255,21 +256,6 @@ impl Shared {
     }
     pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
-    }
-}
-
-/// Counts a control connection while it lives; forgets it on drop.
-struct ConnGuard {
-    shared: Arc<Shared>,
-    id: u64,
-    ip: IpAddr,
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
-        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
-        self.shared.release_address(self.ip);
     }
 }
 
@@ -294,17 +280,6 @@ impl Shared {
         }
         v.push_back(now);
         None
-    }
-
-    /// One control connection of `ip` fewer.
-    fn release_address(&self, ip: IpAddr) {
-        let mut per = self.per_address.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = per.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                per.remove(&ip);
-            }
-        }
     }
 }
 
@@ -362,18 +337,19 @@ impl Agent {
                 Err(e) => return Err(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))),
             }
         }
+        let limits = conns::ConnLimits::with_network(cfg.max_connections, cfg.max_per_address);
+        let log = conns::Log::new(cfg.log);
         let shared = Arc::new(Shared {
             cfg,
             slots: Mutex::new(Slots { running: 0, waiting: 0 }),
             freed: Condvar::new(),
-            connections: AtomicUsize::new(0),
-            per_address: Mutex::new(HashMap::new()),
+            conns: conns::ConnTable::new(limits),
+            penalties: conns::Penalties::default(),
+            log,
             started: Mutex::new(HashMap::new()),
             tests_done: AtomicUsize::new(0),
             metrics: Arc::new(metrics::Metrics::default()),
             stop: Arc::new(AtomicBool::new(false)),
-            live: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
         });
         Ok(Agent { listeners, shared })
     }
@@ -433,65 +409,68 @@ impl Agent {
                     );
                     continue;
                 }
-                {
-                    let mut per = shared.per_address.lock().unwrap_or_else(PoisonError::into_inner);
-                    let n = per.entry(ip).or_insert(0);
-                    if *n >= shared.cfg.max_per_address {
-                        let open = *n;
-                        drop(per);
-                        shared.metrics.refused(metrics::Refusal::PerAddress);
-                        refuse_at_once(
-                            stream,
-                            format!(
-                                "{ip} has {open} control connections open here, the agent's limit per address \
-                                 (serve --max-per-address); try again later"
-                            ),
-                            ErrorCode::Busy,
-                        );
-                        continue;
-                    }
-                    *n += 1;
-                }
-                if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
-                    shared.connections.fetch_sub(1, Ordering::SeqCst);
-                    shared.release_address(ip);
-                    shared.metrics.refused(metrics::Refusal::Connections);
+                if let Some(wait) = shared.penalties.waiting(ip, Instant::now()) {
+                    // failed to authenticate a moment ago: refused without a word to the log
+                    shared.metrics.refused(metrics::Refusal::Auth);
                     refuse_at_once(
                         stream,
-                        format!(
-                            "the agent has {} control connections open, its limit (serve --max-connections); try again later",
-                            shared.cfg.max_connections
-                        ),
+                        format!("{ip} failed to authenticate: wait {:.1} s before trying again", wait.as_secs_f64()),
                         ErrorCode::Busy,
                     );
                     continue;
                 }
-                let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
-                if let Ok(clone) = stream.try_clone() {
-                    shared.live.lock().unwrap_or_else(PoisonError::into_inner).insert(id, clone);
-                }
-                let guard = ConnGuard { shared, id, ip };
+                let admitted = match shared.conns.admit(ip, stream.try_clone().ok()) {
+                    Ok(a) => a,
+                    Err(r) => {
+                        let (why, message) = match r {
+                            conns::Refused::PerAddress(n) => (
+                                metrics::Refusal::PerAddress,
+                                format!(
+                                    "{ip} has {n} control connections open here, the agent's limit per address \
+                                     (serve --max-per-address); try again later"
+                                ),
+                            ),
+                            conns::Refused::PerNetwork(n) => (
+                                metrics::Refusal::PerAddress,
+                                format!(
+                                    "the network of {ip} has {n} control connections open here, the agent's limit \
+                                     per /24 or /64 (a quarter of serve --max-connections); try again later"
+                                ),
+                            ),
+                            conns::Refused::Full(n) => (
+                                metrics::Refusal::Connections,
+                                format!(
+                                    "the agent has {n} control connections open, its limit (serve --max-connections); try again later"
+                                ),
+                            ),
+                        };
+                        shared.metrics.refused(why);
+                        refuse_at_once(stream, message, ErrorCode::Busy);
+                        continue;
+                    }
+                };
                 let spawned = thread::Builder::new().name(format!("gridperf-client-{peer}")).spawn(move || {
-                    let shared = guard.shared.clone();
                     let closer = stream.try_clone().ok();
-                    if let Err(e) = session::serve(&shared, stream, peer) {
-                        if shared.cfg.log {
-                            // a client's words in the log: one line, no escape codes
-                            eprintln!("gridperf serve: {peer}: {}", gridperf_core::wire::printable(&e.to_string()));
-                        }
+                    if let Err(e) = session::serve(&shared, stream, peer, &admitted) {
+                        // a client's words in the log: one line, no escape codes
+                        shared.log.line(&format!(
+                            "gridperf serve: {peer}: {}",
+                            gridperf_core::wire::printable(&e.to_string())
+                        ));
                         if let Some(c) = closer {
                             session::close_after_error(c);
                         }
                     }
-                    drop(guard);
+                    drop(admitted);
                 });
                 match spawned {
                     Ok(h) => handles.push(h),
-                    // the closure, and the guard in it, are dropped: the count goes back
+                    // the closure, and the admission in it, are dropped: the count goes back
                     Err(e) => eprintln!("gridperf serve: cannot start a thread for {peer}: {e}"),
                 }
             }
             handles.retain(|h| !h.is_finished());
+            self.shared.log.tick();
         }
         // tests in progress see the stop flag within a few milliseconds and tell
         // their clients; after a grace period, wake every client thread still
@@ -501,9 +480,7 @@ impl Agent {
         while handles.iter().any(|h| !h.is_finished()) && Instant::now() < grace {
             thread::sleep(Duration::from_millis(10));
         }
-        for s in self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).values() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
+        self.shared.conns.shut_all();
         for h in handles {
             let _ = h.join();
         }

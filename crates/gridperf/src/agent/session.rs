@@ -13,6 +13,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+/// The longest a client may take from connecting to its request (its
+/// hello and key included), whatever `serve --control-timeout` says: a
+/// connection that has not asked for its test is one a silent client may
+/// hold.
+pub(crate) const PRE_SESSION: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Why a client's connection ended: with the client already told, or not yet.
 pub(crate) enum Fail {
     Told(String),
@@ -139,15 +145,21 @@ fn authenticate(
 }
 
 /// Serves one control connection, start to end.
-pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Result<(), Fail> {
+pub(super) fn serve(
+    shared: &Shared,
+    mut ctl: TcpStream,
+    peer: SocketAddr,
+    admitted: &super::conns::Admitted,
+) -> Result<(), Fail> {
     let setup = |ctl: &TcpStream| -> io::Result<()> {
         ctl.set_nonblocking(false)?;
         ctl.set_nodelay(true)?;
         ctl.set_write_timeout(Some(shared.cfg.control_timeout))
     };
     setup(&ctl).map_err(|e| e.to_string())?;
-    // hello and request, both within one control timeout
-    let until = Instant::now() + shared.cfg.control_timeout;
+    // hello, the key and the request, all within one control timeout (at
+    // most PRE_SESSION): until then the connection may be cut to make room
+    let until = Instant::now() + shared.cfg.control_timeout.min(PRE_SESSION);
 
     match ctl::read_msg_by::<ClientMsg>(&ctl, until) {
         Ok(ClientMsg::Hello { magic, version, software }) => {
@@ -194,7 +206,17 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
         }
     };
     if let (Some(keys), Some(nonce)) = (&shared.cfg.auth, nonce) {
-        session_secret = Some(authenticate(&mut ctl, keys, &nonce, until).map_err(counted(Refusal::Auth))?);
+        match authenticate(&mut ctl, keys, &nonce, until) {
+            Ok(secret) => {
+                shared.penalties.forgive(peer.ip());
+                session_secret = Some(secret);
+            }
+            Err(f) => {
+                // the address waits before its next try: failing costs it, not the agent
+                shared.penalties.fail(peer.ip(), Instant::now());
+                return Err(counted(Refusal::Auth)(f));
+            }
+        }
     }
 
     let req = read_request(&mut ctl, until).map_err(counted(Refusal::BadRequest))?;
@@ -222,10 +244,10 @@ pub(super) fn serve(shared: &Shared, mut ctl: TcpStream, peer: SocketAddr) -> Re
             ));
         }
     }
+    // a client that asked for a test it may run is one: never cut to make room
+    admitted.settle();
     let _slot = slots::take(shared, &mut ctl, req.queue_ms).map_err(counted(Refusal::Busy))?;
-    if shared.cfg.log {
-        eprintln!("gridperf serve: {peer}: {}", req.test.describe());
-    }
+    shared.log.line(&format!("gridperf serve: {peer}: {}", req.test.describe()));
     let (kind, began) = (req.test.kind_name(), Instant::now());
     shared.metrics.begin();
     let result = match &req.test {

@@ -8,6 +8,7 @@
 //! (`X-Prometheus-Scrape-Timeout-Seconds`). Every HTTP read and write has a
 //! deadline; a client that says nothing is dropped.
 
+use crate::agent::conns::{ConnLimits, ConnTable};
 use crate::agent::metrics::{family, Metrics};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -18,8 +19,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// HTTP connections served at once; more are told 503 at once.
-pub const MAX_HTTP: usize = 16;
+/// HTTP connections served at once; more are told 503 at once (unless one
+/// still reading its head can be cut to make room).
+pub const MAX_HTTP: usize = 32;
+/// From one address, and from one /24 or /64 (a Prometheus probing many
+/// targets through this agent scrapes it many times at once).
+pub const MAX_HTTP_PER_ADDRESS: usize = 16;
+pub const MAX_HTTP_PER_NETWORK: usize = 32;
+/// The longest scrape timeout a probe takes from Prometheus' header (more
+/// is taken as this).
+pub const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The longest a module's measurement may last.
 pub const MAX_PROBE: Duration = Duration::from_secs(10);
 /// What a probe needs beyond its measurement: starting gridperf,
@@ -129,7 +138,7 @@ pub struct Exporter {
     pub max_tests: usize,
     pub probes: Option<(ProbeConfig, Vec<Checked>)>,
     probing: AtomicUsize,
-    http: AtomicUsize,
+    http: Arc<ConnTable>,
     probes_refused: AtomicU64,
     probes_run: AtomicU64,
 }
@@ -141,7 +150,11 @@ impl Exporter {
             max_tests,
             probes,
             probing: AtomicUsize::new(0),
-            http: AtomicUsize::new(0),
+            http: ConnTable::new(ConnLimits {
+                total: MAX_HTTP,
+                per_address: MAX_HTTP_PER_ADDRESS,
+                per_network: MAX_HTTP_PER_NETWORK,
+            }),
             probes_refused: AtomicU64::new(0),
             probes_run: AtomicU64::new(0),
         }
@@ -152,34 +165,36 @@ impl Exporter {
         let _ = listener.set_nonblocking(true);
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
-                Ok((s, _)) => {
-                    if self.http.fetch_add(1, Ordering::SeqCst) >= MAX_HTTP {
-                        self.http.fetch_sub(1, Ordering::SeqCst);
+                Ok((s, peer)) => {
+                    let Ok(admitted) = self.http.admit(peer.ip(), s.try_clone().ok()) else {
                         shed(&s);
                         continue;
-                    }
+                    };
                     let me = self.clone();
-                    let spawned = std::thread::Builder::new().name("gridperf-metrics".into()).spawn(move || {
-                        me.handle(s);
-                        me.http.fetch_sub(1, Ordering::SeqCst);
+                    // the admission leaves the table however the handler ends (a panic too)
+                    let _ = std::thread::Builder::new().name("gridperf-metrics".into()).spawn(move || {
+                        me.handle(s, &admitted);
                     });
-                    if spawned.is_err() {
-                        self.http.fetch_sub(1, Ordering::SeqCst);
-                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+        self.http.shut_all();
     }
 
-    fn handle(&self, s: TcpStream) {
+    fn handle(&self, s: TcpStream, admitted: &crate::agent::conns::Admitted) {
         let _ = s.set_nonblocking(false);
         let _ = s.set_write_timeout(Some(HTTP_TIMEOUT));
-        let Some((path, query, headers)) = read_head(&s) else {
+        let Some(head) = read_head(&s) else {
             respond(&s, 400, "text/plain", "a request is GET PATH HTTP/1.1 and its headers, within 8 KiB and 5 s\n");
             return;
         };
+        let Ok(Request { path, query, headers }) = parse_head(&head) else {
+            respond(&s, 400, "text/plain", "a request is GET PATH HTTP/1.1 and its headers, within 8 KiB and 5 s\n");
+            return;
+        };
+        admitted.settle();
         match path.as_str() {
             "/metrics" => {
                 let mut body = self.metrics.render(self.max_tests);
@@ -208,12 +223,7 @@ impl Exporter {
                 respond(&s, 200, "text/plain; version=0.0.4; charset=utf-8", &body);
             }
             "/probe" => {
-                let timeout = headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case("x-prometheus-scrape-timeout-seconds"))
-                    .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-                    .filter(|t| t.is_finite() && *t > 0.0)
-                    .map(Duration::from_secs_f64);
+                let timeout = scrape_timeout(&headers);
                 match self.probe(&query, timeout) {
                     Ok(body) => respond(&s, 200, "text/plain; version=0.0.4; charset=utf-8", &body),
                     Err((code, why)) => {
@@ -453,11 +463,19 @@ pub fn figures(test: &str, v: &Value) -> String {
     o
 }
 
-/// Reads a request head: (path, query pairs, headers), within MAX_HEAD bytes and HTTP_TIMEOUT.
 /// Name and value pairs (a query's, or a request's headers).
 type Pairs = Vec<(String, String)>;
 
-fn read_head(mut s: &TcpStream) -> Option<(String, Pairs, Pairs)> {
+/// A request's head, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub path: String,
+    pub query: Pairs,
+    pub headers: Pairs,
+}
+
+/// Reads a request head, through its blank line, within MAX_HEAD bytes and HTTP_TIMEOUT.
+fn read_head(mut s: &TcpStream) -> Option<Vec<u8>> {
     let until = Instant::now() + HTTP_TIMEOUT;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
@@ -470,13 +488,23 @@ fn read_head(mut s: &TcpStream) -> Option<(String, Pairs, Pairs)> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let text = String::from_utf8_lossy(&buf);
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    if first.next()? != "GET" {
-        return None;
+    Some(buf)
+}
+
+/// Parses a GET request's head (any bytes: what a client sent). Only GET
+/// is served; the query's pairs and the headers are decoded as far as
+/// they go, and never panic.
+pub fn parse_head(buf: &[u8]) -> std::result::Result<Request, &'static str> {
+    if buf.len() > MAX_HEAD {
+        return Err("a head beyond 8 KiB");
     }
-    let target = first.next()?;
+    let text = String::from_utf8_lossy(buf);
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next().ok_or("no request line")?.split(' ');
+    if first.next() != Some("GET") {
+        return Err("not GET");
+    }
+    let target = first.next().ok_or("no path")?;
     let (path, q) = target.split_once('?').unwrap_or((target, ""));
     let query = q
         .split('&')
@@ -490,7 +518,19 @@ fn read_head(mut s: &TcpStream) -> Option<(String, Pairs, Pairs)> {
         .take_while(|l| !l.is_empty())
         .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
         .collect();
-    Some((path.to_string(), query, headers))
+    Ok(Request { path: path.to_string(), query, headers })
+}
+
+/// Prometheus' scrape timeout from its header: a positive number of
+/// seconds, at most MAX_SCRAPE_TIMEOUT (a larger one, 2e19 say, is taken
+/// as that; nonsense is taken as no header).
+pub fn scrape_timeout(headers: &[(String, String)]) -> Option<Duration> {
+    let t = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("x-prometheus-scrape-timeout-seconds"))
+        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        .filter(|t| t.is_finite() && *t > 0.0)?;
+    Some(Duration::try_from_secs_f64(t).unwrap_or(MAX_SCRAPE_TIMEOUT).min(MAX_SCRAPE_TIMEOUT))
 }
 
 /// A URL query component, %XX and + decoded.
@@ -563,6 +603,28 @@ mod tests {
         assert!(cfg.allows("10.1.2.3") && cfg.allows("10.1.2.3:6000"));
         assert!(cfg.allows("dtn2.example") && cfg.allows("dtn2.example:5301") && cfg.allows("dtn3.example:6000"));
         assert!(!cfg.allows("dtn3.example") && !cfg.allows("11.0.0.1") && !cfg.allows("evil.example"));
+    }
+
+    #[test]
+    fn a_scrape_timeout_of_any_size_is_read_without_a_panic() {
+        let h = |v: &str| vec![("X-Prometheus-Scrape-Timeout-Seconds".to_string(), v.to_string())];
+        assert_eq!(scrape_timeout(&h("2e19")), Some(MAX_SCRAPE_TIMEOUT));
+        assert_eq!(scrape_timeout(&h("1e300")), Some(MAX_SCRAPE_TIMEOUT));
+        assert_eq!(scrape_timeout(&h("9.5")), Some(Duration::from_millis(9500)));
+        for bad in ["inf", "NaN", "-1", "0", "x", ""] {
+            assert_eq!(scrape_timeout(&h(bad)), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_head_is_parsed_from_any_bytes() {
+        let r = parse_head(b"GET /probe?target=a%3A1&module=m HTTP/1.1\r\nHost: x\r\n\r\n").expect("a GET");
+        assert_eq!(r.path, "/probe");
+        assert_eq!(r.query, vec![("target".into(), "a:1".into()), ("module".into(), "m".into())]);
+        assert_eq!(r.headers, vec![("Host".into(), "x".into())]);
+        assert!(parse_head(b"POST / HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse_head(b"\xff\xfe%").is_err());
+        assert!(parse_head(b"GET").is_err());
     }
 
     #[test]

@@ -465,3 +465,68 @@ fn a_copy_client_that_says_go_and_leaves_before_its_connections_frees_the_slot_a
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A connection to `to` from the loopback address `from` (127.0.0.x).
+fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    s.bind(&std::net::SocketAddr::from((from, 0)).into()).expect("bind the source");
+    s.connect(&to.into()).expect("connect");
+    s.into()
+}
+
+#[test]
+fn silent_connections_from_nine_addresses_do_not_lock_a_client_out() {
+    // 8 silent control connections from each of 9 addresses (72, past
+    // --max-connections 64): the real client, once they are no longer new,
+    // takes the place of the oldest silent one and runs its test
+    let agent = TestAgent::with(|c| c.max_connections = 64);
+    let mut silent = Vec::new();
+    for a in 2..=10u8 {
+        for _ in 0..8 {
+            silent.push(connect_from(std::net::Ipv4Addr::new(127, 0, 0, a), agent.addr));
+        }
+    }
+    std::thread::sleep(gridperf::agent::conns::SETTLE_GRACE + Duration::from_millis(200));
+    for _ in 0..3 {
+        still_serves(&agent);
+    }
+    drop(silent);
+}
+
+#[test]
+fn failed_authentications_are_slowed_down_at_the_door() {
+    use gridperf_core::auth::{hex, Key};
+    let key = Key::new("alice", [7u8; 32]).expect("key");
+    let agent = TestAgent::with(move |c| c.auth = Some(std::sync::Arc::new(vec![key])));
+    let wrong = Key::new("alice", [8u8; 32]).expect("key");
+    // 2 s of wrong answers from one address, as fast as the agent answers
+    let (mut challenged, mut at_the_door) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let mut s = raw(&agent);
+        match hello(&mut s, PROTOCOL_VERSION) {
+            AgentMsg::Welcome { challenge: Some(c), .. } => {
+                challenged += 1;
+                let n = gridperf_core::auth::unhex(&c).expect("hex");
+                let mine = [1u8; 32];
+                let bad =
+                    ClientMsg::Auth { key: "alice".into(), nonce: hex(&mine), proof: wrong.client_proof(&n, &mine) };
+                wire::write_msg(&mut s, &bad).expect("auth");
+                expect_error(wire::read_msg(&mut s).expect("answer"), ErrorCode::Refused);
+            }
+            AgentMsg::Error { code: ErrorCode::Busy, message } => {
+                assert!(message.contains("failed to authenticate: wait"), "{message}");
+                at_the_door += 1;
+            }
+            other => panic!("expected a challenge or the back-off, got {other:?}"),
+        }
+    }
+    // the back-off doubles from 0.1 s after two free failures: 0.1+0.2+0.4+0.8 s take the 2 s
+    assert!(challenged <= 8, "{challenged} challenged, {at_the_door} refused at the door");
+    assert!(at_the_door > 10 * challenged, "{challenged} challenged, {at_the_door} refused at the door");
+    // another address is not held back
+    let mut s = connect_from(std::net::Ipv4Addr::new(127, 0, 0, 9), agent.addr);
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    assert!(matches!(hello(&mut s, PROTOCOL_VERSION), AgentMsg::Welcome { challenge: Some(_), .. }));
+}
