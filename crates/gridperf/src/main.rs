@@ -70,7 +70,7 @@ fn main() {
     let key =
         if cli.command.reaches_agents() { gridperf::runner::load_client_key(cli.key.as_deref()) } else { Ok(None) };
     let result = key.and_then(|k| {
-        gridperf::runner::set_client_key(k);
+        gridperf::runner::set_client_key(k, cli.key.is_some() && !cli.insecure);
         dispatch(cli.command)
     });
     match result {

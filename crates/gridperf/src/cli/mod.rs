@@ -34,6 +34,10 @@ pub struct Cli {
     /// The key to prove to an agent that asks for one (serve --auth); default ~/.config/gridperf/key if it exists.
     #[arg(long, global = true, value_name = "FILE")]
     pub key: Option<std::path::PathBuf>,
+    /// With --key: still use an agent that asks for no key (by default one
+    /// that does not prove it holds the key is refused: not the agent meant).
+    #[arg(long, global = true)]
+    pub insecure: bool,
 }
 
 #[derive(Subcommand)]

@@ -127,20 +127,20 @@ impl Network {
                 let name = format!("{prefix}{}", std::process::id() % 100_000);
                 let run = LabRun::start_serving(spec_for(&name, profile, sets)?, agent_args)?;
                 Ok(Prepared {
-                    target: Target { agent: Endpoint::Remote(run.agent), lab: Some(run.name.clone()) },
+                    target: Target { agent: Endpoint::Remote(run.agent), lab: Some(run.name.clone()), own: true },
                     notes: vec![format!("across lab {} ({})", run.name, run.description)],
                     path_rate_bps: crate::lab::state(&run.name).and_then(|s| s.spec.ab.rate_bps),
                     _lab: Some(run),
                 })
             }
             Network::Host { addr, .. } => Ok(Prepared {
-                target: Target { agent: Endpoint::Remote(*addr), lab: watched },
+                target: Target { agent: Endpoint::Remote(*addr), lab: watched, own: false },
                 notes: Vec::new(),
                 path_rate_bps: None,
                 _lab: None,
             }),
             Network::Local => Ok(Prepared {
-                target: Target { agent: Endpoint::Local(faults), lab: watched },
+                target: Target { agent: Endpoint::Local(faults), lab: watched, own: true },
                 notes: Vec::new(),
                 path_rate_bps: None,
                 _lab: None,
@@ -176,15 +176,17 @@ pub struct Target {
     /// The lab whose emulator the test crosses: its health is read before
     /// and after, and a run it could not keep up with is marked invalid.
     pub lab: Option<String>,
+    /// This process started the agent (a lab's, brought up for the run).
+    pub own: bool,
 }
 
 impl Target {
     pub fn remote(addr: SocketAddr) -> Target {
-        Target { agent: Endpoint::Remote(addr), lab: None }
+        Target { agent: Endpoint::Remote(addr), lab: None, own: false }
     }
 
     pub fn local() -> Target {
-        Target { agent: Endpoint::Local(Faults::default()), lab: None }
+        Target { agent: Endpoint::Local(Faults::default()), lab: None, own: true }
     }
 
     /// Reaches the agent (starting the local one), says hello, and notes
@@ -200,7 +202,12 @@ impl Target {
             }
         };
         let lab = self.lab.as_deref().map(LabWatch::start);
-        let session = Session::connect(addr, deadlines)?;
+        // an agent this process started (its own, a lab's) proves nothing
+        let session = if local.is_some() || self.own {
+            Session::connect_own(addr, deadlines)?
+        } else {
+            Session::connect(addr, deadlines)?
+        };
         Ok(Opened { session, addr, label, started, lab, _local: local })
     }
 }

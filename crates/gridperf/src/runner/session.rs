@@ -49,9 +49,21 @@ pub fn load_client_key(given: Option<&std::path::Path>) -> Result<Option<auth::K
     auth::Key::parse_client_file(&text).map(Some).map_err(what)
 }
 
-/// Sets the key for every session of this process (once; later calls do nothing).
-pub fn set_client_key(key: Option<auth::Key>) {
+/// Whether an agent this process did not start must prove it holds the
+/// key: set once, with the key; true when --key was given (and not
+/// --insecure).
+static AGENT_MUST_PROVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Sets the key for every session of this process (once; later calls do
+/// nothing), and whether an agent must prove it too (`must_prove`: the
+/// user gave --key, so an agent that asks for none is not the one meant).
+pub fn set_client_key(key: Option<auth::Key>, must_prove: bool) {
     let _ = CLIENT_KEY.set(key);
+    let _ = AGENT_MUST_PROVE.set(must_prove);
+}
+
+fn agent_must_prove() -> bool {
+    AGENT_MUST_PROVE.get().copied().unwrap_or(false)
 }
 
 fn client_key() -> Option<&'static auth::Key> {
@@ -84,6 +96,9 @@ pub struct Session {
     welcome_due: bool,
     /// Finish was sent ahead of the test's last answers ([`Session::finish_ahead`]).
     finish_sent: bool,
+    /// The agent must ask for the key and prove it holds it (--key was
+    /// given, and this process did not start the agent itself).
+    must_prove: bool,
 }
 
 /// What the agent said when it was ready: where its data sockets are, the
@@ -97,7 +112,19 @@ pub struct Ready {
 }
 
 impl Session {
+    /// Reaches an agent the user named: with --key given it must prove it
+    /// holds the key (an agent that asks for none is refused, unless --insecure).
     pub fn connect(addr: SocketAddr, deadlines: Deadlines) -> Result<Session> {
+        Session::open(addr, deadlines, agent_must_prove())
+    }
+
+    /// Reaches an agent this process started itself (its loopback agent, a
+    /// lab's): nobody else's, so nothing to prove.
+    pub fn connect_own(addr: SocketAddr, deadlines: Deadlines) -> Result<Session> {
+        Session::open(addr, deadlines, false)
+    }
+
+    fn open(addr: SocketAddr, deadlines: Deadlines, must_prove: bool) -> Result<Session> {
         let ctl = TcpStream::connect_timeout(&addr, deadlines.connect).map_err(|e| {
             let hint = if e.kind() == std::io::ErrorKind::ConnectionRefused {
                 " (is `gridperf serve` running there, on this port?)"
@@ -117,6 +144,7 @@ impl Session {
             secret: None,
             welcome_due: false,
             finish_sent: false,
+            must_prove,
         };
         s.send(&ClientMsg::Hello {
             magic: wire::MAGIC.into(),
@@ -155,10 +183,15 @@ impl Session {
                     )));
                 }
                 self.agent_software = software;
-                if let Some(c) = challenge {
-                    self.authenticate(&c)?;
+                match challenge {
+                    Some(c) => self.authenticate(&c),
+                    None if self.must_prove => Err(Error::refused(format!(
+                        "the agent at {addr} asks for no key, but --key was given: an agent that holds the key \
+                         proves it, so this one is not the agent you meant, or something between the two \
+                         dropped its challenge; give --insecure to use an agent without keys"
+                    ))),
+                    None => Ok(()),
                 }
-                Ok(())
             }
             AgentMsg::Error { code, message } => Err(refused(code, message)),
             other => Err(Error::network(format!("unexpected answer to hello: {other:?}"))),

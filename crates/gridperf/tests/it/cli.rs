@@ -703,6 +703,24 @@ fn serve_auth_refuses_a_client_without_the_key_and_serves_one_with_it() {
     assert!(stderr(&o).contains("authentication failed for key \"bob\""), "{}", stderr(&o));
     let o = rtt(&["--key", &alice.to_string_lossy()]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // the proof is mutual: a client given --key refuses an agent that asks
+    // for no key (a fake, or a man in the middle that dropped the challenge)
+    let (_open, open_port) = serve(&[]);
+    let p = open_port.to_string();
+    let rtt_open = |extra: &[&str]| {
+        let mut a = vec!["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-n", "10", "--no-store"];
+        a.extend_from_slice(extra);
+        Command::new(BIN).args(&a).env("HOME", &d).output().expect("rtt")
+    };
+    let o = rtt_open(&["--key", &alice.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("asks for no key, but --key was given"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--insecure"), "{}", stderr(&o));
+    let o = rtt_open(&["--key", &alice.to_string_lossy(), "--insecure"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // without --key (a key kept in the default place or none) an open agent is used as before
+    let o = rtt_open(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
 

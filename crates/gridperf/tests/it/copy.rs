@@ -715,6 +715,25 @@ fn an_agent_that_requires_encryption_refuses_a_plain_copy_and_binds_the_keys_to_
     let v = json(&copy_pull(&p, key.to_str().expect("p"), back.to_str().expect("p")));
     assert_eq!(v["direction"], "pull");
     assert!(std::fs::read(&back).expect("pulled") == data);
+    // an agent that asks for no key (a fake beside the real one) gets no byte from a client with --key
+    let fake_root = d.join("fake");
+    std::fs::create_dir_all(&fake_root).expect("fake root");
+    let (_fake, fake_port) = crate::serve_on("127.0.0.1", &["--root", fake_root.to_str().expect("p")]);
+    let fp = fake_port.to_string();
+    let o = run(&[
+        "copy",
+        src.to_str().expect("p"),
+        "127.0.0.1:taken.dat",
+        "--port",
+        &fp,
+        "--key",
+        key.to_str().expect("p"),
+        "--encrypt",
+        "--no-store",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("asks for no key, but --key was given"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_dir(&fake_root).expect("fake root").count(), 0, "nothing reached the fake agent");
     let _ = std::fs::remove_dir_all(&d);
 }
 
