@@ -88,7 +88,25 @@ pub const MAX_PAIRS: usize = 16;
 /// The most data connections one copy may open over its life.
 pub const MAX_COPY_CONNECTIONS: u32 = 1024;
 
+/// Connections beyond the streams that a writing end runs at once: a
+/// restart's replacement may arrive before the connection it replaces has
+/// ended there.
+pub const RESTART_SLACK: u32 = 2;
+
 impl CopySpec {
+    /// The data connections the writing end runs at once, each with its
+    /// thread and block buffer (more wait for one to end): the streams, or
+    /// -P auto's most, and RESTART_SLACK, never more than the copy's
+    /// connections; a third-party destination runs every source's at once.
+    pub fn live_connections(&self) -> u32 {
+        let over_life = self.connections.max(self.streams);
+        if !self.senders.is_empty() {
+            return over_life;
+        }
+        let most = self.auto.map_or(self.streams, |(_, hi)| hi.max(self.streams));
+        most.saturating_add(RESTART_SLACK).min(over_life)
+    }
+
     pub fn validate(&self) -> Result<(), Refusal> {
         let unsupported = |m: String| Refusal { code: ErrorCode::Unsupported, message: m };
         if self.streams == 0 || self.streams > MAX_STREAMS {

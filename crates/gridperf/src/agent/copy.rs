@@ -82,7 +82,8 @@ pub(super) fn run(
     }
     let third_party = !spec.senders.is_empty();
     let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
-    let l = data::listener(local_ip, spec.window, spec.window, spec.streams as i32 * 2)
+    // room in the backlog for every connection that may run at once, and as many waiting
+    let l = data::listener(local_ip, spec.window, spec.window, spec.live_connections() as i32 * 2)
         .map_err(|e| format!("data listener: {e}"))?;
     let token = new_token(peer);
     let agent = host::end_info(None, false);
@@ -431,6 +432,8 @@ fn receive_all(
     let most = if spec.connections == 0 { spec.streams } else { spec.connections };
     let moved: Vec<AtomicU64> = (0..most).map(|_| AtomicU64::new(0)).collect();
     let mut seen: Vec<u32> = (0..socks.len() as u32).collect();
+    let live = spec.live_connections() as usize;
+    let mut waiting: std::collections::VecDeque<(u32, TcpStream)> = std::collections::VecDeque::new();
     let received = std::thread::scope(|scope| {
         let mut set = dp::ReceiveSet::new(scope, files, spec.block, idle, spec.window, keys, &moved);
         for (k, s) in socks.into_iter().enumerate() {
@@ -465,6 +468,11 @@ fn receive_all(
                     break Err(Fail::Told(format!("waiting on the copy's connections: {e}")));
                 }
             };
+            // connections beyond what runs at once wait, without a thread or a buffer, for one to end
+            while set.running() < live {
+                let Some((k, s)) = waiting.pop_front() else { break };
+                set.start(k, s);
+            }
             if ready[0] {
                 let mut fits = |h: &DataHello| h.kind == DataKind::Copy && h.index < most && !seen.contains(&h.index);
                 if let Some((h, s)) = data::accept_one(l, senders, token, &mut fits) {
@@ -473,7 +481,12 @@ fn receive_all(
                         continue;
                     }
                     seen.push(h.index);
-                    set.start(h.index, s);
+                    if set.running() < live {
+                        set.start(h.index, s);
+                    } else if waiting.len() < live {
+                        waiting.push_back((h.index, s));
+                    }
+                    // beyond both: closed (its blocks go again on another)
                 }
             }
             if !ready[1] {

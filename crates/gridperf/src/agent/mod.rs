@@ -119,6 +119,10 @@ pub struct SiteLimits {
     pub max_test_memory: Option<u64>,
 }
 
+/// What one connection's thread of a copy holds besides its block: the
+/// stack it touches and its TCP_INFO samples (4096 at most, about 100 bytes each).
+const COPY_THREAD: u64 = 512 << 10;
+
 /// What a test makes the agent hold, at most, in bytes: the buffers it
 /// allocates for each socket, the socket buffers it asks the kernel for
 /// (twice what is asked: the kernel doubles it), the intervals and the
@@ -144,9 +148,16 @@ pub fn test_memory(test: &gridperf_core::wire::Test) -> u64 {
             n.saturating_mul(own + samples + intervals + kernel(snd) + kernel(rcv))
         }
         Test::Fanout(f) => fanout::MAX_CONSUMERS as u64 * (f.size + kernel(f.buffer) * 2),
-        // a block buffer per stream, the socket buffers, the file list
-        // (at most a few hundred bytes a file)
-        Test::Copy(c) => u64::from(c.streams).saturating_mul(c.block + 2 * kernel(c.window)) + u64::from(c.files) * 512,
+        // per connection run at once: a block buffer (and its tag), the
+        // socket buffers, a thread's stack as touched and its TCP_INFO
+        // samples; as many again wait with their socket buffers only; the
+        // file list and each file's state (a few hundred bytes a file)
+        Test::Copy(c) => {
+            let live = u64::from(c.live_connections());
+            let per = c.block + 64 + 2 * kernel(c.window) + COPY_THREAD;
+            live.saturating_mul(per).saturating_add(live.saturating_mul(2 * kernel(c.window)))
+                + u64::from(c.files) * 512
+        }
     }
 }
 

@@ -530,3 +530,76 @@ fn failed_authentications_are_slowed_down_at_the_door() {
     s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     assert!(matches!(hello(&mut s, PROTOCOL_VERSION), AgentMsg::Welcome { challenge: Some(_), .. }));
 }
+
+/// A copy's request as a raw client sends it: a push of `files` files.
+fn push_spec(streams: u32, connections: u32, block: u64) -> gridperf_core::wire::CopySpec {
+    gridperf_core::wire::CopySpec {
+        direction: gridperf_core::wire::CopyDirection::Push,
+        files: 1,
+        streams,
+        block,
+        window: None,
+        congestion: None,
+        pacing_bps: None,
+        resume: false,
+        force: false,
+        checksum: None,
+        encrypt: None,
+        connections,
+        restart: false,
+        tail: false,
+        auto: None,
+        senders: Vec::new(),
+        join: false,
+    }
+}
+
+#[test]
+fn max_test_memory_bounds_a_copys_connections_and_the_agent_runs_no_more_than_it_counted() {
+    use gridperf_core::wire::CopyFile;
+    let root = std::env::temp_dir().join(format!("gridperf-test-copy-memory-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("root");
+    let (agent, port) =
+        crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("p"), "--max-test-memory", "64M"]);
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let ask = |spec| {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        assert!(matches!(hello(&mut s, PROTOCOL_VERSION), AgentMsg::Welcome { .. }));
+        wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Copy(spec) }))
+            .expect("request");
+        let m: AgentMsg = wire::read_msg(&mut s).expect("answer");
+        (s, m)
+    };
+    // 4 streams of 16 MiB blocks: 6 connections at once (2 for restarts) are 96 MiB: refused
+    let (_, m) = ask(push_spec(4, 32, 16 << 20));
+    let m = expect_error(m, ErrorCode::Refused);
+    assert!(m.contains("would hold up to") && m.contains("--max-test-memory"), "{m}");
+    // one stream, 32 connections over the copy, 16 MiB blocks: 32 threads
+    // and 512 MiB of blocks were let in under 64M; it now runs three at a
+    // time (what the limit counted), the others waiting without a thread
+    let (before, _) = crate::threads_and_fds(agent.id());
+    let (mut s, m) = ask(push_spec(1, 32, 16 << 20));
+    let AgentMsg::Ready { tcp_port: Some(data_port), token, .. } = m else { panic!("expected ready, got {m:?}") };
+    let files = vec![CopyFile { path: "big.dat".into(), size: 256 << 20, mtime_ns: 0, digest: None }];
+    wire::write_msg(&mut s, &ClientMsg::CopyFiles { files }).expect("files");
+    assert!(matches!(wire::read_msg(&mut s).expect("needs"), AgentMsg::CopyNeeds { .. }));
+    wire::write_msg(&mut s, &ClientMsg::StreamGo).expect("go");
+    let conns: Vec<TcpStream> = (0..32u32)
+        .map(|k| {
+            let to = std::net::SocketAddr::new(addr.ip(), data_port);
+            let mut c = TcpStream::connect_timeout(&to, Duration::from_secs(2)).expect("data");
+            let h = DataHello { token, kind: DataKind::Copy, index: k };
+            c.write_all(&h.encode()).expect("hello");
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let (during, _) = crate::threads_and_fds(agent.id());
+    // the client's session thread, the accept loop's, and at most 3 streams
+    assert!(during <= before + 5, "{before} threads before, {during} with 32 connections open");
+    drop(conns);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&root);
+}
