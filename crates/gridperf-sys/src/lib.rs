@@ -1159,6 +1159,28 @@ pub fn rename_in(dir: &impl AsRawFd, from: &str, to: &str) -> io::Result<()> {
     }
 }
 
+/// renameat2(2) with RENAME_NOREPLACE within `dir`: fails with
+/// AlreadyExists rather than replace what `to` names.
+pub fn rename_in_noreplace(dir: &impl AsRawFd, from: &str, to: &str) -> io::Result<()> {
+    let bad = |_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte");
+    let (f, t) = (CString::new(from).map_err(bad)?, CString::new(to).map_err(bad)?);
+    let (d, flags) = (dir.as_raw_fd(), libc::RENAME_NOREPLACE);
+    // SAFETY: both are NUL-terminated and the same directory descriptor is valid
+    cvt_i(unsafe { libc::renameat2(d, f.as_ptr(), d, t.as_ptr(), flags) }).map(|_| ())
+}
+
+/// renameat2(2) with RENAME_NOREPLACE of two paths: fails with
+/// AlreadyExists rather than replace what `to` names.
+pub fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = |_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte");
+    let f = CString::new(from.as_os_str().as_bytes()).map_err(bad)?;
+    let t = CString::new(to.as_os_str().as_bytes()).map_err(bad)?;
+    // SAFETY: both are NUL-terminated paths
+    cvt_i(unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) })
+        .map(|_| ())
+}
+
 /// unlinkat(2) of a plain name in `dir`; one that is gone already is fine.
 pub fn unlink_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
     let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;

@@ -97,28 +97,80 @@ const SETUP_S: f64 = 10.0;
 const MAX_INPUT: u64 = 16 << 20;
 
 /// The tool's configuration file (as the iperf3 tool's iperf3.conf): JSON,
-/// `{"agent-port": N}`, the port this host's `gridperf serve` agent
-/// listens on; GRIDPERF_PSCHEDULER_CONF names another file.
+/// `{"agent-port": N, "dest-root": DIR}`: the port this host's `gridperf
+/// serve` agent listens on, and the one directory disk-to-disk tests write
+/// into; GRIDPERF_PSCHEDULER_CONF names another file.
 pub const CONF: &str = "/etc/pscheduler/tool/gridperf/gridperf.conf";
 pub const CONF_ENV: &str = "GRIDPERF_PSCHEDULER_CONF";
+/// Where disk-to-disk tests write when the configuration names no dest-root.
+pub const DEFAULT_DEST_ROOT: &str = "/var/lib/gridperf-pscheduler";
 
-/// This host's agent port, from the tool's configuration (default 5301).
-fn agent_port() -> Result<u16> {
+/// The longest test this tool runs: a task submitter asks for any duration.
+pub const MAX_TEST_S: f64 = 86_400.0;
+/// The most round trips an rtt test asks for.
+pub const MAX_RTT_COUNT: u64 = 1_000_000;
+
+/// The tool's configuration, read afresh by each method (pScheduler runs each as a program).
+struct Conf {
+    agent_port: u16,
+    dest_root: std::path::PathBuf,
+}
+
+fn conf() -> Result<Conf> {
     let path = std::env::var(CONF_ENV).ok().filter(|p| !p.is_empty()).unwrap_or_else(|| CONF.to_string());
+    let mut c = Conf { agent_port: gridperf_core::wire::DEFAULT_PORT, dest_root: DEFAULT_DEST_ROOT.into() };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(gridperf_core::wire::DEFAULT_PORT),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(c),
         Err(e) => return Err(bad(format!("the tool's configuration {path}: {e}"))),
     };
     let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("the tool's configuration {path}: {e}")))?;
-    match v.get("agent-port") {
-        None => Ok(gridperf_core::wire::DEFAULT_PORT),
-        Some(p) => p
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|&p| p > 0)
-            .ok_or_else(|| bad(format!("the tool's configuration {path}: agent-port {p} is not a port (1-65535)"))),
+    if let Some(p) = v.get("agent-port") {
+        c.agent_port =
+            p.as_u64().and_then(|p| u16::try_from(p).ok()).filter(|&p| p > 0).ok_or_else(|| {
+                bad(format!("the tool's configuration {path}: agent-port {p} is not a port (1-65535)"))
+            })?;
     }
+    if let Some(d) = v.get("dest-root") {
+        let d = d
+            .as_str()
+            .filter(|d| d.starts_with('/'))
+            .ok_or_else(|| bad(format!("the tool's configuration {path}: dest-root {d} is not an absolute path")))?;
+        c.dest_root = d.into();
+    }
+    Ok(c)
+}
+
+/// This host's agent port, from the tool's configuration (default 5301).
+fn agent_port() -> Result<u16> {
+    conf().map(|c| c.agent_port)
+}
+
+/// Where a disk-to-disk test's `dest` lands: beneath the tool's dest-root
+/// (a relative dest is taken from there; an absolute one must lie beneath
+/// it), never through `..`. A task submitter names dest; the tool writes
+/// nowhere else (pScheduler's account may write elsewhere: the tool does not).
+fn dest_beneath(root: &std::path::Path, dest: &str) -> std::result::Result<std::path::PathBuf, String> {
+    use std::path::{Component, Path};
+    let p = Path::new(dest);
+    let rel = if p.is_absolute() {
+        p.strip_prefix(root).map_err(|_| {
+            format!(
+                "dest {dest} is outside the directory this tool writes into ({}, dest-root in {CONF}): give a path \
+                 beneath it, or a relative one",
+                root.display()
+            )
+        })?
+    } else {
+        p
+    };
+    if rel.as_os_str().is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(format!(
+            "dest {dest}: give a file's path beneath {} (no `..`, not the directory itself)",
+            root.display()
+        ));
+    }
+    Ok(root.join(rel))
 }
 
 pub use gridperf_core::units::{iso_duration as iso, iso_duration_seconds as iso_seconds};
@@ -160,21 +212,33 @@ fn test_of(v: &Value) -> Result<(String, Value)> {
     Ok((kind.to_string(), spec.clone()))
 }
 
-/// A spec's duration field in seconds, or what is wrong with it.
+/// A spec's duration field in seconds (at most MAX_TEST_S), or what is wrong with it.
 fn spec_seconds(spec: &Value, field: &str) -> Result<Option<f64>> {
     match spec.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => {
-            iso_seconds(s).map(Some).ok_or_else(|| bad(format!("{field} {s:?} is not an ISO 8601 duration (PT30S)")))
-        }
+        Some(Value::String(s)) => match iso_seconds(s) {
+            Some(x) if x.is_finite() && x <= MAX_TEST_S => Ok(Some(x)),
+            Some(_) => Err(bad(format!("{field} {s:?}: at most a day (PT{MAX_TEST_S:.0}S)"))),
+            None => Err(bad(format!("{field} {s:?} is not an ISO 8601 duration (PT30S)"))),
+        },
         Some(other) => Err(bad(format!("{field} {other} is not an ISO 8601 duration (PT30S)"))),
     }
 }
 
+/// A spec's whole-number field, within what the tool passes on.
 fn spec_u64(spec: &Value, field: &str) -> Result<Option<u64>> {
+    let most = match field {
+        "count" => MAX_RTT_COUNT,
+        "parallel" => u64::from(gridperf_core::wire::MAX_STREAMS),
+        _ => u64::from(u32::MAX),
+    };
     match spec.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| bad(format!("{field} {v} is not a whole number"))),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= most => Ok(Some(n)),
+            Some(n) => Err(bad(format!("{field} {n}: at most {most}"))),
+            None => Err(bad(format!("{field} {v} is not a whole number"))),
+        },
     }
 }
 
@@ -210,17 +274,41 @@ pub fn reasons(kind: &str, spec: &Value) -> Vec<String> {
                 out.push(e.message);
             }
         }
+        if let (Some(dest), Ok(c)) = (spec.get("dest").and_then(Value::as_str), conf()) {
+            if let Err(e) = dest_beneath(&c.dest_root, dest) {
+                out.push(e);
+            }
+        }
     }
     for f in ["duration", "interval", "omit", "timeout"] {
         if let Err(e) = spec_seconds(spec, f) {
             out.push(e.message);
         }
     }
+    for f in ["count", "parallel", "length", "window-size", "buffer-length", "bandwidth"] {
+        if let Err(e) = spec_u64(spec, f) {
+            out.push(e.message);
+        }
+    }
+    if let Err(e) = duration_s(kind, spec) {
+        out.push(e.message);
+    }
     out
 }
 
-/// How long the test takes, end to end, in seconds.
+/// How long the test takes, end to end, in seconds: at most MAX_TEST_S
+/// and the set-up (a longer one is refused, naming its field).
 pub fn duration_s(kind: &str, spec: &Value) -> Result<f64> {
+    let s = test_seconds(kind, spec)?;
+    if !(s <= MAX_TEST_S + SETUP_S) {
+        return Err(bad(format!(
+            "a {kind} test of {s:.0} s: this tool runs tests of at most a day (PT{MAX_TEST_S:.0}S)"
+        )));
+    }
+    Ok(s)
+}
+
+fn test_seconds(kind: &str, spec: &Value) -> Result<f64> {
     Ok(match kind {
         "throughput" => {
             spec_seconds(spec, "duration")?.unwrap_or(DEFAULT_THROUGHPUT_S) + spec_seconds(spec, "omit")?.unwrap_or(0.0)
@@ -326,11 +414,11 @@ fn command_of(kind: &str, spec: &Value, port: u16) -> Result<Vec<String>> {
             push(&port.to_string());
         }
         "disk-to-disk" => {
+            // into the run's own directory (the caller's `dest` is where it is moved after)
             let (src, src_port) = copy_source(spec["source"].as_str().unwrap_or_default())?;
             push("copy");
             push(&src);
-            push(&dest);
-            push("--force");
+            push(&format!("{dest}/"));
             push("--port");
             push(&src_port.unwrap_or(port).to_string());
             if let Some(n) = spec_u64(spec, "parallel")? {
@@ -496,22 +584,46 @@ pub fn copy_result(v: &Value, wall_s: f64, diags: &str) -> Value {
     out
 }
 
-/// Removes what a disk-to-disk test copied: the destination file, or the
-/// files the copy wrote beneath a destination directory (the copy names
-/// them from the destination's parent), nothing else.
-fn cleanup(dest: &std::path::Path, copy: &Value) {
-    if dest.is_file() {
-        let _ = std::fs::remove_file(dest);
-        return;
+/// A disk-to-disk test's own directory beneath the tool's dest-root: made
+/// 0700 for this run alone (the dest-root too, if missing; one others may
+/// write into, or a link, is refused). The copy lands here and nowhere else.
+fn run_dir(root: &std::path::Path) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let made = std::fs::DirBuilder::new().mode(0o700).recursive(true).create(root);
+    made.map_err(|e| bad(format!("the tool's dest-root {}: {e}", root.display())))?;
+    let m = std::fs::symlink_metadata(root).map_err(|e| bad(format!("dest-root {}: {e}", root.display())))?;
+    if !m.is_dir() || m.mode() & 0o022 != 0 || m.uid() != gridperf_sys::euid() {
+        return Err(bad(format!(
+            "the tool's dest-root {} must be a directory of this account's that others cannot write into",
+            root.display()
+        )));
     }
-    let base = dest.parent().unwrap_or(std::path::Path::new("."));
-    for f in copy["files"].as_array().into_iter().flatten() {
-        let Some(path) = f["path"].as_str().filter(|_| f["error"].is_null()) else { continue };
-        let p = base.join(path);
-        if p.starts_with(dest) && !path.split('/').any(|c| c == "..") && p.is_file() {
-            let _ = std::fs::remove_file(p);
-        }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = root.join(format!(".gridperf-run-{}-{nanos}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Where a disk-to-disk test's copy ended: kept at `dest` (cleanup false:
+/// moved there only if nothing is there yet) or removed with the run's
+/// directory, which held nothing else.
+fn settle_copy(run: &std::path::Path, dest: &std::path::Path, keep: bool) -> std::result::Result<(), String> {
+    let mut kept = Ok(());
+    if keep {
+        let copied = std::fs::read_dir(run).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path());
+        kept = match copied {
+            None => Err("the copy left nothing to keep".to_string()),
+            Some(from) => gridperf_sys::rename_noreplace(&from, dest).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    format!("dest {} exists: this tool replaces nothing; the copy was removed", dest.display())
+                } else {
+                    format!("moving the copy to {}: {e}", dest.display())
+                }
+            }),
+        };
     }
+    let _ = std::fs::remove_dir_all(run);
+    kept
 }
 
 /// The `run` method: the measurement, as participant `participant`.
@@ -534,21 +646,37 @@ fn run_test(v: &Value) -> Result<Value> {
         Some(p) => u16::try_from(p).map_err(|_| bad(format!("participant 1's agent-port {p} is not a port")))?,
         None => agent_port()?,
     };
+    // disk-to-disk: the copy goes into a directory of this run's own, beneath the tool's dest-root
+    let mut spec = spec;
+    let mut copy_to = None;
+    if kind == "disk-to-disk" {
+        let root = conf()?.dest_root;
+        let dest = dest_beneath(&root, spec["dest"].as_str().unwrap_or_default()).map_err(bad)?;
+        let run = run_dir(&root)?;
+        spec["dest"] = json!(run.to_string_lossy());
+        copy_to = Some((run, dest));
+    }
     let args = command_of(&kind, &spec, port)?;
-    let limit = Duration::from_secs_f64(duration_s(&kind, &spec)?);
+    let limit = Duration::try_from_secs_f64(duration_s(&kind, &spec)?).map_err(|e| bad(e.to_string()))?;
     let started = Instant::now();
     let (code, out, err) = super::run_self_bounded(&args, limit)?;
     let wall = started.elapsed().as_secs_f64();
     let diags = format!("gridperf {}\n{}", args.join(" "), err.trim());
+
     let parsed: Option<Value> = serde_json::from_str(&out).ok();
     let result = match (&kind[..], parsed) {
         ("throughput", Some(p)) if code == Some(0) => throughput_result(&p, &diags),
         ("rtt", Some(p)) if code == Some(0) => rtt_result(&p, &diags),
         ("disk-to-disk", Some(p)) if code == Some(0) || code == Some(4) => {
-            let r = copy_result(&p, wall, &diags);
-            if spec.get("cleanup").and_then(Value::as_bool).unwrap_or(true) {
-                // the test moves data; the data is not kept (as the curl and globus tools do)
-                cleanup(std::path::Path::new(spec["dest"].as_str().unwrap_or_default()), &p);
+            let mut r = copy_result(&p, wall, &diags);
+            // the test moves data; the data is not kept (as the curl and
+            // globus tools do) unless cleanup is false
+            let keep = spec.get("cleanup").and_then(Value::as_bool) == Some(false) && code == Some(0);
+            if let Some((run, dest)) = copy_to.take() {
+                if let Err(e) = settle_copy(&run, &dest, keep) {
+                    r["succeeded"] = json!(false);
+                    r["error"] = json!(e);
+                }
             }
             r
         }
@@ -569,6 +697,10 @@ fn run_test(v: &Value) -> Result<Value> {
             r
         }
     };
+    if let Some((run, _)) = copy_to {
+        // a copy that failed: its directory does not outlive the run
+        let _ = std::fs::remove_dir_all(run);
+    }
     Ok(result)
 }
 

@@ -128,31 +128,91 @@ fn a_disk_to_disk_test_copies_verified_and_cleans_up() {
     std::fs::write(d.join("root/a.dat"), &data).expect("source");
     let root = d.join("root");
     let (_agent, port) = crate::serve_on("127.0.0.1", &["--root", root.to_str().expect("path")]);
-    let dest = d.join("copy.dat");
+    // the tool writes only beneath its own directory (dest-root in its configuration)
+    let out = d.join("out");
+    let conf = d.join("gridperf.conf");
+    std::fs::write(&conf, serde_json::json!({ "dest-root": out.to_str().expect("path") }).to_string()).expect("conf");
+    let run = |spec: &serde_json::Value| {
+        let input = serde_json::json!({ "participant": 0, "participant-data": [{}], "test": { "type": "disk-to-disk", "spec": spec } });
+        method("run", &input.to_string(), Some(&conf))
+    };
     let spec = serde_json::json!({ "schema": 1, "source": format!("gridperf://127.0.0.1:{port}/a.dat"),
-                                   "dest": dest.to_str().expect("path"), "parallel": 2, "cleanup": false });
+                                   "dest": "copy.dat", "parallel": 2, "cleanup": false });
     check("disk-to-disk-spec.schema.json", &spec);
-    let input = serde_json::json!({ "participant": 0, "participant-data": [{}], "test": { "type": "disk-to-disk", "spec": spec } });
-    let r = json_of(&method("run", &input.to_string(), None));
+    let r = json_of(&run(&spec));
     check("disk-to-disk-result.schema.json", &r);
     assert_eq!(r["succeeded"], true, "{r:#}");
     assert_eq!(r["bytes-sent"], 3_000_000.0);
-    assert_eq!(std::fs::read(&dest).expect("the copy"), data);
-    // cleanup (pScheduler's default) removes what was copied
+    assert_eq!(std::fs::read(out.join("copy.dat")).expect("the copy"), data);
+    // cleanup (pScheduler's default) removes what was copied, and nothing else
     let mut spec = spec;
     spec["cleanup"] = serde_json::json!(true);
-    let input = serde_json::json!({ "participant": 0, "participant-data": [{}], "test": { "type": "disk-to-disk", "spec": spec } });
-    let r = json_of(&method("run", &input.to_string(), None));
+    spec["dest"] = serde_json::json!(out.join("second.dat").to_str().expect("path"));
+    let r = json_of(&run(&spec));
     assert_eq!(r["succeeded"], true, "{r:#}");
-    assert!(!dest.exists(), "cleanup left the copy");
-    // a source that is not there fails in the result, with the reason
+    let left: Vec<_> = std::fs::read_dir(&out).expect("out").flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("copy.dat")], "cleanup left more, or took the first copy");
+    // an existing dest is never replaced nor removed: with cleanup false the copy says so, with cleanup it is untouched
+    std::fs::write(out.join("precious.conf"), b"keep me").expect("precious");
+    for cleanup in [false, true] {
+        spec["cleanup"] = serde_json::json!(cleanup);
+        spec["dest"] = serde_json::json!("precious.conf");
+        let r = json_of(&run(&spec));
+        check("disk-to-disk-result.schema.json", &r);
+        assert_eq!(std::fs::read(out.join("precious.conf")).expect("still there"), b"keep me", "cleanup {cleanup}");
+        if !cleanup {
+            assert_eq!(r["succeeded"], false, "{r:#}");
+            assert!(r["error"].as_str().unwrap_or("").contains("replaces nothing"), "{r:#}");
+        }
+    }
+    // a dest outside the tool's directory: can-run says no, and run touches nothing
+    std::fs::write(d.join("site.conf"), b"site").expect("site");
+    spec["dest"] = serde_json::json!(d.join("site.conf").to_str().expect("path"));
+    let input = serde_json::json!({ "type": "disk-to-disk", "spec": spec });
+    let v = json_of(&method("can-run", &input.to_string(), Some(&conf)));
+    assert_eq!(v["can-run"], false, "{v}");
+    assert!(v["reasons"].to_string().contains("outside the directory this tool writes into"), "{v}");
+    for dest in [d.join("site.conf").to_str().expect("path").to_string(), "../site.conf".into()] {
+        spec["dest"] = serde_json::json!(dest);
+        let o = run(&spec);
+        assert!(!o.status.success(), "{dest}");
+        assert_eq!(std::fs::read(d.join("site.conf")).expect("untouched"), b"site", "{dest}");
+    }
+    // a source that is not there fails in the result, with the reason, and leaves nothing
+    spec["dest"] = serde_json::json!("missing.dat");
     spec["source"] = serde_json::json!(format!("gridperf://127.0.0.1:{port}/missing.dat"));
-    let input = serde_json::json!({ "participant": 0, "participant-data": [{}], "test": { "type": "disk-to-disk", "spec": spec } });
-    let r = json_of(&method("run", &input.to_string(), None));
+    let r = json_of(&run(&spec));
     check("disk-to-disk-result.schema.json", &r);
     assert_eq!(r["succeeded"], false, "{r:#}");
     assert!(r["error"].as_str().unwrap_or("").contains("missing.dat"), "{r:#}");
+    let mut left: Vec<_> = std::fs::read_dir(&out).expect("out").flatten().map(|e| e.file_name()).collect();
+    left.sort();
+    assert_eq!(left, vec![std::ffi::OsString::from("copy.dat"), "precious.conf".into()]);
     let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn absurd_durations_and_counts_are_refused_not_a_panic() {
+    for (m, spec, says) in [
+        ("run", r#"{"dest": "127.0.0.1", "duration": "PT100000000000000000000S"}"#, "at most a day"),
+        ("duration", r#"{"dest": "127.0.0.1", "duration": "PT100000000000000000000S"}"#, "at most a day"),
+    ] {
+        let input = format!(
+            r#"{{"participant": 0, "participant-data": [{{}}], "test": {{"type": "throughput", "spec": {spec}}}}}"#
+        );
+        let o = method(m, &input, None);
+        assert_eq!(o.status.code(), Some(2), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let rtt = r#"{"participant": 0, "participant-data": [{}], "test": {"type": "rtt", "spec": {"dest": "127.0.0.1", "count": 18446744073709551615}}}"#;
+    for m in ["run", "duration"] {
+        let o = method(m, rtt, None);
+        assert_eq!(o.status.code(), Some(2), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("count 18446744073709551615: at most"), "{m}");
+    }
+    let v =
+        json_of(&method("can-run", r#"{"type": "rtt", "spec": {"dest": "h", "count": 18446744073709551615}}"#, None));
+    assert_eq!(v["can-run"], false, "{v}");
 }
 
 #[test]
