@@ -9,10 +9,14 @@
 //! loss was answered. The verdict is `stream`'s ([`crate::flow::verdict`]),
 //! fed samples built from the capture.
 //!
-//! Memory is bounded whatever the capture's size: per connection a few
-//! counters, the segments in flight (for RTT samples; at most
-//! [`MAX_OUTSTANDING`]), one point per interval with traffic, and RTT
-//! samples up to [`MAX_RTT_SAMPLES`] (then every other one).
+//! Memory and time are bounded whatever the capture's size: per connection
+//! a few counters, the segments in flight (for RTT samples; at most
+//! [`MAX_OUTSTANDING`]), one point per interval with traffic up to
+//! [`MAX_SERIES`] (then two intervals to a point, and so on: the series
+//! keeps the whole connection at a coarser step, and the direction's
+//! totals are exact), the verdict's samples likewise, RTT samples up to
+//! [`MAX_RTT_SAMPLES`] (then every other one), the smallest RTT kept as it
+//! comes (no scan per interval), and at most [`MAX_LOSSES`] losses' windows.
 
 use crate::capture::{Segment, ACK, FIN, RST, SYN};
 use crate::flow::{TcpSample, VerdictContext};
@@ -26,6 +30,12 @@ pub const MAX_CONNECTIONS: usize = 100_000;
 pub const MAX_OUTSTANDING: usize = 1 << 16;
 /// RTT samples kept per direction (then thinned by half, and so on).
 pub const MAX_RTT_SAMPLES: usize = 1 << 20;
+/// Points a direction's series keeps: beyond, two of its steps become one.
+pub const MAX_SERIES: usize = 4096;
+/// The verdict's samples a direction keeps (then every other one).
+pub const MAX_VERDICT_SAMPLES: usize = 4096;
+/// The windows at a loss a direction keeps (then every other one).
+pub const MAX_LOSSES: usize = 4096;
 /// Data segments a direction needs for a verdict.
 pub const MIN_VERDICT_SEGMENTS: u64 = 32;
 /// The least silence before a retransmission that reads as a timeout.
@@ -75,6 +85,8 @@ struct Side {
     rtts: Vec<u32>,
     rtt_stride: u32,
     rtt_skip: u32,
+    /// The smallest RTT sample so far, us (0: none yet).
+    min_rtt_us: u32,
     busy_ns: u64,
     last_t: Option<i64>,
     cwnd_at_loss: Vec<(f64, u64)>,
@@ -86,7 +98,13 @@ struct Side {
     iv_rtt_sum: u64,
     iv_rtt_n: u64,
     series: Vec<TracePoint>,
+    /// How many intervals one point of the series spans (1, then 2, 4, ...).
+    series_step: i64,
+    /// The interval (index) each point of the series starts at.
+    series_k: Vec<i64>,
     samples: Vec<TcpSample>,
+    samples_skip: u32,
+    samples_stride: u32,
 }
 
 impl Side {
@@ -142,19 +160,18 @@ impl Side {
         if self.iv_acked == 0 && self.iv_flight == 0 && self.iv_retrans == 0 {
             return;
         }
-        let t_s = (k * interval) as f64 / 1e9;
-        self.series.push(TracePoint {
-            t_s,
+        let point = TracePoint {
+            t_s: (k * interval) as f64 / 1e9,
             acked: self.iv_acked,
             in_flight: self.iv_flight,
             window: self.window.unwrap_or(0),
             seq: self.snd_max,
             retransmits: self.iv_retrans,
             rtt_ms: (self.iv_rtt_n > 0).then(|| self.iv_rtt_sum as f64 / self.iv_rtt_n as f64 / 1e6),
-        });
-        let min_rtt = self.rtts.iter().copied().min().unwrap_or(0);
+        };
+        self.add_point(k, point, interval);
         // in flight in bytes (as unacked segments of one byte: the capture counts bytes)
-        self.samples.push(TcpSample {
+        let sample = TcpSample {
             t_ns: (k * interval) as u64,
             unacked: self.iv_flight.min(u64::from(u32::MAX)) as u32,
             mss: 1,
@@ -164,14 +181,57 @@ impl Side {
             busy_us: self.busy_ns / 1000,
             snd_wnd: self.window.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
             srtt_us: self.srtt_ns().map_or(0, |n| (n / 1000) as u32),
-            min_rtt_us: min_rtt,
+            min_rtt_us: self.min_rtt_us,
             ..TcpSample::default()
-        });
+        };
+        if self.samples_skip > 0 {
+            self.samples_skip -= 1;
+        } else {
+            self.samples.push(sample);
+            self.samples_skip = self.samples_stride;
+            if self.samples.len() >= MAX_VERDICT_SAMPLES {
+                let kept: Vec<TcpSample> = self.samples.iter().step_by(2).cloned().collect();
+                self.samples = kept;
+                self.samples_stride = self.samples_stride * 2 + 1;
+            }
+        }
         self.iv_acked = 0;
         self.iv_flight = 0;
         self.iv_retrans = 0;
         self.iv_rtt_sum = 0;
         self.iv_rtt_n = 0;
+    }
+
+    /// Adds interval `k`'s point to the series, in the point of its step
+    /// (a coarser step once the series is full: every pair merged).
+    fn add_point(&mut self, k: i64, p: TracePoint, interval: i64) {
+        let step = self.series_step.max(1);
+        let bucket = k - k.rem_euclid(step);
+        match (self.series_k.last(), self.series.last_mut()) {
+            (Some(&last), Some(q)) if last == bucket => merge(q, &p),
+            _ => {
+                self.series_k.push(bucket);
+                self.series.push(TracePoint { t_s: (bucket * interval) as f64 / 1e9, ..p });
+            }
+        }
+        if self.series.len() >= MAX_SERIES {
+            let step = step * 2;
+            let mut series: Vec<TracePoint> = Vec::with_capacity(MAX_SERIES / 2 + 1);
+            let mut ks: Vec<i64> = Vec::with_capacity(MAX_SERIES / 2 + 1);
+            for (&k, p) in self.series_k.iter().zip(&self.series) {
+                let b = k - k.rem_euclid(step);
+                match (ks.last(), series.last_mut()) {
+                    (Some(&last), Some(q)) if last == b => merge(q, p),
+                    _ => {
+                        ks.push(b);
+                        series.push(TracePoint { t_s: (b * interval) as f64 / 1e9, ..p.clone() });
+                    }
+                }
+            }
+            self.series = series;
+            self.series_k = ks;
+            self.series_step = step;
+        }
     }
 
     fn rtt(&mut self, ns: i64) {
@@ -184,7 +244,9 @@ impl Side {
             self.rtt_skip -= 1;
             return;
         }
-        self.rtts.push((ns / 1000).clamp(1, i64::from(u32::MAX)) as u32);
+        let us = (ns / 1000).clamp(1, i64::from(u32::MAX)) as u32;
+        self.min_rtt_us = if self.min_rtt_us == 0 { us } else { self.min_rtt_us.min(us) };
+        self.rtts.push(us);
         self.rtt_skip = self.rtt_stride;
         if self.rtts.len() >= MAX_RTT_SAMPLES {
             // thin by half: keep every other one, and take every other one from now on
@@ -193,6 +255,21 @@ impl Side {
             self.rtt_stride = self.rtt_stride * 2 + 1;
         }
     }
+}
+
+/// Two of a series' points as one: the later one's window and sequence,
+/// the larger in flight, the sum of what was acknowledged and sent again,
+/// the mean of their RTTs.
+fn merge(q: &mut TracePoint, p: &TracePoint) {
+    q.acked += p.acked;
+    q.in_flight = q.in_flight.max(p.in_flight);
+    q.window = p.window;
+    q.seq = q.seq.max(p.seq);
+    q.retransmits += p.retransmits;
+    q.rtt_ms = match (q.rtt_ms, p.rtt_ms) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        (a, b) => a.or(b),
+    };
 }
 
 /// One connection being followed.
@@ -364,6 +441,10 @@ impl Analyzer {
                     let at = (t - start) as f64 / 1e9;
                     if me.cwnd_at_loss.len() < 10_000 {
                         me.cwnd_at_loss.push((at, me.in_flight()));
+                        if me.cwnd_at_loss.len() >= MAX_LOSSES {
+                            let kept = me.cwnd_at_loss.iter().step_by(2).copied().collect();
+                            me.cwnd_at_loss = kept;
+                        }
                     }
                     me.recovery_until = me.snd_max;
                 }
@@ -607,6 +688,7 @@ fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
             max_in_flight: side.max_in_flight,
             max_window: side.max_window,
             cwnd_at_loss: std::mem::take(&mut side.cwnd_at_loss),
+            series_interval_s: (side.series_step.max(1) * interval) as f64 / 1e9,
             series: std::mem::take(&mut side.series),
             verdict,
         });
@@ -684,6 +766,39 @@ mod tests {
         assert_eq!(d.cwnd_at_loss.len(), 1);
         assert!((d.cwnd_at_loss[0].0 - 0.042).abs() < 1e-9 && d.cwnd_at_loss[0].1 == 1448, "{:?}", d.cwnd_at_loss);
         assert!(d.rtt_basis.contains("the path's round trip"));
+    }
+
+    /// A long, slow connection: a segment and its ACK every 100 ms for
+    /// 100,000 intervals. Its series and its verdict's samples stay within
+    /// their bounds at a coarser step, and lose no byte of the totals.
+    #[test]
+    fn a_long_connection_keeps_its_series_bounded_and_its_totals_whole() {
+        let interval = 100_000_000i64;
+        let mut an = Analyzer::new(interval as u64);
+        let ms = 1_000_000i64;
+        an.segment(0, &seg(0, 1000, 0, SYN, 65535, 0));
+        an.segment(ms, &seg(1, 5000, 1001, SYN | ACK, 65535, 0));
+        an.segment(2 * ms, &seg(0, 1001, 5001, ACK, 512, 0));
+        let n = 100_000u32;
+        for k in 0..n {
+            let t = 10 * ms + i64::from(k) * interval;
+            let seq = 1001u32.wrapping_add(k * 100);
+            an.segment(t, &seg(0, seq, 5001, ACK, 512, 100));
+            // the RTT varies: its smallest is at the middle
+            let rtt = if k == n / 2 { ms / 2 } else { ms + i64::from(k % 7) * 1000 };
+            an.segment(t + rtt, &seg(1, 5001, seq.wrapping_add(100), ACK, 512, 0));
+        }
+        let c = &an.finish()[0];
+        let d = &c.directions[0];
+        assert!(d.series.len() <= MAX_SERIES, "{} points", d.series.len());
+        assert!(d.series.len() >= MAX_SERIES / 4, "{} points", d.series.len());
+        // 100,000 intervals in at most 4096 points: a step of 32 intervals
+        assert!((d.series_interval_s - 3.2).abs() < 1e-9, "{}", d.series_interval_s);
+        assert_eq!(d.series.iter().map(|p| p.acked).sum::<u64>(), d.bytes_acked);
+        assert_eq!(d.bytes_acked, u64::from(n) * 100);
+        assert!(d.series.windows(2).all(|w| w[1].t_s - w[0].t_s >= d.series_interval_s - 1e-9));
+        assert_eq!(d.rtt_min_ms, Some(0.5));
+        assert!(d.verdict.is_some());
     }
 
     #[test]

@@ -98,8 +98,13 @@ pub struct TraceDirection {
     /// The data in flight when a loss was first answered (a retransmission
     /// opening a recovery): the congestion window's estimate at each loss, bytes.
     pub cwnd_at_loss: Vec<(f64, u64)>,
-    /// Per interval with traffic.
+    /// Per interval with traffic: at most 4096 points, each spanning
+    /// `series_interval_s` (the interval asked for, doubled as often as a
+    /// long connection needs).
     pub series: Vec<TracePoint>,
+    /// The span of one point of the series, s.
+    #[serde(default)]
+    pub series_interval_s: f64,
     /// In `stream`'s words, from the capture alone.
     pub verdict: Option<crate::flow::Verdict>,
 }

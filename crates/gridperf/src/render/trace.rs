@@ -130,9 +130,10 @@ pub fn csv(r: &TraceReport) -> String {
         "retransmits",
         "rtt_ms",
     ]);
-    let secs = r.interval_ms as f64 / 1000.0;
     for c in &r.connections {
         for d in &c.directions {
+            // a long connection's points span several intervals
+            let secs = if d.series_interval_s > 0.0 { d.series_interval_s } else { r.interval_ms as f64 / 1000.0 };
             for p in &d.series {
                 w.row([
                     c.index.to_string(),
