@@ -7,9 +7,6 @@
 //! JSON columns are TEXT in SQLite and `jsonb` in PostgreSQL: a
 //! [`Val::Json`] goes in as either, and reads back as a value.
 
-use std::cell::RefCell;
-use std::time::Duration;
-
 /// A value passed to or read from either database.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Val {
@@ -120,6 +117,8 @@ pub struct DbError {
     pub text: String,
     pub connection: bool,
     pub refused: bool,
+    /// The DSN asks for what cannot be done (a bad sslmode, no root certificate): the user's to fix.
+    pub usage: bool,
 }
 
 impl std::fmt::Display for DbError {
@@ -130,27 +129,19 @@ impl std::fmt::Display for DbError {
 
 impl From<rusqlite::Error> for DbError {
     fn from(e: rusqlite::Error) -> DbError {
-        DbError { text: e.to_string(), connection: false, refused: false }
+        DbError { text: e.to_string(), connection: false, refused: false, usage: false }
     }
 }
 
-impl From<postgres::Error> for DbError {
-    fn from(e: postgres::Error) -> DbError {
-        // the server's own message where there is one (the driver's
-        // Display says only "db error")
-        let text = match e.as_db_error() {
-            Some(d) => format!("{}: {}", d.severity(), d.message()),
-            None => {
-                let mut t = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    t.push_str(&format!(": {s}"));
-                    src = s.source();
-                }
-                t
-            }
-        };
-        DbError { connection: e.is_closed(), refused: false, text }
+impl From<super::pg::PgError> for DbError {
+    fn from(e: super::pg::PgError) -> DbError {
+        DbError { text: e.text, connection: e.connection, refused: e.refused, usage: e.usage }
+    }
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> DbError {
+        super::pg::PgError::from(e).into()
     }
 }
 
@@ -172,15 +163,15 @@ impl rusqlite::ToSql for Val {
     }
 }
 
-impl postgres::types::ToSql for Val {
+impl tokio_postgres::types::ToSql for Val {
     fn to_sql(
         &self,
-        ty: &postgres::types::Type,
+        ty: &tokio_postgres::types::Type,
         out: &mut bytes::BytesMut,
-    ) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        use postgres::types::Type;
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use tokio_postgres::types::Type;
         match self {
-            Val::Null => Ok(postgres::types::IsNull::Yes),
+            Val::Null => Ok(tokio_postgres::types::IsNull::Yes),
             Val::Int(v) => match *ty {
                 Type::INT4 => i32::try_from(*v)?.to_sql(ty, out),
                 Type::INT2 => i16::try_from(*v)?.to_sql(ty, out),
@@ -200,11 +191,11 @@ impl postgres::types::ToSql for Val {
         }
     }
 
-    fn accepts(_: &postgres::types::Type) -> bool {
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
         true
     }
 
-    postgres::types::to_sql_checked!();
+    tokio_postgres::types::to_sql_checked!();
 }
 
 /// `?N` parameters as PostgreSQL writes them (`$N`).
@@ -221,8 +212,8 @@ fn pg_sql(sql: &str) -> String {
     out
 }
 
-fn pg_row(r: &postgres::Row) -> DbResult<Row> {
-    use postgres::types::Type;
+fn pg_row(r: &tokio_postgres::Row) -> DbResult<Row> {
+    use tokio_postgres::types::Type;
     let mut vals = Vec::with_capacity(r.len());
     for (i, c) in r.columns().iter().enumerate() {
         let v = match *c.type_() {
@@ -239,6 +230,7 @@ fn pg_row(r: &postgres::Row) -> DbResult<Row> {
                     text: format!("column {} is of type {other}, which the store does not read", c.name()),
                     connection: false,
                     refused: false,
+                    usage: false,
                 })
             }
         };
@@ -264,43 +256,16 @@ fn sqlite_row(r: &rusqlite::Row, n: usize) -> rusqlite::Result<Row> {
 /// The database a store runs on.
 pub enum Db {
     Sqlite(rusqlite::Connection),
-    /// A client and the deadline every statement has (the server stops a
-    /// statement that runs longer: nothing waits for ever).
-    Postgres(RefCell<postgres::Client>),
+    /// A connection whose every wait has a deadline ([`super::pg`]).
+    Postgres(super::pg::Pg),
 }
-
-/// How long a statement may run on the archive server.
-pub const PG_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long connecting to the archive server may take, unless the DSN says.
-pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Db {
     /// Connects to a PostgreSQL server (a `postgres://` or `postgresql://`
-    /// URL, with libpq's parameters: host may be a socket directory).
+    /// URL, or libpq's key=value words, with libpq's parameters: host may
+    /// be a socket directory; sslmode and sslrootcert as libpq takes them).
     pub fn connect_postgres(dsn: &str) -> DbResult<Db> {
-        let mut config: postgres::Config = dsn.parse().map_err(|e: postgres::Error| DbError {
-            text: format!("not a usable DSN: {e}"),
-            connection: false,
-            refused: false,
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(PG_CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("gridperf");
-        }
-        config.keepalives(true).keepalives_idle(Duration::from_secs(30));
-        config.tcp_user_timeout(PG_STATEMENT_TIMEOUT);
-        let mut client = config.connect(postgres::NoTls).map_err(|e| {
-            // the server answered, and said no; or no server answered
-            let refused = e.as_db_error().is_some();
-            DbError { connection: !refused, refused, ..DbError::from(e) }
-        })?;
-        client.batch_execute(&format!(
-            "SET statement_timeout = {}; SET client_min_messages = warning",
-            PG_STATEMENT_TIMEOUT.as_millis()
-        ))?;
-        Ok(Db::Postgres(RefCell::new(client)))
+        Ok(Db::Postgres(super::pg::Pg::connect(dsn)?))
     }
 
     pub fn is_postgres(&self) -> bool {
@@ -312,8 +277,8 @@ impl Db {
         match self {
             Db::Sqlite(c) => Ok(c.execute(sql, rusqlite::params_from_iter(params.iter()))? as u64),
             Db::Postgres(c) => {
-                let p: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-                Ok(c.borrow_mut().execute(pg_sql(sql).as_str(), &p)?)
+                let p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+                Ok(c.execute(pg_sql(sql).as_str(), &p)?)
             }
         }
     }
@@ -328,8 +293,8 @@ impl Db {
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             }
             Db::Postgres(c) => {
-                let p: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-                c.borrow_mut().query(pg_sql(sql).as_str(), &p)?.iter().map(pg_row).collect()
+                let p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+                c.query(pg_sql(sql).as_str(), &p)?.iter().map(pg_row).collect()
             }
         }
     }
@@ -356,12 +321,12 @@ impl Db {
                 }
             }
             Db::Postgres(c) => {
-                c.borrow_mut().batch_execute("BEGIN")?;
+                c.batch("BEGIN")?;
                 let locked = self.execute("SELECT pg_advisory_xact_lock(?1)", &[Val::Int(lock)]).map(drop);
                 match locked.and_then(|()| work(self)) {
-                    Ok(()) => Ok(c.borrow_mut().batch_execute("COMMIT")?),
+                    Ok(()) => Ok(c.batch("COMMIT")?),
                     Err(e) => {
-                        let _ = c.borrow_mut().batch_execute("ROLLBACK");
+                        let _ = c.batch("ROLLBACK");
                         Err(e)
                     }
                 }
@@ -373,7 +338,7 @@ impl Db {
     pub fn batch(&self, sql: &str) -> DbResult<()> {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Db::Postgres(c) => Ok(c.borrow_mut().batch_execute(sql)?),
+            Db::Postgres(c) => Ok(c.batch(sql)?),
         }
     }
 }

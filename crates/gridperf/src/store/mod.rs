@@ -15,6 +15,7 @@
 //! `postgresql` archiver inserts, for the report to read.
 
 mod db;
+mod pg;
 mod recorder;
 
 pub use recorder::{Recorder, StoreChoice, Stored, StreamPoint};
@@ -341,6 +342,9 @@ fn db_err(path: &Path, e: DbError) -> Error {
     let text = e.text;
     let name = shown(path);
     if is_postgres(path) {
+        if e.usage {
+            return Error::usage(format!("results archive {name}: {text}"));
+        }
         if e.refused {
             return Error::usage(format!(
                 "the results archive {name} turned gridperf away ({text}): check the DSN's user, password and \
