@@ -201,13 +201,25 @@ impl BlockHeader {
     }
 }
 
-/// The receiver's word on a block: it arrived whole and verified (written),
-/// or not (the sender sends it again).
+/// The receiver's word on a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckStatus {
+    /// Arrived whole, verified and written.
+    Ok,
+    /// Arrived damaged: the sender sends it again.
+    Damaged,
+    /// Verified, but this end cannot write the file (a full disk, an I/O
+    /// error): the sender gives the file up and sends no more of it; the
+    /// writing end's outcome for the file says why.
+    Failed,
+}
+
+/// The receiver's word on one block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ack {
     pub file: u32,
     pub index: u64,
-    pub ok: bool,
+    pub status: AckStatus,
 }
 
 impl Ack {
@@ -215,19 +227,40 @@ impl Ack {
         let mut b = [0u8; ACK_LEN];
         b[0..4].copy_from_slice(&self.file.to_be_bytes());
         b[4..12].copy_from_slice(&self.index.to_be_bytes());
-        b[12..16].copy_from_slice(&u32::from(self.ok).to_be_bytes());
+        let status: u32 = match self.status {
+            AckStatus::Damaged => 0,
+            AckStatus::Ok => 1,
+            AckStatus::Failed => 2,
+        };
+        b[12..16].copy_from_slice(&status.to_be_bytes());
         b
     }
 
-    pub fn decode(b: &[u8; ACK_LEN]) -> Ack {
+    /// An acknowledgment, or None for a status no receiver sends.
+    pub fn decode(b: &[u8; ACK_LEN]) -> Option<Ack> {
         let mut index = [0u8; 8];
         index.copy_from_slice(&b[4..12]);
-        Ack {
-            file: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            index: u64::from_be_bytes(index),
-            ok: u32::from_be_bytes([b[12], b[13], b[14], b[15]]) == 1,
+        let status = match u32::from_be_bytes([b[12], b[13], b[14], b[15]]) {
+            0 => AckStatus::Damaged,
+            1 => AckStatus::Ok,
+            2 => AckStatus::Failed,
+            _ => return None,
+        };
+        Some(Ack { file: u32::from_be_bytes([b[0], b[1], b[2], b[3]]), index: u64::from_be_bytes(index), status })
+    }
+}
+
+/// The names a list holds more than once: two sources that land on one
+/// destination (`copy a/x b/x HOST:dst/`), which would make one file of both.
+pub fn named_twice<'a>(names: impl IntoIterator<Item = &'a str>) -> std::collections::HashSet<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    let mut twice = std::collections::HashSet::new();
+    for n in names {
+        if !seen.insert(n) {
+            twice.insert(n);
         }
     }
+    twice
 }
 
 /// A path as a copy names it beneath an agent's root (or a destination
@@ -294,8 +327,13 @@ mod tests {
         let mut bad = h.encode();
         bad[0] = b'H';
         assert!(BlockHeader::decode(&bad).expect_err("magic").contains("not a block frame"));
-        let a = Ack { file: 1, index: u64::MAX, ok: true };
-        assert_eq!(Ack::decode(&a.encode()), a);
+        for status in [AckStatus::Ok, AckStatus::Damaged, AckStatus::Failed] {
+            let a = Ack { file: 1, index: u64::MAX, status };
+            assert_eq!(Ack::decode(&a.encode()), Some(a));
+        }
+        let mut odd = Ack { file: 1, index: 2, status: AckStatus::Ok }.encode();
+        odd[15] = 7;
+        assert_eq!(Ack::decode(&odd), None, "a status no receiver sends");
         assert_eq!(ranges([0, 1, 2, 5, 7, 8]), [(0, 3), (5, 6), (7, 9)]);
     }
 

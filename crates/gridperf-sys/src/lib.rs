@@ -1197,6 +1197,91 @@ pub fn unlink_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
 /// The `f_type` statfs(2) gives a tmpfs (linux/magic.h).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
+/// The filesystems whose files are the kernel's words, not stored bytes
+/// (/proc, /sys, debugfs, tracefs, securityfs, cgroup, bpf, configfs,
+/// efivarfs, pstore): their sizes say nothing of what they hold.
+const PSEUDO_FS: &[u64] = &[
+    0x9fa0,      // proc
+    0x6265_6572, // sysfs
+    0x6462_6720, // debugfs
+    0x7472_6163, // tracefs
+    0x7363_6673, // securityfs
+    0x0027_e0eb, // cgroup
+    0x6367_7270, // cgroup2
+    0xcafe_4a11, // bpf
+    0x6265_6570, // configfs
+    0xde5e_81e4, // efivarfs
+    0x6165_676c, // pstore
+];
+
+/// Whether a file lies on a pseudo-filesystem ([`PSEUDO_FS`]).
+pub fn on_pseudo_fs(file: &impl AsRawFd) -> bool {
+    // SAFETY: statfs is plain data, written by the call
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a statfs to write
+    unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) == 0 && PSEUDO_FS.contains(&(fs.f_type as u64)) }
+}
+
+/// flock(2) LOCK_EX | LOCK_NB: Ok(true) when this open file now holds the
+/// file's exclusive lock, Ok(false) when another open file holds it. The
+/// lock goes with the last descriptor of this open file.
+pub fn try_lock_exclusive(file: &impl AsRawFd) -> io::Result<bool> {
+    loop {
+        // SAFETY: a valid descriptor
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+/// What a name in `dir` is, without following a link: (device, inode,
+/// hard links), or NotFound.
+pub fn stat_in(dir: &impl AsRawFd, name: &str) -> io::Result<(u64, u64, u64)> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    // SAFETY: stat is plain data, written by the call
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated name, a valid directory descriptor, a stat to write
+    cvt_i(unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok((st.st_dev, st.st_ino, st.st_nlink))
+}
+
+/// Opens `path` beneath `dir` as [`open_beneath`] does, and follows no
+/// symbolic link at all on the way (RESOLVE_NO_SYMLINKS): a path walked
+/// once with every part O_NOFOLLOW, opened again later the same way.
+pub fn open_beneath_nofollow(dir: &impl AsRawFd, path: &str, flags: i32) -> io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    // SAFETY: open_how is plain integers; all zero is a valid value
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
+    loop {
+        // SAFETY: c is a NUL-terminated path; how lives across the call and its size is passed
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel returned a new descriptor this process owns
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// If the file is on a tmpfs: the bytes free there (None for a tmpfs
 /// mounted with size=0, which has no limit and says 0 blocks).
 fn tmpfs_free(file: &impl AsRawFd) -> Option<Option<u64>> {

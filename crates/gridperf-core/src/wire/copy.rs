@@ -174,6 +174,12 @@ pub struct CopyFile {
     /// source agents hold the same data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// Which file the sending end read: a hash of its host, device, inode,
+    /// size and time (hex), so that a partial file is resumed only from the
+    /// very file it began with (two files of one size and time, made within
+    /// one clock tick, are not taken for each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// What the writing end needs of one file: the blocks, as ranges of
@@ -285,7 +291,13 @@ mod tests {
     #[test]
     fn lists_and_needs_are_cut_to_fit_a_frame() {
         let files: Vec<CopyFile> = (0..500)
-            .map(|i| CopyFile { path: format!("dir/file-{i:05}.dat"), size: 1, mtime_ns: 0, digest: None })
+            .map(|i| CopyFile {
+                path: format!("dir/file-{i:05}.dat"),
+                size: 1,
+                mtime_ns: 0,
+                digest: None,
+                origin: None,
+            })
             .collect();
         let chunks = chunk_files(&files);
         assert!(chunks.len() > 1);

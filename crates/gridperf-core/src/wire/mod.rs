@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 /// The control-channel protocol version. Both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The word every Hello carries, so a stray client is told apart from an old gridperf.
 pub const MAGIC: &str = "gridperf";
@@ -343,6 +343,10 @@ pub enum AgentMsg {
     CopySources {
         files: Vec<CopyFile>,
         last: bool,
+        /// What the agent left out of a directory it lists (a link, a
+        /// device, what it cannot read), each with why; in the last part.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skipped: Vec<(String, String)>,
     },
     /// Push: the blocks the agent still needs of each file.
     CopyNeeds {

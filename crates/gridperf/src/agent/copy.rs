@@ -168,9 +168,9 @@ pub(super) fn run(
         finish(ctl, idle, agent)
     } else {
         // the reading end: expand what was named, send the list, take the needs, send the blocks
-        let sources = sources_of(shared, ctl, peer, &root, &list)?;
+        let (sources, skipped) = sources_of(shared, ctl, peer, &root, &list)?;
         let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
-        tell_sources(ctl, &infos)?;
+        tell_sources(ctl, &infos, skipped)?;
         let needs = read_needs(ctl, &infos, spec.block, idle)?;
         let socks = sockets(ctl)?;
         go(ctl, shared)?;
@@ -254,8 +254,9 @@ fn sources_of(
     peer: SocketAddr,
     root: &OwnedFd,
     list: &[CopyFile],
-) -> Result<Vec<SourceFile>, Fail> {
+) -> Result<(Vec<SourceFile>, Vec<dp::Skipped>), Fail> {
     let mut sources: Vec<SourceFile> = Vec::new();
+    let mut skipped: Vec<dp::Skipped> = Vec::new();
     for f in list {
         let room = MAX_COPY_FILES as usize - sources.len();
         match dp::expand(root, &f.path, room) {
@@ -264,20 +265,27 @@ fn sources_of(
                 for (path, why) in &skip {
                     shared.log.line(&format!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path)));
                 }
+                // the client hears of them too (the last of the list, at most as many as files)
+                skipped.extend(skip.into_iter().take(MAX_COPY_FILES as usize));
             }
             Err(e) => return Err(send_error(ctl, ErrorCode::Refused, format!("{}: {e}", wire::printable(&f.path)))),
         }
     }
-    Ok(sources)
+    skipped.truncate(1000);
+    Ok((sources, skipped))
 }
 
-/// The files this end will send, in CopySources parts.
-fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile]) -> Result<(), Fail> {
+/// The files this end will send, in CopySources parts, and what it left
+/// out of the directories it listed (in the last part).
+fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile], skipped: Vec<dp::Skipped>) -> Result<(), Fail> {
     let parts = chunk_files(infos);
     let n = parts.len().max(1);
+    let mut skipped = Some(skipped);
     for k in 0..n {
         let files = parts.get(k).cloned().unwrap_or_default();
-        wire::write_msg(ctl, &AgentMsg::CopySources { files, last: k + 1 == n }).map_err(|e| e.to_string())?;
+        let last = k + 1 == n;
+        let skipped = if last { skipped.take().unwrap_or_default() } else { Vec::new() };
+        wire::write_msg(ctl, &AgentMsg::CopySources { files, last, skipped }).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -300,14 +308,14 @@ fn send_to_agent(
     let idle = shared.cfg.max_idle;
     let within = shared.cfg.control_timeout;
     let list = read_list(ctl, spec.files, idle)?;
-    let mut sources = sources_of(shared, ctl, peer, root, &list)?;
+    let (mut sources, skipped) = sources_of(shared, ctl, peer, root, &list)?;
     // each file hashed once, before any byte moves: the client compares the sources' digests
     for s in &mut sources {
         let digest = s.digest(spec.block).map_err(|e| format!("{}: {e}", wire::printable(&s.info.path)))?;
         s.info.digest = Some(digest);
     }
     let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
-    tell_sources(ctl, &infos)?;
+    tell_sources(ctl, &infos, skipped)?;
     let (to, token, base) = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
         Ok(ClientMsg::CopyTo { addr, token, base }) => match addr.parse::<SocketAddr>() {
             Ok(a) if base < wire::MAX_COPY_CONNECTIONS => (a, token, base),

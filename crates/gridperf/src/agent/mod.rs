@@ -66,6 +66,9 @@ pub struct AgentConfig {
     pub read_only: bool,
     /// Copies must be encrypted (serve --encrypt).
     pub encrypt: bool,
+    /// Partial files of unfinished copies untouched this long are removed
+    /// beneath the root (at the start, then hourly); None keeps them.
+    pub partial_ttl: Option<Duration>,
     /// Exit after the first test has finished.
     pub once: bool,
     /// How long a client may take to say hello or send its next control message.
@@ -92,6 +95,7 @@ impl Default for AgentConfig {
             root: None,
             read_only: false,
             encrypt: false,
+            partial_ttl: Some(PARTIAL_TTL),
             once: false,
             control_timeout: Duration::from_secs(10),
             faults: Faults::default(),
@@ -99,6 +103,11 @@ impl Default for AgentConfig {
         }
     }
 }
+
+/// How long an unfinished copy's partial files are kept for a resume, by default.
+pub const PARTIAL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How often the agent looks for stale partial files.
+const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// What a site lets one test ask for, beyond the protocol's own ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,6 +391,14 @@ impl Agent {
     pub fn run(self) -> io::Result<()> {
         let fds: Vec<i32> = self.listeners.iter().map(|l| l.as_raw_fd()).collect();
         let mut handles: Vec<thread::JoinHandle<()>> = Vec::new();
+        if let (Some(root), Some(ttl)) = (self.shared.cfg.root.clone(), self.shared.cfg.partial_ttl) {
+            let shared = self.shared.clone();
+            let sweeper =
+                thread::Builder::new().name("gridperf-sweep".into()).spawn(move || sweep(&shared, &root, ttl));
+            if let Ok(h) = sweeper {
+                handles.push(h);
+            }
+        }
         while !self.shared.stopping() {
             if self.shared.cfg.once && self.shared.tests_done.load(Ordering::SeqCst) > 0 {
                 self.shared.stop.store(true, Ordering::SeqCst);
@@ -496,6 +513,32 @@ impl Agent {
             let _ = h.join();
         }
         Ok(())
+    }
+}
+
+/// Removes stale partial files beneath the root: at once, then every
+/// SWEEP_EVERY, until the agent stops (looked at every 100 ms).
+fn sweep(shared: &Shared, root: &std::path::Path, ttl: Duration) {
+    let mut next = Instant::now();
+    while !shared.stopping() {
+        if Instant::now() >= next {
+            next = Instant::now() + SWEEP_EVERY;
+            let swept = std::fs::File::open(root)
+                .map(std::os::fd::OwnedFd::from)
+                .and_then(|r| crate::datapath::copy::sweep_stale(&r, ttl, 1_000_000));
+            match swept {
+                Ok(s) if s.removed > 0 => shared.log.line(&format!(
+                    "gridperf serve: removed {} partial files of unfinished copies ({} bytes) untouched for {} h \
+                     (serve --partial-ttl)",
+                    s.removed,
+                    s.bytes,
+                    ttl.as_secs() / 3600
+                )),
+                Ok(_) => {}
+                Err(e) => shared.log.line(&format!("gridperf serve: looking for stale partial files: {e}")),
+            }
+        }
+        thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -28,6 +28,7 @@ const CONFIG_KEYS: &[(&str, bool)] = &[
     ("max-message", false),
     ("max-tests-per-minute", false),
     ("max-test-memory", false),
+    ("partial-ttl", false),
 ];
 
 /// `gridperf serve --config FILE`: the file's settings (`name = value`
@@ -139,6 +140,10 @@ pub struct ServeArgs {
     /// agent refuses every copy.
     #[arg(long, value_name = "DIR")]
     pub root: Option<std::path::PathBuf>,
+    /// Partial files of copies that did not finish, untouched this long, are removed beneath --root (at the
+    /// start, then hourly): a resume keeps what arrived until then. 0 keeps them for ever.
+    #[arg(long, default_value = "7d", value_name = "DURATION", requires = "root")]
+    pub partial_ttl: String,
     /// Copies may read beneath --root, never write.
     #[arg(long, requires = "root")]
     pub read_only: bool,
@@ -212,6 +217,7 @@ impl TryFrom<ServeArgs> for AgentConfig {
             },
             read_only: a.read_only,
             encrypt: a.encrypt,
+            partial_ttl: Some(super::seconds_or(&a.partial_ttl, "--partial-ttl")?).filter(|d| !d.is_zero()),
             limits: crate::agent::SiteLimits {
                 max_duration: duration(&a.max_duration, "--max-duration")?,
                 max_streams: a.max_streams.max(1),

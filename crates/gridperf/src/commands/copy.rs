@@ -97,6 +97,23 @@ fn join(dir: &str, rest: &str) -> String {
     }
 }
 
+/// Two sources that land on one destination are refused before anything
+/// moves: written into one file, they would make a file of both.
+pub(crate) fn refuse_named_twice<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    let twice = gridperf_core::copy::named_twice(names);
+    let mut twice: Vec<&str> = twice.into_iter().collect();
+    twice.sort_unstable();
+    match twice.first() {
+        None => Ok(()),
+        Some(first) => Err(Error::usage(format!(
+            "{} of the sources go to one destination ({first}{}): one destination takes one source; copy them \
+             into different directories",
+            if twice.len() == 1 { "two".to_string() } else { format!("{} pairs", twice.len()) },
+            if twice.len() > 1 { ", ..." } else { "" }
+        ))),
+    }
+}
+
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     o.store.check()?;
     if let Some(n) = o.fault_flip_block {
@@ -248,6 +265,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                     None => join(&dir, &s.info.path),
                 };
             }
+            refuse_named_twice(sources.iter().map(|s| s.info.path.as_str()))?;
             for (path, why) in &skipped {
                 out.note(&format!("gridperf copy: skipped {path}: {why}"));
             }

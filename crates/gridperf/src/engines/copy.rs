@@ -313,7 +313,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                     (None, None) => Some("the agent said nothing of it".into()),
                 };
                 if let Some((_, why)) = failed.iter().find(|(f, _)| *f == k as u32) {
-                    error = Some(why.clone());
+                    // the writing end's own reason, where it gave one (a full disk), is the better one
+                    if why != dp::WRITE_FAILED || error.is_none() {
+                        error = Some(why.clone());
+                    }
                 } else if changed.contains(&(k as u32)) && error.is_none() {
                     error = Some("the source changed during the copy: not renamed".into());
                 }
@@ -338,8 +341,10 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             destination = dst;
         }
         Job::Pull { names, dest, place, source: src, destination: dst } => {
-            let asked: Vec<CopyFile> =
-                names.iter().map(|n| CopyFile { path: n.clone(), size: 0, mtime_ns: 0, digest: None }).collect();
+            let asked: Vec<CopyFile> = names
+                .iter()
+                .map(|n| CopyFile { path: n.clone(), size: 0, mtime_ns: 0, digest: None, origin: None })
+                .collect();
             for part in chunk_files(&asked) {
                 session.tell(&ClientMsg::CopyFiles { files: part })?;
             }
@@ -349,8 +354,12 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 let (o, token) = (o.clone(), ready.token);
                 move || connect(addr, port, token, &o)
             });
+            let mut theirs_skipped = Vec::new();
             let list: Vec<CopyFile> = parts(session, o.deadlines.control + o.idle, "file list", |m| match m {
-                AgentMsg::CopySources { files, last } => Ok((files, last)),
+                AgentMsg::CopySources { files, last, skipped } => {
+                    theirs_skipped.extend(skipped);
+                    Ok((files, last))
+                }
                 other => Err(format!("{other:?}")),
             })?;
             // where each goes here: checked as the agent's paths are there
@@ -359,6 +368,12 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
                 gridperf_core::copy::check_relative(&f.path)
                     .map_err(|m| net(format!("the agent named a file {m}: nothing was written")))?;
                 local.push(CopyFile { path: place(&f.path), ..f.clone() });
+            }
+            if !gridperf_core::copy::named_twice(local.iter().map(|f| f.path.as_str())).is_empty() {
+                let why = "two of the agent's files go to one destination here: one destination takes one source; \
+                           pull them into different directories";
+                session.abort(why);
+                return Err(Error::usage(why));
             }
             let rules = SinkRules { force: o.force, resume: o.resume, checksum: o.checksum, ..Default::default() };
             let (sinks, needs) = dp::prepare_all(&dest, &local, o.block, rules);
@@ -459,7 +474,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
             resent = files_out.iter().map(|f| f.resent).sum();
             kept_total = files_out.iter().map(|f| f.kept).sum();
             report_files = files_out;
-            skipped = Vec::new();
+            skipped = theirs_skipped;
             works = results;
             sending = false;
             source = src;

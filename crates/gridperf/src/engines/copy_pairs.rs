@@ -118,7 +118,10 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
 
     // 1. every source lists the files, each with its BLAKE3
     let mut lists: Vec<Vec<CopyFile>> = Vec::new();
+    // what the first source left out of its directories (the others hold the same)
+    let mut skipped: Vec<(String, String)> = Vec::new();
     for (addr, host, path) in &job.sources {
+        let first = lists.is_empty();
         gridperf_core::copy::check_relative(path).map_err(|m| Error::usage(format!("{host}:{path}: {m}")))?;
         let mut s = match Target::remote(*addr).open(o.deadlines) {
             Ok(s) => s,
@@ -126,10 +129,15 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
         };
         let listed = (|| -> Result<Vec<CopyFile>> {
             s.session.request(Test::Copy(base_spec.clone()))?;
-            let named = CopyFile { path: path.clone(), size: 0, mtime_ns: 0, digest: None };
+            let named = CopyFile { path: path.clone(), size: 0, mtime_ns: 0, digest: None, origin: None };
             s.session.tell(&ClientMsg::CopyFiles { files: vec![named] })?;
             parts(&mut s.session, within, "file list", |m| match m {
-                AgentMsg::CopySources { files, last } => Ok((files, last)),
+                AgentMsg::CopySources { files, last, skipped: skip } => {
+                    if first {
+                        skipped.extend(skip);
+                    }
+                    Ok((files, last))
+                }
                 other => Err(format!("{other:?}")),
             })
         })();
@@ -528,7 +536,7 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
         bytes_kept: files_out.iter().map(|f| f.kept).sum(),
         blocks_resent: files_out.iter().map(|f| f.resent).sum(),
         files: files_out,
-        skipped: Vec::new(),
+        skipped,
         bytes_moved,
         seconds,
         throughput_bps: if seconds > 0.0 { bytes_moved as f64 * 8.0 / seconds } else { 0.0 },

@@ -445,7 +445,7 @@ fn a_copy_client_that_says_go_and_leaves_before_its_connections_frees_the_slot_a
     };
     wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Copy(spec) })).expect("request");
     assert!(matches!(wire::read_msg(&mut s).expect("ready"), AgentMsg::Ready { .. }));
-    let files = vec![CopyFile { path: "f.dat".into(), size: 10, mtime_ns: 0, digest: None }];
+    let files = vec![CopyFile { path: "f.dat".into(), size: 10, mtime_ns: 0, digest: None, origin: None }];
     wire::write_msg(&mut s, &ClientMsg::CopyFiles { files }).expect("files");
     assert!(matches!(wire::read_msg(&mut s).expect("needs"), AgentMsg::CopyNeeds { .. }));
     // stream-go ahead of the data connections, as a client does now, then gone
@@ -582,7 +582,7 @@ fn max_test_memory_bounds_a_copys_connections_and_the_agent_runs_no_more_than_it
     let (before, _) = crate::threads_and_fds(agent.id());
     let (mut s, m) = ask(push_spec(1, 32, 16 << 20));
     let AgentMsg::Ready { tcp_port: Some(data_port), token, .. } = m else { panic!("expected ready, got {m:?}") };
-    let files = vec![CopyFile { path: "big.dat".into(), size: 256 << 20, mtime_ns: 0, digest: None }];
+    let files = vec![CopyFile { path: "big.dat".into(), size: 256 << 20, mtime_ns: 0, digest: None, origin: None }];
     wire::write_msg(&mut s, &ClientMsg::CopyFiles { files }).expect("files");
     assert!(matches!(wire::read_msg(&mut s).expect("needs"), AgentMsg::CopyNeeds { .. }));
     wire::write_msg(&mut s, &ClientMsg::StreamGo).expect("go");

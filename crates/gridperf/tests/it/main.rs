@@ -9,6 +9,8 @@
 //! - `store`: the results store, survey (killed and resumed), runs and report;
 //! - `archive`: the store in a real PostgreSQL server (a private cluster per test);
 //! - `copy`: gridperf copy through the binary: local, push and pull, refusals, damage, resume;
+//! - `promises`: what a site is promised, each broken as a hostile client or an unlucky user would
+//!   (mixed files, hard links, descriptors, a full disk, links and pipes, reservations);
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
 //! - `netns`: runs in private network namespaces (root, or a user namespace of one's own);
 //! - `lab`: the lab across real namespaces and TUN devices (root, or rootless: CI runs them both ways);
@@ -29,6 +31,7 @@ mod lab;
 mod layers;
 mod netns;
 mod prometheus;
+mod promises;
 mod pscheduler;
 mod render;
 mod store;

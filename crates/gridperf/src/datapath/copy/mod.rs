@@ -10,6 +10,7 @@
 
 mod dial;
 mod link;
+pub mod open;
 mod pool;
 mod queue;
 mod receive;

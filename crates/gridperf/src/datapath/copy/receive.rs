@@ -1,7 +1,9 @@
 //! The writing end's connections: blocks in, verified and written, acknowledgments out.
 
 use super::*;
-use gridperf_core::copy::{block_count, block_cv, block_len, Ack, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER};
+use gridperf_core::copy::{
+    block_count, block_cv, block_len, Ack, AckStatus, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER,
+};
 use gridperf_core::seal::TAG_LEN;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -57,30 +59,42 @@ pub fn receive_stream(
         if FLIP_BLOCK.load(Ordering::SeqCst) == n {
             data[data.len() / 2] ^= 0x20;
         }
-        let t = Instant::now();
-        let cv = block_cv(data, head.index * block);
-        work.hash_ns += t.elapsed().as_nanos() as u64;
-        let ok = cv == head.cv;
-        if ok {
-            match f.put(head.index, data, cv) {
-                Ok(ns) => work.disk_ns += ns,
-                Err(e) => {
-                    let why = match e.raw_os_error() {
-                        Some(libc::ENOSPC) => format!("{}: the destination's disk is full", f.name),
-                        _ => format!("writing {}: {e}", f.name),
-                    };
-                    f.fail(why.clone());
-                    return Err(io::Error::other(why));
+        // a file that cannot be written here (a full disk): its blocks are
+        // answered as such, and the sender sends no more of it
+        let status = if f.failed() {
+            AckStatus::Failed
+        } else {
+            let t = Instant::now();
+            let cv = block_cv(data, head.index * block);
+            work.hash_ns += t.elapsed().as_nanos() as u64;
+            if cv != head.cv {
+                f.damaged();
+                AckStatus::Damaged
+            } else {
+                match f.put(head.index, data, cv) {
+                    Ok(ns) => {
+                        work.disk_ns += ns;
+                        moved.fetch_add(want, Ordering::Relaxed);
+                        work.bytes += want;
+                        work.blocks += 1;
+                        AckStatus::Ok
+                    }
+                    Err(e) => {
+                        f.fail(match e.raw_os_error() {
+                            Some(libc::ENOSPC) => format!(
+                                "the destination's disk is full: kept partial ({} of its bytes verified); free room \
+                                 and copy again with --resume",
+                                f.verified_bytes()
+                            ),
+                            _ => format!("writing {}: {e}: kept partial", f.name),
+                        });
+                        AckStatus::Failed
+                    }
                 }
             }
-            moved.fetch_add(want, Ordering::Relaxed);
-            work.bytes += want;
-            work.blocks += 1;
-        } else {
-            f.damaged();
-        }
+        };
         let mut a = [0u8; ACK_LEN + TAG_LEN];
-        a[..ACK_LEN].copy_from_slice(&Ack { file: head.file, index: head.index, ok }.encode());
+        a[..ACK_LEN].copy_from_slice(&Ack { file: head.file, index: head.index, status }.encode());
         let n = seal(sealer.as_mut(), &mut a, ACK_LEN)?;
         sock.write_all(&a[..n])?;
     }

@@ -1,15 +1,18 @@
 //! One sending connection: blocks from the queue out, acknowledgments in.
 
 use super::*;
-use gridperf_core::copy::{block_cv, block_len, Ack, BlockHeader, ACK_LEN, FRAME_HEADER};
+use gridperf_core::copy::{block_cv, block_len, Ack, AckStatus, BlockHeader, ACK_LEN, FRAME_HEADER};
 use gridperf_core::seal::TAG_LEN;
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// Why the sending end gave a file up when the writing end could not
+/// write it; the writing end's own outcome says more (a full disk).
+pub const WRITE_FAILED: &str = "the writing end could not write it: kept partial there";
 
 /// How the pool steers one sending connection: close it (`cancel`, with
 /// why), and whether it may take blocks again at the tail, after how long.
@@ -145,7 +148,11 @@ pub fn send_stream(
                     Err(_) if finished.load(Ordering::SeqCst) || ctl.cancel.load(Ordering::SeqCst) => return Ok(()),
                     Err(e) => return Err(fail(e, &reader)),
                 }
-                let a = Ack::decode(b[..ACK_LEN].try_into().expect("an ack's length"));
+                let Some(a) = Ack::decode(b[..ACK_LEN].try_into().expect("an ack's length")) else {
+                    let why = "an acknowledgment with a status no receiver sends".to_string();
+                    queue.stop(format!("stream {index}: {why}"));
+                    return Err(fail(io::Error::new(io::ErrorKind::InvalidData, why), &reader));
+                };
                 let (lock_, cv) = &*flight;
                 let mut f = lock(lock_);
                 let Some(pos) = f.iter().position(|&(file, i, _)| file == a.file && i == a.index) else {
@@ -157,8 +164,15 @@ pub fn send_stream(
                 };
                 let (_, _, len) = f.remove(pos).expect("found");
                 drop(f);
-                if queue.acked(index, (a.file, a.index), a.ok) {
-                    moved.fetch_add(len, Ordering::Relaxed);
+                match a.status {
+                    AckStatus::Ok | AckStatus::Damaged => {
+                        if queue.acked(index, (a.file, a.index), a.status == AckStatus::Ok) {
+                            moved.fetch_add(len, Ordering::Relaxed);
+                        }
+                    }
+                    // the writing end cannot write this file (its disk is full,
+                    // say): no more of it is sent, and its outcome says why
+                    AckStatus::Failed => queue.fail_file((a.file, a.index), WRITE_FAILED.into()),
                 }
                 cv.notify_all();
             }
@@ -175,7 +189,7 @@ pub fn send_stream(
                 let len = block_len(f.info.size, block, idx);
                 let data = &mut buf[..len as usize];
                 let t = Instant::now();
-                if let Err(e) = f.file.read_exact_at(data, idx * block) {
+                if let Err(e) = f.read_exact_at(data, idx * block) {
                     queue.fail_file((file, idx), format!("reading {}: {e}", f.info.path));
                     continue;
                 }

@@ -1,6 +1,7 @@
 //! The sending end's files: a file opened for reading, and a path walked
 //! beneath a root (never leaving it, links listed and not followed).
 
+use super::open::{OpenFiles, Slot};
 use super::*;
 use gridperf_core::copy::{block_count, block_cv, block_len, file_hash};
 use gridperf_core::wire::CopyFile;
@@ -8,22 +9,75 @@ use std::fs::File;
 use std::io::{self};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::Arc;
 
-/// A file the sending end reads.
+/// A file the sending end reads: where it is (beneath the directory it
+/// was listed from), which file it was then, and what the copy calls it.
+/// It is opened when a block of it is read (and closed when files used
+/// more lately need the room: [`super::open`]), each time checked to be
+/// the file listed, unchanged.
 pub struct SourceFile {
-    pub file: File,
-    /// As the copy names it at the writing end.
+    /// As the copy names it at the writing end; `origin` says which file it is.
     pub info: CopyFile,
+    base: Arc<OwnedFd>,
+    rel: String,
+    /// Its device and inode when listed.
+    ident: (u64, u64),
+    id: u64,
+    slot: Slot<File>,
+}
+
+/// The sending end's open files.
+static SOURCES: OpenFiles<File> = OpenFiles::new(super::open::MAX_OPEN);
+
+/// Which file this is, for a resume's journal: host, device, inode, size and time, hashed.
+fn origin(m: &std::fs::Metadata) -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/etc/machine-id")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| gridperf_sys::uname().map(|u| u[1].clone()).unwrap_or_default())
+    });
+    let key = format!("{}|{}|{}|{}|{}", host.trim(), m.dev(), m.ino(), m.len(), mtime_ns(m));
+    gridperf_core::copy::whole_hash(key.as_bytes()).to_hex()[..32].to_string()
 }
 
 impl SourceFile {
-    /// Opens a regular file (not a device, a pipe or a directory) and notes its size and time.
-    pub fn open(file: File, path: String) -> io::Result<SourceFile> {
-        let m = file.metadata()?;
-        if !m.file_type().is_file() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    /// A regular file found at `rel` beneath `base`, as listed (`m`); named `path` at the writing end.
+    fn listed(base: Arc<OwnedFd>, rel: String, path: String, m: &std::fs::Metadata) -> SourceFile {
+        SourceFile {
+            info: CopyFile { path, size: m.len(), mtime_ns: mtime_ns(m), digest: None, origin: Some(origin(m)) },
+            base,
+            rel,
+            ident: (m.dev(), m.ino()),
+            id: super::open::new_id(),
+            slot: Slot::default(),
         }
-        Ok(SourceFile { info: CopyFile { path, size: m.len(), mtime_ns: mtime_ns(&m), digest: None }, file })
+    }
+
+    /// The file, opened again beneath its directory without following any
+    /// link, and the same file unchanged, or why not.
+    fn reopen(&self) -> io::Result<File> {
+        let f = File::from(gridperf_sys::open_beneath_nofollow(
+            &*self.base,
+            &self.rel,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )?);
+        gridperf_sys::set_fd_nonblocking(&f, false)?;
+        let m = f.metadata()?;
+        if !m.file_type().is_file() || (m.dev(), m.ino()) != self.ident {
+            return Err(io::Error::other("replaced by another file since it was listed"));
+        }
+        if m.len() != self.info.size || mtime_ns(&m) != self.info.mtime_ns {
+            return Err(io::Error::other("changed since it was listed (its size or time)"));
+        }
+        Ok(f)
+    }
+
+    /// Reads `buf.len()` bytes at `offset`.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        SOURCES.get(self.id, &self.slot, || self.reopen())?.read_exact_at(buf, offset)
     }
 
     /// The file's BLAKE3 (hex), from its blocks' chaining values, for a
@@ -36,7 +90,7 @@ impl SourceFile {
         let mut single = None;
         for i in 0..n {
             let len = block_len(self.info.size, block, i) as usize;
-            self.file.read_exact_at(&mut buf[..len], i * block)?;
+            self.read_exact_at(&mut buf[..len], i * block)?;
             cvs.push(block_cv(&buf[..len], i * block));
             if n == 1 {
                 single = Some(gridperf_core::copy::whole_hash(&buf[..len]));
@@ -46,9 +100,21 @@ impl SourceFile {
         Ok(hash.to_hex().to_string())
     }
 
-    /// Whether the file changed (size or modification time) since it was opened.
+    /// Whether the file changed (replaced, or its size or time) since it was listed.
     pub fn changed(&self) -> bool {
-        self.file.metadata().map(|m| m.len() != self.info.size || mtime_ns(&m) != self.info.mtime_ns).unwrap_or(true)
+        let Ok(fd) = gridperf_sys::open_beneath_nofollow(&*self.base, &self.rel, libc::O_PATH | libc::O_NOFOLLOW)
+        else {
+            return true;
+        };
+        File::from(fd).metadata().map_or(true, |m| {
+            (m.dev(), m.ino()) != self.ident || m.len() != self.info.size || mtime_ns(&m) != self.info.mtime_ns
+        })
+    }
+}
+
+impl Drop for SourceFile {
+    fn drop(&mut self) {
+        SOURCES.forget(self.id, &self.slot);
     }
 }
 
@@ -88,13 +154,22 @@ pub const UNREADABLE: &str = "cannot read";
 /// files.
 pub fn expand(root: &impl AsRawFd, rel: &str, max: usize) -> io::Result<(Vec<SourceFile>, Vec<Skipped>)> {
     let (dir, name) = dir_beneath(root, rel, false)?;
+    let base = Arc::new(dir);
     let mut files = Vec::new();
     let mut skipped = Vec::new();
-    walk(&dir, &name, &name, &mut files, &mut skipped, max, 0)?;
+    walk(&base, &base, &name, &name, &mut files, &mut skipped, max, 0)?;
+    // what was named is itself skipped (a link, a pipe, /proc's): an error, not an empty copy
+    if files.is_empty() {
+        if let Some((_, why)) = skipped.iter().find(|(p, _)| *p == name) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: {why}")));
+        }
+    }
     Ok((files, skipped))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn walk(
+    base: &Arc<OwnedFd>,
     dir: &OwnedFd,
     name: &str,
     shown: &str,
@@ -110,7 +185,7 @@ fn walk(
     let fd = match gridperf_sys::open_beneath(dir, name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            skipped.push((shown.to_string(), "a symbolic link: not followed".into()));
+            skipped.push((shown.to_string(), "a symbolic link: not followed (name its target)".into()));
             return Ok(());
         }
         Err(e) if depth == 0 => return Err(e),
@@ -120,14 +195,21 @@ fn walk(
         }
     };
     let f = File::from(fd);
-    let kind = f.metadata()?.file_type();
+    let m = f.metadata()?;
+    let kind = m.file_type();
     if kind.is_file() {
+        if gridperf_sys::on_pseudo_fs(&f) {
+            skipped.push((
+                shown.to_string(),
+                "a pseudo-file (/proc, /sys and the like): its size says nothing of what it holds".into(),
+            ));
+            return Ok(());
+        }
         if files.len() >= max {
             return Err(io::Error::other(format!("more than {max} files")));
         }
-        // reads block again: the non-blocking flag was for opening only
-        gridperf_sys::set_fd_nonblocking(&f, false)?;
-        files.push(SourceFile::open(f, shown.to_string())?);
+        // listed, and closed: opened again when its blocks are read
+        files.push(SourceFile::listed(base.clone(), shown.to_string(), shown.to_string(), &m));
     } else if kind.is_dir() {
         let mut names: Vec<String> = std::fs::read_dir(format!("/proc/self/fd/{}", f.as_raw_fd()))?
             .flatten()
@@ -139,7 +221,7 @@ fn walk(
             if n.ends_with(PARTIAL) || n.ends_with(JOURNAL) {
                 continue;
             }
-            walk(&sub, &n, &format!("{shown}/{n}"), files, skipped, max, depth + 1)?;
+            walk(base, &sub, &n, &format!("{shown}/{n}"), files, skipped, max, depth + 1)?;
         }
     } else {
         skipped.push((shown.to_string(), "not a regular file or a directory (a device, pipe or socket)".into()));
