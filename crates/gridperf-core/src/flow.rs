@@ -236,11 +236,24 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     if let Some(p) = paced {
         v.limit = Limit::Application;
         v.share = busy_share;
-        v.text = format!(
-            "paced: the sender kept to its pacing rate of {} ({} of it); pacing, not the path, set the rate",
-            fmt_bps(p as f64),
-            fmt_pct(ctx.throughput_bps / p as f64)
-        );
+        let share = ctx.throughput_bps / p as f64;
+        v.text = if share <= 1.1 {
+            format!(
+                "paced: the sender kept to its pacing rate of {} ({} of it); pacing, not the path, set the rate",
+                fmt_bps(p as f64),
+                fmt_pct(share)
+            )
+        } else {
+            // the kernel paces whole segments, and lets the first window out at once: on a short
+            // stream, or with large segments at a low rate, that start is a large part of it
+            format!(
+                "paced, and above it: {} of its pacing rate of {} (the first window leaves unpaced, and the \
+                 kernel paces whole segments: a longer stream, or a rate well above a segment a second, comes \
+                 closer); pacing, not the path, set the rate",
+                fmt_pct(share),
+                fmt_bps(p as f64)
+            )
+        };
     } else if at_link && retrans_ratio < 0.001 {
         let rate = ctx.path_rate_bps.unwrap_or(1);
         v.limit = Limit::Congestion;

@@ -1197,6 +1197,27 @@ pub fn unlink_in(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
 /// The `f_type` statfs(2) gives a tmpfs (linux/magic.h).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
+/// Makes every allocation of `bytes` or more a mapping of its own, given
+/// back to the kernel when it is freed (glibc's M_MMAP_THRESHOLD, which
+/// also stops it from rising by itself: after a 16 MiB buffer was freed it
+/// rose to 16 MiB, and the next ones stayed in the heap after their test).
+pub fn map_large_allocations(bytes: usize) {
+    // SAFETY: mallopt changes only the allocator's own settings
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes.min(i32::MAX as usize) as i32);
+    }
+}
+
+/// Gives the memory the allocator holds free back to the kernel
+/// (glibc's malloc_trim): an agent that served a test of 16 MiB messages
+/// kept hundreds of MB of freed buffers while it sat idle.
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim takes a pad and touches only the allocator's own state
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The filesystems whose files are the kernel's words, not stored bytes
 /// (/proc, /sys, debugfs, tracefs, securityfs, cgroup, bpf, configfs,
 /// efivarfs, pstore): their sizes say nothing of what they hold.

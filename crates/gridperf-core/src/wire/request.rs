@@ -308,7 +308,30 @@ pub struct StreamSpec {
     pub cpu: Option<usize>,
 }
 
+/// The most a paced TCP sender keeps written and not yet sent, in its
+/// rate's time: beyond, the socket's buffer (4 MiB) held what the pacing
+/// let out over half a minute at 1 Mbit/s, and the stream ran long past its
+/// time.
+pub const PACED_UNSENT_MS: u64 = 50;
+
 impl StreamSpec {
+    /// A paced TCP sender's bound on what it has written and not yet sent
+    /// (TCP_NOTSENT_LOWAT): PACED_UNSENT_MS at its rate, at least 4 KiB, at
+    /// most a write. None when it is not paced.
+    pub fn paced_unsent_bytes(&self) -> Option<u64> {
+        self.pacing_bps.map(|p| (p / 8 * PACED_UNSENT_MS / 1000).clamp(4096, self.write_size.max(4096)))
+    }
+
+    /// How long a paced stream's last bytes take to leave once its time is
+    /// up (what may wait unsent, and a 64 KiB segment, at its rate): the
+    /// receivers wait this beyond the linger. 0 unpaced; at most a minute.
+    pub fn paced_drain_ms(&self) -> u64 {
+        match (self.paced_unsent_bytes(), self.pacing_bps) {
+            (Some(unsent), Some(p)) if p > 0 => ((unsent + 65_536) * 8 * 1000 / p).min(60_000),
+            _ => 0,
+        }
+    }
+
     /// One TCP stream `direction` for `duration_ms`, with `gridperf
     /// stream`'s defaults otherwise: writes of 128 KiB, buffers autotuned,
     /// TCP_INFO every 100 ms, 1 s intervals, a 5 s linger.

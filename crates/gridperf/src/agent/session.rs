@@ -258,6 +258,8 @@ pub(super) fn serve(
     };
     shared.metrics.end(peer.ip().to_canonical(), kind, result.is_ok(), began.elapsed().as_secs_f64());
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
+    // the test's buffers are free: back to the kernel, not kept by the allocator while the agent idles
+    gridperf_sys::release_free_memory();
     match result {
         Ok(()) => Ok(()),
         Err(Fail::Untold(msg)) => {

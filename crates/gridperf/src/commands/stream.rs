@@ -61,6 +61,21 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     if r.runs.iter().all(|run| run.streams.iter().all(|s| s.receiver.bytes == 0)) {
         return Err(Error::measurement("no stream moved any data"));
     }
+    // a stream that broke is a part of the run that failed: said, and the exit says it too
+    let streams: usize = r.runs.iter().map(|run| run.streams.len()).sum();
+    let broken: Vec<String> = r
+        .runs
+        .iter()
+        .flat_map(|run| run.streams.iter())
+        .filter_map(|s| s.sender.broken.as_ref().or(s.receiver.broken.as_ref()))
+        .cloned()
+        .collect();
+    if let Some(first) = broken.first() {
+        return Err(Error::measurement(format!(
+            "{} of {streams} streams broke (the first: {first}); the figures above are what arrived",
+            broken.len()
+        )));
+    }
     Ok(())
 }
 

@@ -394,7 +394,7 @@ pub fn launch(
         start,
         omit,
         send_until,
-        recv_until: send_until + Duration::from_millis(spec.linger_ms),
+        recv_until: send_until + Duration::from_millis(spec.linger_ms.saturating_add(spec.paced_drain_ms())),
         abort: AtomicBool::new(false),
     });
     let memfd = if spec.zerocopy.as_deref() == Some("sendfile") {
@@ -409,6 +409,10 @@ pub fn launch(
         }
         if let (Sock::Tcp(t), true, Some(p)) = (&s.sock, s.sending, spec.pacing_bps) {
             gridperf_sys::set_max_pacing_rate(t, p / 8)?;
+            // what waits unsent is bounded: the stream ends with its time, not half a minute later
+            if let Some(lowat) = spec.paced_unsent_bytes() {
+                gridperf_sys::set_notsent_lowat(t, lowat.min(u64::from(u32::MAX)) as u32)?;
+            }
         }
     }
     let mut threads = Vec::new();

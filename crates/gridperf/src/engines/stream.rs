@@ -195,7 +195,9 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
     let mut running = running;
     let mut agent_rows: Vec<(u64, Vec<u64>)> = Vec::new();
     let mut agent_samples: Vec<(u32, Vec<TcpSample>)> = Vec::new();
-    let hard = Duration::from_millis(spec.duration_ms + spec.linger_ms) + opts.omit + opts.deadlines.control * 2;
+    let hard = Duration::from_millis(spec.duration_ms + spec.linger_ms + spec.paced_drain_ms())
+        + opts.omit
+        + opts.deadlines.control * 2;
     let deadline = Instant::now() + hard;
     let mut agent_ends: Option<Vec<StreamEnd>> = None;
     let mut agent_intervals: Vec<(u32, Vec<u64>)> = Vec::new();

@@ -406,3 +406,46 @@ fn partial_files_untouched_past_their_ttl_are_swept_and_held_ones_are_not() {
     drop(held);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// An agent process's resident memory, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+fn an_idle_agent_gives_back_what_its_biggest_test_took() {
+    let _heavy = crate::heavy();
+    let (agent, port) = crate::serve_on("127.0.0.1", &["--max-tests", "4"]);
+    let before = rss(agent.id());
+    let a = format!("127.0.0.1:{port}");
+    let agents = [a.as_str(), a.as_str(), a.as_str()].join(",");
+    // three consumers of 16 MiB messages: 48 MiB of buffers while it runs
+    let o = run(&[
+        "fanout",
+        "--agents",
+        &agents,
+        "--nodes",
+        "3",
+        "--size",
+        "16M",
+        "--messages",
+        "8",
+        "--repeat",
+        "1",
+        "--variant",
+        "drain",
+        "--no-store",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut after = rss(agent.id());
+    crate::wait_until(Duration::from_secs(5), "the agent's memory given back", || {
+        after = rss(agent.id());
+        after < before + (16 << 20)
+    });
+    assert!(after < before + (16 << 20), "{before} bytes before, {after} after");
+}

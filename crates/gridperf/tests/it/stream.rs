@@ -87,6 +87,24 @@ fn pacing_holds_the_rate_within_2_percent() {
 }
 
 #[test]
+fn a_slow_pace_ends_with_its_time_and_breaks_nothing() {
+    let _heavy = crate::heavy();
+    // 1 Mbit/s with writes of 128 KiB: the socket's 4 MiB buffer took half a
+    // minute of data, every stream was cut as BROKEN at the deadline, and the
+    // run exited 0; now what waits unsent is 50 ms at the rate
+    let started = std::time::Instant::now();
+    let v = stream_json(&["-t", "3", "--pacing", "1M", "--no-store"]);
+    let took = started.elapsed();
+    let s = &v["runs"][0]["streams"][0];
+    assert!(s["broken"].is_null(), "{}", s["broken"]);
+    assert_eq!(u(&s["sender"]["bytes"]), u(&s["receiver"]["bytes"]));
+    // 3 s at 1 Mbit/s is 375 kB; the first window leaves unpaced (10 segments of up to 64 KiB on loopback)
+    let got = u(&s["receiver"]["bytes"]);
+    assert!((300_000..=1_100_000).contains(&got), "{got} bytes");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
 fn zero_copy_sending_counts_its_completions() {
     let _heavy = crate::heavy();
     let v = stream_json(&["-t", "1", "--zerocopy", "msg"]);
@@ -128,7 +146,11 @@ fn udp_at_a_rate_is_counted_by_sequence_number() {
 #[test]
 fn a_broken_stream_is_reported_with_its_bytes_and_the_others_stand() {
     let _heavy = crate::heavy();
-    let v = stream_json(&["-P", "2", "-t", "2", "--fault-break-stream", "5000000"]);
+    // printed in full, and the exit says a part of the run failed
+    let o = run(&["stream", "-P", "2", "-t", "2", "--fault-break-stream", "5000000", "--no-store", "--json"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1 of 2 streams broke"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let streams = v["runs"][0]["streams"].as_array().expect("streams");
     let s0 = &streams[0];
     assert!(s0["broken"].as_str().is_some_and(|b| !b.is_empty()), "{s0}");
