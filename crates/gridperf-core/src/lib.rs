@@ -25,6 +25,7 @@ pub mod compare;
 pub mod copy;
 pub mod emu;
 pub mod flow;
+pub mod fuzzing;
 pub mod gso;
 pub mod labcfg;
 pub mod model;

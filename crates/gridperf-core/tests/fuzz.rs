@@ -10,151 +10,20 @@
 //! mutator, not a coverage-guided fuzzer), so the corpus is what seeds it.
 
 use gridperf_core::auth::{Cidr, Key};
+use gridperf_core::fuzzing;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, DataHello, HostLimits};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-/// xorshift64*: fast, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+fn here() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Bytes that matter to JSON, numbers and our units.
-const INTERESTING: &[&[u8]] = &[
-    b"\"",
-    b"\\",
-    b"{",
-    b"}",
-    b"[",
-    b"]",
-    b":",
-    b",",
-    b"-1",
-    b"0",
-    b"1e999",
-    b"18446744073709551616",
-    b"4294967296",
-    b"null",
-    b"true",
-    b"\"tcp\"",
-    b"\"udp\"",
-    b"\xff",
-    b"\x00",
-    b"NaN",
-    b"..",
-    b"/",
-    b"%",
-    b"k",
-    b"KiB",
-    b"ms",
-    b"G",
-    b"\xe2\x80\xae",
-];
-
-fn mutate(rng: &mut Rng, input: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
-    let mut v = input.to_vec();
-    for _ in 0..=rng.below(4) {
-        let at = rng.below(v.len() + 1);
-        match rng.below(8) {
-            0 if !v.is_empty() => {
-                let i = rng.below(v.len());
-                v[i] ^= 1 << rng.below(8);
-            }
-            1 if !v.is_empty() => {
-                let i = rng.below(v.len());
-                v[i] = rng.next() as u8;
-            }
-            2 => v.insert(at, rng.next() as u8),
-            3 if !v.is_empty() => {
-                let end = (at + 1 + rng.below(16)).min(v.len());
-                v.drain(at.min(end)..end);
-            }
-            4 => {
-                let s = INTERESTING[rng.below(INTERESTING.len())];
-                v.splice(at..at, s.iter().copied());
-            }
-            5 if !v.is_empty() => {
-                // repeat a chunk: deep nesting, long arrays
-                let start = rng.below(v.len());
-                let end = (start + 1 + rng.below(32)).min(v.len());
-                let chunk = v[start..end].to_vec();
-                for _ in 0..rng.below(64) {
-                    v.splice(at..at, chunk.iter().copied());
-                }
-            }
-            6 if !corpus.is_empty() => {
-                // splice in part of another seed
-                let other = &corpus[rng.below(corpus.len())];
-                let from = rng.below(other.len());
-                let to = (from + rng.below(other.len() - from + 1)).min(other.len());
-                v.splice(at..at, other[from..to].iter().copied());
-            }
-            _ => {
-                if let Some(i) = (!v.is_empty()).then(|| rng.below(v.len())) {
-                    // a digit run: numbers at and past every bound
-                    v.splice(i..i, std::iter::repeat_n(b'9', 1 + rng.below(24)));
-                }
-            }
-        }
-    }
-    v.truncate(1 << 20);
-    v
-}
-
-fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target)
-}
-
-fn load(target: &str) -> Vec<Vec<u8>> {
-    let mut out: Vec<Vec<u8>> = std::fs::read_dir(corpus_dir(target))
-        .map(|d| d.flatten().filter_map(|e| std::fs::read(e.path()).ok()).collect())
-        .unwrap_or_default();
-    out.sort();
-    assert!(!out.is_empty(), "no corpus for {target} in {}", corpus_dir(target).display());
-    out
-}
-
-fn budget() -> Duration {
-    let s: f64 = std::env::var("FUZZ_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3.0);
-    Duration::from_secs_f64(s)
-}
-
-/// Feeds `target` mutations of its corpus for the budget; fails on a panic.
 fn fuzz(target: &str, check: fn(&[u8])) {
-    let corpus = load(target);
-    for seed in &corpus {
-        check(seed);
-    }
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ target.len() as u64);
-    let until = Instant::now() + budget();
-    let mut runs = 0u64;
-    let mut slowest = Duration::ZERO;
-    while Instant::now() < until {
-        let pick = rng.below(corpus.len());
-        let input = mutate(&mut rng, &corpus[pick], &corpus);
-        let t0 = Instant::now();
-        if std::panic::catch_unwind(|| check(&input)).is_err() {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fuzz-crashes");
-            let _ = std::fs::create_dir_all(&dir);
-            let path = dir.join(format!("{target}-{runs}"));
-            let _ = std::fs::write(&path, &input);
-            panic!("{target}: input {runs} panicked; it is in {}", path.display());
-        }
-        slowest = slowest.max(t0.elapsed());
-        runs += 1;
-    }
-    eprintln!("fuzz {target}: {runs} inputs in {:?}, none panicked; slowest {slowest:?}", budget());
-    assert!(slowest < Duration::from_secs(1), "{target}: one input took {slowest:?}");
+    fuzzing::fuzz(here(), target, check);
+}
+
+fn corpus_dir(target: &str) -> std::path::PathBuf {
+    fuzzing::corpus_dir(here(), target)
 }
 
 #[test]
@@ -229,6 +98,63 @@ fn key_files() {
         let s = String::from_utf8_lossy(b);
         let _ = Key::parse_client_file(&s);
         let _ = Key::parse_authorized(&s);
+    });
+}
+
+#[test]
+fn captures() {
+    // pcap and pcapng as a stream, each frame decoded, the TCP segments traced
+    fuzz("capture", |b| {
+        let Ok(mut r) = gridperf_core::capture::CaptureReader::new(b) else { return };
+        let mut an = gridperf_core::trace::Analyzer::new(100_000_000);
+        let mut data = Vec::new();
+        let mut frames = 0;
+        while let Some(f) = r.next_frame_into(&mut data) {
+            let Ok(head) = f else { break };
+            frames += 1;
+            if frames > 10_000 {
+                break;
+            }
+            if let Ok(seg) = gridperf_core::capture::decode(head.link, &data) {
+                an.segment(head.t_ns, &seg);
+            }
+        }
+        let _ = an.finish();
+    });
+}
+
+#[test]
+fn copy_frames() {
+    // a block's header and its acknowledgment, as a peer sends them
+    fuzz("copy-frame", |b| {
+        use gridperf_core::copy::{Ack, BlockHeader, ACK_LEN, FRAME_HEADER};
+        if let Ok(h) = b.get(..FRAME_HEADER).unwrap_or(&[]).try_into() {
+            if let Ok(head) = BlockHeader::decode(h) {
+                assert_eq!(BlockHeader::decode(&head.encode()), Ok(head));
+            }
+        }
+        if let Ok(a) = b.get(..ACK_LEN).unwrap_or(&[]).try_into() {
+            if let Some(ack) = Ack::decode(a) {
+                assert_eq!(Ack::decode(&ack.encode()), Some(ack));
+            }
+        }
+    });
+}
+
+#[test]
+fn udp_stream_headers() {
+    fuzz("udp-header", |b| {
+        if let Some((stream, seq, t)) = gridperf_core::flow::decode_udp_header(b) {
+            let mut again = b.to_vec();
+            gridperf_core::flow::encode_udp_header(&mut again, stream, seq, t);
+            assert_eq!(gridperf_core::flow::decode_udp_header(&again), Some((stream, seq, t)));
+        }
+        let mut t = gridperf_core::flow::SeqTracker::new();
+        for chunk in b.chunks(24) {
+            if let Some((_, seq, send)) = gridperf_core::flow::decode_udp_header(chunk) {
+                t.record(seq, chunk.len() as u64, send, send.wrapping_add(1000));
+            }
+        }
     });
 }
 
@@ -331,6 +257,85 @@ fn write_the_corpus() {
     .enumerate()
     {
         write("units", format!("{k:02}"), s.as_bytes());
+    }
+    // a capture: a handshake, data and its ACK, as pcap and pcapng
+    {
+        let mut w = gridperf_core::capture::PcapWriter::new(Vec::new(), 101, 65_535).expect("pcap");
+        let tcp = |sp: u16, dp: u16, seq: u32, ack: u32, flags: u8, len: usize| {
+            let (a, b) = if sp == 5201 { (2u8, 1u8) } else { (1, 2) };
+            let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, a, 10, 0, 0, b];
+            let total = (20 + 20 + len) as u16;
+            p[2..4].copy_from_slice(&total.to_be_bytes());
+            let mut t = vec![0u8; 20];
+            t[0..2].copy_from_slice(&sp.to_be_bytes());
+            t[2..4].copy_from_slice(&dp.to_be_bytes());
+            t[4..8].copy_from_slice(&seq.to_be_bytes());
+            t[8..12].copy_from_slice(&ack.to_be_bytes());
+            t[12] = 5 << 4;
+            t[13] = flags;
+            t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+            p.extend(t);
+            p.extend(std::iter::repeat_n(0xab, len));
+            p
+        };
+        for (k, (f, t)) in [
+            (tcp(40000, 5201, 1000, 0, 0x02, 0), 0i64),
+            (tcp(5201, 40000, 5000, 1001, 0x12, 0), 20_000_000),
+            (tcp(40000, 5201, 1001, 5001, 0x10, 0), 20_100_000),
+            (tcp(40000, 5201, 1001, 5001, 0x18, 1448), 21_000_000),
+            (tcp(5201, 40000, 5001, 2449, 0x10, 0), 41_000_000),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let _ = k;
+            w.write(t, &f, f.len() as u32).expect("frame");
+        }
+        write("capture", "raw-ip.pcap".into(), &w.into_inner());
+        // pcapng: a section header, an interface, one enhanced packet
+        let mut ng = Vec::new();
+        let block = |ng: &mut Vec<u8>, kind: u32, body: &[u8]| {
+            let len = (12 + body.len()).div_ceil(4) * 4;
+            ng.extend_from_slice(&kind.to_le_bytes());
+            ng.extend_from_slice(&(len as u32).to_le_bytes());
+            ng.extend_from_slice(body);
+            ng.resize(ng.len() + (len - 12 - body.len()), 0);
+            ng.extend_from_slice(&(len as u32).to_le_bytes());
+        };
+        let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        block(&mut ng, 0x0a0d_0d0a, &shb);
+        let mut idb = 101u16.to_le_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0]);
+        idb.extend_from_slice(&65_535u32.to_le_bytes());
+        block(&mut ng, 1, &idb);
+        let pkt = tcp(40000, 5201, 1001, 5001, 0x18, 100);
+        let mut epb = 0u32.to_le_bytes().to_vec();
+        epb.extend_from_slice(&0u32.to_le_bytes());
+        epb.extend_from_slice(&1_000_000u32.to_le_bytes());
+        epb.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&pkt);
+        block(&mut ng, 6, &epb);
+        write("capture", "raw-ip.pcapng".into(), &ng);
+    }
+    // a copy's block header and acknowledgments
+    {
+        use gridperf_core::copy::{Ack, AckStatus, BlockHeader};
+        let h = BlockHeader { file: 3, index: 77, len: 65_536, cv: [9; 32] };
+        write("copy-frame", "header".into(), &h.encode());
+        for (k, status) in [AckStatus::Ok, AckStatus::Damaged, AckStatus::Failed].into_iter().enumerate() {
+            write("copy-frame", format!("ack-{k}"), &Ack { file: 1, index: 2, status }.encode());
+        }
+    }
+    // UDP stream datagrams' headers
+    {
+        let mut b = vec![0u8; 64];
+        for (k, seq) in [0u64, 1, u64::MAX].into_iter().enumerate() {
+            gridperf_core::flow::encode_udp_header(&mut b, k as u32, seq, 1_000_000_007);
+            write("udp-header", format!("{k:02}"), &b);
+        }
     }
     let key = Key::new("alice@site-a", [7; 32]).expect("key");
     write("keys", "client".into(), key.client_line().as_bytes());
