@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
@@ -69,9 +69,9 @@ pub fn mutate(rng: &mut Rng, input: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
             }
             1 if !v.is_empty() => {
                 let i = rng.below(v.len());
-                v[i] = rng.next() as u8;
+                v[i] = rng.next_u64() as u8;
             }
-            2 => v.insert(at, rng.next() as u8),
+            2 => v.insert(at, rng.next_u64() as u8),
             3 if !v.is_empty() => {
                 let end = (at + 1 + rng.below(16)).min(v.len());
                 v.drain(at.min(end)..end);
