@@ -1208,6 +1208,23 @@ pub fn map_large_allocations(bytes: usize) {
     }
 }
 
+/// fsetxattr(2): sets the extended attribute `name` of an open file.
+pub fn set_xattr(file: &impl AsRawFd, name: &str, value: &[u8]) -> io::Result<()> {
+    let n = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    // SAFETY: a valid descriptor, a NUL-terminated name, a value and its length
+    cvt_i(unsafe { libc::fsetxattr(file.as_raw_fd(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) }).map(|_| ())
+}
+
+/// fgetxattr(2): the extended attribute `name` of an open file (at most
+/// 256 bytes), None when it has none (or the filesystem keeps none).
+pub fn get_xattr(file: &impl AsRawFd, name: &str) -> Option<Vec<u8>> {
+    let n = CString::new(name).ok()?;
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid descriptor, a NUL-terminated name, a buffer and its length
+    let got = unsafe { libc::fgetxattr(file.as_raw_fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (got >= 0).then(|| buf[..got as usize].to_vec())
+}
+
 /// Gives the memory the allocator holds free back to the kernel
 /// (glibc's malloc_trim): an agent that served a test of 16 MiB messages
 /// kept hundreds of MB of freed buffers while it sat idle.

@@ -449,3 +449,179 @@ fn an_idle_agent_gives_back_what_its_biggest_test_took() {
     });
     assert!(after < before + (16 << 20), "{before} bytes before, {after} after");
 }
+
+/// xorshift64*: the chaos test's choices, reproducible from its seed.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+/// One copy a chaos round runs: what it copies, and (for a push) which source.
+struct Op {
+    child: std::process::Child,
+    name: String,
+    /// The source a push sends (its index among the name's variants); None for a pull.
+    variant: Option<usize>,
+    killed: bool,
+}
+
+/// Clients pushing and pulling overlapping names at once, some killed at
+/// random, the agent killed and started again, its disk filled by another
+/// writer, resumes of other sources of the same size and time: after
+/// every round, every file in place (at
+/// the agent and where pulls write) is one source byte for byte, every
+/// copy that said it put a file in place gave that source's BLAKE3, and
+/// nothing outside the roots changed. `GRIDPERF_CHAOS_ROUNDS` (default 8)
+/// and `GRIDPERF_CHAOS_SEED` set the run; the bench runs hundreds of rounds.
+#[test]
+fn copies_under_concurrency_kills_and_restarts_keep_every_file_whole() {
+    let _heavy = crate::heavy();
+    let rounds: u64 = std::env::var("GRIDPERF_CHAOS_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
+    let seed: u64 = std::env::var("GRIDPERF_CHAOS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed);
+    let mut dice = Dice(seed | 1);
+    let d = tmpdir("chaos");
+    let (root, here, sentinel) = (d.join("root"), d.join("here"), d.join("outside"));
+    std::fs::create_dir_all(&root).expect("root");
+    std::fs::create_dir_all(&here).expect("here");
+    write(&sentinel.join("keep.dat"), &bytes(100_000, 99));
+    // three names, each with three sources: two of one size and time (a
+    // resume must not take one for the other), one of another size
+    let names = ["n0.dat", "n1.dat", "n2.dat"];
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut variants: Vec<Vec<Vec<u8>>> = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        let size = (3 + 5 * k) << 20;
+        let v: Vec<Vec<u8>> =
+            (0..3u64).map(|j| bytes(size + if j == 2 { 70_001 } else { 0 }, 1000 * k as u64 + j)).collect();
+        for (j, data) in v.iter().enumerate() {
+            let p = d.join(format!("src{j}/{name}"));
+            write(&p, data);
+            let f = std::fs::OpenOptions::new().write(true).open(&p).expect("source");
+            f.set_times(std::fs::FileTimes::new().set_modified(mtime)).expect("times");
+        }
+        variants.push(v);
+    }
+    let hashes: Vec<Vec<String>> = variants.iter().map(|v| v.iter().map(|d| blake3_hex(d)).collect()).collect();
+    let port = crate::free_port();
+    let p = port.to_string();
+    // the agent's root is a 48 MiB tmpfs in a mount namespace of its own
+    // (a user namespace's too when not root), so that the disk can fill; the
+    // test sees it through /proc/PID/root
+    let start_agent = || {
+        let script = format!(
+            "mount -t tmpfs -o size=48m gridperf-chaos {r} && exec {BIN} serve --bind 127.0.0.1 --port {port} \
+             --root {r} --max-tests 4",
+            r = root.display()
+        );
+        let mut c = Command::new("unshare");
+        if !gridperf::host::is_root() {
+            c.args(["--user", "--map-root-user"]);
+        }
+        let child = c
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let agent = crate::Served(child);
+        crate::wait_until(Duration::from_secs(5), "the chaos agent listens", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let seen = PathBuf::from(format!("/proc/{}/root{}", agent.id(), root.display()));
+        // a link out of the root, in it
+        let _ = std::os::unix::fs::symlink(&sentinel, seen.join("escape"));
+        (agent, seen)
+    };
+    let (mut agent, mut seen) = start_agent();
+    let (mut done_ok, mut killed, mut restarts, mut fills) = (0u64, 0u64, 0u64, 0u64);
+    for round in 0..rounds {
+        let mut ops: Vec<Op> = Vec::new();
+        for _ in 0..3 {
+            let k = dice.roll(names.len() as u64) as usize;
+            let name = names[k].to_string();
+            let streams = (1 + dice.roll(4)).to_string();
+            let block = if dice.roll(2) == 0 { "256K" } else { "1M" };
+            let mut c = Command::new(BIN);
+            let variant = if dice.roll(3) == 0 {
+                c.args(["copy", &format!("127.0.0.1:{name}"), &format!("{}/", here.display())]);
+                None
+            } else {
+                let j = dice.roll(3) as usize;
+                c.args(["copy", d.join(format!("src{j}/{name}")).to_str().expect("p"), &format!("127.0.0.1:{name}")]);
+                Some(j)
+            };
+            c.args(["--port", &p, "-P", &streams, "--block", block, "--no-store", "--json"]);
+            if dice.roll(2) == 0 {
+                c.arg("--force");
+            }
+            if dice.roll(2) == 0 {
+                c.arg("--resume");
+            }
+            let child =
+                c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("copy");
+            ops.push(Op { child, name, variant, killed: false });
+        }
+        // faults: one copy killed at a random moment, now and then the agent too
+        std::thread::sleep(Duration::from_millis(dice.roll(400)));
+        if dice.roll(2) == 0 {
+            let victim = dice.roll(ops.len() as u64) as usize;
+            let _ = ops[victim].child.kill();
+            ops[victim].killed = true;
+            killed += 1;
+        }
+        if dice.roll(5) == 0 {
+            let _ = agent.0.kill();
+            let _ = agent.0.wait();
+            (agent, seen) = start_agent();
+            restarts += 1;
+        }
+        // the disk fills: another writer takes all but a few MiB of it for a while
+        let filler = seen.join("filler");
+        if dice.roll(3) == 0 {
+            let _ = std::fs::write(&filler, vec![0u8; (36 + dice.roll(10) as usize) << 20]);
+            fills += 1;
+        }
+        for op in ops {
+            let o = op.child.wait_with_output().expect("wait");
+            if op.killed || !o.status.success() {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a copy's json");
+            let k = names.iter().position(|n| *n == op.name).expect("a name");
+            let said = v["files"][0]["blake3"].as_str().unwrap_or_default().to_string();
+            match op.variant {
+                // a push that said done gave its own source's hash
+                Some(j) => assert_eq!(said, hashes[k][j], "round {round}: a push of {} source {j}", op.name),
+                // a pull that said done gave one source's hash
+                None => assert!(hashes[k].contains(&said), "round {round}: a pull of {} said {said}", op.name),
+            }
+            done_ok += 1;
+        }
+        let _ = std::fs::remove_file(&filler);
+        // every file in place, here and there, is one source byte for byte
+        for (k, name) in names.iter().enumerate() {
+            for place in [seen.join(name), here.join(name)] {
+                if let Ok(bytes_in_place) = std::fs::read(&place) {
+                    assert!(
+                        variants[k].iter().any(|v| *v == bytes_in_place),
+                        "round {round} (seed {seed}): {} is no source of its name (a mix)",
+                        place.display()
+                    );
+                }
+            }
+        }
+        assert_eq!(std::fs::read(sentinel.join("keep.dat")).expect("outside"), bytes(100_000, 99));
+        assert_eq!(std::fs::read_dir(&sentinel).expect("outside").count(), 1, "a file appeared outside the root");
+    }
+    eprintln!(
+        "chaos: {rounds} rounds (seed {seed}): {done_ok} copies done and checked, {killed} killed, {restarts} agent \
+         restarts, {fills} disks filled"
+    );
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&d);
+}

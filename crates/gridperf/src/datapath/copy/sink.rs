@@ -37,6 +37,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The attributes a finished file keeps: which source it is, and its BLAKE3.
+const XATTR_ORIGIN: &str = "user.gridperf.origin";
+const XATTR_BLAKE3: &str = "user.gridperf.blake3";
+
 /// The journal's format: its head carries the source's origin and the writing copy's owner.
 const JOURNAL_VERSION: u64 = 2;
 
@@ -73,6 +77,8 @@ pub struct SinkFile {
     /// Moved into place (or left for good): nothing to clean.
     settled: AtomicBool,
     force: bool,
+    /// A finished destination kept: the hash its copy recorded with it.
+    known_hash: Option<String>,
 }
 
 /// A sink file while it is open: its directory, the partial file (and its
@@ -221,6 +227,7 @@ impl SinkFile {
             created: false,
             settled: AtomicBool::new(false),
             force: rules.force,
+            known_hash: None,
         };
         if rules.join {
             return file.join(dir, n);
@@ -232,16 +239,27 @@ impl SinkFile {
             if !m.file_type().is_file() {
                 return Err(format!("{name} exists and is not a regular file: not replaced"));
             }
-            if rules.resume && !rules.force && m.len() == info.size && mtime_ns(&m) == info.mtime_ns {
+            // a copy that put it in place said which source it was, and its hash
+            let said = gridperf_sys::open_beneath(&dir, &name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
+                .ok()
+                .map(|f| (gridperf_sys::get_xattr(&f, XATTR_ORIGIN), gridperf_sys::get_xattr(&f, XATTR_BLAKE3)));
+            let (origin, hash) = said.unwrap_or((None, None));
+            let same_source = match (&origin, &info.origin) {
+                (Some(o), Some(want)) => o.as_slice() == want.as_bytes(),
+                // put there by another tool (or where no attribute is kept): size and time, as rsync's quick check
+                (None, _) => true,
+                (Some(_), None) => false,
+            };
+            if rules.resume && !rules.force && m.len() == info.size && mtime_ns(&m) == info.mtime_ns && same_source {
                 lock(&file.state).kept = info.size;
                 file.settled.store(true, Ordering::SeqCst);
-                return Ok((
-                    file,
-                    CopyNeed {
-                        refused: Some("finished by an earlier run (its size and time are the source's)".into()),
-                        ..none(info.size)
-                    },
-                ));
+                file.known_hash = hash.and_then(|h| String::from_utf8(h).ok());
+                let why = if origin.is_some() {
+                    "finished by an earlier run (this very source: its size, time and origin)"
+                } else {
+                    "finished by an earlier run (its size and time are the source's; not hashed again)"
+                };
+                return Ok((file, CopyNeed { refused: Some(why.into()), ..none(info.size) }));
             }
             if !rules.force {
                 return Err(format!(
@@ -570,7 +588,8 @@ impl SinkFile {
             }
         };
         if self.ident.is_none() || self.settled.load(Ordering::SeqCst) {
-            // kept from an earlier run, or refused
+            // kept from an earlier run (with the hash it recorded), or refused
+            out.blake3 = self.known_hash.clone();
             return out;
         }
         let h = match self.handle() {
@@ -622,6 +641,14 @@ impl SinkFile {
             let when = std::time::UNIX_EPOCH + Duration::from_nanos(self.info.mtime_ns.max(0) as u64);
             h.partial.set_times(std::fs::FileTimes::new().set_modified(when).set_accessed(when))?;
             h.partial.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            // which source this is, and its hash, kept with it (a resume's quick check; where the
+            // filesystem keeps no attributes, nothing is lost but that)
+            if let Some(o) = &self.info.origin {
+                let _ = gridperf_sys::set_xattr(&h.partial, XATTR_ORIGIN, o.as_bytes());
+            }
+            if let Some(hx) = &hash {
+                let _ = gridperf_sys::set_xattr(&h.partial, XATTR_BLAKE3, hx.to_hex().as_bytes());
+            }
             if self.force {
                 gridperf_sys::rename_in(&h.dir, &pname, &self.name)?;
             } else {
