@@ -608,7 +608,7 @@ fn copies_under_concurrency_kills_and_restarts_keep_every_file_whole() {
             for place in [seen.join(name), here.join(name)] {
                 if let Ok(bytes_in_place) = std::fs::read(&place) {
                     assert!(
-                        variants[k].iter().any(|v| *v == bytes_in_place),
+                        variants[k].contains(&bytes_in_place),
                         "round {round} (seed {seed}): {} is no source of its name (a mix)",
                         place.display()
                     );
