@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
-
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {
@@ -257,7 +255,7 @@ impl Drop for PgServer {
 
 /// A quick loopback survey into `dsn`, its report written into `pg`'s directory.
 fn survey(pg: &PgServer, dsn: &str, sizes: &str) -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = crate::bin();
     let report = pg.dir.join(format!("report-{}.html", pg.reports.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     c.args([
         "survey",
@@ -416,7 +414,7 @@ fn pscheduler_archiver_documents_are_drawn_by_the_report() {
     let test =
         serde_json::json!({ "type": "throughput", "spec": { "schema": 1, "dest": "127.0.0.1", "duration": "PT1S" } });
     let input = serde_json::json!({ "participant": 0, "participant-data": [{}, { "agent-port": port }], "test": test });
-    let mut child = Command::new(BIN)
+    let mut child = crate::bin()
         .args(["pscheduler", "run"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -462,7 +460,7 @@ fn tls_to_the_archive_as_libpq_offers_it_and_never_a_silent_downgrade() {
     std::fs::create_dir_all(&home).expect("home");
     let list = |host: &str, params: &str| {
         let dsn = format!("postgres://gridperf@{host}:{}/postgres?{params}", pg.port);
-        Command::new(BIN).args(["runs", "list", "--db", &dsn]).env("HOME", &home).output().expect("runs list")
+        crate::bin().args(["runs", "list", "--db", &dsn]).env("HOME", &home).output().expect("runs list")
     };
     let ca = pg.dir.join("ca.crt");
     let other = pg.dir.join("other-ca.crt");

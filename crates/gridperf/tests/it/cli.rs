@@ -4,10 +4,8 @@ use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
-
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {
@@ -75,7 +73,7 @@ fn busy_agent_exits_5() {
     // an agent whose only slot is taken by a client that never goes on
     let (mut agent, port) = serve(&["--control-timeout", "5s"]);
     let p = port.to_string();
-    let mut holder = Command::new(BIN)
+    let mut holder = crate::bin()
         .args(["rtt", "127.0.0.1", "-p", &p, "--proto", "udp", "--sizes", "1", "-t", "3s"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -149,7 +147,7 @@ fn the_table_says_rtt_and_the_nagle_state() {
 fn an_agent_that_dies_mid_run_ends_the_client_with_a_network_error() {
     let (mut agent, port) = serve(&[]);
     let p = port.to_string();
-    let mut client = Command::new(BIN)
+    let mut client = crate::bin()
         .args(["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-t", "20s", "--timeout", "500ms"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -234,7 +232,7 @@ fn nagle_and_delayed_ack_stall_a_message_written_in_two_sends() {
 fn sigterm_during_a_test_stops_the_agent_and_the_client_is_told() {
     let (mut agent, port) = serve(&[]);
     let p = port.to_string();
-    let mut client = Command::new(BIN)
+    let mut client = crate::bin()
         .args(["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-t", "30s"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -382,8 +380,7 @@ fn a_closed_stdout_ends_the_printing_not_the_run() {
         &["stream", "-t", "2", "-i", "100ms", "--pacing", "100M", "--no-store"][..],
         &["rtt", "--proto", "udp", "--sizes", "1", "-n", "30000", "--csv", "--samples", "--no-store"][..],
     ] {
-        let mut child =
-            Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+        let mut child = crate::bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
         // read a little, then close the pipe, as `| head -1` does
         let mut first = [0u8; 16];
         let mut stdout = child.stdout.take().expect("stdout");
@@ -499,7 +496,7 @@ fn stream_clients_killed_mid_test_leave_the_agent_as_it_was() {
     assert!(o.status.success(), "{}", stderr(&o));
     let idle = crate::settles_at(agent.id(), (0, 0), Duration::from_millis(500));
     for proto in ["tcp", "udp", "tcp"] {
-        let mut client = Command::new(BIN)
+        let mut client = crate::bin()
             .args(["stream", "127.0.0.1", "-p", &p, "-P", "4", "-t", "30", "--no-store"])
             .args(if proto == "udp" { &["-u", "-b", "100M"][..] } else { &[][..] })
             .stdout(Stdio::null())
@@ -524,7 +521,7 @@ fn a_peers_escape_codes_and_newlines_reach_neither_terminal_nor_log() {
     let port = crate::free_port();
     let p = port.to_string();
     let _agent = crate::Served(
-        Command::new(BIN)
+        crate::bin()
             .args(["serve", "--bind", "127.0.0.1", "--port", &p])
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
@@ -693,7 +690,7 @@ fn serve_auth_refuses_a_client_without_the_key_and_serves_one_with_it() {
     let rtt = |extra: &[&str]| {
         let mut a = vec!["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-n", "10", "--no-store"];
         a.extend_from_slice(extra);
-        Command::new(BIN).args(&a).env("HOME", &d).output().expect("rtt")
+        crate::bin().args(&a).env("HOME", &d).output().expect("rtt")
     };
     let o = rtt(&[]);
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
@@ -710,7 +707,7 @@ fn serve_auth_refuses_a_client_without_the_key_and_serves_one_with_it() {
     let rtt_open = |extra: &[&str]| {
         let mut a = vec!["rtt", "127.0.0.1", "-p", &p, "--proto", "tcp", "--sizes", "64", "-n", "10", "--no-store"];
         a.extend_from_slice(extra);
-        Command::new(BIN).args(&a).env("HOME", &d).output().expect("rtt")
+        crate::bin().args(&a).env("HOME", &d).output().expect("rtt")
     };
     let o = rtt_open(&["--key", &alice.to_string_lossy()]);
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));

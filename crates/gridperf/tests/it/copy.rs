@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {
@@ -180,7 +180,7 @@ fn a_copy_killed_midway_resumes_hashing_what_arrived_and_moves_only_the_rest() {
     let dsts = format!("{}/", dst.display());
     // paced at 100 Mbit/s a stream: about 2 s for the 48 MiB
     let args = ["copy", src.to_str().expect("p"), &dsts, "-P", "2", "--block", "1M", "--pacing", "100M", "--no-store"];
-    let mut child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("copy");
+    let mut child = crate::bin().args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("copy");
     let journal = dst.join(".big.dat.gridperf-manifest");
     let deadline = Instant::now() + Duration::from_secs(30);
     // kill it once some blocks are in the journal (a header line, then 40 bytes a block)
@@ -334,7 +334,7 @@ fn a_source_that_changes_during_the_copy_is_not_put_in_place() {
         "100M",
         "--no-store",
     ];
-    let child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
+    let child = crate::bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
     journal_reaches(&dst.join(".growing.dat.gridperf-manifest"), 4);
     {
         use std::io::Write;
@@ -366,7 +366,7 @@ fn a_client_or_an_agent_that_dies_mid_copy_loses_nothing_verified() {
     let push = |port: &str, extra: &[&str]| {
         let mut a = vec!["copy", src.to_str().expect("p"), "127.0.0.1:", "--port", port, "--block", "1M", "--no-store"];
         a.extend_from_slice(extra);
-        Command::new(BIN).args(&a).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("copy")
+        crate::bin().args(&a).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("copy")
     };
     // the client dies: the agent frees its slot at once and keeps what arrived
     let mut client = push(&p, &["--pacing", "100M"]);
@@ -411,12 +411,6 @@ fn a_client_or_an_agent_that_dies_mid_copy_loses_nothing_verified() {
 
 #[test]
 fn a_full_destination_disk_is_said_before_the_copy_and_the_other_files_go_on() {
-    if !gridperf::host::is_root() {
-        eprintln!(
-            "SKIPPED a_full_destination_disk_...: needs root to mount a small tmpfs in a mount namespace of its own"
-        );
-        return;
-    }
     let _heavy = crate::heavy();
     let d = tmpdir("full");
     let src = d.join("src");
@@ -430,10 +424,13 @@ fn a_full_destination_disk_is_said_before_the_copy_and_the_other_files_go_on() {
         m = small.display(),
         s = src.display()
     );
-    let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .expect("unshare");
+    // a mount namespace of its own (and, for a user, a user namespace where it may mount)
+    let mut c = Command::new("unshare");
+    crate::hermetic(&mut c);
+    if !gridperf::host::is_root() {
+        c.args(["--user", "--map-root-user"]);
+    }
+    let o = c.args(["--mount", "--propagation", "private", "sh", "-c", &script]).output().expect("unshare");
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("src/b-big.dat") && out.contains("no room for its 8388608 bytes"), "{out}");
@@ -481,11 +478,6 @@ fn the_checksum_a_catalogue_expects_is_computed_as_the_blocks_arrive() {
 
 #[test]
 fn an_unreadable_file_is_named_and_the_rest_of_the_directory_goes_on() {
-    // root reads every file: the copy runs as nobody
-    if !gridperf::host::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED an_unreadable_file_...: needs root and setpriv to run the copy as another user");
-        return;
-    }
     let _heavy = crate::heavy();
     let d = tmpdir("unreadable");
     let src = d.join("src");
@@ -499,14 +491,23 @@ fn an_unreadable_file_is_named_and_the_rest_of_the_directory_goes_on() {
     let dst = d.join("dst");
     std::fs::create_dir_all(&dst).expect("dst");
     std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "copy"])
+    // root reads every file: as root the copy runs as nobody (setpriv), as a user as that user
+    let mut c = if gridperf::host::is_root() {
+        let mut c = Command::new("setpriv");
+        crate::hermetic(&mut c).args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "copy"]);
+        c
+    } else {
+        let mut c = crate::bin();
+        c.arg("copy");
+        c
+    };
+    let o = c
         .arg(&src)
         .arg(format!("{}/", dst.display()))
         .args(["--no-store", "--json"])
         .env("HOME", &d)
         .output()
-        .expect("setpriv");
+        .expect("copy");
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("1 source files could not be read and were not copied: src/secret.dat"),
@@ -879,7 +880,7 @@ fn host_pairs_share_one_queue_and_a_lost_pair_gives_its_blocks_to_the_others() {
     // a source agent dies mid-copy: its blocks go to the other pair, the copy completes and says so
     let mut h = copy(&["--pacing", "40M"]);
     h[2] = "127.0.0.3:h.dat,127.0.0.4:h.dat".into();
-    let child = Command::new(BIN).args(&h).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
+    let child = crate::bin().args(&h).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
     std::thread::sleep(Duration::from_millis(1500));
     let _ = agents[1].kill();
     let o = child.wait_with_output().expect("copy");
@@ -897,7 +898,7 @@ fn host_pairs_share_one_queue_and_a_lost_pair_gives_its_blocks_to_the_others() {
     agents[1] = crate::serve_at("127.0.0.2", port.parse().expect("port"), &["--root", src.to_str().expect("p")]);
     let mut k = copy(&["--pacing", "40M"]);
     k[2] = "127.0.0.3:k.dat,127.0.0.4:k.dat".into();
-    let child = Command::new(BIN).args(&k).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
+    let child = crate::bin().args(&k).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("copy");
     journal_reaches(&dst.join(".k.dat.gridperf-manifest"), 8);
     let _ = agents[0].kill();
     let _ = agents[1].kill();

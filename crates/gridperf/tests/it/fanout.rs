@@ -1,16 +1,14 @@
 //! `gridperf fanout`: the variants, the original's deadlock and its
 //! evidence, bad input.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
 
 fn fanout(args: &[&str]) -> (Output, Duration) {
     let t = Instant::now();
     let mut all = vec!["fanout"];
     all.extend_from_slice(args);
-    let o = Command::new(BIN).args(&all).output().expect("run gridperf");
+    let o = crate::bin().args(&all).output().expect("run gridperf");
     (o, t.elapsed())
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {
@@ -119,7 +119,7 @@ impl Lab {
 
     /// Starts `gridperf serve ARGS` on host b and waits until it listens.
     fn serve_on_b_with(&mut self, args: &[&str]) {
-        let child = Command::new(BIN)
+        let child = crate::bin()
             .args(["lab", "exec", "--name", &self.name, "b", "--", BIN, "serve"])
             .args(args)
             .stdout(Stdio::null())
@@ -300,10 +300,8 @@ fn delay_measured_end_to_end_and_down_leaves_nothing() {
     assert_eq!(st["lab"]["hosts"].as_array().expect("hosts").len(), 2);
     // what lab exec started there is ended by lab down (checked in Drop:
     // no process may keep the namespace's inode)
-    let mut sleeper = Command::new(BIN)
-        .args(["lab", "exec", "--name", &lab.name, "b", "--", "sleep", "30"])
-        .spawn()
-        .expect("sleep in b");
+    let mut sleeper =
+        crate::bin().args(["lab", "exec", "--name", &lab.name, "b", "--", "sleep", "30"]).spawn().expect("sleep in b");
     std::thread::sleep(Duration::from_millis(200));
     assert!(!pids_in(lab.inode("b")).is_empty(), "sleep runs in b");
     // the wrapper goes; the sleep it started stays in b until lab down
@@ -350,10 +348,8 @@ fn exec_on_an_unknown_host_lists_the_hosts() {
     let o = run(&["lab", "exec", "--name", &lab.name, "a2", "--", "true"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // ending `lab exec` by its pid ends the command it runs on the host
-    let mut exec = Command::new(BIN)
-        .args(["lab", "exec", "--name", &lab.name, "b1", "--", "sleep", "57.5"])
-        .spawn()
-        .expect("lab exec");
+    let mut exec =
+        crate::bin().args(["lab", "exec", "--name", &lab.name, "b1", "--", "sleep", "57.5"]).spawn().expect("lab exec");
     let inode = lab.inode("b1");
     let sleeping = || {
         pids_in(inode)
@@ -497,7 +493,7 @@ fn the_loopback_profile_is_lo_in_a_private_namespace() {
     let hosts = st["lab"]["hosts"].as_array().expect("hosts");
     assert_eq!(hosts[0]["netns"], hosts[1]["netns"]);
     lab.agent = Some(
-        Command::new(BIN)
+        crate::bin()
             .args(["lab", "exec", "--name", &lab.name, "b", "--", BIN, "serve", "--once"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -523,7 +519,7 @@ fn access_links_add_to_the_shared_bottleneck() {
     let mut lab =
         Lab::up("acc", &["--hosts", "2x1", "--rtt", "10ms", "--access", "delay=1ms", "--access", "a2:delay=5ms"]);
     lab.agent = Some(
-        Command::new(BIN)
+        crate::bin()
             .args(["lab", "exec", "--name", &lab.name, "b1", "--", BIN, "serve"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -617,7 +613,7 @@ fn ctrl_c_during_lab_up_takes_it_down_again() {
     let _serial = serial();
     let name = format!("t{}-ctrlc", std::process::id() % 100_000);
     // 16 hosts take tens of milliseconds to build: the interrupt lands while they are built
-    let child = Command::new(BIN)
+    let child = crate::bin()
         .args(["lab", "up", "--name", &name, "--hosts", "8x8", "--rate", "100M"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -670,7 +666,7 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
 /// there were before it.
 fn stream_across_a_lab(stderr: Stdio) -> (Child, Vec<String>) {
     let before = labs_named("run");
-    let child = Command::new(BIN)
+    let child = crate::bin()
         .args(["stream", "--lab", "crossover-fe", "-t", "30", "--no-store"])
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -882,7 +878,7 @@ fn tune_apply_lifts_an_old_kernels_buffer_cap_in_the_lab() {
 
     // another user cannot see this lab, let alone change it
     if gridperf::host::is_root() && Command::new("setpriv").arg("--version").output().is_ok() {
-        let o = Command::new("setpriv")
+        let o = crate::hermetic(&mut Command::new("setpriv"))
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "tune", "--in-lab", &lab.name, "--apply"])
             .output()
             .expect("setpriv");
@@ -1249,7 +1245,7 @@ fn a_pull_restarts_a_slow_stream_too_the_agent_asking_for_the_connection() {
     let mut lab = Lab::up("pull", &["--rate", "200M", "--rtt", "20ms", "--paths", "2", "--path", "2:loss=2%"]);
     let root = d.join("root").display().to_string();
     lab.agent = Some(
-        Command::new(BIN)
+        crate::bin()
             .args([
                 "lab",
                 "exec",
@@ -1333,7 +1329,7 @@ fn host_pairs_cross_a_dumbbell_agent_to_agent_and_assemble_one_file() {
         .map(|(host, root)| {
             let root = d.join(root).display().to_string();
             crate::Served(
-                Command::new(BIN)
+                crate::bin()
                     .args(["lab", "exec", "--name", &lab.name, host, "--", BIN, "serve"])
                     .args(["--root", &root, "--allow", "10.77.0.0/16"])
                     .stdout(Stdio::null())

@@ -18,7 +18,8 @@
 //! - `prometheus`: serve --metrics, /probe's refusals and bounds, and a real Prometheus scraping it;
 //! - `pscheduler`: gridperf as a pScheduler tool, its JSON checked against pScheduler's own schemas;
 //! - `layers`: which module of the binary crate may use which (the layer graph);
-//! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots.
+//! - `render`: every table, CSV and JSON the binary prints, from constructed results, pinned by snapshots;
+//! - `suite`: the suite itself keeps away from the user's home, store and GRIDPERF_DB.
 
 mod agent;
 mod archive;
@@ -36,6 +37,7 @@ mod pscheduler;
 mod render;
 mod store;
 mod stream;
+mod suite;
 mod trace;
 
 use gridperf::agent::{Agent, AgentConfig, Faults, StopHandle};
@@ -45,6 +47,39 @@ use gridperf_core::plan::Proto;
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// A home of this test run's own: every gridperf a test starts gets it
+/// (and XDG directories beneath it) and no GRIDPERF_DB, so that no test
+/// reads or writes the user's store, key or lab state.
+pub fn test_home() -> &'static std::path::Path {
+    static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let h = std::env::temp_dir().join(format!("gridperf-test-home-{}", std::process::id()));
+        for d in [".local/share", ".local/state", ".config", ".cache"] {
+            std::fs::create_dir_all(h.join(d)).expect("the test home");
+        }
+        h
+    })
+}
+
+/// Keeps a command away from the user's files: the run's own home, its
+/// XDG directories, no GRIDPERF_DB.
+pub fn hermetic(c: &mut std::process::Command) -> &mut std::process::Command {
+    let h = test_home();
+    c.env("HOME", h)
+        .env("XDG_DATA_HOME", h.join(".local/share"))
+        .env("XDG_STATE_HOME", h.join(".local/state"))
+        .env("XDG_CONFIG_HOME", h.join(".config"))
+        .env("XDG_CACHE_HOME", h.join(".cache"))
+        .env_remove("GRIDPERF_DB")
+}
+
+/// The gridperf binary, to be run away from the user's files ([`hermetic`]).
+pub fn bin() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_gridperf"));
+    hermetic(&mut c);
+    c
+}
 
 /// Tests that load both CPUs (bulk streams, sweeps, surveys, the lab) take
 /// this lock, so that none of them runs beside another: a lab's emulator
@@ -165,7 +200,7 @@ pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
     let mut args = vec!["serve", "--bind", host, "--port", &p];
     args.extend_from_slice(extra);
     let mut child = Served(
-        std::process::Command::new(env!("CARGO_BIN_EXE_gridperf"))
+        bin()
             .args(&args)
             // nobody reads it: a pipe would fill and stall the agent
             .stderr(std::process::Stdio::null())

@@ -5,8 +5,6 @@
 
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
-
 /// Whether this process may make network namespaces (as root, or in a user
 /// namespace of its own); panics in CI if not.
 pub fn privileged(test: &str) -> bool {
@@ -34,7 +32,7 @@ fn loopback_mtu_1500_in_a_private_namespace() {
     if !privileged("loopback_mtu_1500_in_a_private_namespace") {
         return;
     }
-    let o = Command::new(BIN)
+    let o = crate::bin()
         .args([
             "rtt",
             "--loopback-mtu",

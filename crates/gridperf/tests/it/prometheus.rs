@@ -8,8 +8,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
-
 /// An HTTP GET on loopback: (status, body), within 30 s.
 fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
@@ -133,10 +131,9 @@ fn probes_are_refused_outside_the_config_and_bounded_by_max_tests() {
     drop(silent);
     // the agent's own counters: a test served, one refused by the site's limits, the bytes it moved
     let a = format!("127.0.0.1:{aport}");
-    let served = Command::new(BIN).args(["stream", &a, "-t", "0.5", "--no-store"]).output().expect("stream");
+    let served = crate::bin().args(["stream", &a, "-t", "0.5", "--no-store"]).output().expect("stream");
     assert!(served.status.success(), "{}", String::from_utf8_lossy(&served.stderr));
-    let refused =
-        Command::new(BIN).args(["stream", &a, "-t", "0.5", "-P", "4", "--no-store"]).output().expect("stream");
+    let refused = crate::bin().args(["stream", &a, "-t", "0.5", "-P", "4", "--no-store"]).output().expect("stream");
     assert!(!refused.status.success());
     let (_, body) = get(m, "/metrics", &[]);
     assert!(body.contains("gridperf_agent_tests_total{kind=\"stream\",outcome=\"done\"} 1\n"), "{body}");
@@ -174,7 +171,7 @@ fn a_bad_probe_config_is_refused_before_the_agent_starts() {
     ] {
         let path = d.join("c.json");
         std::fs::write(&path, cfg).expect("write");
-        let o = Command::new(BIN)
+        let o = crate::bin()
             .args(["serve", "--bind", "127.0.0.1", "--port", "0", "--metrics", "127.0.0.1:0", "--probe-config"])
             .arg(&path)
             .output()

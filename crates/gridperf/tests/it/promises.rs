@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {
@@ -120,7 +120,7 @@ fn two_clients_pushing_one_path_at_once_never_put_a_mixed_file_in_place() {
         let children: Vec<_> = sources
             .iter()
             .map(|(path, _)| {
-                Command::new(BIN)
+                crate::bin()
                     .args(["copy", path.to_str().expect("p"), "127.0.0.1:same.dat", "--port", &p, "-P", "2"])
                     .args(["--block", "1M", "--force", "--no-store", "--json"])
                     .stdout(std::process::Stdio::piped())
@@ -206,7 +206,7 @@ fn a_directory_of_2000_files_copies_under_a_soft_limit_of_1024_descriptors() {
     let p = port.to_string();
     // the agent and the client both under `prlimit --nofile=1024`
     let mut agent = crate::Served(
-        Command::new("prlimit")
+        crate::hermetic(&mut Command::new("prlimit"))
             .args(["--nofile=1024:1024", BIN, "serve", "--bind", "127.0.0.1", "--port", &p])
             .args(["--root", root.to_str().expect("p")])
             .stderr(std::process::Stdio::null())
@@ -217,7 +217,12 @@ fn a_directory_of_2000_files_copies_under_a_soft_limit_of_1024_descriptors() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let limited = |args: &[&str]| {
-        Command::new("prlimit").arg("--nofile=1024:1024").arg(BIN).args(args).output().expect("prlimit")
+        crate::hermetic(&mut Command::new("prlimit"))
+            .arg("--nofile=1024:1024")
+            .arg(BIN)
+            .args(args)
+            .output()
+            .expect("prlimit")
     };
     let o = limited(&["copy", src.to_str().expect("p"), "127.0.0.1:in/", "--port", &p, "-P", "4", "--no-store"]);
     assert!(o.status.success(), "push: {}{}", stdout(&o), stderr(&o));
@@ -239,6 +244,7 @@ fn a_directory_of_2000_files_copies_under_a_soft_limit_of_1024_descriptors() {
 /// namespace of one's own (where a tmpfs may be mounted without root).
 fn in_mount_ns(script: &str) -> Output {
     let mut c = Command::new("unshare");
+    crate::hermetic(&mut c);
     if !gridperf::host::is_root() {
         c.args(["--user", "--map-root-user"]);
     }
@@ -520,6 +526,7 @@ fn copies_under_concurrency_kills_and_restarts_keep_every_file_whole() {
             r = root.display()
         );
         let mut c = Command::new("unshare");
+        crate::hermetic(&mut c);
         if !gridperf::host::is_root() {
             c.args(["--user", "--map-root-user"]);
         }
@@ -546,7 +553,7 @@ fn copies_under_concurrency_kills_and_restarts_keep_every_file_whole() {
             let name = names[k].to_string();
             let streams = (1 + dice.roll(4)).to_string();
             let block = if dice.roll(2) == 0 { "256K" } else { "1M" };
-            let mut c = Command::new(BIN);
+            let mut c = crate::bin();
             let variant = if dice.roll(3) == 0 {
                 c.args(["copy", &format!("127.0.0.1:{name}"), &format!("{}/", here.display())]);
                 None

@@ -8,8 +8,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
-
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pscheduler")
 }
@@ -17,7 +15,7 @@ fn fixtures() -> PathBuf {
 /// `gridperf pscheduler METHOD` with `input` on stdin (and the tool's
 /// configuration file `conf`, if given).
 fn method(m: &str, input: &str, conf: Option<&std::path::Path>) -> Output {
-    let mut c = Command::new(BIN);
+    let mut c = crate::bin();
     c.args(["pscheduler", m]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(f) = conf {
         c.env("GRIDPERF_PSCHEDULER_CONF", f);

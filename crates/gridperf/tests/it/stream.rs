@@ -1,12 +1,10 @@
 //! `gridperf stream` over loopback, through the binary and its JSON: byte
 //! counts at both ends, pacing, -n, UDP accounting, a broken stream, bad input.
 
-use std::process::{Command, Output};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+use std::process::Output;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {

@@ -4,12 +4,10 @@
 
 use gridperf_core::capture::{PcapWriter, ACK, LINKTYPE_RAW, SYN};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gridperf");
+use std::process::Output;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run gridperf")
+    crate::bin().args(args).output().expect("run gridperf")
 }
 
 fn stderr(o: &Output) -> String {
