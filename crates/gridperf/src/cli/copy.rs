@@ -24,8 +24,8 @@ pub struct CopyArgs {
     /// other destinations are named.
     #[arg(long)]
     pub same_destination: bool,
-    /// The agent's control port.
-    #[arg(long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
+    /// The agent's control port (every agent named: HOST:PATH takes no port).
+    #[arg(short = 'p', long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
     /// Parallel TCP streams; every stream takes the next block from one queue, so a fast stream carries more.
     /// `auto` (or MIN..MAX, e.g. 2..32) adapts the count while the copy runs: it starts with 2 (within MIN..MAX),
@@ -175,6 +175,21 @@ pub fn end(s: &str, port: u16) -> Result<End> {
             _ => return Ok(local()),
         }
     };
+    // scp's and rsync's habits: said, with gridperf's way
+    if let Some((user, h)) = host.split_once('@') {
+        return Err(Error::usage(format!(
+            "{s}: {user}@{h}:PATH is scp's form: gridperf has no ssh; run `gridperf serve --root DIR` on {h} and \
+             give {h}:PATH (PATH beneath that DIR)"
+        )));
+    }
+    let port_first: String = path.chars().take_while(char::is_ascii_digit).collect();
+    if !port_first.is_empty() && port_first.len() <= 5 && path[port_first.len()..].starts_with(':') {
+        return Err(Error::usage(format!(
+            "{s}: HOST:PORT:PATH is not a form gridperf takes: give the port with -p (gridperf copy SRC \
+             {host}:{} -p {port_first})",
+            &path[port_first.len() + 1..]
+        )));
+    }
     let addr = resolve_family(&host, port, None)?;
     Ok(End::Remote { addr, host, path })
 }
@@ -278,6 +293,16 @@ mod tests {
             let e = parse_parallel(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains("from 1 to 128, auto, or MIN..MAX"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_port_in_the_path_or_a_user_at_a_host_is_refused_with_the_right_form() {
+        let e = end("127.0.0.1:5302:z/", 5301).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("HOST:PORT:PATH is not a form gridperf takes") && e.contains("127.0.0.1:z/ -p 5302"), "{e}");
+        let e = end("alice@dtn1:data/x", 5301).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("scp's form") && e.contains("gridperf serve --root DIR") && e.contains("dtn1:PATH"), "{e}");
+        // a path whose first part is a number, without a colon after it, is a path
+        assert!(matches!(end("127.0.0.1:2024/run1", 5301), Ok(End::Remote { .. })));
     }
 
     #[test]

@@ -381,7 +381,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     for e in &r.events {
         rec.point(e)?;
     }
-    if let Some(where_) = rec.finish(Ok(&r.env))? {
+    let failed = r.files.iter().filter(|f| f.error.is_some()).count();
+    let failed_why = (failed > 0).then(|| format!("{failed} of {} files are not in place", r.files.len()));
+    if let Some(where_) = rec.finish_as(&r.env, failed_why.as_deref())? {
         out.note(&format!("gridperf: {where_}"));
     }
     if o.json_stream {
@@ -393,7 +395,12 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         out.print(&render::copy::table(&r))?;
     }
     super::lab_valid(&r.env)?;
-    let failed = r.files.iter().filter(|f| f.error.is_some()).count();
+    if r.bytes_moved == 0 && failed == 0 && !r.files.is_empty() {
+        out.note(&format!(
+            "gridperf copy: nothing to do: the {} files are in place already, each this very source's",
+            r.files.len()
+        ));
+    }
     if failed > 0 {
         return Err(Error::measurement(format!(
             "{failed} of {} files are not in place (what arrived is kept partial: run the copy again with --resume)",

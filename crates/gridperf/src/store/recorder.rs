@@ -212,11 +212,25 @@ impl Recorder {
     /// environment, or failed with the error (the run is then not valid,
     /// and says why). Returns where it went, for the user.
     pub fn finish(&mut self, outcome: std::result::Result<&Environment, &Error>) -> Result<Option<String>> {
+        match outcome {
+            Ok(env) => self.finish_as(env, None),
+            Err(e) => self.end(None, "failed", Some(&e.message)),
+        }
+    }
+
+    /// Ends a run that measured, with its environment; `failed`: why a
+    /// part of it failed (a copy's files not in place), which makes it not
+    /// valid, as a failure does.
+    pub fn finish_as(&mut self, env: &Environment, failed: Option<&str>) -> Result<Option<String>> {
+        match failed {
+            None => self.end(Some(env), "done", None),
+            Some(why) => self.end(Some(env), "failed", Some(why)),
+        }
+    }
+
+    fn end(&mut self, env: Option<&Environment>, status: &str, why: Option<&str>) -> Result<Option<String>> {
         let (Some(s), Some(run)) = (&self.store, self.run) else { return Ok(None) };
-        let done = match outcome {
-            Ok(env) => s.finish_run(run, Some(env), "done", None),
-            Err(e) => s.finish_run(run, None, "failed", Some(&e.message)),
-        };
+        let done = s.finish_run(run, env, status, why);
         match done {
             Ok(()) => Ok(Some(format!("stored as run {run} in {}", s.shown()))),
             Err(e) if self.strict => Err(e),

@@ -250,7 +250,10 @@ impl SinkFile {
                 (None, _) => true,
                 (Some(_), None) => false,
             };
-            if rules.resume && !rules.force && m.len() == info.size && mtime_ns(&m) == info.mtime_ns && same_source {
+            let same_file = m.len() == info.size && mtime_ns(&m) == info.mtime_ns && same_source;
+            // this very source in place already (its attributes say so): nothing to do, resume or not;
+            // one another tool put there is kept by its size and time only with --resume
+            if !rules.force && same_file && (rules.resume || origin.is_some()) {
                 lock(&file.state).kept = info.size;
                 file.settled.store(true, Ordering::SeqCst);
                 file.known_hash = hash.and_then(|h| String::from_utf8(h).ok());
