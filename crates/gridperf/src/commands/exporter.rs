@@ -577,11 +577,12 @@ fn respond(mut s: &TcpStream, code: u16, kind: &str, body: &str) {
         404 => "Not Found",
         _ => "Service Unavailable",
     };
-    let _ = write!(
-        s,
+    // one write: the head and the body leave together, not a packet per piece of the format
+    let whole = format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+    let _ = s.write_all(whole.as_bytes());
     let _ = s.flush();
 }
 
