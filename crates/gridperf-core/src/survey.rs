@@ -140,26 +140,15 @@ pub struct BestRange {
     pub interval: Option<(f64, f64)>,
 }
 
-/// Medians within this fraction of the best's are a tie (see [`ties_with`]),
-/// and differences below it are not findings ([`compare::NEGLIGIBLE`]).
-pub const TIE_RELATIVE: f64 = compare::NEGLIGIBLE;
-
-/// For points that kept neither rounds nor samples (runs stored by an older
-/// gridperf): `other` ties with `best` when its median is above the best's
-/// by no more than `max(TIE_RELATIVE * median_b, (iqr_b + iqr_p) / 4)`.
-pub fn ties_with(best: &CurvePoint, other: &CurvePoint) -> bool {
-    let tolerance = (TIE_RELATIVE * best.median_ns).max((best.iqr() + other.iqr()) / 4.0);
-    other.median_ns - best.median_ns <= tolerance
-}
-
 /// Whether `other` is slower than `best` beyond doubt: its difference's
-/// 95% interval lies wholly above [`compare::NEGLIGIBLE`] (or, with no
-/// interval to be had, the old tie rule says it is apart). Returns the
-/// difference when there is one.
+/// 95% interval lies wholly above [`compare::NEGLIGIBLE`]. With no
+/// interval to be had (points that kept neither rounds nor samples) it is
+/// not: no claim is made without its uncertainty, and the two tie. Returns
+/// the difference when there is one.
 fn slower(best: &CurvePoint, other: &CurvePoint) -> (bool, Option<Difference>) {
     match difference(best, other) {
         Some(d) => (d.b_slower(), Some(d)),
-        None => (!ties_with(best, other), None),
+        None => (false, None),
     }
 }
 
@@ -214,28 +203,22 @@ fn names_of(run: &[SizeVerdict]) -> Vec<&str> {
 }
 
 /// Whether `v` continues the range `run`: with the range's names and its
-/// own, every verdict's set is those of the names it measured (the order
-/// within a tie may flip with noise), and a name it did not measure was
-/// left out there (`unknown`: its point irregular), not missing for want of
-/// a reply, which is a finding of its own.
-fn continues(run: &[SizeVerdict], v: &SizeVerdict, unknown: &[(&str, u64)]) -> bool {
+/// own, every verdict's set is those names (the order within a tie may flip
+/// with noise), and every one of them was measured there (a protocol
+/// missing at a size for want of a reply is a finding of its own).
+fn continues(run: &[SizeVerdict], v: &SizeVerdict) -> bool {
     let mut all: Vec<&SizeVerdict> = run.iter().collect();
     all.push(v);
-    let names = names_of(run).into_iter().chain(v.set.iter().map(|(n, _)| n.as_str())).collect::<Vec<_>>();
+    let mut names = names_of(run).into_iter().chain(v.set.iter().map(|(n, _)| n.as_str())).collect::<Vec<_>>();
+    names.sort_unstable();
+    names.dedup();
     all.iter().all(|w| {
-        let absent_unknown = names
-            .iter()
-            .filter(|n| !w.measured.iter().any(|m| m == *n))
-            .all(|n| unknown.iter().any(|(u, size)| u == n && *size == w.size));
-        if !absent_unknown {
+        if !names.iter().all(|n| w.measured.iter().any(|m| m == n)) {
             return false;
         }
-        let mut want: Vec<&str> = names.iter().copied().filter(|n| w.measured.iter().any(|m| m == n)).collect();
-        want.sort_unstable();
-        want.dedup();
         let mut have: Vec<&str> = w.set.iter().map(|(n, _)| n.as_str()).collect();
         have.sort_unstable();
-        want == have
+        names == have
     })
 }
 
@@ -289,8 +272,9 @@ fn merge_range(run: &[SizeVerdict]) -> BestRange {
 /// 95% interval of median(p) / median(b) - 1 lies wholly above 5% ([`compare::NEGLIGIBLE`])
 /// ([`difference`]: paired by rounds, or a bootstrap of the samples). A
 /// protocol not shown slower ties with the best: the difference is not a
-/// finding. Points that kept neither rounds nor samples fall back to
-/// [`ties_with`].
+/// finding. Points that kept neither rounds nor samples give no interval,
+/// and so no claim: they tie. A size where a point was left out (its shape
+/// one median does not describe) carries no claim and stops a range.
 ///
 /// Sizes measured by only one protocol are skipped (nothing to compare), and
 /// do not break a range; ranges span only measured sizes (`from` is the first,
@@ -303,17 +287,23 @@ pub fn best_protocol(curves: &[Curve]) -> Vec<BestRange> {
 /// left out for a shape one median does not describe: a range of the
 /// others continues over them.
 pub fn best_protocol_with(curves: &[Curve], unknown: &[(&str, u64)]) -> Vec<BestRange> {
+    // a size where any protocol's point was left out carries no claim, and a
+    // range stops there: a claim covers only sizes measured and regular
+    let left_out: std::collections::BTreeSet<u64> = unknown.iter().map(|(_, s)| *s).collect();
     let mut at: BTreeMap<u64, Vec<(&str, CurvePoint)>> = BTreeMap::new();
     for curve in curves {
         for p in curve.clean_points() {
-            at.entry(p.size).or_default().push((curve.proto.as_str(), p));
+            if !left_out.contains(&p.size) {
+                at.entry(p.size).or_default().push((curve.proto.as_str(), p));
+            }
         }
     }
     let verdicts: Vec<SizeVerdict> = at.into_iter().filter_map(|(size, e)| verdict_at(size, e)).collect();
     let mut ranges = Vec::new();
     let mut start = 0;
     for i in 1..=verdicts.len() {
-        if i == verdicts.len() || !continues(&verdicts[start..i], &verdicts[i], unknown) {
+        let broken = i < verdicts.len() && left_out.range(verdicts[i - 1].size..verdicts[i].size).next().is_some();
+        if i == verdicts.len() || broken || !continues(&verdicts[start..i], &verdicts[i]) {
             ranges.push(merge_range(&verdicts[start..i]));
             start = i;
         }
@@ -696,8 +686,10 @@ fn find_slope_changes(x: &[f64], y: &[f64], jump_at: &[usize]) -> Vec<SlopeChang
 mod tests {
     use super::*;
 
+    /// A point measured in four rounds, each at its median exactly: a
+    /// difference between two such points has a zero-width interval.
     fn point(size: u64, median: f64) -> CurvePoint {
-        point_iqr(size, median, 0.0)
+        CurvePoint { rounds_ns: vec![median; 4], ..point_iqr(size, median, 0.0) }
     }
 
     fn point_iqr(size: u64, median: f64, iqr: f64) -> CurvePoint {
@@ -843,35 +835,40 @@ mod tests {
     }
 
     #[test]
-    fn a_wide_iqr_makes_ten_percent_a_tie() {
-        let a = Curve::new("tcp", vec![point_iqr(100, 10_000.0, 4000.0), point_iqr(200, 10_000.0, 200.0)]);
-        let b = Curve::new("udp", vec![point_iqr(100, 11_000.0, 4000.0), point_iqr(200, 11_000.0, 200.0)]);
+    fn without_rounds_or_samples_no_protocol_is_claimed_faster() {
+        // 10% apart, but neither point kept rounds or samples: no interval, so no claim
+        let a = Curve::new("tcp", vec![point_iqr(100, 10_000.0, 200.0), point_iqr(200, 10_000.0, 200.0)]);
+        let b = Curve::new("udp", vec![point_iqr(100, 11_000.0, 200.0), point_iqr(200, 11_000.0, 200.0)]);
         let r = best_protocol(&[a, b]);
-        // at 100: (4000 + 4000) / 4 = 2000 >= 1000, a tie; at 200: the IQRs are narrow, tcp wins by 10%
-        assert_eq!(r.len(), 2, "{r:?}");
-        assert_eq!((r[0].from, r[0].to, r[0].tie), (100, 100, true));
-        assert_eq!((r[1].from, names(&r[1]), r[1].tie), (200, vec!["tcp"], false));
-        assert!((r[1].margin - 0.10).abs() < 1e-12);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((r[0].from, r[0].to, r[0].tie, r[0].interval), (100, 200, true, None));
+        // measured in rounds, the same 10% is a finding with its interval
+        let a = Curve::new("tcp", vec![point(100, 10_000.0), point(200, 10_000.0)]);
+        let b = Curve::new("udp", vec![point(100, 11_000.0), point(200, 11_000.0)]);
+        let r = best_protocol(&[a, b]);
+        assert_eq!((r.len(), names(&r[0]), r[0].tie), (1, vec!["tcp"], false), "{r:?}");
+        assert!(r[0].interval.is_some_and(|(lo, hi)| (lo - 0.1).abs() < 1e-9 && (hi - 0.1).abs() < 1e-9), "{r:?}");
     }
 
     #[test]
-    fn a_protocol_left_out_at_one_size_does_not_break_a_tie() {
-        // three protocols tie at 1, 2 and 4; udp's point at 3 was left out
+    fn a_point_left_out_stops_a_range_and_carries_no_claim() {
+        // three protocols tie at 1, 2 and 4; udp's point at 3 was left out:
+        // no claim at 3, and no range spans it
         let tcp = Curve::new("tcp", (1..=4).map(|s| point(s, 100.0)).collect());
         let sf = Curve::new("sendfile", (1..=4).map(|s| point(s, 100.0)).collect());
         let udp = Curve::new("udp", [1, 2, 4].iter().map(|&s| point(s, 100.0)).collect());
         let r = best_protocol_with(&[tcp.clone(), sf.clone(), udp.clone()], &[("udp", 3)]);
-        assert_eq!(r.len(), 1, "{r:?}");
-        assert_eq!((r[0].from, r[0].to, r[0].best.len(), r[0].tie), (1, 4, 3, true));
+        let got: Vec<(u64, u64, usize)> = r.iter().map(|r| (r.from, r.to, r.best.len())).collect();
+        assert_eq!(got, vec![(1, 2, 3), (4, 4, 3)], "{r:?}");
         // missing for want of a reply (not left out): a range of its own
         let r = best_protocol(&[tcp.clone(), sf.clone(), udp]);
         let got: Vec<(u64, u64, usize)> = r.iter().map(|r| (r.from, r.to, r.best.len())).collect();
         assert_eq!(got, vec![(1, 2, 3), (3, 3, 2), (4, 4, 3)], "{r:?}");
-        // but udp faster at 4 than the others is a new range
+        // and udp faster at 4 than the others is a range of its own
         let udp = Curve::new("udp", vec![point(1, 100.0), point(2, 100.0), point(4, 50.0)]);
         let r = best_protocol_with(&[tcp, sf, udp], &[("udp", 3)]);
         let got: Vec<(u64, u64, usize)> = r.iter().map(|r| (r.from, r.to, r.best.len())).collect();
-        assert_eq!(got, vec![(1, 3, 3), (4, 4, 1)], "{r:?}");
+        assert_eq!(got, vec![(1, 2, 3), (4, 4, 1)], "{r:?}");
     }
 
     #[test]

@@ -360,5 +360,20 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             o.spec.networks.len()
         )));
     }
+    // every network's runs, valid or not, are stored and reported: then the exit says if any is not
+    let invalid: Vec<&str> =
+        runs.iter().filter(|(r, _)| !r.valid()).map(|(r, _)| r.network.as_str()).collect::<Vec<_>>();
+    let mut invalid_nets = invalid.clone();
+    invalid_nets.dedup();
+    if !invalid_nets.is_empty() {
+        return Err(Error::measurement(format!(
+            "{} of {} networks are INVALID ({}): their runs are stored and marked, and their rows in the table and the \
+             report are not the network's; measure them again (gridperf survey --profiles {})",
+            invalid_nets.len(),
+            o.spec.networks.len(),
+            invalid_nets.join(", "),
+            invalid_nets.join(",")
+        )));
+    }
     Ok(())
 }

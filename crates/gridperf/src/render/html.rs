@@ -14,9 +14,7 @@
 //! fanout panel per variant and node count, deadlocks marked. A protocol
 //! has one colour in every plot.
 
-use super::survey::{
-    analyse, best_words, curves, loss_words, margin_words, range_text, threshold_words, NetworkAnalysis,
-};
+use super::survey::{analyse, curves, threshold_words, NetworkAnalysis};
 use crate::store::{PointRow, RunRow};
 use gridperf_core::model::{FanoutPoint, Measure, StreamResult};
 use gridperf_core::survey::{Curve, ThresholdKind};
@@ -478,14 +476,15 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
     // the summary table: what the document's Fig. 6f says
     h.push_str("<h2 id=\"best\">Best protocol by message size</h2>\n<table><tr><th>network</th><th>message size</th><th>best RTT</th><th>by</th></tr>\n");
     for a in &analysis {
-        for b in &a.best {
+        for r in super::survey::best_rows(a) {
+            let class = if a.invalid.is_some() { " class=\"invalid\"" } else { "" };
             let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&a.network),
-                escape(&range_text(b)),
-                escape(&best_words(b)),
-                escape(&format!("{}{}", margin_words(b), loss_words(a, b)))
+                "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&r.network),
+                escape(&r.sizes),
+                escape(&r.best),
+                escape(&r.by)
             );
         }
     }
@@ -493,25 +492,11 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
         h,
         "</table>\n<p>A protocol is faster only where the 95% interval of the difference lies wholly beyond {}%; a tie \
          means no difference beyond that was shown. The interval comes from the rounds each point was measured in \
-         (the protocols taking turns).</p>",
+         (the protocols taking turns). A size left out carries no claim, and no range spans it; a network marked \
+         INVALID was measured through an emulator that fell behind: its rows are not the network's.</p>",
         (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
     );
-    let excluded: Vec<(&str, &super::survey::Excluded)> =
-        analysis.iter().flat_map(|a| a.excluded.iter().map(move |e| (a.network.as_str(), e))).collect();
-    if !excluded.is_empty() {
-        h.push_str("<p>Left out of the conclusions (a median does not describe them):</p><ul>\n");
-        for (net, e) in excluded {
-            let _ = writeln!(
-                h,
-                "<li>{} {} {}: {}</li>",
-                escape(net),
-                escape(&e.proto),
-                escape(&gridperf_core::units::fmt_bytes(e.size)),
-                escape(&e.why)
-            );
-        }
-        h.push_str("</ul>\n");
-    }
+
     h.push_str("<h2 id=\"thresholds\">Thresholds</h2>\n<table><tr><th>network</th><th>MTU</th><th>change</th></tr>\n");
     for a in &analysis {
         for t in &a.thresholds {

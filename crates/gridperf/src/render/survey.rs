@@ -210,34 +210,71 @@ pub fn loss_words(a: &NetworkAnalysis, b: &BestRange) -> String {
     out
 }
 
+/// One row of the best-protocol table: a claim over a range of sizes, a
+/// size left out (where no claim is made), or the network's INVALID mark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BestRow {
+    /// The network, marked "(INVALID)" when its run is.
+    pub network: String,
+    pub sizes: String,
+    pub best: String,
+    pub by: String,
+}
+
+/// A network's rows, in the order of their sizes: its INVALID mark first
+/// (each of its claims rests on a run the emulator could not keep up
+/// with), then its claims and its left-out sizes, each in its place.
+pub fn best_rows(a: &NetworkAnalysis) -> Vec<BestRow> {
+    let network = if a.invalid.is_some() { format!("{} (INVALID)", a.network) } else { a.network.clone() };
+    let mut rows: Vec<(u64, BestRow)> = Vec::new();
+    if let Some(why) = &a.invalid {
+        rows.push((
+            0,
+            BestRow { network: network.clone(), sizes: "-".into(), best: "INVALID run".into(), by: why.clone() },
+        ));
+    }
+    for b in &a.best {
+        rows.push((
+            b.from,
+            BestRow {
+                network: network.clone(),
+                sizes: range_text(b),
+                best: best_words(b),
+                by: format!("{}{}", margin_words(b), loss_words(a, b)),
+            },
+        ));
+    }
+    let mut sizes: Vec<u64> = a.excluded.iter().map(|e| e.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for size in sizes {
+        let why: Vec<String> =
+            a.excluded.iter().filter(|e| e.size == size).map(|e| format!("{} {}", e.proto, e.why)).collect();
+        rows.push((
+            size,
+            BestRow { network: network.clone(), sizes: fmt_bytes(size), best: "left out".into(), by: why.join("; ") },
+        ));
+    }
+    rows.sort_by_key(|(size, r)| (*size, r.best != "INVALID run"));
+    rows.into_iter().map(|(_, r)| r).collect()
+}
+
 /// The best-protocol table as text, for the terminal.
 pub fn best_table_text(all: &[NetworkAnalysis]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{:<14} {:<22} {:<22} by", "network", "message size", "best RTT");
     for a in all {
-        for b in &a.best {
-            let _ = writeln!(
-                out,
-                "{:<14} {:<22} {:<22} {}{}",
-                a.network,
-                range_text(b),
-                best_words(b),
-                margin_words(b),
-                loss_words(a, b)
-            );
-        }
-        if let Some(why) = &a.invalid {
-            let _ = writeln!(out, "{:<14} INVALID run: {why}", a.network);
-        }
-        for e in &a.excluded {
-            let _ = writeln!(out, "{:<14} left out: {} {}: {}", a.network, e.proto, fmt_bytes(e.size), e.why);
+        for r in best_rows(a) {
+            let _ = writeln!(out, "{:<14} {:<22} {:<22} {}", r.network, r.sizes, r.best, r.by);
         }
     }
     let _ = writeln!(
         out,
         "\nA protocol is faster only where the 95% interval of the difference lies wholly beyond {}%: the interval\n\
          comes from the rounds each point was measured in (the protocols taking turns), so it holds what drifts\n\
-         from second to second. A tie means no difference beyond that was shown, not that there is none.",
+         from second to second. A tie means no difference beyond that was shown, not that there is none. A size\n\
+         left out (a median does not describe it) carries no claim, and no range spans it. A network marked\n\
+         INVALID was measured through an emulator that fell behind: its rows are not the network's.",
         (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
     );
     out
@@ -278,5 +315,51 @@ pub fn threshold_words(t: &Threshold) -> String {
             t.before,
             t.after
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(from: u64, to: u64, best: &str) -> BestRange {
+        BestRange {
+            from,
+            to,
+            best: vec![best.into()],
+            tie: false,
+            margin: 0.2,
+            over: Some("tcp".into()),
+            interval: Some((0.1, 0.3)),
+        }
+    }
+
+    #[test]
+    fn an_invalid_network_is_marked_on_every_row_and_a_left_out_size_sits_in_its_place() {
+        let a = NetworkAnalysis {
+            network: "man".into(),
+            mtu: Some(1500),
+            curves: Vec::new(),
+            best: vec![range(1, 512, "udp"), range(2048, 8192, "udp")],
+            thresholds: Vec::new(),
+            invalid: Some("the emulator was 23 ms behind".into()),
+            excluded: vec![Excluded { proto: "tcp".into(), size: 1024, why: "2 modes".into() }],
+            lost: Vec::new(),
+        };
+        let rows = best_rows(&a);
+        let cells: Vec<(&str, &str, &str)> =
+            rows.iter().map(|r| (r.network.as_str(), r.sizes.as_str(), r.best.as_str())).collect();
+        assert_eq!(
+            cells,
+            vec![
+                ("man (INVALID)", "-", "INVALID run"),
+                ("man (INVALID)", "1 B - 512 B", "udp"),
+                ("man (INVALID)", "1 KiB", "left out"),
+                ("man (INVALID)", "2 KiB - 8 KiB", "udp"),
+            ]
+        );
+        assert!(rows[2].by.contains("tcp 2 modes"));
+        // no claim is printed without its interval
+        assert!(rows.iter().filter(|r| r.best == "udp").all(|r| r.by.contains("95% interval")));
     }
 }
