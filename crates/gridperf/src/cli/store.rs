@@ -76,7 +76,7 @@ pub struct DbArg {
 pub struct RunsListArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Only runs of this measurement: rtt, transfer, stream, fanout.
+    /// Only runs of this measurement: rtt, transfer, stream, fanout, copy or trace.
     #[arg(long)]
     pub kind: Option<String>,
     /// Only runs on this network (a lab profile, a host, or loopback: local, 127.0.0.1 and ::1 are loopback too).
@@ -91,7 +91,8 @@ pub struct RunsListArgs {
     /// Only the runs of this sweep (stream --sweep).
     #[arg(long)]
     pub sweep: Option<i64>,
-    #[arg(long)]
+    /// Print gridperf.runs/1 JSON (docs/json.md), each run with its headline figure.
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 
@@ -100,7 +101,8 @@ pub struct RunsOneArgs {
     #[command(flatten)]
     pub db: DbArg,
     pub id: i64,
-    #[arg(long)]
+    /// Print the run and its points as JSON.
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 

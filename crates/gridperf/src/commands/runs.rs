@@ -26,9 +26,29 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             if !Store::exists(&db) {
                 out.note(&format!("gridperf runs: no runs stored yet ({} does not exist)", db.display()));
             }
+            // each run's points, for its headline figure
+            let store = if Store::exists(&db) { Some(Store::open_existing(&db)?) } else { None };
+            let mut with_points = Vec::with_capacity(runs.len());
+            for r in runs {
+                let points = match &store {
+                    Some(s) => s.points(r.id)?,
+                    None => Vec::new(),
+                };
+                with_points.push((r, points));
+            }
             match out.format {
-                Format::Json => out.json(&json!({ "schema": RUNS_SCHEMA, "runs": runs })),
-                _ => out.print(&render::runs::list(&runs)),
+                Format::Json => {
+                    let runs: Vec<serde_json::Value> = with_points
+                        .iter()
+                        .map(|(r, p)| {
+                            let mut v = serde_json::to_value(r).unwrap_or_default();
+                            v["headline"] = json!(render::runs::headline(r, p));
+                            v
+                        })
+                        .collect();
+                    out.json(&json!({ "schema": RUNS_SCHEMA, "runs": runs }))
+                }
+                _ => out.print(&render::runs::list(&with_points)),
             }
         }
         Opts::Show { db, id } => {

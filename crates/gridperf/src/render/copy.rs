@@ -2,7 +2,7 @@
 //! the rest), the totals, each stream, and the verdict.
 
 use gridperf_core::model::CopyReport;
-use gridperf_core::units::{fmt_bps, fmt_bytes};
+use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_size};
 use std::fmt::Write;
 
 /// Files listed one by one at most; more are summed.
@@ -22,7 +22,7 @@ pub fn table(r: &CopyReport) -> String {
         r.source,
         r.destination,
         r.files.len(),
-        fmt_bytes(size),
+        fmt_size(size),
         fmt_bytes(r.block)
     );
     let _ = writeln!(out, "{:<40} {:>11} {:>11} {:>11} {:>6}  blake3", "file", "size", "moved", "kept", "resent");
@@ -40,9 +40,9 @@ pub fn table(r: &CopyReport) -> String {
             out,
             "{:<40} {:>11} {:>11} {:>11} {:>6}  {hash}",
             f.path,
-            fmt_bytes(f.size),
-            fmt_bytes(f.moved),
-            fmt_bytes(f.kept),
+            fmt_size(f.size),
+            fmt_size(f.moved),
+            fmt_size(f.kept),
             f.resent
         );
     }
@@ -57,10 +57,10 @@ pub fn table(r: &CopyReport) -> String {
     let _ = writeln!(
         out,
         "total: moved {} in {:.2} s: {} · kept {} from before · {} blocks sent again",
-        fmt_bytes(r.bytes_moved),
+        fmt_size(r.bytes_moved),
         r.seconds,
         fmt_bps(r.throughput_bps),
-        fmt_bytes(r.bytes_kept),
+        fmt_size(r.bytes_kept),
         r.blocks_resent
     );
     for (k, p) in r.pairs.iter().enumerate() {
@@ -72,7 +72,7 @@ pub fn table(r: &CopyReport) -> String {
             "  pair {k}: {} -> {}: {} ({share:.0}%) in {:.2} s: {rate}{lost}",
             p.source,
             p.destination,
-            fmt_bytes(p.bytes),
+            fmt_size(p.bytes),
             p.seconds
         );
     }
@@ -88,7 +88,7 @@ pub fn table(r: &CopyReport) -> String {
             "  stream {}{}{slot}: {} in {} blocks{retrans}{rtt}{tail}{ended}",
             s.index,
             s.pair.map(|p| format!(" (pair {p})")).unwrap_or_default(),
-            fmt_bytes(s.bytes),
+            fmt_size(s.bytes),
             s.blocks
         );
     }

@@ -6,8 +6,10 @@
 
 use super::{environment, opt_ns, utc};
 use crate::store::{PointRow, RunRow};
-use gridperf_core::model::{FanoutPoint, Measure, RttPoint, StreamResult, TransferPoint};
-use gridperf_core::units::{fmt_bps, fmt_bytes};
+use gridperf_core::model::{
+    CopyFileResult, FanoutPoint, Measure, RttPoint, StreamResult, TraceDirection, TransferPoint,
+};
+use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns, fmt_size};
 use serde::de::DeserializeOwned;
 use std::fmt::Write;
 
@@ -26,24 +28,94 @@ fn validity(r: &RunRow) -> String {
     }
 }
 
-/// `gridperf runs list`.
-pub fn list(runs: &[RunRow]) -> String {
+/// The points of a run that are of one proto, read back as `T` (a copy's
+/// files, leaving its streams and events aside).
+fn figures_of<T: DeserializeOwned>(points: &[PointRow], proto: &str) -> Vec<T> {
+    points.iter().filter(|p| p.proto == proto).filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect()
+}
+
+/// A run's headline figure, in a few words: the range of its median RTTs,
+/// its rate, what a copy moved; "-" when its points say nothing.
+pub fn headline(r: &RunRow, points: &[PointRow]) -> String {
+    let range = |mut v: Vec<f64>, f: &dyn Fn(f64) -> String| -> Option<String> {
+        v.retain(|x| x.is_finite());
+        v.sort_by(f64::total_cmp);
+        let (lo, hi) = (v.first()?, v.last()?);
+        Some(if (hi - lo).abs() < f64::EPSILON { f(*lo) } else { format!("{} .. {}", f(*lo), f(*hi)) })
+    };
+    let words = match r.measure() {
+        Some(Measure::Rtt) => range(points.iter().filter_map(|p| p.median_ns).collect(), &|x| fmt_ns(x))
+            .map(|t| format!("RTT {t} ({} points)", points.len())),
+        Some(Measure::Transfer) => figures::<TransferPoint>(points)
+            .and_then(|t| range(t.iter().filter_map(|p| p.rate_bps).collect(), &|x| fmt_bps(x))),
+        Some(Measure::Stream) => figures::<StreamResult>(points).map(|s| {
+            let bps: f64 = s.iter().map(|x| x.throughput_bps).sum();
+            let broken = s.iter().filter(|x| x.broken.is_some()).count();
+            let broken = if broken > 0 { format!(", {broken} broken") } else { String::new() };
+            format!("{} ({} streams{broken})", fmt_bps(bps), s.len())
+        }),
+        Some(Measure::Fanout) => figures::<FanoutPoint>(points)
+            .and_then(|f| range(f.iter().filter_map(|p| p.bandwidth_bps).collect(), &|x| fmt_bps(x))),
+        Some(Measure::Copy) => {
+            let files: Vec<CopyFileResult> = figures_of(points, "copy");
+            (!files.is_empty()).then(|| {
+                let moved: u64 = files.iter().map(|f| f.moved).sum();
+                let bad = files.iter().filter(|f| f.error.is_some()).count();
+                let bad = if bad > 0 { format!(", {bad} not in place") } else { String::new() };
+                format!("{} files, {} moved{bad}", files.len(), fmt_size(moved))
+            })
+        }
+        Some(Measure::Trace) => {
+            let dirs: Vec<TraceDirection> = figures_of(points, "trace-direction");
+            dirs.iter()
+                .map(|d| d.throughput_bps)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+                .map(|best| format!("{} directions, the fastest {}", dirs.len(), fmt_bps(best)))
+        }
+        None => None,
+    };
+    words.unwrap_or_else(|| "-".into())
+}
+
+/// The end of `s` in `width` characters (a path's end says most of it).
+fn tail(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_string();
+    }
+    format!("...{}", s.chars().skip(n - width + 3).collect::<String>())
+}
+
+/// The command a run came from, shortened to `width` characters for a list.
+fn short_command(r: &RunRow, width: usize) -> String {
+    let words: Vec<&str> = r.command_line.split_whitespace().skip(1).collect();
+    let mut c = words.join(" ");
+    if c.chars().count() > width {
+        c = c.chars().take(width.saturating_sub(3)).collect::<String>() + "...";
+    }
+    c
+}
+
+/// `gridperf runs list`: each run with where it went (the network, and the
+/// target as it was named), its validity, its headline figure and the command.
+pub fn list(runs: &[(RunRow, Vec<PointRow>)]) -> String {
     let mut out = format!(
-        "{:>5} {:>6} {:<9} {:<16} {:>6} {:<11} {:<20} valid\n",
-        "run", "survey", "kind", "network", "points", "status", "started (UTC)"
+        "{:>5} {:>6} {:<9} {:<14} {:<18} {:<20} {:<7} {:<36} command\n",
+        "run", "survey", "kind", "network", "target", "started (UTC)", "valid", "headline"
     );
-    for r in runs {
+    for (r, points) in runs {
         let _ = writeln!(
             out,
-            "{:>5} {:>6} {:<9} {:<16} {:>6} {:<11} {:<20} {}",
+            "{:>5} {:>6} {:<9} {:<14} {:<18} {:<20} {:<7} {:<36} {}",
             r.id,
             r.survey_id.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
             r.kind,
             r.network,
-            r.points,
-            r.status,
+            tail(&r.target, 18),
             utc(r.started),
-            if r.valid() { "yes" } else { "INVALID" }
+            if r.valid() { "yes" } else { "INVALID" },
+            headline(r, points),
+            short_command(r, 60)
         );
     }
     out
@@ -86,8 +158,9 @@ fn points_table(r: &RunRow, points: &[PointRow]) -> String {
             super::stream::rows(proto, &s, super::stream::Units::Auto)
         }),
         Some(Measure::Fanout) => figures::<FanoutPoint>(points).map(|p| super::fanout::rows(&p)),
-        // a copy's points are its files, a trace's its directions: the stored table of them
-        Some(Measure::Copy | Measure::Trace) | None => None,
+        Some(Measure::Copy) => Some(copy_files_table(points)),
+        Some(Measure::Trace) => Some(trace_table(points)),
+        None => None,
     };
     let table = table.unwrap_or_else(|| quartiles(points));
     if table.starts_with('\n') {
@@ -95,6 +168,56 @@ fn points_table(r: &RunRow, points: &[PointRow]) -> String {
     } else {
         format!("\n{table}")
     }
+}
+
+/// A copy's files as stored: each one's size, what moved, what was kept,
+/// its hash or why it is not in place; then how many streams ran.
+fn copy_files_table(points: &[PointRow]) -> String {
+    let files: Vec<CopyFileResult> = figures_of(points, "copy");
+    let mut out = format!("\n{:<40} {:>11} {:>11} {:>11} {:>6}  blake3\n", "file", "size", "moved", "kept", "resent");
+    for f in &files {
+        let hash = match (&f.blake3, &f.error) {
+            (_, Some(e)) => format!("NOT IN PLACE: {e}"),
+            (Some(h), None) => h.clone(),
+            (None, None) => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<40} {:>11} {:>11} {:>11} {:>6}  {hash}",
+            f.path,
+            fmt_size(f.size),
+            fmt_size(f.moved),
+            fmt_size(f.kept),
+            f.resent
+        );
+    }
+    let streams = points.iter().filter(|p| p.proto == "copy-stream").count();
+    let events = points.iter().filter(|p| p.proto == "copy-event").count();
+    let _ = writeln!(out, "{streams} streams, {events} events (runs export --format json has them all)");
+    out
+}
+
+/// A trace's directions as stored.
+fn trace_table(points: &[PointRow]) -> String {
+    let dirs: Vec<TraceDirection> = figures_of(points, "trace-direction");
+    let mut out = format!(
+        "\n{:<24} {:<24} {:>11} {:>13} {:>8} {:>11}  verdict\n",
+        "from", "to", "acked", "throughput", "retrans", "RTT median"
+    );
+    for d in &dirs {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<24} {:>11} {:>13} {:>8} {:>11}  {}",
+            d.from,
+            d.to,
+            fmt_size(d.bytes_acked),
+            fmt_bps(d.throughput_bps),
+            d.retransmits,
+            d.rtt_median_ms.map(|m| format!("{m:.2} ms")).unwrap_or_else(|| "-".into()),
+            d.verdict.as_ref().map(|v| v.text.as_str()).unwrap_or("-")
+        );
+    }
+    out
 }
 
 /// The stored key and quartiles of each point.
@@ -225,6 +348,58 @@ pub fn csv(r: &RunRow, points: &[PointRow]) -> String {
     let own = match r.measure() {
         Some(Measure::Stream) => figures::<StreamResult>(points).map(|s| super::stream::csv(&s)),
         Some(Measure::Fanout) => figures::<FanoutPoint>(points).map(|p| super::fanout::csv(&p)),
+        Some(Measure::Copy) => {
+            let mut t = super::Csv::new(&[
+                "path",
+                "size_bytes",
+                "moved_bytes",
+                "kept_bytes",
+                "resent_blocks",
+                "blake3",
+                "checksum",
+                "error",
+            ]);
+            for f in figures_of::<CopyFileResult>(points, "copy") {
+                t.row([
+                    f.path,
+                    f.size.to_string(),
+                    f.moved.to_string(),
+                    f.kept.to_string(),
+                    f.resent.to_string(),
+                    f.blake3.unwrap_or_default(),
+                    f.checksum.unwrap_or_default(),
+                    f.error.unwrap_or_default(),
+                ]);
+            }
+            Some(t.text())
+        }
+        Some(Measure::Trace) => {
+            let mut t = super::Csv::new(&[
+                "from",
+                "to",
+                "bytes_acked",
+                "bytes_sent",
+                "seconds",
+                "throughput_bps",
+                "retransmits",
+                "rtt_median_ms",
+                "limit",
+            ]);
+            for d in figures_of::<TraceDirection>(points, "trace-direction") {
+                t.row([
+                    d.from,
+                    d.to,
+                    d.bytes_acked.to_string(),
+                    d.bytes_sent.to_string(),
+                    format!("{:.3}", d.seconds),
+                    format!("{:.0}", d.throughput_bps),
+                    d.retransmits.to_string(),
+                    d.rtt_median_ms.map(|m| format!("{m:.3}")).unwrap_or_default(),
+                    d.verdict.map(|v| format!("{:?}", v.limit).to_lowercase()).unwrap_or_default(),
+                ]);
+            }
+            Some(t.text())
+        }
         _ => None,
     };
     own.unwrap_or_else(|| {

@@ -12,6 +12,7 @@
 //! - `promises`: what a site is promised, each broken as a hostile client or an unlucky user would
 //!   (mixed files, hard links, descriptors, a full disk, links and pipes, reservations);
 //! - `stream`: gridperf stream through the binary: byte counts, pacing, UDP, broken streams, bad input;
+//! - `newcomer`: what a new user meets: listings, honest exits, peer tools' habits answered;
 //! - `netns`: runs in private network namespaces (root, or a user namespace of one's own);
 //! - `lab`: the lab across real namespaces and TUN devices (root, or rootless: CI runs them both ways);
 //! - `isolation`: one user's rootless lab, out of another's reach (root, to be two users);
@@ -31,6 +32,7 @@ mod isolation;
 mod lab;
 mod layers;
 mod netns;
+mod newcomer;
 mod prometheus;
 mod promises;
 mod pscheduler;
