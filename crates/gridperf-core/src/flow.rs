@@ -179,8 +179,22 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     if d_busy == 0 && d_segs == 0 {
         return unknown(bdp_bytes);
     }
+    // too little to judge: a few segments say nothing of what limits a stream
+    if d_segs < MIN_VERDICT_SEGMENTS || ctx.elapsed_ns < MIN_VERDICT_NS {
+        return Verdict {
+            text: format!(
+                "too short to tell what limited it ({d_segs} segments in {:.0} ms: a verdict needs {MIN_VERDICT_SEGMENTS} \
+                 and {} ms)",
+                ctx.elapsed_ns as f64 / 1e6,
+                MIN_VERDICT_NS / 1_000_000
+            ),
+            ..unknown(bdp_bytes)
+        };
+    }
 
-    let retrans_ratio = if d_segs == 0 { 0.0 } else { (d_retrans as f64 / d_segs as f64).clamp(0.0, 1.0) };
+    // a retransmission or two is no loss rate to speak of
+    let retrans_ratio =
+        if d_segs == 0 || d_retrans < MIN_LOSSES { 0.0 } else { (d_retrans as f64 / d_segs as f64).clamp(0.0, 1.0) };
     let share_of_busy = |d: u64| if d_busy == 0 { 0.0 } else { (d as f64 / d_busy as f64).clamp(0.0, 1.0) };
     // the kernel's rwnd-limited clock runs only when a send finds the window
     // shut; a sender paced to what the window lets through (BBR) rarely
@@ -341,6 +355,12 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     }
     v
 }
+
+/// What a verdict needs: segments sent, and time (below, it says it cannot tell).
+pub const MIN_VERDICT_SEGMENTS: u64 = 100;
+pub const MIN_VERDICT_NS: u64 = 200_000_000;
+/// Retransmissions below this are not read as a path that loses packets.
+pub const MIN_LOSSES: u64 = 3;
 
 fn unknown(bdp_bytes: Option<u64>) -> Verdict {
     Verdict {
@@ -1112,9 +1132,10 @@ mod tests {
         assert_eq!(v.limit, Limit::Application);
         assert!(close(v.share.expect("share"), 0.3));
         assert!(v.text.contains("30%") && v.text.contains("application-limited"), "{}", v.text);
-        // Without the elapsed time, no application verdict.
+        // Without the elapsed time, no verdict at all: too short to tell.
         let v = verdict(&[a, b], &VerdictContext { elapsed_ns: 0, ..ctx10s() });
-        assert_eq!(v.limit, Limit::CongestionLoss);
+        assert_eq!(v.limit, Limit::Unknown);
+        assert!(v.text.contains("too short to tell"), "{}", v.text);
     }
 
     #[test]
@@ -1126,11 +1147,18 @@ mod tests {
         assert!(close(v.retrans_ratio, 0.001234));
         assert!(close(v.share.expect("share"), 0.85));
         assert!(v.text.contains("0.12% retransmissions"), "{}", v.text);
-        // The threshold: 1 in 1000.
-        let b = sample(10, 10_000_000, 0, 0, 1_000, 1);
+        // The threshold: 1 in 1000, and at least MIN_LOSSES of them.
+        let b = sample(10, 10_000_000, 0, 0, 3_000, 3);
         let v = verdict(&[sample(0, 0, 0, 0, 0, 0), b], &ctx10s());
         assert_eq!(v.limit, Limit::CongestionLoss);
         assert!(v.text.contains("0.10%"), "{}", v.text);
+        // two retransmissions are no loss rate, however few the segments
+        let b = sample(10, 10_000_000, 0, 0, 200, 2);
+        assert_eq!(verdict(&[sample(0, 0, 0, 0, 0, 0), b], &ctx10s()).limit, Limit::Congestion);
+        // a short stream (50 segments) is not judged at all
+        let b = sample(10, 10_000_000, 0, 0, 50, 20);
+        let v = verdict(&[sample(0, 0, 0, 0, 0, 0), b], &ctx10s());
+        assert_eq!(v.limit, Limit::Unknown, "{}", v.text);
     }
 
     #[test]

@@ -107,6 +107,8 @@ fn preset(name: &str) -> Option<&'static str> {
         "pow2" => "1..64k*2",
         // The sizes of bench/rtt-peers.sh.
         "bench" => "1,64,1460,4k,16k,64k",
+        // A first look: the smallest, a small, one near a packet, a large and the largest.
+        "short" => "1,64,1k,16k,64000",
         _ => return None,
     })
 }
@@ -255,6 +257,7 @@ mod tests {
         assert_eq!(paper.len(), 501);
         assert_eq!(parse_sizes("pow2").map(|v| v.len()), Ok(17));
         assert_eq!(parse_sizes("bench"), Ok(vec![1, 64, 1460, 4096, 16384, 65536]));
+        assert_eq!(parse_sizes("short"), Ok(vec![1, 64, 1024, 16384, 64000]));
         assert!(parse_sizes("quick").expect("quick").iter().all(|&s| s <= UDP_MAX_PAYLOAD));
     }
 

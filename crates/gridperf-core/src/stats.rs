@@ -122,25 +122,26 @@ pub enum Warning {
 }
 
 impl Warning {
-    /// The warning and what to do about it, in words.
+    /// The warning, in words (what to do about it: [`advice`], which
+    /// depends on the run).
     pub fn message(&self) -> String {
         match self {
-            Warning::Noisy { point, relative_iqr } => format!(
-                "{point}: the interquartile range is {:.0}% of the median; the run is noisy. Pin both ends (--cpu), close other programs, or raise --iterations.",
-                relative_iqr * 100.0
-            ),
+            Warning::Noisy { point, relative_iqr } => {
+                format!("{point}: the interquartile range is {:.0}% of the median; the point is noisy", relative_iqr * 100.0)
+            }
             Warning::LongTail { point, p99_over_median } => format!(
-                "{point}: p99 is {p99_over_median:.1}x the median; something (scheduling, interrupts, retransmission) stalls a few exchanges. Look at the max and the raw samples (--samples)."
+                "{point}: p99 is {p99_over_median:.1}x the median; something (scheduling, interrupts, retransmission) \
+                 stalls a few exchanges (the max and the raw samples, --samples, show them)"
             ),
-            Warning::Unpinned => "the ends were not pinned to CPUs: on small machines placement alone changes the RTT several times over (both ends on one CPU vs two). Use --cpu 0 or --cpu 0,1 for repeatable figures.".to_string(),
-            Warning::FewSamples { point, count } => format!(
-                "{point}: only {count} samples; quantiles need more. Raise --iterations or --duration."
-            ),
+            Warning::Unpinned => "the ends were not pinned to CPUs: on small machines placement alone changes the RTT \
+                several times over (both ends on one CPU vs two). Use --cpu 0 or --cpu 0,1 for repeatable figures."
+                .to_string(),
+            Warning::FewSamples { point, count } => format!("{point}: only {count} samples; quantiles need more"),
             Warning::Lost { point, lost, sent } => format!(
-                "{point}: {lost} of {sent} messages lost; the statistics cover only the ones that came back."
+                "{point}: {lost} of {sent} messages lost; the statistics cover only the ones that came back"
             ),
             Warning::Irregular { point, why, retries } => format!(
-                "{point}: {why}{}; a median does not describe it, and conclusions leave it out. Pin both ends (--cpu), or close what else runs.",
+                "{point}: {why}{}; a median does not describe it, and conclusions leave it out",
                 if *retries > 0 { format!(" (measured {} times)", retries + 1) } else { String::new() }
             ),
             Warning::LabInvalid { why } => format!(
@@ -148,6 +149,73 @@ impl Warning {
             ),
         }
     }
+
+    /// The kind, for grouping: None for the run-wide ones (said each once).
+    fn kind(&self) -> Option<&'static str> {
+        match self {
+            Warning::Noisy { .. } => Some("noisy (their interquartile range above half the median)"),
+            Warning::LongTail { .. } => Some("with a long tail (p99 above 10x the median)"),
+            Warning::FewSamples { .. } => Some("with fewer than 20 samples"),
+            Warning::Lost { .. } => Some("that lost messages (their statistics cover what came back)"),
+            Warning::Irregular { .. } => {
+                Some("that one median does not describe (two modes, a drift): left out of conclusions")
+            }
+            Warning::Unpinned | Warning::LabInvalid { .. } => None,
+        }
+    }
+}
+
+/// What to do about a run's noisy or irregular points: pin the ends when
+/// they were not; when they were, what else there is.
+pub fn advice(warnings: &[Warning]) -> Option<String> {
+    let noisy = warnings.iter().any(|w| matches!(w, Warning::Noisy { .. } | Warning::Irregular { .. }));
+    let few = warnings.iter().any(|w| matches!(w, Warning::FewSamples { .. }));
+    let unpinned = warnings.contains(&Warning::Unpinned);
+    let mut out = Vec::new();
+    if noisy {
+        out.push(if unpinned {
+            "pin both ends (--cpu 0), close other programs, or measure longer (-t 2s)"
+        } else {
+            "the ends were pinned: close other programs (a busy machine moves the figures), or measure longer (-t 2s)"
+        });
+    }
+    if few {
+        out.push("raise --iterations or -t for more samples");
+    }
+    (!out.is_empty()).then(|| out.join("; "))
+}
+
+/// A run's warnings for a terminal: each kind of point warning that came
+/// up more than 3 times said once, with its count out of `points` and the
+/// first of them (`verbose`: every one); the run-wide ones once each; then
+/// what to do. A first run on a busy laptop printed 50 lines; it prints a few.
+pub fn summarize(warnings: &[Warning], points: usize, verbose: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut kinds: Vec<&'static str> = Vec::new();
+    for w in warnings {
+        match w.kind() {
+            None => out.push(w.message()),
+            Some(k) if !kinds.contains(&k) => kinds.push(k),
+            Some(_) => {}
+        }
+    }
+    let mut summarized = false;
+    for k in kinds {
+        let these: Vec<&Warning> = warnings.iter().filter(|w| w.kind() == Some(k)).collect();
+        if verbose || these.len() <= 3 {
+            out.extend(these.iter().map(|w| w.message()));
+        } else {
+            summarized = true;
+            out.push(format!("{} of {points} points {k}, the first: {}", these.len(), these[0].message()));
+        }
+    }
+    if let Some(a) = advice(warnings) {
+        out.push(format!("what to do: {a}"));
+    }
+    if summarized {
+        out.push("--verbose lists every warning".into());
+    }
+    out
 }
 
 /// Thresholds for [`check`]: a relative IQR above 0.5, a p99 more than ten

@@ -141,11 +141,11 @@ impl Side {
     fn advance(&mut self, t: i64, start: i64, interval: i64) {
         if let Some(last) = self.last_t {
             if t > last && self.in_flight() > 0 {
-                self.busy_ns += (t - last) as u64;
+                self.busy_ns = self.busy_ns.saturating_add(t.saturating_sub(last) as u64);
             }
         }
         self.last_t = Some(self.last_t.map_or(t, |l| l.max(t)));
-        let k = (t - start).max(0) / interval;
+        let k = t.saturating_sub(start).max(0) / interval.max(1);
         match self.iv {
             Some(cur) if k > cur => {
                 self.close(cur, interval);
@@ -426,7 +426,7 @@ impl Analyzer {
             me.segments += segs;
             if seq < me.snd_max {
                 // sent before: a retransmission, by what came before it
-                let silence = me.last_progress_t.or(me.last_send_t).map_or(0, |p| t - p);
+                let silence = me.last_progress_t.or(me.last_send_t).map_or(0, |p| t.saturating_sub(p));
                 let rto = me.srtt_ns().map_or(MIN_RTO_NS, |r| (2 * r as i64).max(MIN_RTO_NS));
                 if me.dupacks >= 3 || me.sack_since_ack {
                     me.fast += segs;
@@ -438,7 +438,7 @@ impl Analyzer {
                 me.iv_retrans += segs;
                 if me.una.is_none_or(|u| u >= me.recovery_until) {
                     // a new loss episode: what was in flight is the window's estimate
-                    let at = (t - start) as f64 / 1e9;
+                    let at = t.saturating_sub(start) as f64 / 1e9;
                     if me.cwnd_at_loss.len() < 10_000 {
                         me.cwnd_at_loss.push((at, me.in_flight()));
                         if me.cwnd_at_loss.len() >= MAX_LOSSES {
@@ -500,7 +500,7 @@ impl Analyzer {
                     let covered: Vec<u64> = peer.outstanding.range(..=ack).map(|(&e, _)| e).collect();
                     if let Some(sample) = covered.iter().rev().find_map(|e| {
                         let (sent, again) = peer.outstanding[e];
-                        (!again).then_some(t - sent)
+                        (!again).then_some(t.saturating_sub(sent))
                     }) {
                         peer.rtt(sample);
                     }
@@ -539,7 +539,7 @@ impl Analyzer {
                         v.1 = true;
                     }
                     if let Some(sent) = newest {
-                        peer.rtt(t - sent);
+                        peer.rtt(t.saturating_sub(sent));
                     }
                 }
             }
@@ -587,15 +587,15 @@ fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
     }
     let handshake = c.syn_t.is_some() && c.synack_t.is_some();
     let (d1, d2) = match (c.syn_t, c.synack_t, c.ack_t) {
-        (Some(s), Some(sa), Some(a)) => (Some(sa - s), Some(a - sa)),
-        (Some(s), Some(sa), None) => (Some(sa - s), None),
+        (Some(s), Some(sa), Some(a)) => (Some(sa.saturating_sub(s)), Some(a.saturating_sub(sa))),
+        (Some(s), Some(sa), None) => (Some(sa.saturating_sub(s)), None),
         _ => (None, None),
     };
-    let handshake_rtt = d1.zip(d2).map(|(x, y)| x + y);
+    let handshake_rtt = d1.zip(d2).map(|(x, y)| x.saturating_add(y));
     // near the end whose packets need the least time to come back to the capture point
     let near = match (d1, d2) {
-        (Some(x), Some(y)) if x > 4 * y.max(1) => Some(0usize),
-        (Some(x), Some(y)) if y > 4 * x.max(1) => Some(1),
+        (Some(x), Some(y)) if x > y.max(1).saturating_mul(4) => Some(0usize),
+        (Some(x), Some(y)) if y > x.max(1).saturating_mul(4) => Some(1),
         (Some(_), Some(_)) => None,
         _ => None,
     };
@@ -635,7 +635,7 @@ fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
                 None => "data to its ACK from the capture point (its place in the path unknown: the part of the round trip beyond it)".to_string(),
             };
         let seconds = match (side.first_data_t, side.last_ack_t) {
-            (Some(f), Some(l)) if l > f => (l - f) as f64 / 1e9,
+            (Some(f), Some(l)) if l > f => l.saturating_sub(f) as f64 / 1e9,
             _ => 0.0,
         };
         let throughput = if seconds > 0.0 { side.acked_total as f64 * 8.0 / seconds } else { 0.0 };
@@ -697,8 +697,8 @@ fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
         index: i as u32,
         a: c.a.to_string(),
         b: c.b.to_string(),
-        start_s: (c.first_t - start) as f64 / 1e9,
-        duration_s: (c.last_t - c.first_t) as f64 / 1e9,
+        start_s: c.first_t.saturating_sub(start) as f64 / 1e9,
+        duration_s: c.last_t.saturating_sub(c.first_t) as f64 / 1e9,
         segments: c.segments,
         handshake,
         handshake_rtt_ms: handshake_rtt.map(|h| h as f64 / 1e6),

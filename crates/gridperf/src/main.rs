@@ -64,7 +64,22 @@ fn main() {
             std::process::exit(e.kind.exit_code());
         }
     };
-    let cli = Cli::parse_from(args);
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            // another tool's flag: gridperf's way, not clap's "use -- -c"
+            if e.kind() == clap::error::ErrorKind::UnknownArgument {
+                if let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg) {
+                    let command = args.get(1).and_then(|a| a.to_str()).filter(|a| !a.starts_with('-'));
+                    if let Some(habit) = gridperf::cli::peer_habit(command, arg) {
+                        eprintln!("gridperf: usage error: {arg}: {habit}");
+                        std::process::exit(Kind::Usage.exit_code());
+                    }
+                }
+            }
+            e.exit()
+        }
+    };
     // before any thread starts: a user namespace of one's own for a rootless lab
     gridperf::lab::prepare(cli.command.namespaces());
     let key =

@@ -174,6 +174,10 @@ impl CopyReport {
     }
 }
 
+/// What a copy's verdict needs: bytes moved, and stream time.
+pub const MIN_VERDICT_BYTES: u64 = 16 << 20;
+pub const MIN_VERDICT_NS: u64 = 200_000_000;
+
 /// One end's time, summed over its streams: disk, hashing, sealing, socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EndTime {
@@ -225,6 +229,21 @@ pub const END_LIMIT_PCT: f64 = 50.0;
 /// losses: the sending end's TCP_INFO tells which).
 pub fn copy_verdict(sender: &[CopyStream], writer: &[CopyStream]) -> String {
     let (s, w) = (EndTime::of(sender), EndTime::of(writer));
+    // a few blocks say nothing of what limits a copy
+    let moved: u64 = sender.iter().map(|x| x.bytes).sum::<u64>().max(writer.iter().map(|x| x.bytes).sum());
+    let spent = s.all().max(w.all());
+    if spent == 0 {
+        return "limited by nothing measured: no stream moved a block".into();
+    }
+    if moved < MIN_VERDICT_BYTES || spent < MIN_VERDICT_NS {
+        return format!(
+            "too little moved to tell what limited it ({moved} bytes in {:.0} ms of stream time: a verdict needs {} \
+             MiB and {} ms)",
+            spent as f64 / 1e6,
+            MIN_VERDICT_BYTES >> 20,
+            MIN_VERDICT_NS / 1_000_000
+        );
+    }
     let (sd, sc, sn) = s.shares();
     let (wd, wc, wn) = w.shares();
     let mut candidates: Vec<(&str, f64)> = Vec::new();
@@ -282,24 +301,43 @@ pub fn copy_verdict(sender: &[CopyStream], writer: &[CopyStream]) -> String {
 mod tests {
     use super::*;
 
+    /// Shares of an end's time in hundredths of a second (100: one second),
+    /// over a gigabyte: enough for a verdict.
+    const T: u64 = 10_000_000;
+
     fn end(disk: u64, hash: u64, crypt: u64, net: u64) -> Vec<CopyStream> {
-        vec![CopyStream { disk_ns: disk, hash_ns: hash, crypt_ns: crypt, net_ns: net, ..Default::default() }]
+        vec![CopyStream {
+            disk_ns: disk * T,
+            hash_ns: hash * T,
+            crypt_ns: crypt * T,
+            net_ns: net * T,
+            bytes: 1 << 30,
+            ..Default::default()
+        }]
+    }
+
+    #[test]
+    fn a_copy_too_small_to_judge_says_so() {
+        // six bytes in a few microseconds were "limited by the sending end's CPU (hashing): 79%"
+        let tiny = vec![CopyStream { bytes: 6, hash_ns: 79_000, net_ns: 21_000, ..Default::default() }];
+        let v = copy_verdict(&tiny, &tiny);
+        assert!(v.starts_with("too little moved to tell what limited it (6 bytes"), "{v}");
     }
 
     #[test]
     fn the_network_verdict_says_what_tcp_said_for_the_largest_stream() {
         let mut sender = end(1, 1, 0, 98);
-        sender.push(CopyStream { index: 1, bytes: 10, net_ns: 98, ..Default::default() });
+        sender.push(CopyStream { index: 1, bytes: 10 << 20, net_ns: 98 * T, ..Default::default() });
         sender[0].tcp = Some("limited by the receiver's window 57% of the time".into());
         sender[1].tcp = Some("cwnd-limited without loss".into());
-        sender[0].bytes = 100;
+        sender[0].bytes = 100 << 20;
         let v = copy_verdict(&sender, &end(1, 1, 0, 98));
         assert!(v.starts_with("limited by the network: the sockets waited"), "{v}");
         assert!(
             v.ends_with("TCP at the sending end (stream 0 of 2): limited by the receiver's window 57% of the time"),
             "{v}"
         );
-        sender[1].bytes = 1000;
+        sender[1].bytes = 1000 << 20;
         let v = copy_verdict(&sender, &end(1, 1, 0, 98));
         assert!(v.ends_with("(stream 1 of 2): cwnd-limited without loss"), "{v}");
         // a disk that took most of an end's time is named before TCP is

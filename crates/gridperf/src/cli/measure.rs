@@ -31,9 +31,10 @@ pub struct EchoArgs {
     #[arg(long = "proto", default_value = "tcp,udp,sendfile", value_name = "LIST")]
     pub protos: String,
     /// Message sizes: a list of sizes and ranges, e.g. 1,64,1k..64k*2 (factor) or 1..16k+256 (step), or a preset:
-    /// quick (sizes around the MTU multiples, up to 64000), paper (1 B, then 128 B to 64000 B every 128 B),
-    /// pow2 (1 B to 64 KiB), bench. Units as dd: k = 1024, KB = 1000, KiB = 1024.
-    #[arg(short, long, default_value = "quick", value_name = "LIST")]
+    /// short (1, 64, 1k, 16k, 64000: a first look), quick (the survey's 16 sizes around the MTU multiples, up to
+    /// 64000), paper (1 B, then 128 B to 64000 B every 128 B), pow2 (1 B to 64 KiB), bench. Units as dd:
+    /// k = 1024, KB = 1000, KiB = 1024.
+    #[arg(short, long, default_value = "short", value_name = "LIST")]
     pub sizes: String,
     /// TCP_NODELAY on the data sockets of both ends: on disables Nagle (the default, as latency tools do), off keeps it.
     #[arg(long, default_value = "on", value_name = "on|off")]
@@ -46,8 +47,11 @@ pub struct EchoArgs {
     /// scheduler at every round trip (8 ms measured, against 5.8 us on two), so that placement is refused.
     #[arg(long)]
     pub busy_poll: bool,
-    /// Pin the ends: C pins both to CPU C; C,S pins the client to C and the agent to S (iperf3's -A).
-    #[arg(short = 'A', long, value_name = "C[,S]")]
+    /// Pin the ends: C pins both to CPU C; C,S pins the client to C and the agent to S (iperf3's -A); none
+    /// leaves them to the scheduler. By default, as the survey does: both ends on the first CPU on loopback
+    /// (two with --busy-poll), client on the first and agent on the second across a lab, the client on the
+    /// first to a HOST.
+    #[arg(short = 'A', long, value_name = "C[,S]|none")]
     pub cpu: Option<String>,
     /// Reach HOST over IPv4 only (a name that has both addresses).
     #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
@@ -99,6 +103,9 @@ pub struct EchoArgs {
     /// Print CSV instead of a table.
     #[arg(long)]
     pub csv: bool,
+    /// List every warning, each point's (by default a kind that came up more than 3 times is said once, counted).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Test seam: make the local agent drop every N-th UDP datagram.
     #[arg(long, hide = true, value_name = "N")]
     pub fault_drop_udp: Option<u64>,
@@ -117,8 +124,8 @@ pub struct RttArgs {
     /// Counted exchanges per point.
     #[arg(short = 'n', long, default_value_t = 1000, value_name = "N")]
     pub iterations: u64,
-    /// Time budget per point instead of a count: 2 (seconds), 500ms.
-    #[arg(short = 't', long, value_name = "DURATION")]
+    /// Time budget per point instead of a count: 2 (seconds), 500ms (--duration, its old name, too).
+    #[arg(short = 't', long = "time", alias = "duration", value_name = "DURATION")]
     pub duration: Option<String>,
     /// Exchanges before counting starts (each checked against what was sent).
     #[arg(long, default_value_t = 100, value_name = "N")]
@@ -389,7 +396,11 @@ fn echo(a: &EchoArgs) -> Result<(Place, EchoOptions)> {
     let protos = parse_protos(&a.protos)?;
     let sizes = parse_sizes(&a.sizes)?;
     check_limits(&protos, &sizes)?;
-    let cpus = a.cpu.as_deref().map(parse_cpus).transpose()?;
+    let cpus = match a.cpu.as_deref() {
+        Some("none") => None,
+        Some(c) => Some(parse_cpus(c)?),
+        None => None,
+    };
     if a.host.is_none() && a.busy_poll && cpus.is_some_and(|(c, s)| c == s) {
         return Err(Error::usage(
             "--busy-poll with both ends on one CPU makes two spinning threads share it: give --cpu C,S with S different from C",
@@ -427,6 +438,16 @@ fn echo(a: &EchoArgs) -> Result<(Place, EchoOptions)> {
         }
         _ => {}
     }
+    // pinned as the survey pins its ends, unless told (--cpu C[,S], or none); a remote agent is left alone
+    let (client_cpu, server_cpu) = match (cpus, a.cpu.as_deref()) {
+        (Some((c, s)), _) => (Some(c), Some(s)),
+        (None, Some("none")) => (None, None),
+        (None, _) => {
+            let (c, s) = crate::commands::survey::placement(&network);
+            let spin = a.busy_poll && matches!(network, Network::Local);
+            (c, if spin { crate::host::cpus().get(1).copied().or(s) } else { s })
+        }
+    };
     let place = Place {
         network,
         watched: watched_lab(),
@@ -439,8 +460,8 @@ fn echo(a: &EchoArgs) -> Result<(Place, EchoOptions)> {
         nodelay: matches!(a.nodelay, OnOff::On),
         writes: a.writes,
         busy_poll: a.busy_poll,
-        client_cpu: cpus.map(|c| c.0),
-        server_cpu: cpus.map(|c| c.1),
+        client_cpu,
+        server_cpu,
         sndbuf: buffer(&a.sndbuf, "--sndbuf")?,
         rcvbuf: buffer(&a.rcvbuf, "--rcvbuf")?,
         deadlines,
@@ -479,6 +500,7 @@ impl TryFrom<RttArgs> for commands::rtt::Opts {
             },
             store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
             format: format(a.echo.json, a.echo.csv),
+            verbose: a.echo.verbose,
         })
     }
 }
@@ -511,6 +533,7 @@ impl TryFrom<TransferArgs> for commands::transfer::Opts {
             transfer: TransferOptions { echo, total, repeat: a.repeat, warmup_runs: a.warmup_runs },
             store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
             format: format(a.echo.json, a.echo.csv),
+            verbose: a.echo.verbose,
         })
     }
 }

@@ -369,6 +369,35 @@ pub fn lab_error(e: gridperf_core::labcfg::LabError) -> Error {
     Error::usage(e.to_string())
 }
 
+/// What a flag of another tool's means in gridperf, for one clap did not
+/// know (`arg`, given to `command`): iperf3's -c and -s, scp's and cp's -r,
+/// rsync's -a. None for a flag of no tool gridperf knows of.
+pub fn peer_habit(command: Option<&str>, arg: &str) -> Option<String> {
+    let flag = arg.split('=').next().unwrap_or(arg);
+    let host_first = "gridperf takes the host as an argument, not after a flag: gridperf stream HOST (iperf3 -c \
+                      HOST), gridperf rtt HOST; the other end runs `gridperf serve`";
+    Some(match (command, flag) {
+        (_, "-c" | "--client") => host_first.to_string(),
+        (_, "-s" | "--server" | "-D" | "--daemon") => {
+            "the server is `gridperf serve` (iperf3 -s): run it on the other host; `gridperf serve --help` says \
+             how to limit and secure it"
+                .to_string()
+        }
+        (Some("copy"), "-r" | "-R" | "--recursive" | "-a" | "--archive") => {
+            "a directory is copied with everything in it: no -r is needed (gridperf copy DIR HOST:PATH); links, \
+             devices and pipes are listed and left out, never followed"
+                .to_string()
+        }
+        (Some("copy"), "-e" | "--rsh") => {
+            "gridperf copy has no ssh: run `gridperf serve --root DIR` on the host and give HOST:PATH".to_string()
+        }
+        (Some("rtt" | "transfer"), "-u" | "--udp") => {
+            "rtt and transfer measure every protocol at once: --proto udp (or tcp,udp,sendfile)".to_string()
+        }
+        _ => return None,
+    })
+}
+
 /// The results store: the one given (--db, else GRIDPERF_DB), or the default.
 pub fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
     crate::store::named(p.clone()).unwrap_or_else(crate::store::default_path)

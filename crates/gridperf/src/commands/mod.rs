@@ -133,9 +133,12 @@ impl Output {
     }
 
     /// Says each warning, with its advice.
-    pub fn warnings(&mut self, warnings: &[Warning]) {
-        for w in warnings {
-            self.note(&format!("gridperf: warning: {}", w.message()));
+    /// A run's warnings on stderr: a kind that came up more than 3 times
+    /// said once with its count of `points` (every one when `verbose`),
+    /// then what to do about them.
+    pub fn warnings(&mut self, warnings: &[Warning], points: usize, verbose: bool) {
+        for line in gridperf_core::stats::summarize(warnings, points, verbose) {
+            self.note(&format!("gridperf: warning: {line}"));
         }
     }
 

@@ -54,7 +54,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     } else {
         out.print(&render::stream::table(&r, o.best, o.units))?;
     }
-    out.warnings(&r.warnings);
+    out.warnings(&r.warnings, r.runs.iter().map(|run| run.streams.len()).sum(), false);
     for run in &r.runs {
         lab_valid(&run.env)?;
     }

@@ -14,6 +14,8 @@ pub struct Opts {
     pub transfer: TransferOptions,
     pub store: StoreChoice,
     pub format: Format,
+    /// Every warning listed, not summarised.
+    pub verbose: bool,
 }
 
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
@@ -36,7 +38,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         Format::Csv => out.print(&render::transfer::csv(&r))?,
         Format::Table => out.print(&render::transfer::table(&r))?,
     }
-    out.warnings(&r.warnings);
+    out.warnings(&r.warnings, r.points.len(), o.verbose);
     lab_valid(&r.env)?;
     if r.points.iter().any(|p| p.time.is_none()) {
         return Err(Error::measurement("some points completed no run"));
