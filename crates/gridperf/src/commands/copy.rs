@@ -273,11 +273,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             (Work::Direct(target, job), network)
         }
     };
-    let bar = out.bar();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} · {bytes_per_sec} · ~{eta} left")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = out.byte_bar();
+    bar.set_message("copying");
     let verbose = o.verbose;
     // above the bar on a terminal; on stderr when there is no bar to keep clear of
     let say = |line: String| {

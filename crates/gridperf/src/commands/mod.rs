@@ -8,6 +8,7 @@ pub mod copy;
 pub mod exporter;
 pub mod fanout;
 pub mod lab;
+pub mod progress;
 pub mod pscheduler;
 pub mod report;
 pub mod rtt;
@@ -142,20 +143,15 @@ impl Output {
         }
     }
 
-    /// A bar of points on stderr, with what is measured and the time left
-    /// (hidden when stderr is not a terminal, and for a captured output).
-    pub fn bar(&self) -> indicatif::ProgressBar {
-        let bar = match self.sink {
-            Sink::Stdout => indicatif::ProgressBar::new(0),
-            Sink::Buffer { .. } => indicatif::ProgressBar::hidden(),
-        };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:30} {pos}/{len} points · {msg} · {elapsed} elapsed, ~{eta} left",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
+    /// Progress in points on stderr: a bar on a terminal, a line every few
+    /// seconds elsewhere, nothing for a captured output ([`progress::Bar`]).
+    pub fn bar(&self) -> progress::Bar {
+        progress::Bar::new(progress::Unit::Points, matches!(self.sink, Sink::Buffer { .. }))
+    }
+
+    /// The same, counting bytes (a copy).
+    pub fn byte_bar(&self) -> progress::Bar {
+        progress::Bar::new(progress::Unit::Bytes, matches!(self.sink, Sink::Buffer { .. }))
     }
 }
 

@@ -36,7 +36,7 @@ pub fn analyse(
     path: &std::path::Path,
     interval: Duration,
     filter: Option<&str>,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&super::progress::Bar>,
 ) -> Result<TraceReport> {
     if let Some(f) = filter {
         let ok = f.strip_prefix(':').map_or_else(
@@ -147,11 +147,8 @@ pub fn analyse(
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     o.store.check()?;
     let started = std::time::SystemTime::now();
-    let bar = out.bar();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("reading {bar:30} {bytes}/{total_bytes} · {bytes_per_sec}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = out.byte_bar();
+    bar.set_message("reading the capture");
     let r = analyse(&o.file, o.interval, o.filter.as_deref(), Some(&bar));
     bar.finish_and_clear();
     let r = r?;

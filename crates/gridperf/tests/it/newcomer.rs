@@ -67,3 +67,23 @@ fn runs_list_shows_where_each_run_went_and_its_headline_and_a_copy_shows_its_fil
     assert!(csv.starts_with("path,size_bytes,moved_bytes") && csv.contains("src/a.dat,300000,300000"), "{csv}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Under nohup, SLURM or a pipe there is no bar, but a survey still says
+/// where it is: a plain line at each stage and every few seconds.
+#[test]
+fn a_survey_without_a_terminal_says_where_it_is_in_plain_lines() {
+    let _heavy = crate::heavy();
+    let dir = tmpdir("plain");
+    let report = dir.join("report.html");
+    let report = report.to_str().expect("utf-8 path");
+    let out = run(&["survey", "local", "--quick", "--sizes", "1,64", "--proto", "tcp,udp", "-o", report]);
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("gridperf: ")).collect();
+    assert!(
+        lines.iter().any(|l| l.contains(" points · loopback: rtt tcp 1 B")),
+        "no plain progress line naming the point in:\n{err}"
+    );
+    assert!(!err.contains("\u{1b}["), "terminal escapes written to a pipe:\n{err}");
+    assert!(out.status.success(), "survey failed:\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
