@@ -56,6 +56,14 @@ pub struct Chart {
     /// window's W/RTT limit): drawn dashed, without markers or whiskers,
     /// class `reference`, in the legend after the measured series.
     pub references: Vec<Series>,
+    /// A linear y axis from zero (rates, bytes: a dip must not look like a
+    /// collapse because the axis starts just below the lowest point).
+    pub y_from_zero: bool,
+    /// Events too many for labelled marks (every retransmission of a
+    /// capture): a short tick at the bottom of the plot at each x, all of
+    /// them, class `rug`, with `rug_label` in the legend.
+    pub rug: Vec<f64>,
+    pub rug_label: String,
 }
 
 /// Colour-blind-safe (Okabe and Ito), in the order series take them.
@@ -154,6 +162,16 @@ impl Axis {
             let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
             Axis { lo: lo - pad, hi: hi + pad, log }
         }
+    }
+
+    /// A log axis widened by 4% of its span (in decades) at each end; a
+    /// linear one as it is.
+    fn padded(self) -> Axis {
+        if !self.log {
+            return self;
+        }
+        let k = (self.hi / self.lo).powf(0.04);
+        Axis { lo: self.lo / k, hi: self.hi * k, log: true }
     }
 
     /// The axis widened to whole ticks (linear axes only: a log axis shows
@@ -267,10 +285,27 @@ fn axes(chart: &Chart, drawn: &[(usize, Vec<SeriesPoint>)]) -> (Axis, Axis) {
         }
         x_hi = b;
     }
-    let (y_lo, y_hi) = all()
+    let (mut y_lo, y_hi) = all()
         .flat_map(|p| [Some(p.y), p.band.map(|b| b.0), p.band.map(|b| b.1)].into_iter().flatten())
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), y| (l.min(y), h.max(y)));
-    (Axis::new(x_lo, x_hi, chart.x_log), Axis::new(y_lo, y_hi, chart.y_log).niced())
+    if chart.y_from_zero && !chart.y_log {
+        y_lo = y_lo.min(0.0);
+    }
+    let x = Axis::new(x_lo, x_hi, chart.x_log);
+    // no point (or whisker) on the frame itself: a log axis gets 4% of its
+    // span beyond the data at each end (unless a range was asked for), a
+    // linear y axis 3% beyond its data before it is widened to whole ticks
+    let x = if chart.x_range.is_none() { x.padded() } else { x };
+    let y = Axis::new(y_lo, y_hi, chart.y_log);
+    let y = if chart.y_log {
+        y.padded()
+    } else {
+        let pad = 0.03 * (y.hi - y.lo);
+        // padding never takes positive data below zero
+        let lo = if y.lo >= 0.0 { (y.lo - pad).max(0.0) } else { y.lo - pad };
+        Axis { lo, hi: y.hi + pad, log: false }.niced()
+    };
+    (x, y)
 }
 
 /// "x1,y1 x2,y2 ..." for a polyline or polygon.
@@ -355,7 +390,22 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
         write_series(&mut out, &frame, &xa, &ya, &line, pts);
     }
     write_marks(&mut out, &frame, &xa, &chart.marks);
+    let rug = write_rug(&mut out, &frame, &xa, &chart.rug);
     write_legend(&mut out, &frame, &all, measured, &drawn);
+    if rug > 0 {
+        let (x, y) = (frame.right + 12.0, frame.top + 8.0 + drawn.len() as f64 * 16.0);
+        let _ = write!(
+            out,
+            r##"<g class="legend"><line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{RUG_COLOR}" stroke-width="1.5"/><text x="{:.1}" y="{:.1}">{}</text></g>"##,
+            x + 8.0,
+            y - 5.0,
+            x + 8.0,
+            y + 5.0,
+            x + 21.0,
+            y + 4.0,
+            escape(&chart.rug_label)
+        );
+    }
     out.push_str("</svg>");
     out
 }
@@ -475,6 +525,28 @@ fn write_marks(out: &mut String, frame: &Frame, xa: &Axis, marks: &[(f64, String
             escape(label)
         );
     }
+}
+
+/// The rug's colour: not one of the palette's (it is no series).
+const RUG_COLOR: &str = "#c00000";
+
+/// A tick at the bottom of the plot at each x inside the axis, all in one
+/// path; returns how many were drawn.
+fn write_rug(out: &mut String, frame: &Frame, xa: &Axis, xs: &[f64]) -> usize {
+    let inside: Vec<f64> = xs.iter().copied().filter(|x| xa.contains(*x)).collect();
+    if inside.is_empty() {
+        return 0;
+    }
+    let mut d = String::with_capacity(inside.len() * 20);
+    for x in &inside {
+        let _ = write!(d, "M{:.1},{:.1}V{:.1}", frame.px(xa, *x), frame.bottom, frame.bottom - 9.0);
+    }
+    let _ = write!(
+        out,
+        r##"<path class="rug" data-count="{}" d="{d}" stroke="{RUG_COLOR}" stroke-width="1" fill="none"/>"##,
+        inside.len()
+    );
+    inside.len()
 }
 
 /// The legend, right of the plot: a swatch and the label of each drawn series.
@@ -789,5 +861,71 @@ mod tests {
         let svg = render(&one, 300, 200);
         assert!(svg.contains(r#"data-label="udp" points="#) && svg.contains(proto_color("udp").expect("udp")));
         assert!(!svg.contains(PALETTE[0]), "udp alone does not take the first colour");
+    }
+
+    /// The y of each marker, the frame's top and bottom.
+    fn marker_ys(svg: &str) -> (Vec<f64>, f64, f64) {
+        let ys = svg
+            .split("class=\"marker\" cx=\"")
+            .skip(1)
+            .map(|s| {
+                let s = &s[s.find("cy=\"").expect("cy") + 4..];
+                s[..s.find('"').expect("end")].parse().expect("a number")
+            })
+            .collect();
+        let f = &svg[svg.find("class=\"frame\"").expect("frame")..];
+        let num = |k: &str| -> f64 {
+            let s = &f[f.find(k).expect(k) + k.len()..];
+            s[..s.find('"').expect("end")].parse().expect("a number")
+        };
+        let top = num(" y=\"");
+        (ys, top, top + num("height=\""))
+    }
+
+    #[test]
+    fn a_rate_axis_starts_at_zero_when_asked() {
+        let chart = Chart {
+            series: vec![series("rate", &[(1.0, 940.0), (2.0, 950.0), (3.0, 610.0)])],
+            y_from_zero: true,
+            ..Chart::default()
+        };
+        let svg = render(&chart, 600, 300);
+        assert_eq!(texts(&svg, "tick").iter().filter(|t| **t == "0").count(), 1, "{svg}");
+        let chart = Chart { y_from_zero: false, ..chart };
+        assert!(!texts(&render(&chart, 600, 300), "tick").contains(&"0"), "without it the axis hugs the data");
+    }
+
+    #[test]
+    fn no_point_sits_on_the_frame() {
+        for y_log in [false, true] {
+            let chart = Chart {
+                series: vec![series("t", &[(1.0, 900.0), (10.0, 950.0), (1000.0, 1000.0)])],
+                x_log: true,
+                y_log,
+                ..Chart::default()
+            };
+            let svg = render(&chart, 600, 300);
+            let (ys, top, bottom) = marker_ys(&svg);
+            assert_eq!(ys.len(), 3);
+            for y in ys {
+                assert!(y > top + 2.0 && y < bottom - 2.0, "a marker at y {y} on the frame {top}..{bottom}: {svg}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_rug_draws_every_event_inside_the_axis() {
+        let chart = Chart {
+            series: vec![series("seq", &[(0.0, 0.0), (10.0, 5.0)])],
+            rug: (0..4548).map(|k| k as f64 * 10.0 / 4548.0).chain([99.0]).collect(),
+            rug_label: "retransmission".into(),
+            ..Chart::default()
+        };
+        let svg = render(&chart, 600, 300);
+        assert_eq!(count(&svg, "rug"), 1);
+        assert!(svg.contains("data-count=\"4548\""), "every event inside the axis, none beyond it");
+        assert_eq!(svg.matches("V").count() - svg.matches("class=\"band\"").count(), 4548, "a tick each");
+        assert!(svg.contains(">retransmission</text>"), "in the legend");
+        check_balanced(&svg);
     }
 }

@@ -79,14 +79,17 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     }
     let rows: Vec<RunRow> = if !o.runs.is_empty() {
         o.runs.iter().rev().map(|&id| store.run(id)).collect::<Result<_>>()?
+    } else if let Some(s) = o.survey {
+        store.runs(&RunFilter { survey: Some(s), ..Default::default() })?
     } else {
-        let survey = match o.survey {
-            Some(s) => Some(s),
-            None => store.latest_survey()?,
-        };
-        match survey {
-            Some(s) => store.runs(&RunFilter { survey: Some(s), ..Default::default() })?,
-            None => Vec::new(),
+        let all = store.runs(&RunFilter::default())?;
+        let (rows, said) = choose(&all, store.latest_survey()?);
+        if let Some(said) = said {
+            out.note(&said);
+        }
+        match rows {
+            Chosen::Survey(s) => store.runs(&RunFilter { survey: Some(s), ..Default::default() })?,
+            Chosen::Latest(rows) => rows,
         }
     };
     if rows.is_empty() {
@@ -112,6 +115,58 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     Ok(())
 }
 
+/// Ad-hoc runs drawn when nothing is named and the store holds no survey.
+pub const LATEST_DRAWN: usize = 12;
+
+/// What a report with nothing named draws.
+#[derive(Debug, PartialEq)]
+enum Chosen {
+    /// The latest survey's runs.
+    Survey(i64),
+    /// The latest runs (newest first), when there is no survey.
+    Latest(Vec<RunRow>),
+}
+
+/// With nothing named: the latest survey, saying which runs measured after
+/// it are left out; with no survey, the latest ad-hoc runs, saying so.
+/// `all` is newest first.
+fn choose(all: &[RunRow], latest_survey: Option<i64>) -> (Chosen, Option<String>) {
+    let ids = |rows: &[&RunRow]| {
+        let mut v: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        v.sort_unstable();
+        v.iter().map(i64::to_string).collect::<Vec<_>>().join(" ")
+    };
+    match latest_survey {
+        Some(s) => {
+            let survey_started =
+                all.iter().filter(|r| r.survey_id == Some(s)).map(|r| r.started).fold(f64::INFINITY, f64::min);
+            let after: Vec<&RunRow> =
+                all.iter().filter(|r| r.survey_id.is_none() && r.started > survey_started).take(LATEST_DRAWN).collect();
+            let said = (!after.is_empty()).then(|| {
+                format!(
+                    "gridperf report: drawing survey {s}; {} run(s) measured after it are not drawn: gridperf report {} \
+                     draws them",
+                    after.len(),
+                    ids(&after)
+                )
+            });
+            (Chosen::Survey(s), said)
+        }
+        None => {
+            let latest: Vec<RunRow> = all.iter().take(LATEST_DRAWN).cloned().collect();
+            let said = (!latest.is_empty()).then(|| {
+                format!(
+                    "gridperf report: no survey in the store: drawing the latest {} run(s), {} (name runs to choose: \
+                     gridperf report ID...)",
+                    latest.len(),
+                    ids(&latest.iter().collect::<Vec<_>>())
+                )
+            });
+            (Chosen::Latest(latest), said)
+        }
+    }
+}
+
 /// Writes the report, and every plot as an SVG file with --svg-dir.
 fn write(o: &Opts, html: &str, svgs: &[(String, String)]) -> Result<()> {
     std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
@@ -124,4 +179,56 @@ fn write(o: &Opts, html: &str, svgs: &[(String, String)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, survey: Option<i64>, started: f64) -> RunRow {
+        RunRow {
+            id,
+            survey_id: survey,
+            sweep_id: None,
+            kind: "rtt".into(),
+            network: "loopback".into(),
+            target: "local".into(),
+            command_line: String::new(),
+            version: String::new(),
+            started,
+            finished: None,
+            settings: serde_json::Value::Null,
+            env: None,
+            lab_profile: None,
+            mtu: None,
+            invalid: None,
+            status: "done".into(),
+            points: 0,
+        }
+    }
+
+    /// Regression (issue 32): with 17 ad-hoc runs and no survey, `report`
+    /// said "nothing to draw: no runs".
+    #[test]
+    fn with_no_survey_the_latest_runs_are_drawn_and_it_says_so() {
+        let all: Vec<RunRow> = (1..=17).rev().map(|id| row(id, None, id as f64)).collect();
+        let (chosen, said) = choose(&all, None);
+        let Chosen::Latest(rows) = chosen else { panic!("the latest runs") };
+        assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), (6..=17).rev().collect::<Vec<_>>());
+        let said = said.expect("said");
+        assert!(said.contains("no survey") && said.contains("latest 12") && said.contains("6 7 8"), "{said}");
+        let (chosen, said) = choose(&[], None);
+        assert_eq!((chosen, said), (Chosen::Latest(Vec::new()), None));
+    }
+
+    #[test]
+    fn a_survey_is_drawn_and_runs_after_it_are_named() {
+        let all = vec![row(9, None, 90.0), row(8, Some(2), 80.0), row(7, Some(2), 70.0), row(3, None, 30.0)];
+        let (chosen, said) = choose(&all, Some(2));
+        assert_eq!(chosen, Chosen::Survey(2));
+        let said = said.expect("said");
+        assert!(said.contains("1 run(s) measured after it") && said.contains("gridperf report 9 "), "{said}");
+        let (_, said) = choose(&all[1..], Some(2));
+        assert_eq!(said, None, "nothing after it: nothing to say");
+    }
 }

@@ -82,7 +82,7 @@ fn rtt_chart(a: &NetworkAnalysis, curves: &[Curve], title: &str, zoom: Option<f6
             .filter(|t| protos.contains(&t.proto.as_str()) && zoom.is_none_or(|m| t.size as f64 <= m))
             .map(|t| (t.size as f64, mark(t)))
             .collect(),
-        references: Vec::new(),
+        ..Chart::default()
     }
 }
 
@@ -198,8 +198,15 @@ fn rtt_charts(slug: &str, run: &RunRow, points: &[PointRow], a: &NetworkAnalysis
     out
 }
 
+/// Messages a stored transfer point lost (UDP): its time counts a
+/// timeout per lost message, so it is no transfer time to draw.
+fn transfer_lost(p: &PointRow) -> u64 {
+    p.figures.get("lost").and_then(|v| v.as_u64()).unwrap_or(0)
+}
+
 fn transfer_charts(slug: &str, run: &RunRow, points: &[PointRow]) -> Vec<(String, Chart)> {
-    let curves = curves(points);
+    let kept: Vec<PointRow> = points.iter().filter(|p| transfer_lost(p) == 0).cloned().collect();
+    let curves = curves(&kept);
     let top = curves.iter().flat_map(|c| c.points.iter().map(|p| p.median_ns)).fold(0.0f64, f64::max);
     let (div, unit) = if top >= 10e9 { (1e9, "s") } else { (1e6, "ms") };
     vec![(
@@ -211,6 +218,12 @@ fn transfer_charts(slug: &str, run: &RunRow, points: &[PointRow]) -> Vec<(String
             x_log: true,
             y_log: true,
             series: series(&curves, div),
+            // a point that lost messages is marked where it would be, not drawn
+            marks: points
+                .iter()
+                .filter(|p| transfer_lost(p) > 0)
+                .map(|p| (p.size as f64, format!("{} lost {}: not drawn", p.proto, transfer_lost(p))))
+                .collect(),
             ..Chart::default()
         },
     )]
@@ -236,6 +249,7 @@ fn stream_charts(slug: &str, run: &RunRow, streams: &[StreamResult]) -> Vec<(Str
         title: format!("throughput per interval, {}", run.network),
         x_label: "time (s)".into(),
         y_label: format!("received ({unit})"),
+        y_from_zero: true,
         series: streams
             .iter()
             .map(|st| Series {
@@ -255,6 +269,7 @@ fn stream_charts(slug: &str, run: &RunRow, streams: &[StreamResult]) -> Vec<(Str
         title: format!("TCP window over time (the sender's TCP_INFO), {}", run.network),
         x_label: "time (s)".into(),
         y_label: "cwnd (segments)".into(),
+        y_from_zero: true,
         series: streams
             .iter()
             .filter(|st| !st.timeline.is_empty())
@@ -300,6 +315,7 @@ fn fanout_charts(slug: &str, pts: &[FanoutPoint]) -> Vec<(String, Chart)> {
                 title: format!("fanout {}, {nodes} consumers", variant.name()),
                 x_label: "messages per consumer, log scale".into(),
                 y_label: format!("bandwidth ({unit}), 2 x MAX x messages x nodes x size / time"),
+                y_from_zero: true,
                 x_log: true,
                 series: sizes
                     .iter()
@@ -357,6 +373,7 @@ fn copy_charts(slug: &str, run: &RunRow, streams: &[gridperf_core::model::CopySt
         title: format!("copy: each stream's verified throughput per interval, {}", run.network),
         x_label: "time (s)".into(),
         y_label: format!("throughput ({unit})"),
+        y_from_zero: true,
         series: streams
             .iter()
             .map(|s| Series {
@@ -393,6 +410,10 @@ fn trace_charts(slug: &str, dirs: &[gridperf_core::model::TraceDirection]) -> Ve
     for (k, d) in dirs.iter().take(4).enumerate() {
         let mb = |b: u64| b as f64 / 1e6;
         let mut acked = 0u64;
+        // every interval that sent a segment again, as a tick (a label each
+        // would be illegible at thousands)
+        let rug: Vec<f64> = d.series.iter().filter(|p| p.retransmits > 0).map(|p| p.t_s).collect();
+        let rug_label = format!("retransmitted ({} segments)", d.retransmits);
         let seq = Chart {
             title: format!("time-sequence: {} -> {}", d.from, d.to),
             x_label: "time (s)".into(),
@@ -416,7 +437,9 @@ fn trace_charts(slug: &str, dirs: &[gridperf_core::model::TraceDirection]) -> Ve
                     color: None,
                 },
             ],
-            marks: d.cwnd_at_loss.iter().take(20).map(|(t, _)| (*t, "loss".to_string())).collect(),
+            y_from_zero: true,
+            rug: rug.clone(),
+            rug_label: rug_label.clone(),
             ..Chart::default()
         };
         let window = Chart {
@@ -435,7 +458,9 @@ fn trace_charts(slug: &str, dirs: &[gridperf_core::model::TraceDirection]) -> Ve
                     color: None,
                 },
             ],
-            marks: d.cwnd_at_loss.iter().take(20).map(|(t, _)| (*t, "loss".to_string())).collect(),
+            y_from_zero: true,
+            rug,
+            rug_label,
             ..Chart::default()
         };
         out.push((format!("{slug}-{k}-sequence.svg"), seq));
@@ -530,11 +555,10 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
         h.push_str("<div class=\"charts\">\n");
         let slug = format!("run{}-{}-{}", run.id, run.kind, run.network.replace(|c: char| !c.is_alphanumeric(), "_"));
         let charts = match run.measure() {
-            Some(Measure::Rtt) => analysis
-                .iter()
-                .find(|a| a.network == run.network)
-                .map(|a| rtt_charts(&slug, run, points, a))
-                .unwrap_or_default(),
+            // this run's own analysis: two runs of one network are drawn apart
+            Some(Measure::Rtt) => {
+                analysis.iter().find(|a| a.run == run.id).map(|a| rtt_charts(&slug, run, points, a)).unwrap_or_default()
+            }
             Some(Measure::Transfer) => transfer_charts(&slug, run, points),
             Some(Measure::Stream) => {
                 let streams: Vec<StreamResult> =

@@ -80,6 +80,7 @@ fn over_time(rows: &[Archived], t0: f64, title: &str, y_label: &str, y: impl Fn(
         x_label: format!("minutes since {} UTC", super::utc(t0)),
         y_label: y_label.into(),
         series: lines.into_iter().map(|(label, points)| Series { label, points, color: None }).collect(),
+        y_from_zero: true,
         ..Chart::default()
     }
 }

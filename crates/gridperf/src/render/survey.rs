@@ -12,6 +12,10 @@ use std::fmt::Write;
 /// `survey --json` without the curves, which `runs export` gives).
 #[derive(serde::Serialize)]
 pub struct NetworkAnalysis {
+    /// The run analysed: each run on its own, never two merged.
+    pub run: i64,
+    /// The network's name; "loopback (run 12)" when the runs analysed
+    /// together hold more than one run of it.
     pub network: String,
     pub mtu: Option<u32>,
     /// Every point with a median (what the plots draw).
@@ -115,9 +119,10 @@ pub fn curves(points: &[PointRow]) -> Vec<Curve> {
 
 /// Analyses every rtt run.
 pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
-    runs.iter()
-        .filter(|(r, _)| r.measure() == Some(Measure::Rtt))
+    let rtt = || runs.iter().filter(|(r, _)| r.measure() == Some(Measure::Rtt));
+    rtt()
         .map(|(r, pts)| {
+            let twice = rtt().filter(|(o, _)| o.network == r.network).count() > 1;
             let kept = regular(pts);
             let unknown: Vec<(&str, u64)> =
                 pts.iter().filter(|p| irregular(p).is_some()).map(|p| (p.proto.as_str(), p.size)).collect();
@@ -125,7 +130,8 @@ pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
             let mut th: Vec<Threshold> = kept.iter().flat_map(|c| thresholds(c, r.mtu)).collect();
             th.sort_by_key(|t| t.size);
             NetworkAnalysis {
-                network: r.network.clone(),
+                run: r.id,
+                network: if twice { format!("{} (run {})", r.network, r.id) } else { r.network.clone() },
                 mtu: r.mtu,
                 curves: curves(pts),
                 best,
@@ -337,6 +343,7 @@ mod tests {
     #[test]
     fn an_invalid_network_is_marked_on_every_row_and_a_left_out_size_sits_in_its_place() {
         let a = NetworkAnalysis {
+            run: 1,
             network: "man".into(),
             mtu: Some(1500),
             curves: Vec::new(),

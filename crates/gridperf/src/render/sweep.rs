@@ -214,6 +214,7 @@ pub fn charts(sweep: &SweepRow) -> Vec<(String, Chart)> {
             y_label: format!("throughput (Mbit/s), {statistic}"),
             series,
             references,
+            y_from_zero: true,
             ..Chart::default()
         };
         let slug = panel.as_deref().unwrap_or("host").replace(|c: char| !c.is_alphanumeric(), "_");

@@ -983,3 +983,53 @@ fn a_copys_report_draws_each_connection_and_lists_its_events() {
     );
     assert!(html.contains("&lt;over&gt;"), "{html}");
 }
+
+/// Regression (issue 32): `report 1 2` of two rtt runs on one network drew
+/// the first run's analysis under both headings (byte-identical plots) and
+/// its table merged them.
+#[test]
+fn two_runs_of_one_network_are_drawn_apart() {
+    let runs = stored_runs();
+    let (first, points) = runs[0].clone();
+    let mut slower = points.clone();
+    for p in &mut slower {
+        for v in [&mut p.median_ns, &mut p.q1_ns, &mut p.q3_ns] {
+            *v = v.map(|ns| ns * 3.0);
+        }
+        p.samples = p.samples.as_ref().map(|s| s.iter().map(|ns| ns * 3).collect());
+    }
+    let second = store_fixture::RunRow { id: 9, ..first.clone() };
+    let two = vec![(first, points), (second, slower)];
+    let (html, svgs) = render::html::render(&two);
+    let rtt: Vec<&String> = svgs.iter().filter(|(n, _)| n.ends_with("-rtt.svg")).map(|(_, s)| s).collect();
+    assert_eq!(rtt.len(), 2, "a chart per run");
+    assert_ne!(rtt[0], rtt[1], "each run its own figures");
+    let analysis = render::survey::analyse(&two);
+    assert_eq!(analysis.iter().map(|a| a.run).collect::<Vec<_>>(), vec![3, 9]);
+    assert!(html.contains("man (run 3)") && html.contains("man (run 9)"), "the table tells the runs apart");
+}
+
+/// Regression (issue 32): a UDP transfer point that lost messages was drawn
+/// at its time, which counts a timeout per lost message (1.024 s on a
+/// 13 ms curve); it is marked where it would be, not drawn.
+#[test]
+fn a_transfer_point_that_lost_messages_is_marked_not_drawn() {
+    let mut runs = stored_runs();
+    let rows = &mut runs[1].1;
+    let udp = rows.iter_mut().find(|p| p.proto == "udp" && p.median_ns.is_some()).expect("a udp point");
+    udp.figures["lost"] = serde_json::json!(3);
+    let (_, svgs) = render::html::render(&runs);
+    let (_, svg) = svgs.iter().find(|(n, _)| n.ends_with("-transfer.svg")).expect("a transfer chart");
+    assert!(svg.contains("udp lost 3: not drawn"), "{svg}");
+    assert!(!svg.contains("class=\"series\" data-label=\"udp\""), "{svg}");
+    assert!(svg.contains("class=\"series\" data-label=\"tcp\""), "{svg}");
+}
+
+/// Regression (issue 32): throughput axes started just below the lowest
+/// interval, so a dip looked like a collapse.
+#[test]
+fn throughput_axes_start_at_zero() {
+    let (_, svgs) = render::html::render(&stored_runs());
+    let (_, svg) = svgs.iter().find(|(n, _)| n.ends_with("-intervals.svg")).expect("a stream's intervals");
+    assert!(svg.contains(r#"text-anchor="end">0</text>"#), "{svg}");
+}

@@ -156,3 +156,60 @@ fn a_known_transfer_is_reconstructed_and_bad_captures_are_named() {
         let _ = std::fs::remove_file(p);
     }
 }
+
+/// Regression (issue 32): the report's time-sequence plot marked only the
+/// first 20 losses (of 4,548) as a stack of labels. Every interval that
+/// sent a segment again is now a tick, and the legend counts them all.
+#[test]
+fn the_report_marks_every_retransmission_of_a_trace() {
+    let ms = 1_000_000i64;
+    let t0 = 1_700_000_000_000_000_000i64;
+    let mut f = vec![
+        (t0, segment(true, 0, 0, SYN, 65535, &[2, 4, 3, 232, 3, 3, 2, 1], 0)),
+        (t0 + 10 * ms, segment(false, 900, 1, SYN | ACK, 65535, &[2, 4, 3, 232, 3, 3, 2, 1], 0)),
+        (t0 + 10 * ms + 50_000, segment(true, 1, 901, ACK, 1000, &[], 0)),
+    ];
+    // 300 segments 10 ms apart, each acknowledged 10 ms later; 40 of them
+    // (every 7th) sent again 1 ms after the first time
+    let mut t = t0 + 11 * ms;
+    let mut again = 0u64;
+    for k in 0..300u32 {
+        f.push((t, segment(true, 1 + k * 1000, 901, ACK, 1000, &[], 1000)));
+        if k % 7 == 0 && again < 40 {
+            f.push((t + ms, segment(true, 1 + k * 1000, 901, ACK, 1000, &[], 1000)));
+            again += 1;
+        }
+        f.push((t + 10 * ms, segment(false, 901, 1 + (k + 1) * 1000, ACK, 2000, &[], 0)));
+        t += 10 * ms;
+    }
+    f.sort_by_key(|x| x.0);
+    let dir = tmp("rug");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("again.pcap");
+    write(&path, LINKTYPE_RAW, &f);
+    let db = dir.join("results.db");
+    let (p, d) = (path.to_str().expect("utf-8"), db.to_str().expect("utf-8"));
+    let o = run(&["trace", p, "--json", "--db", d]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let direction = &v["connections"][0]["directions"][0];
+    assert_eq!(direction["retransmits"].as_u64(), Some(again), "{direction}");
+    let intervals =
+        direction["series"].as_array().expect("series").iter().filter(|p| p["retransmits"].as_u64() > Some(0)).count();
+    assert!(intervals >= 20, "the capture spreads them over many intervals: {intervals}");
+
+    let svgs = dir.join("svg");
+    let report = dir.join("report.html");
+    let o = run(&["report", "--db", d, "-o", report.to_str().expect("utf-8"), "--svg-dir", svgs.to_str().expect("p")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let seq = std::fs::read_dir(&svgs)
+        .expect("svg dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with("-sequence.svg"))
+        .expect("a time-sequence plot");
+    let svg = std::fs::read_to_string(seq).expect("read");
+    assert!(svg.contains(&format!("data-count=\"{intervals}\"")), "a tick for each of {intervals} intervals: {svg}");
+    assert!(svg.contains(&format!("retransmitted ({again} segments)")), "{svg}");
+    assert!(!svg.contains(">loss</text>"), "no stack of labels: {svg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
