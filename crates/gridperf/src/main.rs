@@ -2,8 +2,7 @@
 //! and map its error to an exit code. Each command's arguments become its
 //! checked options in `cli`; the workflows are in `commands`.
 
-use clap::Parser;
-use gridperf::cli::{Cli, Command};
+use gridperf::cli::Command;
 use gridperf::commands::{self, Format, Output};
 use gridperf::error::{Error, Kind, Result};
 
@@ -64,7 +63,7 @@ fn main() {
             std::process::exit(e.kind.exit_code());
         }
     };
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match gridperf::cli::parse(&args) {
         Ok(c) => c,
         Err(e) => {
             // another tool's flag: gridperf's way, not clap's "use -- -c"

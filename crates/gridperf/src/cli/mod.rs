@@ -42,7 +42,8 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Run the agent that answers rtt and transfer tests from other hosts.
+    /// Run the agent other hosts measure against and copy through: it answers rtt, transfer, stream, fanout
+    /// and copy (push, pull, third-party), and exports /metrics with --metrics.
     #[command(after_help = "Examples:\n  \
         gridperf serve                                   [::]:5301, IPv4 and IPv6 clients\n  \
         gridperf serve --bind 10.0.0.2 --port 6000 --max-tests 2\n  \
@@ -253,6 +254,64 @@ pub struct ManArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
+/// The first sentence of a flag's help, for `-h` (`--help` gives it all):
+/// up to a sentence's end (". " before a capital) or "; ", and when that is
+/// still long, up to its first parenthesis or colon after a few words.
+pub fn first_sentence(help: &str) -> &str {
+    let text = help.trim();
+    let bytes = text.as_bytes();
+    let mut end = text.len();
+    for (i, w) in text.char_indices() {
+        let next_upper = bytes.get(i + 2).is_some_and(|b| b.is_ascii_uppercase());
+        if (w == '.' && bytes.get(i + 1) == Some(&b' ') && next_upper) || (w == ';' && bytes.get(i + 1) == Some(&b' '))
+        {
+            end = i;
+            break;
+        }
+    }
+    let mut short = &text[..end];
+    if short.len() > SHORT_HELP {
+        if let Some(cut) =
+            [" (", ": "].iter().filter_map(|sep| short.get(16..).and_then(|rest| rest.find(sep)).map(|k| k + 16)).min()
+        {
+            short = &short[..cut];
+        }
+    }
+    short.trim_end_matches('.')
+}
+
+/// Longer than this, a first sentence is cut further for `-h`.
+const SHORT_HELP: usize = 80;
+
+/// The command line's definition, `-h` short and `--help` long: each flag's
+/// `-h` help is its first sentence, the whole text its `--help`.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    fn shorten(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            let Some(help) = a.get_help().map(|h| h.to_string()) else { return a };
+            if a.get_long_help().is_some() {
+                return a;
+            }
+            let short = first_sentence(&help).to_string();
+            if short.len() == help.trim().trim_end_matches('.').len() {
+                return a;
+            }
+            a.help(short).long_help(help)
+        })
+        .mut_subcommands(shorten)
+    }
+    shorten(Cli::command())
+}
+
+/// The command line parsed, with [`command`]'s short and long help.
+pub fn parse(args: &[std::ffi::OsString]) -> std::result::Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
 /// The completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell) -> String {
     use clap::CommandFactory;
@@ -414,5 +473,31 @@ pub fn format(json: bool, csv: bool) -> crate::commands::Format {
         (true, _) => crate::commands::Format::Json,
         (_, true) => crate::commands::Format::Csv,
         _ => crate::commands::Format::Table,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_sentence;
+
+    #[test]
+    fn the_first_sentence_is_what_dash_h_shows() {
+        assert_eq!(
+            first_sentence("The agent: HOST, HOST:PORT, an IPv6 literal or [V6]:PORT. Without it, gridperf starts"),
+            "The agent: HOST, HOST:PORT, an IPv6 literal or [V6]:PORT"
+        );
+        // "e.g. 1" is no sentence's end; a long first sentence stops at its parenthesis
+        assert_eq!(
+            first_sentence(
+                "Message sizes: a list of sizes and ranges, e.g. 1,64,1k..64k*2 (factor) or 1..16k+256 (step)"
+            ),
+            "Message sizes: a list of sizes and ranges, e.g. 1,64,1k..64k*2"
+        );
+        assert_eq!(
+            first_sentence("Pin the ends: C pins both to CPU C; C,S pins the client"),
+            "Pin the ends: C pins both to CPU C"
+        );
+        assert_eq!(first_sentence("Do not store this run."), "Do not store this run");
+        assert_eq!(first_sentence(""), "");
     }
 }

@@ -934,3 +934,25 @@ fn a_test_that_would_hold_more_memory_than_the_site_allows_is_refused() {
     let o = run(&["stream", "127.0.0.1", "-p", &p, "-P", "2", "-t", "0.5", "--no-store"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Regression (issue 32): `-h` was `--help` (98 lines for rtt). `-h` gives
+/// each flag's first sentence, `--help` the whole text, for every command.
+#[test]
+fn dash_h_is_short_and_dash_dash_help_is_long() {
+    for cmd in ["rtt", "transfer", "stream", "survey", "copy", "serve", "trace", "fanout", "lab", "tune", "report"] {
+        let short = String::from_utf8_lossy(&run(&[cmd, "-h"]).stdout).into_owned();
+        let long = String::from_utf8_lossy(&run(&[cmd, "--help"]).stdout).into_owned();
+        assert!(short.contains("Usage: gridperf"), "{cmd} -h:\n{short}");
+        assert!(
+            short.lines().count() * 10 <= long.lines().count() * 8,
+            "{cmd}: -h has {} lines, --help {}",
+            short.lines().count(),
+            long.lines().count()
+        );
+    }
+    let short = String::from_utf8_lossy(&run(&["rtt", "-h"]).stdout).into_owned();
+    let long = String::from_utf8_lossy(&run(&["rtt", "--help"]).stdout).into_owned();
+    assert!(short.contains("Message sizes: a list of sizes and ranges, e.g. 1,64,1k..64k*2\n"), "{short}");
+    assert!(long.contains("paper (1 B, then 128 B to 64000"), "{long}");
+    assert!(short.contains("see more with '--help'"), "{short}");
+}
