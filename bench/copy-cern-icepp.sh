@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/copy-cern-icepp.sh: the CERN-Tokyo study's disk-to-disk table
-# (../shared/seeds/001_*.txt, Table 3: bbftp, ~2 GB files, 1/2/4 streams,
+# (Tanaka et al., Test of data transfer over an international network with a large RTT, c. 2005: docs/sources.md; Table 3: bbftp, ~2 GB files, 1/2/4 streams,
 # 8/16/32 MB buffers, 270 ms) with gridperf copy across the cern-icepp lab
 # profile (1 Gbit/s, 270 ms, 0.001% loss), tmpfs to tmpfs.
 #

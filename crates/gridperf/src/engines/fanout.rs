@@ -1,5 +1,5 @@
 //! `gridperf fanout`: the many-to-one producer/consumer benchmark of the
-//! Gigabit/Myrinet study (../shared/seeds/002). A server (the producer)
+//! Gigabit/Myrinet study (Costa et al., Measuring TCP bandwidth on top of a Gigabit and Myrinet network, 2009: docs/sources.md). A server (the producer)
 //! sends `messages` requests of `size` bytes to each of `nodes` consumers,
 //! then waits for one acknowledgment (the request echoed) per request; each
 //! consumer echoes every request. Bandwidth = 2 x MAX x messages x nodes x

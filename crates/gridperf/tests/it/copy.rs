@@ -972,3 +972,31 @@ fn host_pairs_refuse_sources_that_differ_and_destinations_that_share_no_storage(
     assert!(stderr(&o).contains("one per source"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// What goes where, as the README says (issue 32: the trailing-slash rule
+/// was not written down): a directory is copied as itself with or without
+/// a trailing slash (rsync's `dir/` would copy its contents), a file lands
+/// beneath a destination ending in `/` or an existing directory, else at
+/// the destination's name.
+#[test]
+fn a_directory_is_copied_as_itself_with_or_without_a_trailing_slash() {
+    let d = tmpdir("slash");
+    let src = d.join("data");
+    write(&src.join("a"), b"a");
+    write(&src.join("sub/b"), b"b");
+    std::fs::create_dir_all(d.join("exists")).expect("mkdir");
+    let s = |p: &str| d.join(p).to_str().expect("utf-8").to_string();
+    for (from, to, expect) in [
+        (format!("{}/", s("data")), format!("{}/", s("o1")), "o1/data/sub/b"),
+        (s("data"), format!("{}/", s("o2")), "o2/data/sub/b"),
+        (format!("{}/", s("data")), s("o3"), "o3/data/sub/b"),
+        (s("data/a"), format!("{}/", s("o4")), "o4/a"),
+        (s("data/a"), s("exists"), "exists/a"),
+        (s("data/a"), s("o5"), "o5"),
+    ] {
+        let o = run(&["copy", &from, &to, "--no-store"]);
+        assert!(o.status.success(), "copy {from} {to}: {}", stderr(&o));
+        assert!(d.join(expect).is_file(), "copy {from} {to} did not write {expect}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
