@@ -175,7 +175,7 @@ impl CopyReport {
 }
 
 /// What a copy's verdict needs: bytes moved, and stream time.
-pub const MIN_VERDICT_BYTES: u64 = 16 << 20;
+pub const MIN_VERDICT_BYTES: u64 = 4 << 20;
 pub const MIN_VERDICT_NS: u64 = 200_000_000;
 
 /// One end's time, summed over its streams: disk, hashing, sealing, socket.

@@ -102,6 +102,8 @@ impl Bar {
                 b.set_message(self.msg.borrow().clone());
                 b.set_prefix(self.eta().map(|e| format!(", ~{} left", fmt_secs(e))).unwrap_or_default());
             }
+            // a plain line waits for the first stage: "0/24 points ·  ·" says nothing
+            Shown::Plain if self.msg.borrow().is_empty() => {}
             Shown::Plain => {
                 let due = self.last_line.get().is_none_or(|t| t.elapsed() >= PLAIN_EVERY);
                 if due || new_stage {
@@ -115,10 +117,7 @@ impl Bar {
 
     pub fn set_length(&self, len: u64) {
         self.len.set(len);
-        // A plain line waits for the first stage: "0/24 points ·  ·" says nothing.
-        if !self.msg.borrow().is_empty() {
-            self.show(false);
-        }
+        self.show(false);
     }
 
     /// The position, never back.

@@ -107,7 +107,8 @@ fn a_directory_copied_locally_is_identical_and_each_files_hash_is_its_blake3() {
     }
     // every stream took blocks from the one queue
     assert_eq!(v["per_stream"].as_array().map(Vec::len), Some(3));
-    assert!(v["verdict"].as_str().unwrap_or_default().starts_with("limited by"), "{v}");
+    // 3.4 MiB in a few ms of stream time: too little to say what limited it
+    assert!(v["verdict"].as_str().unwrap_or_default().starts_with("too little moved to tell"), "{v}");
     // the same again: every destination is this very source's already: nothing to do, and that is no failure
     let o = run(&["copy", src.join("run1").to_str().expect("path"), &format!("{}/", dst.display()), "--no-store"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

@@ -202,6 +202,8 @@ fn the_rtt_command_runs_in_process_and_stores_its_run() {
         "tcp,udp",
         "--sizes",
         "64,1k",
+        "--cpu",
+        "none",
         "-n",
         "50",
         "--warmup-time",
