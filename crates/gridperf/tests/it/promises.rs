@@ -261,11 +261,14 @@ fn a_disk_that_fills_mid_copy_fails_its_file_at_once_with_the_reason_and_resumes
     write(&src.join("b.dat"), &b);
     let small = d.join("small");
     std::fs::create_dir_all(&small).expect("mountpoint");
-    // 4 MiB of tmpfs for 6 MiB: each file fits when prepared (a tmpfs is not
-    // reserved ahead), the second to be written fills the disk
+    // 4 MiB of tmpfs free for 6 MiB (7 MiB, 3 of them a filler): each file
+    // fits when prepared (a tmpfs is not reserved ahead), the second to be
+    // written fills the disk; then the filler goes (a remount to grow it is
+    // refused in a user namespace)
     let script = format!(
-        "mount -t tmpfs -o size=4m gridperf-enospc {m} && {BIN} copy {s}/ {m}/ -P 2 --block 256K --no-store; \
-         echo \"exit=$?\"; mount -o remount,size=8m {m}; \
+        "mount -t tmpfs -o size=7m gridperf-enospc {m} && dd if=/dev/zero of={m}/filler bs=1M count=3 2>/dev/null && \
+         {BIN} copy {s}/ {m}/ -P 2 --block 256K --no-store; \
+         echo \"exit=$?\"; rm {m}/filler; \
          {BIN} copy {s}/ {m}/ --resume -P 2 --block 256K --no-store --json > {m}/resume.json; echo \"exit=$?\"; \
          cmp {s}/a.dat {m}/src/a.dat && cmp {s}/b.dat {m}/src/b.dat && echo identical",
         m = small.display(),

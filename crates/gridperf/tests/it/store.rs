@@ -251,7 +251,13 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
     let profile = d.join("profile");
     let common = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"];
     let user_dir = format!("--user-data-dir={}", profile.display());
-    let o = Command::new(&browser).args(common).arg(&user_dir).args(["--dump-dom", &url]).output().expect("chromium");
+    // the browser too keeps away from the user's home (its profile, dconf, caches)
+    let browse = || {
+        let mut c = Command::new(&browser);
+        crate::hermetic(&mut c).args(common).arg(&user_dir);
+        c
+    };
+    let o = browse().args(["--dump-dom", &url]).output().expect("chromium");
     assert!(o.status.success(), "chromium: {}", stderr(&o));
     let dom = String::from_utf8_lossy(&o.stdout).into_owned();
     // rtt: against size, the 4 KiB zoom, a quartile plot per protocol (2), the
@@ -265,9 +271,7 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
     assert!(dom.contains("id=\"best\""), "the best-protocol table");
     // and it paints: a screenshot of the page is an image with content
     let png = d.join("report.png");
-    let o = Command::new(&browser)
-        .args(common)
-        .arg(&user_dir)
+    let o = browse()
         .args(["--window-size=1200,3000", &format!("--screenshot={}", png.display()), &url])
         .output()
         .expect("chromium");

@@ -29,13 +29,16 @@ fn the_suite_never_touches_the_users_store_home_or_gridperf_db() {
     let home = trap.join("home");
     std::fs::create_dir_all(&home).expect("the trap home");
     let db = trap.join("shared-archive.db");
-    // the tests that run the binary the most, storing runs as a user would
+    // the tests that run the binary the most, storing runs as a user would,
+    // and the browser that draws the report (chromium keeps a profile and a
+    // cache in the home it is given)
     let exe = std::env::current_exe().expect("the suite's own binary");
     let o = std::process::Command::new(exe)
-        .args(["cli::", "echo::", "--test-threads", "2"])
+        .args(["cli::", "echo::", "newcomer::", "store::the_report_renders", "--test-threads", "2"])
         .env("HOME", &home)
         .env("XDG_DATA_HOME", home.join(".local/share"))
         .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
         .env("GRIDPERF_DB", &db)
         .output()
         .expect("the suite");
