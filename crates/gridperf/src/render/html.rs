@@ -229,6 +229,10 @@ fn transfer_charts(slug: &str, run: &RunRow, points: &[PointRow]) -> Vec<(String
     )]
 }
 
+/// A last interval shorter than this share of one is not drawn as a rate.
+const SHORT_TAIL: f64 = 0.25;
+const TAIL_WORDS: &str = "a last interval under a quarter of one is too short to be a rate: not drawn";
+
 /// Bits per second in the unit that fits the largest: (divisor, unit).
 fn rate_unit(top_bps: f64) -> (f64, &'static str) {
     if top_bps >= 1e9 {
@@ -243,11 +247,18 @@ fn rate_unit(top_bps: f64) -> (f64, &'static str) {
 fn stream_charts(slug: &str, run: &RunRow, streams: &[StreamResult]) -> Vec<(String, Chart)> {
     let interval_s =
         run.settings.get("spec").and_then(|s| s.get("interval_ms")).and_then(|v| v.as_f64()).unwrap_or(1000.0) / 1000.0;
-    let top = streams.iter().flat_map(|s| s.interval_bps.iter().copied()).fold(0.0f64, f64::max);
+    // a last interval much shorter than the others is no rate to draw: a
+    // stream's last 50 ms (its drain) read as a fall from 95 to 77 Mbit/s
+    let short_tail = |st: &StreamResult| {
+        st.receiver.last_interval_ns.filter(|&ns| (ns as f64) < SHORT_TAIL * interval_s * 1e9).is_some()
+    };
+    let drawn = |st: &StreamResult| st.interval_bps.len() - usize::from(short_tail(st));
+    let cut = streams.iter().any(short_tail);
+    let top = streams.iter().flat_map(|s| s.interval_bps[..drawn(s)].iter().copied()).fold(0.0f64, f64::max);
     let (div, unit) = rate_unit(top);
     let per_interval = Chart {
         title: format!("throughput per interval, {}", run.network),
-        x_label: "time (s)".into(),
+        x_label: if cut { format!("time (s); {TAIL_WORDS}") } else { "time (s)".into() },
         y_label: format!("received ({unit})"),
         y_from_zero: true,
         series: streams
@@ -258,6 +269,7 @@ fn stream_charts(slug: &str, run: &RunRow, streams: &[StreamResult]) -> Vec<(Str
                     .interval_ends_s(interval_s)
                     .into_iter()
                     .zip(&st.interval_bps)
+                    .take(drawn(st))
                     .map(|(x, b)| SeriesPoint { x, y: b / div, band: None })
                     .collect(),
                 color: None,
@@ -364,14 +376,21 @@ fn copy_charts(slug: &str, run: &RunRow, streams: &[gridperf_core::model::CopySt
         let x = k as f64 * interval_s + len;
         (x, b as f64 * 8.0 / len)
     };
+    let short_tail = |s: &gridperf_core::model::CopyStream| {
+        s.interval_bytes.len() > 1
+            && s.last_interval_ms > 0
+            && (s.last_interval_ms as f64) < SHORT_TAIL * interval_s * 1000.0
+    };
+    let drawn = |s: &gridperf_core::model::CopyStream| s.interval_bytes.len() - usize::from(short_tail(s));
+    let cut = streams.iter().any(short_tail);
     let top = streams
         .iter()
-        .flat_map(|s| s.interval_bytes.iter().enumerate().map(move |(k, &b)| rate(s, k, b).1))
+        .flat_map(|s| s.interval_bytes[..drawn(s)].iter().enumerate().map(move |(k, &b)| rate(s, k, b).1))
         .fold(0.0f64, f64::max);
     let (div, unit) = rate_unit(top);
     let chart = Chart {
         title: format!("copy: each stream's verified throughput per interval, {}", run.network),
-        x_label: "time (s)".into(),
+        x_label: if cut { format!("time (s); {TAIL_WORDS}") } else { "time (s)".into() },
         y_label: format!("throughput ({unit})"),
         y_from_zero: true,
         series: streams
@@ -385,6 +404,7 @@ fn copy_charts(slug: &str, run: &RunRow, streams: &[gridperf_core::model::CopySt
                 points: s
                     .interval_bytes
                     .iter()
+                    .take(drawn(s))
                     .enumerate()
                     .map(|(k, &b)| {
                         let (x, y) = rate(s, k, b);

@@ -52,7 +52,8 @@ pub fn headline(r: &RunRow, points: &[PointRow]) -> String {
             let bps: f64 = s.iter().map(|x| x.throughput_bps).sum();
             let broken = s.iter().filter(|x| x.broken.is_some()).count();
             let broken = if broken > 0 { format!(", {broken} broken") } else { String::new() };
-            format!("{} ({} streams{broken})", fmt_bps(bps), s.len())
+            let n = s.len();
+            format!("{} ({n} stream{}{broken})", fmt_bps(bps), if n == 1 { "" } else { "s" })
         }),
         Some(Measure::Fanout) => figures::<FanoutPoint>(points)
             .and_then(|f| range(f.iter().filter_map(|p| p.bandwidth_bps).collect(), &|x| fmt_bps(x))),

@@ -1033,3 +1033,22 @@ fn throughput_axes_start_at_zero() {
     let (_, svg) = svgs.iter().find(|(n, _)| n.ends_with("-intervals.svg")).expect("a stream's intervals");
     assert!(svg.contains(r#"text-anchor="end">0</text>"#), "{svg}");
 }
+
+/// Regression (issue 32): a stream's last 50 ms (its drain) was drawn as a
+/// rate, a fall from 95 to 77 Mbit/s that reads as a collapse.
+#[test]
+fn a_short_last_interval_is_not_drawn_as_a_collapse() {
+    use store_fixture::*;
+    let mut st = tcp_stream(0, 4_000_000_000, 20);
+    st.receiver.intervals.push(1_000_000);
+    st.receiver.last_interval_ns = Some(50_000_000);
+    st.interval_bps.push(1_000_000.0 * 8.0 / 0.05);
+    let report = stream_report(vec![stream_run(vec![st])]);
+    let rows: Vec<PointRow> =
+        report.runs[0].streams.iter().map(|s| StreamPoint { spec: &report.spec, result: s }.row()).collect();
+    let runs = vec![(run_row(5, "stream", "loopback", None), rows)];
+    let (_, svgs) = render::html::render(&runs);
+    let (_, svg) = svgs.iter().find(|(n, _)| n.ends_with("-intervals.svg")).expect("a stream's intervals");
+    assert_eq!(svg.matches("class=\"marker\"").count(), 2, "the two whole intervals, not the 50 ms tail: {svg}");
+    assert!(svg.contains("too short to be a rate: not drawn"), "and it says so: {svg}");
+}
