@@ -417,6 +417,78 @@ fn cpu_time_ns(who: libc::c_int) -> (u64, u64) {
     (ns(ru.ru_utime), ns(ru.ru_stime))
 }
 
+/// Where a thread's time went, and the machine's CPUs' steal: what tells
+/// why a thread did not run when it asked to. Keeps its /proc files open
+/// (a reading is two preads).
+pub struct SchedProbe {
+    schedstat: Option<std::fs::File>,
+    stat: Option<std::fs::File>,
+    ticks_per_s: u64,
+    buf: Vec<u8>,
+}
+
+/// One reading of a [`SchedProbe`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchedSample {
+    /// The thread's time on a CPU, and waiting on a run queue for one, ns
+    /// (None where the kernel keeps no schedstats).
+    pub ran_ns: Option<u64>,
+    pub waited_ns: Option<u64>,
+    /// Each CPU's steal (its virtual CPU not running: the hypervisor ran
+    /// something else), ns, at the resolution of /proc/stat (a clock tick).
+    pub steal_ns: Vec<u64>,
+}
+
+impl SchedProbe {
+    /// For the calling thread.
+    pub fn for_this_thread() -> SchedProbe {
+        // SAFETY: sysconf reads a constant.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        SchedProbe {
+            schedstat: std::fs::File::open("/proc/thread-self/schedstat").ok(),
+            stat: std::fs::File::open("/proc/stat").ok(),
+            ticks_per_s: if ticks > 0 { ticks as u64 } else { 100 },
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
+    /// The tick of /proc/stat's figures, ns.
+    pub fn tick_ns(&self) -> u64 {
+        1_000_000_000 / self.ticks_per_s.max(1)
+    }
+
+    pub fn sample(&mut self) -> SchedSample {
+        use std::os::unix::fs::FileExt;
+        let mut out = SchedSample::default();
+        if let Some(f) = &self.schedstat {
+            if let Ok(n) = f.read_at(&mut self.buf, 0) {
+                let text = String::from_utf8_lossy(&self.buf[..n]);
+                let mut it = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+                out.ran_ns = it.next().flatten();
+                out.waited_ns = it.next().flatten();
+            }
+        }
+        if let Some(f) = &self.stat {
+            if let Ok(n) = f.read_at(&mut self.buf, 0) {
+                out.steal_ns = parse_steal(&String::from_utf8_lossy(&self.buf[..n]), self.ticks_per_s);
+            }
+        }
+        out
+    }
+}
+
+/// Each CPU's steal from /proc/stat's text (`cpuN user nice system idle
+/// iowait irq softirq steal ...`, in clock ticks), ns.
+pub fn parse_steal(stat: &str, ticks_per_s: u64) -> Vec<u64> {
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let ticks = l.split_whitespace().nth(8).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            ticks.saturating_mul(1_000_000_000 / ticks_per_s.max(1))
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------- host
 
 /// (sysname, nodename, release, version, machine) from uname(2).
@@ -900,6 +972,28 @@ pub fn in_netns<R: Send + 'static>(name: &str, f: impl FnOnce() -> io::Result<R>
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn steal_is_read_per_cpu_in_nanoseconds() {
+        let stat = "cpu  568307 139 137772 1098996 3827 0 31994 239 0 0\n\
+                    cpu0 269567 69 73721 556805 910 0 20047 108 0 0\n\
+                    cpu1 298739 69 64051 542191 2917 0 11947 131 0 0\nintr 1 2 3\n";
+        assert_eq!(parse_steal(stat, 100), vec![1_080_000_000, 1_310_000_000]);
+        assert_eq!(parse_steal("cpu0 1 2 3\n", 100), vec![0], "a short line: no steal column, none counted");
+    }
+
+    #[test]
+    fn a_threads_time_and_the_steal_are_read_here() {
+        let mut p = SchedProbe::for_this_thread();
+        let a = p.sample();
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(30) {}
+        let b = p.sample();
+        assert!(!b.steal_ns.is_empty(), "a steal figure per CPU");
+        if let (Some(r0), Some(r1)) = (a.ran_ns, b.ran_ns) {
+            assert!(r1 >= r0 + 10_000_000, "30 ms of spinning shows in the thread's run time: {r0} -> {r1}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -190,4 +190,18 @@ pub struct LabRecord {
     pub emulator: serde_json::Value,
     /// Why the run is invalid, if the emulator fell behind or dropped what its model did not.
     pub invalid: Option<String>,
+    /// For a valid run: how long the emulator was held up, and by what
+    /// (within the share a run may lose); it is among the run's notes too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Environment {
+    /// The lab a run crossed: its record, and its note among the run's notes.
+    pub fn set_lab(&mut self, lab: Option<LabRecord>) {
+        if let Some(n) = lab.as_ref().and_then(|l| l.note.clone()) {
+            self.notes.push(n);
+        }
+        self.lab = lab;
+    }
 }

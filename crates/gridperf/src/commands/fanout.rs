@@ -121,16 +121,16 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
         }
     };
     // the sweep's record: this host's, and the lab's verdict over the sweep
-    let env = Environment {
+    let mut env = Environment {
         tool_version: crate::host::software(),
         command_line: std::env::args().collect(),
         client: crate::host::end_info(None, false),
         target: network.clone(),
         started_unix: started,
         finished_unix: crate::runner::unix_now(),
-        lab: lab.map(|(_run, watch)| watch.record()),
         ..Environment::default()
     };
+    env.set_lab(lab.map(|(_run, watch)| watch.record()));
     if let Some(where_) = rec.finish(Ok(&env))? {
         out.note(&format!("gridperf: {where_}"));
     }

@@ -22,11 +22,19 @@ use std::time::{Duration, Instant};
 pub const LAG_THRESHOLD_NS: u64 = 1_000_000;
 /// A run is invalid when more than 1 in this many packets was late (p99 of
 /// the lag above the threshold) and at least LATE_MIN were (a handful of
-/// late packets in a short run is not evidence of a p99 above 1 ms), or
-/// when any packet was LAG_LIMIT_NS late.
+/// late packets in a short run is not evidence of a p99 above 1 ms).
 pub const LATE_PER_PACKETS: u64 = 100;
 pub const LATE_MIN: u64 = 10;
+/// A hold-up longer than this is a long one: counted, and what held the
+/// emulator up is found out (the hypervisor, other tasks, or neither).
 pub const LAG_LIMIT_NS: u64 = 10_000_000;
+/// A run is invalid when the emulator was held up, with packets waiting
+/// on it, for more than 1 in this many of the run's nanoseconds. Each
+/// hold-up is time the emulated link carried nothing: what a rate
+/// measured over the run can be off by. The lab's rate target is 1%; so
+/// is this. (A single hold-up of 10 ms no longer voids an 8 s run: on a
+/// VM whose CPUs the hypervisor takes for tens of ms, every run had one.)
+pub const HELD_UP_PER: u64 = 100;
 
 /// Which side of the bottleneck a host is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +102,13 @@ pub struct Health {
     pub long_stalls: u64,
     /// Packets written more than LAG_THRESHOLD_NS late.
     pub late_packets: u64,
+    /// How long the emulator was held up (woke more than LAG_THRESHOLD_NS
+    /// later than it asked) while packets waited on it, summed, ns.
+    #[serde(default)]
+    pub held_up_ns: u64,
+    /// The long hold-ups (over LAG_LIMIT_NS), by what held the emulator up.
+    #[serde(default)]
+    pub held_by: HeldBy,
     /// How late packets were written behind their schedule: bucket k counts
     /// lags below 2^k microseconds (bucket 0: under 1 us).
     pub lag_hist: Vec<u64>,
@@ -120,6 +135,109 @@ pub struct Health {
     #[serde(default)]
     pub realtime: Option<bool>,
 }
+
+/// Long hold-ups of one cause: how many, and their time, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldUps {
+    pub count: u64,
+    pub ns: u64,
+}
+
+impl HoldUps {
+    fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.ns += ns;
+    }
+
+    fn minus(&self, before: &HoldUps) -> HoldUps {
+        HoldUps { count: self.count.saturating_sub(before.count), ns: self.ns.saturating_sub(before.ns) }
+    }
+}
+
+/// What held the emulator up, each long hold-up judged by the CPUs' steal
+/// and the emulator thread's own schedstat across it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldBy {
+    /// Every CPU's steal rose by half the hold-up or more: the hypervisor
+    /// paused the whole machine, the hosts with it. Outside gridperf.
+    pub machine_paused: HoldUps,
+    /// The steal of some CPUs rose so: the hypervisor took the emulator's
+    /// CPU, while the hosts may have run on another. Outside gridperf.
+    pub cpu_stolen: HoldUps,
+    /// The emulator waited on a run queue for half the hold-up or more:
+    /// other tasks of this machine held the CPUs.
+    pub other_tasks: HoldUps,
+    /// Neither: the emulator was not runnable (stopped by a signal, or held
+    /// in the kernel).
+    pub not_running: HoldUps,
+}
+
+impl HeldBy {
+    fn minus(&self, b: &HeldBy) -> HeldBy {
+        HeldBy {
+            machine_paused: self.machine_paused.minus(&b.machine_paused),
+            cpu_stolen: self.cpu_stolen.minus(&b.cpu_stolen),
+            other_tasks: self.other_tasks.minus(&b.other_tasks),
+            not_running: self.not_running.minus(&b.not_running),
+        }
+    }
+
+    /// "2 by the hypervisor pausing the machine (steal on every CPU, 31 ms), 1 by other tasks ..."
+    pub fn words(&self) -> String {
+        let parts: Vec<String> = [
+            (self.machine_paused, "by the hypervisor pausing the whole machine (steal on every CPU; outside gridperf)"),
+            (self.cpu_stolen, "by the hypervisor taking the emulator's CPU (steal; outside gridperf)"),
+            (self.other_tasks, "by other tasks holding the CPUs (the emulator waited to run)"),
+            (self.not_running, "with the emulator not running (stopped by a signal, or held in the kernel)"),
+        ]
+        .iter()
+        .filter(|(h, _)| h.count > 0)
+        .map(|(h, what)| format!("{} {what}, {} ms", h.count, h.ns / 1_000_000))
+        .collect();
+        parts.join("; ")
+    }
+}
+
+/// Which cause a long hold-up of `held_ns` had, from the probe's readings
+/// before and after it: the CPUs' steal (at `tick_ns` resolution) and the
+/// emulator thread's time waiting on a run queue.
+pub fn held_by(
+    before: &gridperf_sys::SchedSample,
+    after: &gridperf_sys::SchedSample,
+    held_ns: u64,
+    tick_ns: u64,
+) -> Cause {
+    let stole: Vec<u64> = after.steal_ns.iter().zip(&before.steal_ns).map(|(a, b)| a.saturating_sub(*b)).collect();
+    // steal is counted in ticks: half the hold-up, less half a tick
+    let stolen = |ns: u64| ns.saturating_mul(2).saturating_add(tick_ns) >= held_ns;
+    if !stole.is_empty() && stole.iter().all(|&ns| stolen(ns)) {
+        return Cause::MachinePaused;
+    }
+    if stole.iter().any(|&ns| stolen(ns)) {
+        return Cause::CpuStolen;
+    }
+    let waited = match (before.waited_ns, after.waited_ns) {
+        (Some(b), Some(a)) => a.saturating_sub(b),
+        _ => 0,
+    };
+    if waited.saturating_mul(2) >= held_ns {
+        Cause::OtherTasks
+    } else {
+        Cause::NotRunning
+    }
+}
+
+/// What held the emulator up once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    MachinePaused,
+    CpuStolen,
+    OtherTasks,
+    NotRunning,
+}
+
+/// How often the emulator reads its probe between hold-ups.
+const PROBE_EVERY_NS: u64 = 20_000_000;
 
 /// How long before a packet is due the emulator stops sleeping and spins.
 pub const SPIN_NS: u64 = 250_000;
@@ -230,6 +348,8 @@ impl Health {
             access: self.access.clone(),
             max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
             late_packets: self.late_packets.saturating_sub(before.late_packets),
+            held_up_ns: self.held_up_ns.saturating_sub(before.held_up_ns),
+            held_by: self.held_by.minus(&before.held_by),
             very_late_packets: self.very_late_packets.saturating_sub(before.very_late_packets),
             long_stalls: self.long_stalls.saturating_sub(before.long_stalls),
             stalls: self.stalls.saturating_sub(before.stalls),
@@ -250,31 +370,43 @@ impl Health {
         }
     }
 
-    /// Why a measurement taken across the emulator cannot be trusted, if it cannot.
+    /// Why a measurement taken across the emulator cannot be trusted, if it
+    /// cannot: more than 1% of its packets over 1 ms late (the delay's p99
+    /// target), or the emulator held up for more than 1% of the run's time
+    /// (what a rate over the run can be off by), or packets dropped that the
+    /// model did not drop. Each says what held the emulator up.
     pub fn invalid_because(&self) -> Option<String> {
         let mut why = Vec::new();
         let delivered: u64 = self.links.iter().map(|c| c.delivered).sum();
         let too_many_late = self.late_packets >= LATE_MIN && self.late_packets * LATE_PER_PACKETS > delivered.max(1);
-        if too_many_late || self.very_late_packets > 0 || self.long_stalls > 0 {
+        let span_ns = (self.uptime_s.max(0.0) * 1e9) as u64;
+        let held_too_long = self.held_up_ns.saturating_mul(HELD_UP_PER) > span_ns;
+        if too_many_late {
             let mut w = format!(
-                "{} of {} packets were delivered more than {} us behind schedule ({} more than {} ms)",
+                "{} of {} packets were delivered more than {} us behind schedule",
                 self.late_packets,
                 delivered,
-                LAG_THRESHOLD_NS / 1000,
-                self.very_late_packets,
-                LAG_LIMIT_NS / 1_000_000
+                LAG_THRESHOLD_NS / 1000
             );
             if self.max_lag_ns > 0 {
                 w += &format!(", worst {} us behind", self.max_lag_ns / 1000);
             }
-            if self.long_stalls > 0 {
-                w += &format!(
-                    "; the emulator was held up {} time(s) for more than {} ms",
-                    self.long_stalls,
-                    LAG_LIMIT_NS / 1_000_000
-                );
-            }
             why.push(w);
+        }
+        if held_too_long {
+            why.push(format!(
+                "the emulator was held up for {} ms of the run's {:.1} s (more than 1 in {HELD_UP_PER})",
+                self.held_up_ns / 1_000_000,
+                self.uptime_s
+            ));
+        }
+        if (too_many_late || held_too_long) && self.long_stalls > 0 {
+            why.push(format!(
+                "held up {} time(s) for more than {} ms: {}",
+                self.long_stalls,
+                LAG_LIMIT_NS / 1_000_000,
+                self.held_by.words()
+            ));
         }
         if self.undecided_drops > 0 {
             why.push(format!("{} packets were dropped that the model did not drop", self.undecided_drops));
@@ -283,6 +415,23 @@ impl Health {
             why.push(format!("{} packets overflowed a TUN queue before the emulator read them", self.tun_drops));
         }
         (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// For a valid run that the emulator's hold-ups touched: how much, and
+    /// what held it up (the bound its figures stayed within).
+    pub fn held_up_note(&self) -> Option<String> {
+        if self.invalid_because().is_some() || self.long_stalls == 0 {
+            return None;
+        }
+        Some(format!(
+            "the lab's emulator was held up {} time(s) for more than {} ms, {} ms in all of the run's {:.1} s \
+             (within the 1 in {HELD_UP_PER} a run may lose): {}",
+            self.long_stalls,
+            LAG_LIMIT_NS / 1_000_000,
+            self.held_up_ns / 1_000_000,
+            self.uptime_s,
+            self.held_by.words()
+        ))
     }
 }
 
@@ -419,6 +568,10 @@ pub fn run(
     let mut pace = Pace::default();
     let mut backlog = false;
     let mut last_packet: u64 = 0;
+    // what held the emulator up, read across each long hold-up
+    let mut probe = gridperf_sys::SchedProbe::for_this_thread();
+    let mut probed = probe.sample();
+    let mut probed_at: u64 = 0;
     // drops the hosts' kernels count at the TUN devices, from the start
     let tun_base: Vec<u64> =
         ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
@@ -463,10 +616,27 @@ pub fn run(
             health.stalls += 1;
             health.max_lag_ns = health.max_lag_ns.max(overslept);
         }
-
-        // a long stall matters when a host's packets waited unseen through it
-        if overslept > LAG_LIMIT_NS && ready.iter().any(|&r| r) {
+        // a hold-up matters when packets waited through it: a host's unseen
+        // in a TUN queue, or the lab's own falling due meanwhile
+        let waited = ready.iter().any(|&r| r) || wake.is_some_and(|w| w < now_after);
+        if overslept > LAG_THRESHOLD_NS && waited {
+            health.held_up_ns += overslept;
+        }
+        if overslept > LAG_LIMIT_NS && waited {
             health.long_stalls += 1;
+            let now_probe = probe.sample();
+            let h = &mut health.held_by;
+            match held_by(&probed, &now_probe, overslept, probe.tick_ns()) {
+                Cause::MachinePaused => h.machine_paused.add(overslept),
+                Cause::CpuStolen => h.cpu_stolen.add(overslept),
+                Cause::OtherTasks => h.other_tasks.add(overslept),
+                Cause::NotRunning => h.not_running.add(overslept),
+            }
+            probed = now_probe;
+            probed_at = now_after;
+        } else if now_after.saturating_sub(probed_at) >= PROBE_EVERY_NS {
+            probed = probe.sample();
+            probed_at = now_after;
         }
         let slept_from = now;
         let mut moved = 0u64;
@@ -655,16 +825,88 @@ mod tests {
         assert!(!pace.may_spin, "busy 60% of the window: no spinning, or RT throttling stalls it");
     }
 
+    fn held(count: u64, ns: u64) -> HoldUps {
+        HoldUps { count, ns }
+    }
+
     #[test]
-    fn a_runs_own_stall_counts_even_after_a_longer_earlier_one() {
-        // before the run: a 200 ms stall; during it: a 150 ms one
-        let before = Health { max_lag_ns: 200 * MS, long_stalls: 1, stalls: 1, ..Health::default() };
-        let after = Health { max_lag_ns: 200 * MS, long_stalls: 2, stalls: 2, ..Health::default() };
+    fn a_runs_own_hold_up_counts_even_after_a_longer_earlier_one() {
+        // before the run: a 200 ms hold-up; during its 8 s: a 150 ms one, by other tasks
+        let before = Health {
+            max_lag_ns: 200 * MS,
+            long_stalls: 1,
+            stalls: 1,
+            held_up_ns: 200 * MS,
+            held_by: HeldBy { not_running: held(1, 200 * MS), ..HeldBy::default() },
+            uptime_s: 10.0,
+            ..Health::default()
+        };
+        let after = Health {
+            long_stalls: 2,
+            stalls: 2,
+            held_up_ns: 350 * MS,
+            held_by: HeldBy { other_tasks: held(1, 150 * MS), ..before.held_by },
+            uptime_s: 18.0,
+            ..before.clone()
+        };
         let run = after.since(&before);
-        let why = run.invalid_because().expect("the run's stall makes it invalid");
-        assert!(why.contains("held up 1 time"), "{why}");
-        // and a run with no stall of its own stays valid
+        let why = run.invalid_because().expect("150 ms of 8 s is more than 1 in 100");
+        assert!(why.contains("held up for 150 ms of the run's 8.0 s"), "{why}");
+        assert!(why.contains("1 by other tasks holding the CPUs"), "{why}");
+        assert!(!why.contains("not running"), "the earlier hold-up is not the run's: {why}");
+        // and a run with no hold-up of its own stays valid, with nothing to note
         assert_eq!(before.since(&before).invalid_because(), None);
+        assert_eq!(before.since(&before).held_up_note(), None);
+    }
+
+    /// The rule (issue 33): a hold-up is time the link carried nothing, so
+    /// a run is judged by how much of it was held up, not by whether any
+    /// packet was ever 10 ms late. 30 ms in 8 s (0.4%) stays valid, said;
+    /// 100 ms in 8 s (1.25%) does not.
+    #[test]
+    fn a_run_is_judged_by_the_share_of_its_time_held_up() {
+        let run = |held_ms: u64| Health {
+            links: [Counters { delivered: 80_000, ..Counters::default() }, Counters::default()],
+            late_packets: 300,
+            long_stalls: 1,
+            stalls: 1,
+            max_lag_ns: held_ms * MS,
+            very_late_packets: 200,
+            held_up_ns: held_ms * MS,
+            held_by: HeldBy { machine_paused: held(1, held_ms * MS), ..HeldBy::default() },
+            uptime_s: 8.0,
+            ..Health::default()
+        };
+        assert_eq!(run(30).invalid_because(), None);
+        let note = run(30).held_up_note().expect("a note");
+        assert!(
+            note.contains("30 ms in all of the run's 8.0 s") && note.contains("pausing the whole machine"),
+            "{note}"
+        );
+        let why = run(100).invalid_because().expect("invalid");
+        assert!(why.contains("held up for 100 ms of the run's 8.0 s") && why.contains("outside gridperf"), "{why}");
+        assert_eq!(run(100).held_up_note(), None, "an invalid run has its reason, not a note");
+    }
+
+    #[test]
+    fn a_hold_up_is_laid_at_the_door_of_what_took_the_time() {
+        let s = |steal: &[u64], waited: u64| gridperf_sys::SchedSample {
+            ran_ns: Some(0),
+            waited_ns: Some(waited),
+            steal_ns: steal.to_vec(),
+        };
+        let tick = 10 * MS;
+        let before = s(&[0, 0], 0);
+        // 30 ms held: 20 ms of steal on both CPUs (ticks of 10 ms)
+        assert_eq!(held_by(&before, &s(&[20 * MS, 30 * MS], 0), 30 * MS, tick), Cause::MachinePaused);
+        assert_eq!(held_by(&before, &s(&[30 * MS, 0], 0), 30 * MS, tick), Cause::CpuStolen);
+        assert_eq!(held_by(&before, &s(&[0, 0], 25 * MS), 30 * MS, tick), Cause::OtherTasks);
+        assert_eq!(held_by(&before, &s(&[0, 0], 2 * MS), 30 * MS, tick), Cause::NotRunning);
+        // one tick of steal explains a 15 ms hold-up (steal is counted in ticks)
+        assert_eq!(held_by(&before, &s(&[10 * MS, 10 * MS], 0), 15 * MS, tick), Cause::MachinePaused);
+        // without schedstats or /proc/stat: not running, the cause unknown
+        let none = gridperf_sys::SchedSample::default();
+        assert_eq!(held_by(&none, &none, 30 * MS, tick), Cause::NotRunning);
     }
 
     #[test]

@@ -390,12 +390,14 @@ impl LabWatch {
         std::thread::sleep(Duration::from_millis(300));
         let after = health(&self.name);
         let state = state(&self.name);
-        let (emulator, invalid) = match (&self.before, &after) {
+        let (emulator, invalid, note) = match (&self.before, &after) {
             (Some(b), Some(a)) => {
                 let d = a.since(b);
-                (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because())
+                (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because(), d.held_up_note())
             }
-            _ => (serde_json::Value::Null, Some(format!("the emulator of lab {:?} could not be read", self.name))),
+            _ => {
+                (serde_json::Value::Null, Some(format!("the emulator of lab {:?} could not be read", self.name)), None)
+            }
         };
         gridperf_core::model::LabRecord {
             name: self.name,
@@ -403,6 +405,7 @@ impl LabWatch {
             description: state.map(|s| s.spec.description).unwrap_or_default(),
             emulator,
             invalid,
+            note,
         }
     }
 }

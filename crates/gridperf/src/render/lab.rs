@@ -121,6 +121,15 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             h.tun_drops,
             h.unroutable
         );
+        if h.long_stalls > 0 {
+            let _ = writeln!(
+                out,
+                "  held up {} ms in all; {} time(s) over 10 ms: {}",
+                h.held_up_ns / 1_000_000,
+                h.long_stalls,
+                h.held_by.words()
+            );
+        }
         if let (Some(p50), Some(p99)) = (h.lag_quantile_us(0.5), h.lag_quantile_us(0.99)) {
             let _ = writeln!(out, "  lag behind schedule: median under {p50} us, p99 under {p99} us");
         }
@@ -131,7 +140,7 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, none over 10 ms, no drops the model did not decide"
+                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, held up for at most 1% of the time, no drops the model did not decide"
                 );
             }
         }

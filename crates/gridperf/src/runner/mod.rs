@@ -228,7 +228,7 @@ impl Opened {
     /// The run's record: both ends, the notes, and the lab's verdict over
     /// the run (read now: call it once the traffic is over).
     pub fn environment(&mut self, client: EndInfo, agent: Option<EndInfo>, notes: Vec<String>) -> Environment {
-        Environment {
+        let mut env = Environment {
             tool_version: host::software(),
             command_line: std::env::args().collect(),
             started_unix: self.started,
@@ -237,8 +237,10 @@ impl Opened {
             client,
             server: agent,
             notes,
-            lab: self.lab.take().map(|w| w.record()),
-        }
+            lab: None,
+        };
+        env.set_lab(self.lab.take().map(|w| w.record()));
+        env
     }
 }
 

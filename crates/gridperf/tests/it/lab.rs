@@ -456,9 +456,11 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     assert!(f("tcp_rate_bps") <= 1.01e8 && f("tcp_rate_bps") >= 0.9e8, "TCP {} bit/s", f("tcp_rate_bps"));
     assert!(f("delay_error_median_ns").abs() <= 300_000.0, "median delay error {} ns", f("delay_error_median_ns"));
     // with the queue full, the probe waits queue/rate behind the load: its
-    // median sits just under the bound (its tail is the hosts' scheduling
-    // on a machine this loaded, and is reported, not asserted)
-    assert!(f("loaded_rtt_median_ns") <= f("queue_bound_ns") + 1_000_000.0, "{p}");
+    // median sits at the bound, plus the hosts' wake-ups on a machine this
+    // loaded (the emulator takes 90% of one CPU, the load generator much of
+    // the other: CI measured 101.9 ms against a 100.4 ms bound); its tail
+    // is reported, not asserted. A queue of the wrong size misses by tens of ms.
+    assert!(f("loaded_rtt_median_ns") <= f("queue_bound_ns") + 3_000_000.0, "{p}");
     // the queue was really full: the loaded RTT is well above the base
     assert!(f("loaded_rtt_median_ns") > f("queue_bound_ns") - 10_000_000.0, "{p}");
 }
@@ -1419,4 +1421,65 @@ fn a_streams_own_capture_tells_what_tcp_info_tells() {
     let _ = std::fs::remove_file(&cap);
     // and the chart stream --capture draws beside it
     let _ = std::fs::remove_file(format!("{c}.svg"));
+}
+
+/// Stops the lab's emulator (SIGSTOP) `times` times for `each`, one stop
+/// every `every`, starting after `after`: hold-ups whose cause is known.
+fn hold_up(pid: u32, after: Duration, times: u32, each: Duration, every: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        for _ in 0..times {
+            let _ = gridperf_sys::signal(pid, libc::SIGSTOP);
+            std::thread::sleep(each);
+            let _ = gridperf_sys::signal(pid, libc::SIGCONT);
+            std::thread::sleep(every.saturating_sub(each));
+        }
+    })
+}
+
+/// Issue 33: a run is judged by how much of its time the emulator was
+/// held up (time the emulated link carried nothing), not voided by any one
+/// hold-up of 10 ms. Hold-ups injected with SIGSTOP: one of 30 ms in a 6 s
+/// stream leaves it valid, its notes saying how long and why; eight of
+/// 40 ms (320 ms, 5%) make it INVALID, and the reason says what held the
+/// emulator up.
+#[test]
+fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
+    if !privileged("a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up") {
+        return;
+    }
+    let mut lab = Lab::up("held", &["--profile", "man", "--set", "loss=0"]);
+    let pid = lab.status()["lab"]["pid"].as_u64().expect("the emulator's pid") as u32;
+    let stream = |lab: &Lab| lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", "cubic", "--json", "--no-store"]);
+    // one hold-up of 30 ms: valid (natural hold-ups of a busy machine may
+    // add to it: the run is tried again while it is INVALID, three times in all)
+    let mut valid = None;
+    for _ in 0..3 {
+        lab.serve_on_b();
+        let stop = hold_up(pid, Duration::from_secs(2), 1, Duration::from_millis(30), Duration::from_millis(30));
+        let o = stream(&lab);
+        stop.join().expect("the stopper");
+        if let Some(mut a) = lab.agent.take() {
+            let _ = a.wait();
+        }
+        if o.status.code() != Some(4) {
+            valid = Some(o);
+            break;
+        }
+    }
+    let o = valid.expect("a valid run in three");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
+    let notes = v["runs"][0]["env"]["notes"].to_string();
+    assert!(notes.contains("the lab's emulator was held up"), "the hold-up is noted: {notes}");
+    assert!(notes.contains("with the emulator not running (stopped by a signal"), "and its cause: {notes}");
+    // eight of 40 ms: 320 ms of 6 s
+    lab.serve_on_b();
+    let stop = hold_up(pid, Duration::from_secs(1), 8, Duration::from_millis(40), Duration::from_millis(400));
+    let o = stream(&lab);
+    stop.join().expect("the stopper");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("the emulator was held up for"), "{err}");
+    assert!(err.contains("with the emulator not running (stopped by a signal"), "{err}");
 }
