@@ -417,7 +417,9 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
     assert!(stderr(&o).contains("INVALID"), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let why = v["env"]["lab"]["invalid"].as_str().expect("invalid says why");
-    assert!(why.contains("behind schedule"), "{why}");
+    // 150 ms of a 3 s run: more than the 1% a run may lose, and what held it up
+    assert!(why.contains("the emulator was held up for"), "{why}");
+    assert!(why.contains("with the emulator not running"), "{why}");
 }
 
 #[test]
