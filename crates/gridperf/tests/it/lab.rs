@@ -1485,3 +1485,68 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
     assert!(err.contains("the emulator was held up for"), "{err}");
     assert!(err.contains("with the emulator not running (stopped by a signal"), "{err}");
 }
+
+/// Issue 32: the survey exited 0 with 4 of its 5 networks INVALID. A
+/// network whose runs stay INVALID (its emulator held up 40 ms of every
+/// 200, again and again) makes the survey exit 4, after everything is
+/// stored and reported, and every row of that network is marked.
+#[test]
+fn a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it() {
+    if !privileged("a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it") {
+        return;
+    }
+    let _serial = serial();
+    let d = std::env::temp_dir().join(format!("gridperf-survey-invalid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    let (db, report) = (d.join("s.db"), d.join("report.html"));
+    let child = crate::bin()
+        .args(["survey", "--profiles", "man", "--proto", "udp", "--sizes", "1,64", "--quick", "--db"])
+        .arg(&db)
+        .arg("-o")
+        .arg(&report)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("survey");
+    // the survey's labs are named for its pid
+    let tag = (child.id() % 100_000).to_string();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopper = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(180);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                let pids: Vec<u32> = emulators_named("")
+                    .iter()
+                    .filter_map(|e| {
+                        let f: Vec<&str> = e.split_whitespace().collect();
+                        (f.len() == 3 && f[1].ends_with(&tag)).then(|| f[2].parse().ok()).flatten()
+                    })
+                    .collect();
+                for &p in &pids {
+                    let _ = gridperf_sys::signal(p, libc::SIGSTOP);
+                }
+                std::thread::sleep(Duration::from_millis(40));
+                for &p in &pids {
+                    let _ = gridperf_sys::signal(p, libc::SIGCONT);
+                }
+                std::thread::sleep(Duration::from_millis(160));
+            }
+        })
+    };
+    let o = child.wait_with_output().expect("survey");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    stopper.join().expect("stopper");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o));
+    assert_eq!(o.status.code(), Some(4), "{out}{err}");
+    assert!(err.contains("1 of 1 networks are INVALID (man)"), "{err}");
+    // every row of the table marked, the report written, the runs stored
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("man")).collect();
+    assert!(!rows.is_empty() && rows.iter().all(|l| l.contains("INVALID")), "{out}");
+    assert!(std::fs::read_to_string(&report).is_ok_and(|h| h.contains("class=\"invalid\"")), "the report");
+    let o = run(&["runs", "list", "--db", db.to_str().expect("utf-8"), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("runs json");
+    assert!(v["runs"].as_array().is_some_and(|r| r.len() >= 2), "rtt and transfer stored: {v}");
+    let _ = std::fs::remove_dir_all(&d);
+}
