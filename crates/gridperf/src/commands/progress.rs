@@ -131,10 +131,11 @@ impl Bar {
         self.show(false);
     }
 
-    /// What is measured now ("man: rtt tcp 1460 B"): a plain line at each new stage.
+    /// What is measured now ("man: rtt tcp 1460 B"): a plain line at each new stage (the part
+    /// before ':'); a message without one ("tcp 1460 B", a point) is a line every few seconds.
     pub fn set_message(&self, msg: impl Into<String>) {
         let msg = msg.into();
-        let stage = msg.split(':').next().unwrap_or("").to_string();
+        let stage = msg.split_once(':').map(|(s, _)| s.to_string()).unwrap_or_default();
         let new_stage = *self.stage.borrow() != stage;
         *self.stage.borrow_mut() = stage;
         *self.msg.borrow_mut() = msg;

@@ -85,5 +85,10 @@ fn a_survey_without_a_terminal_says_where_it_is_in_plain_lines() {
     );
     assert!(!err.contains("\u{1b}["), "terminal escapes written to a pipe:\n{err}");
     assert!(out.status.success(), "survey failed:\n{err}");
+    // a command whose messages are points, not stages (rtt's "tcp 64 B"), is
+    // not a line per point: it wrote 16 lines for a run of one second
+    let out = run(&["rtt", "--sizes", "1,64,1024", "-n", "200", "--no-store"]);
+    let points = stderr(&out).lines().filter(|l| l.contains(" points · ")).count();
+    assert!(out.status.success() && (1..=2).contains(&points), "{points} progress lines:\n{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
