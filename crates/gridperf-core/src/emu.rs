@@ -259,6 +259,47 @@ impl<T> Ord for Flight<T> {
     }
 }
 
+/// The delay line: packets in flight, taken in order of delivery time, then
+/// of arrival. Without reordering the delivery times never go back, and a
+/// queue keeps that order at O(1) a packet; with it, a heap. (At 10 Gbit/s
+/// and 50 ms the line holds 40,000 full-size packets: a heap's log n with a
+/// cache miss at each step took the emulator from 70% of a CPU to all of one.)
+#[derive(Debug)]
+enum DelayLine<T> {
+    InOrder(VecDeque<Flight<T>>),
+    Reordering(BinaryHeap<Reverse<Flight<T>>>),
+}
+
+impl<T> DelayLine<T> {
+    fn push(&mut self, f: Flight<T>) {
+        match self {
+            DelayLine::InOrder(q) => q.push_back(f),
+            DelayLine::Reordering(h) => h.push(Reverse(f)),
+        }
+    }
+
+    fn next_at(&self) -> Option<u64> {
+        match self {
+            DelayLine::InOrder(q) => q.front().map(|f| f.at),
+            DelayLine::Reordering(h) => h.peek().map(|Reverse(f)| f.at),
+        }
+    }
+
+    fn pop(&mut self) -> Option<Flight<T>> {
+        match self {
+            DelayLine::InOrder(q) => q.pop_front(),
+            DelayLine::Reordering(h) => h.pop().map(|Reverse(f)| f),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            DelayLine::InOrder(q) => q.len(),
+            DelayLine::Reordering(h) => h.len(),
+        }
+    }
+}
+
 /// One direction of an emulated link, generic over what a packet carries.
 #[derive(Debug)]
 pub struct Link<T> {
@@ -271,7 +312,7 @@ pub struct Link<T> {
     busy_until: u64,
     /// Bytes and packets in `bottleneck` (waiting and in service).
     held_bytes: u64,
-    delay_line: BinaryHeap<Reverse<Flight<T>>>,
+    delay_line: DelayLine<T>,
     seq: u64,
     /// Latest delivery time handed out (for in-order jitter).
     last_delivery: u64,
@@ -280,6 +321,8 @@ pub struct Link<T> {
 
 impl<T> Link<T> {
     pub fn new(cfg: LinkConfig, seed: u64) -> Link<T> {
+        let delay_line =
+            if cfg.reorder { DelayLine::Reordering(BinaryHeap::new()) } else { DelayLine::InOrder(VecDeque::new()) };
         Link {
             cfg,
             rng: Rng::new(seed),
@@ -287,7 +330,7 @@ impl<T> Link<T> {
             bottleneck: VecDeque::new(),
             busy_until: 0,
             held_bytes: 0,
-            delay_line: BinaryHeap::new(),
+            delay_line,
             seq: 0,
             last_delivery: 0,
             counters: Counters::default(),
@@ -359,7 +402,7 @@ impl<T> Link<T> {
         }
         self.last_delivery = self.last_delivery.max(at);
         self.seq += 1;
-        self.delay_line.push(Reverse(Flight { at, seq: self.seq, bytes, item }));
+        self.delay_line.push(Flight { at, seq: self.seq, bytes, item });
     }
 
     /// Packets and bytes waiting in the bottleneck at `now` (not counting the
@@ -414,8 +457,8 @@ impl<T> Link<T> {
     /// The next packet due by `now`, with the time it was due.
     pub fn poll(&mut self, now: u64) -> Option<(u64, T)> {
         self.advance(now);
-        if self.delay_line.peek().is_some_and(|Reverse(f)| f.at <= now) {
-            let Reverse(f) = self.delay_line.pop()?;
+        if self.delay_line.next_at().is_some_and(|at| at <= now) {
+            let f = self.delay_line.pop()?;
             self.counters.delivered += 1;
             self.counters.delivered_bytes += f.bytes;
             return Some((f.at, f.item));
@@ -426,14 +469,14 @@ impl<T> Link<T> {
     /// When the next packet due by `now` is due, without taking it.
     pub fn peek_due(&mut self, now: u64) -> Option<u64> {
         self.advance(now);
-        self.delay_line.peek().map(|Reverse(f)| f.at).filter(|&at| at <= now)
+        self.delay_line.next_at().filter(|&at| at <= now)
     }
 
     /// When the link next has something to do (a transmission ends or a
     /// packet is due); None when it is empty.
     pub fn next_wake(&self) -> Option<u64> {
         let tx = self.bottleneck.front().map(|p| p.end);
-        let fl = self.delay_line.peek().map(|Reverse(f)| f.at);
+        let fl = self.delay_line.next_at();
         match (tx, fl) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

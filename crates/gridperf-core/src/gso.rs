@@ -1,6 +1,8 @@
 //! Offloaded packets as a TUN device with virtio-net headers hands them
 //! over: a 10-byte `virtio_net_hdr`, then an IP packet that may be a TCP
-//! super-packet of up to 64 KiB standing for many wire segments.
+//! super-packet of up to 64 KiB standing for many wire segments, or a UDP
+//! one (a UDP_SEGMENT send through a device with USO) standing for many
+//! datagrams.
 //!
 //! The lab decides loss and queueing per wire segment, never per
 //! super-packet ([`segments`] says how many and how long). When every
@@ -18,6 +20,9 @@ pub const GSO_NONE: u8 = 0;
 pub const GSO_TCPV4: u8 = 1;
 pub const GSO_UDP: u8 = 3;
 pub const GSO_TCPV6: u8 = 4;
+/// UDP segmentation offload (`VIRTIO_NET_HDR_GSO_UDP_L4`): datagrams of
+/// `gso_size` payload bytes behind one IP and UDP header.
+pub const GSO_UDP_L4: u8 = 5;
 pub const GSO_ECN: u8 = 0x80;
 
 /// A virtio-net header (little-endian fields, as the TUN device uses them
@@ -63,7 +68,7 @@ impl VnetHdr {
 pub enum GsoError {
     #[error("packet too short for its headers")]
     Short,
-    #[error("GSO type {0:#x} is not TCP over IPv4 or IPv6")]
+    #[error("GSO type {0:#x} is not TCP or UDP (USO) over IPv4 or IPv6")]
     Unsupported(u8),
     #[error("malformed IP or TCP header")]
     Malformed,
@@ -91,17 +96,41 @@ fn tcp_headers(pkt: &[u8]) -> Result<(usize, usize, bool), GsoError> {
     Ok((ip_len, tcp_len, v6))
 }
 
+/// Offsets of a UDP packet's headers: (IP header length, IPv6?).
+fn udp_headers(pkt: &[u8]) -> Result<(usize, bool), GsoError> {
+    let v = pkt.first().ok_or(GsoError::Short)? >> 4;
+    let (ip_len, v6) = match v {
+        4 => (((pkt[0] & 0x0f) as usize) * 4, false),
+        6 => (40, true),
+        _ => return Err(GsoError::Malformed),
+    };
+    if ip_len < 20 || pkt.len() < ip_len + 8 {
+        return Err(GsoError::Short);
+    }
+    if (if v6 { pkt[6] } else { pkt[9] }) != 17 {
+        return Err(GsoError::Malformed);
+    }
+    Ok((ip_len, v6))
+}
+
 /// The on-the-wire lengths (IP header included) of the segments a packet
 /// stands for: one length for a plain packet, ceil(payload / gso_size)
-/// for a TCP super-packet.
+/// for a TCP or UDP super-packet.
 pub fn segments(hdr: &VnetHdr, pkt: &[u8]) -> Vec<u32> {
     let gso = hdr.gso_type & !GSO_ECN;
     if gso == GSO_NONE || hdr.gso_size == 0 {
         return vec![pkt.len() as u32];
     }
-    let headers = match tcp_headers(pkt) {
-        Ok((ip, tcp, _)) => ip + tcp,
-        Err(_) => return vec![pkt.len() as u32],
+    let headers = if gso == GSO_UDP_L4 {
+        match udp_headers(pkt) {
+            Ok((ip, _)) => ip + 8,
+            Err(_) => return vec![pkt.len() as u32],
+        }
+    } else {
+        match tcp_headers(pkt) {
+            Ok((ip, tcp, _)) => ip + tcp,
+            Err(_) => return vec![pkt.len() as u32],
+        }
     };
     let payload = pkt.len().saturating_sub(headers);
     let mss = hdr.gso_size as usize;
@@ -143,8 +172,18 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
 /// `keep(i)` is true. Each comes with its own virtio-net header (no GSO,
 /// checksum left to the receiver: NEEDS_CSUM with the pseudo-header sum in
 /// the TCP checksum field, as CHECKSUM_PARTIAL packets carry it).
+///
+/// A UDP super-packet is cut into runs of kept datagrams instead: a run of
+/// several leaves as one smaller super-packet (the receiving kernel, or a
+/// UDP_GRO socket, takes it as the sender's kernel made it), a run of one
+/// as a plain datagram. Under a steady overload a queue drops the tail of
+/// most super-packets, and one write per surviving datagram would cost the
+/// emulator more than the link it emulates.
 pub fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<Vec<u8>>, GsoError> {
     let gso = hdr.gso_type & !GSO_ECN;
+    if gso == GSO_UDP_L4 {
+        return split_udp(hdr, pkt, keep);
+    }
     if gso != GSO_TCPV4 && gso != GSO_TCPV6 {
         return Err(GsoError::Unsupported(hdr.gso_type));
     }
@@ -207,6 +246,68 @@ pub fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<
         };
         t[16..18].copy_from_slice(&fold(pseudo).to_be_bytes());
         out.push(seg);
+    }
+    Ok(out)
+}
+
+/// [`split`] for a UDP super-packet: runs of kept datagrams.
+fn split_udp(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<Vec<u8>>, GsoError> {
+    let (ip_len, v6) = udp_headers(pkt)?;
+    let headers = ip_len + 8;
+    let payload = &pkt[headers..];
+    let size = hdr.gso_size as usize;
+    if size == 0 {
+        return Err(GsoError::Malformed);
+    }
+    let n = payload.len().div_ceil(size).max(1);
+    let id0 = u16::from_be_bytes([pkt[4], pkt[5]]);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < n {
+        if !keep(i) {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < n && keep(j) {
+            j += 1;
+        }
+        let data = &payload[i * size..payload.len().min(j * size)];
+        let several = j - i > 1;
+        let mut seg = vec![0u8; VNET_HDR_LEN + headers + data.len()];
+        VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: if several { hdr.gso_type } else { GSO_NONE },
+            hdr_len: headers as u16,
+            gso_size: if several { hdr.gso_size } else { 0 },
+            csum_start: ip_len as u16,
+            csum_offset: 6,
+        }
+        .write(&mut seg[..VNET_HDR_LEN]);
+        let p = &mut seg[VNET_HDR_LEN..];
+        p[..headers].copy_from_slice(&pkt[..headers]);
+        p[headers..].copy_from_slice(data);
+        let total = headers + data.len();
+        if v6 {
+            p[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+        } else {
+            p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            // the kernel numbers a USO packet's datagrams id0, id0 + 1, ...
+            p[4..6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
+            let c = ipv4_checksum(&p[..ip_len]);
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        let udp_len = (8 + data.len()) as u32;
+        p[ip_len + 4..ip_len + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        // the pseudo-header sum for this length, not inverted (CHECKSUM_PARTIAL)
+        let pseudo = if v6 {
+            sum16(&pkt[8..40], 0) + 17 + (udp_len >> 16) + (udp_len & 0xffff)
+        } else {
+            sum16(&pkt[12..20], 0) + 17 + udp_len
+        };
+        p[ip_len + 6..ip_len + 8].copy_from_slice(&fold(pseudo).to_be_bytes());
+        out.push(seg);
+        i = j;
     }
     Ok(out)
 }
@@ -309,5 +410,76 @@ mod tests {
         let mut not_tcp = pkt.clone();
         not_tcp[9] = 17;
         assert_eq!(split(&gso_hdr(1448), &not_tcp, |_| true), Err(GsoError::Malformed));
+    }
+
+    /// An IPv4/UDP super-packet: 20 B IP, 8 B UDP, `payload` bytes.
+    fn udp_super(payload: usize) -> Vec<u8> {
+        let total = 28 + payload;
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[4..6].copy_from_slice(&0x0100u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 77, 1, 1]);
+        p[16..20].copy_from_slice(&[10, 77, 2, 1]);
+        p[20..22].copy_from_slice(&40000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&9100u16.to_be_bytes());
+        p[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+        for (i, b) in p[28..].iter_mut().enumerate() {
+            *b = (i % 241) as u8;
+        }
+        p
+    }
+
+    fn uso_hdr(size: u16) -> VnetHdr {
+        VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_UDP_L4,
+            hdr_len: 28,
+            gso_size: size,
+            csum_start: 20,
+            csum_offset: 6,
+        }
+    }
+
+    #[test]
+    fn a_udp_super_packet_is_its_datagrams_on_the_wire() {
+        let pkt = udp_super(1472 * 4 + 10);
+        assert_eq!(segments(&uso_hdr(1472), &pkt), vec![1500, 1500, 1500, 1500, 38]);
+    }
+
+    #[test]
+    fn a_udp_super_packet_is_cut_into_runs_of_the_datagrams_kept() {
+        // datagrams 0 1 2 | 3 dropped | 4 kept alone | 5 dropped: [0, 3) as one, 4 plain
+        let pkt = udp_super(1472 * 5 + 100);
+        let kept = [true, true, true, false, true, false];
+        let parts = split(&uso_hdr(1472), &pkt, |i| kept[i]).expect("split");
+        assert_eq!(parts.len(), 2);
+        for (part, (first, count, last_len)) in parts.iter().zip([(0usize, 3usize, 1472usize), (4, 1, 1472)]) {
+            let h = VnetHdr::parse(part).expect("hdr");
+            let p = &part[VNET_HDR_LEN..];
+            let data = 1472 * (count - 1) + last_len;
+            assert_eq!(p.len(), 28 + data);
+            assert_eq!(u16::from_be_bytes([p[2], p[3]]) as usize, p.len(), "IP total length");
+            assert_eq!(u16::from_be_bytes([p[24], p[25]]) as usize, 8 + data, "UDP length");
+            assert_eq!(u16::from_be_bytes([p[4], p[5]]), 0x0100 + first as u16, "IP id of its first datagram");
+            assert_eq!(fold(sum16(&p[..20], 0)), 0xffff, "IP header checksum");
+            let expect = fold(sum16(&p[12..20], 0) + 17 + (8 + data) as u32);
+            assert_eq!(u16::from_be_bytes([p[26], p[27]]), expect, "pseudo-header sum");
+            assert_eq!(p[28], ((first * 1472) % 241) as u8, "the payload of its first datagram");
+            assert_eq!((h.flags, h.csum_start, h.csum_offset, h.hdr_len), (F_NEEDS_CSUM, 20, 6, 28));
+            if count > 1 {
+                assert_eq!((h.gso_type, h.gso_size), (GSO_UDP_L4, 1472));
+                assert_eq!(segments(&h, p), vec![1500; count], "the run's own segments");
+            } else {
+                assert_eq!((h.gso_type, h.gso_size), (GSO_NONE, 0));
+            }
+        }
+        // everything dropped: nothing; the short last datagram alone: a plain one of 100 bytes
+        assert!(split(&uso_hdr(1472), &pkt, |_| false).expect("split").is_empty());
+        let last = split(&uso_hdr(1472), &pkt, |i| i == 5).expect("split");
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].len(), VNET_HDR_LEN + 28 + 100);
     }
 }

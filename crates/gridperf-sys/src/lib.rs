@@ -109,6 +109,22 @@ pub fn set_rcvbuf(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, bytes.min(i32::MAX as usize) as libc::c_int)
 }
 
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// UDP_SEGMENT: each send of up to 64 KiB leaves as datagrams of `size`
+/// payload bytes, cut by the kernel (or the device: USO) rather than one
+/// system call each.
+pub fn set_udp_segment(sock: &impl AsRawFd, size: u16) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::IPPROTO_UDP, UDP_SEGMENT, size as libc::c_int)
+}
+
+/// UDP_GRO: a receive may return several datagrams of one size, back to
+/// back, as one buffer.
+pub fn set_udp_gro(sock: &impl AsRawFd, on: bool) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::IPPROTO_UDP, UDP_GRO, on as libc::c_int)
+}
+
 /// Granted send buffer, as the kernel reports it (already doubled).
 pub fn sndbuf(sock: &impl AsRawFd) -> io::Result<usize> {
     getsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF).map(|v| v as usize)
@@ -680,10 +696,13 @@ const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
 const IFF_TUN: i16 = 0x0001;
 const IFF_NO_PI: i16 = 0x1000;
 const IFF_VNET_HDR: i16 = 0x4000;
-/// TUNSETOFFLOAD flags: checksum offload, TSO for IPv4 and IPv6.
+/// TUNSETOFFLOAD flags: checksum offload, TSO for IPv4 and IPv6, and UDP
+/// segmentation offload (USO, Linux 6.2) for IPv4 and IPv6.
 pub const TUN_F_CSUM: u32 = 0x01;
 pub const TUN_F_TSO4: u32 = 0x02;
 pub const TUN_F_TSO6: u32 = 0x04;
+pub const TUN_F_USO4: u32 = 0x20;
+pub const TUN_F_USO6: u32 = 0x40;
 /// The size of `struct virtio_net_hdr` that precedes every packet when
 /// offloads are on.
 pub const VNET_HDR_LEN: usize = 10;
@@ -692,7 +711,8 @@ pub const VNET_HDR_LEN: usize = 10;
 /// namespace and returns its descriptor (IP packets, no packet-info
 /// header). With `offload`, every packet carries a virtio-net header and
 /// the kernel may hand over TCP super-packets of up to 64 KiB with
-/// checksums left to do.
+/// checksums left to do, and UDP ones (a UDP_SEGMENT send) where the kernel
+/// has USO.
 pub fn tun_create(name: &str, offload: bool) -> io::Result<OwnedFd> {
     let path = CString::new("/dev/net/tun").expect("no NUL in a literal");
     // SAFETY: path is a valid C string.
@@ -708,9 +728,15 @@ pub fn tun_create(name: &str, offload: bool) -> io::Result<OwnedFd> {
         let len = VNET_HDR_LEN as libc::c_int;
         // SAFETY: TUNSETVNETHDRSZ reads one int.
         cvt_i(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &len) })?;
-        let off = (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) as libc::c_ulong;
+        let tso = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
         // SAFETY: TUNSETOFFLOAD takes the flags by value.
-        cvt_i(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, off) })?;
+        let uso =
+            unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, (tso | TUN_F_USO4 | TUN_F_USO6) as libc::c_ulong) };
+        if uso < 0 {
+            // a kernel before 6.2: UDP arrives segment by segment
+            // SAFETY: as above.
+            cvt_i(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, tso as libc::c_ulong) })?;
+        }
     }
     Ok(fd)
 }

@@ -630,6 +630,7 @@ fn lab_status_profiles_calibration() {
         emulator_cpu_percent: 68.0,
         invalid: None,
         lag_p99_us: Some(128),
+        targets_met: true,
     };
     let short = Point {
         offered_rate_bps: 90_000_000.0,
