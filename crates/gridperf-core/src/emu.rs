@@ -113,6 +113,37 @@ impl Default for LinkConfig {
     }
 }
 
+/// What the emulator holds for a packet beyond its bytes: its record (about
+/// 140 bytes: the path, each segment's length and fate, the reference
+/// counts), four allocations' headers and a queue or delay-line entry (48),
+/// counted from the structures for a one-segment packet.
+pub const PACKET_OVERHEAD_BYTES: u64 = 256;
+
+impl LinkConfig {
+    /// The most this link holds at once, in bytes of memory, with packets
+    /// of `mtu` bytes: its delay line full at its rate (delay plus the
+    /// widest jitter) and its queue full; and whether that is a bound. It
+    /// is not without a rate (the line holds whatever the hosts send: only
+    /// the queue is counted) or with an unlimited queue (only the line is).
+    pub fn held_bytes(&self, mtu: u32) -> (u64, bool) {
+        let widest = match self.jitter {
+            Jitter::None => 0,
+            Jitter::Uniform { j_ns } => j_ns,
+            Jitter::Normal { sigma_ns } => 4 * sigma_ns,
+        };
+        let line = self.rate_bps.map(|r| r as u128 * (self.delay_ns + widest) as u128 / 8 / 1_000_000_000);
+        let queue = match self.queue {
+            QueueLimit::Unlimited => None,
+            QueueLimit::Packets(n) => Some(n as u128 * mtu as u128),
+            QueueLimit::Bytes(b) => Some(b as u128),
+        };
+        let bytes = line.unwrap_or(0) + queue.unwrap_or(0);
+        let packets = bytes.div_ceil(mtu.max(1) as u128);
+        let held = u64::try_from(bytes + packets * PACKET_OVERHEAD_BYTES as u128).unwrap_or(u64::MAX);
+        (held, line.is_some() && queue.is_some())
+    }
+}
+
 /// What the link did with an arriving packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -492,6 +523,28 @@ impl<T> Link<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_links_memory_is_its_delay_line_and_queue_full() {
+        // 10 Gbit/s x 100 ms one way: 125 MB in the line, a 1-BDP queue 250 MB more
+        let l = LinkConfig {
+            rate_bps: Some(10_000_000_000),
+            delay_ns: 100_000_000,
+            queue: QueueLimit::Bytes(250_000_000),
+            ..LinkConfig::default()
+        };
+        let packets = 375_000_000u64.div_ceil(1500);
+        assert_eq!(l.held_bytes(1500), (375_000_000 + packets * PACKET_OVERHEAD_BYTES, true));
+        // jitter widens the line: uniform by its bound, normal by 4 sigma (where it is cut)
+        let j =
+            LinkConfig { jitter: Jitter::Normal { sigma_ns: 25_000_000 }, queue: QueueLimit::Bytes(0), ..l.clone() };
+        assert_eq!(j.held_bytes(1500).0 / 1_000_000, 250 + 250 * PACKET_OVERHEAD_BYTES / 1500);
+        // no rate: the queue alone, and no bound; no queue limit: the line alone, no bound
+        let queue_only = 250_000_000 + 250_000_000u64.div_ceil(1500) * PACKET_OVERHEAD_BYTES;
+        assert_eq!(LinkConfig { rate_bps: None, ..l.clone() }.held_bytes(1500), (queue_only, false));
+        let line_only = 125_000_000 + 125_000_000u64.div_ceil(1500) * PACKET_OVERHEAD_BYTES;
+        assert_eq!(LinkConfig { queue: QueueLimit::Unlimited, ..l }.held_bytes(1500), (line_only, false));
+    }
 
     const MS: u64 = 1_000_000;
 

@@ -101,11 +101,13 @@ pub fn fmt_bytes(n: u64) -> String {
 }
 
 /// A size for reading, not for copying: exact binary multiples as
-/// [`fmt_bytes`] gives them (`128 KiB`), anything else of a KiB or more
-/// to one decimal of the largest binary unit (`85.3 KiB`, `23.8 MiB`).
+/// [`fmt_bytes`] gives them (`128 KiB`) while under 1024 of their unit,
+/// anything else of a KiB or more to one decimal of the largest binary
+/// unit (`85.3 KiB`, `23.8 MiB`; `11.5 GiB`, not `12031166 KiB`).
 pub fn fmt_size(n: u64) -> String {
     let exact = fmt_bytes(n);
-    if n < 1 << 10 || !exact.ends_with(" B") {
+    let small = exact.split(' ').next().and_then(|v| v.parse::<u64>().ok()).is_some_and(|v| v < 1024);
+    if n < 1 << 10 || (!exact.ends_with(" B") && small) {
         return exact;
     }
     let (v, unit) = if n >= 1 << 30 {
@@ -196,11 +198,13 @@ mod tests {
     fn sizes_for_reading() {
         use super::fmt_size;
         assert_eq!(fmt_size(4096), "4 KiB");
+        assert_eq!(fmt_size(12_031_166 * 1024), "11.5 GiB");
+        assert_eq!(fmt_size(1 << 40), "1024.0 GiB");
         assert_eq!(fmt_size(33554432), "32 MiB");
         assert_eq!(fmt_size(87380), "85.3 KiB");
         assert_eq!(fmt_size(25_000_000), "23.8 MiB");
         assert_eq!(fmt_size(1000), "1000 B");
-        assert_eq!(fmt_size(3 << 30), "3072 MiB");
+        assert_eq!(fmt_size(3 << 30), "3.0 GiB");
     }
 
     use super::*;

@@ -422,9 +422,72 @@ pub fn stop_child(child: &mut std::process::Child, grace: Duration) {
     let _ = child.wait();
 }
 
+/// The most the emulator holds at once for a lab (every link's delay line
+/// and queue full, [`LinkConfig::held_bytes`]), and the links whose hold has
+/// no bound beyond that (no rate, or an unlimited queue).
+pub fn memory_of(spec: &LabSpec) -> (u64, Vec<String>) {
+    let mtu = if spec.mtu == 0 { 65_536 } else { spec.mtu };
+    let mut links: Vec<(String, LinkConfig)> = Vec::new();
+    for (k, (ab, ba)) in spec.bottleneck().into_iter().enumerate() {
+        let path = if spec.paths.is_empty() { String::new() } else { format!(" (path {})", k + 1) };
+        links.push((format!("A to B{path}"), ab));
+        links.push((format!("B to A{path}"), ba));
+    }
+    for h in hosts_of(spec) {
+        if let Some(a) = spec.access_of(&h.name) {
+            links.push((format!("{}'s access link, up", h.name), a.clone()));
+            links.push((format!("{}'s access link, down", h.name), a));
+        }
+    }
+    let (mut total, mut unbounded) = (0u64, Vec::new());
+    for (name, l) in links {
+        let (held, bounded) = l.held_bytes(mtu);
+        total = total.saturating_add(held);
+        // a link that only passes packets on at once holds nothing to speak of
+        if !bounded && (l.delay_ns > 0 || l.rate_bps.is_some()) {
+            unbounded.push(name);
+        }
+    }
+    (total, unbounded)
+}
+
+/// The memory a lab may take: half of what the machine has available now.
+fn memory_cap() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024 / 2)
+}
+
+/// A lab whose delay lines and queues, full, would take more than the cap
+/// is refused before anything is made (a 10 Gbit/s link with a 10 s delay
+/// would hold 12.5 GB each way).
+fn check_memory(spec: &LabSpec) -> Result<()> {
+    let (need, _) = memory_of(spec);
+    let Some(cap) = memory_cap() else { return Ok(()) };
+    if need > cap {
+        use gridperf_core::units::fmt_size;
+        return Err(Error::usage(format!(
+            "this lab's delay lines and queues, full, would hold {} (each link's rate x its delay and jitter, plus its \
+             queue), more than the {} the emulator may take (half of this machine's available memory): lower the \
+             rate, the delay or the queue",
+            fmt_size(need),
+            fmt_size(cap)
+        )));
+    }
+    Ok(())
+}
+
 /// Brings a lab up: starts the emulator and waits until it is ready.
 pub fn up(spec: LabSpec) -> Result<LabState> {
     check_name(&spec.name)?;
+    check_memory(&spec)?;
     may_make("lab up", !spec.loopback)?;
     if let Some(s) = state(&spec.name) {
         if emulator_alive(s.pid) {

@@ -63,6 +63,17 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
                 let _ = writeln!(out, "  access {}: {}", h.name, link_words(&l));
             }
         }
+        let (held, unbounded) = crate::lab::memory_of(s);
+        let more = if unbounded.is_empty() {
+            String::new()
+        } else {
+            format!(", more on {} (no rate or no queue limit: what the hosts send)", unbounded.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "  emulator memory: up to {} with every delay line and queue full{more}",
+            gridperf_core::units::fmt_size(held)
+        );
     }
     let _ = writeln!(out, "hosts:");
     for h in &st.hosts {

@@ -467,6 +467,19 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     assert!(f("loaded_rtt_median_ns") > f("queue_bound_ns") - 10_000_000.0, "{p}");
 }
 
+/// Issue 33: a delay line beyond a memory cap is refused before anything is
+/// made, with the figure and the cap; `lab up` states what a lab may hold.
+#[test]
+fn a_lab_that_would_not_fit_in_memory_is_refused_with_the_figure_and_the_cap() {
+    // 100 Gbit/s x 10 s each way: 125 GB a direction in the line, 21 GB of
+    // packet records (1500-byte packets), 1.8 MB of queue: 272.6 GiB
+    let o = run(&["lab", "up", "--name", "toobig", "--rate", "100G", "--delay", "10s", "--queue", "1000pkt"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("would hold 272.6 GiB") && err.contains("half of this machine's available memory"), "{err}");
+    assert!(gridperf::lab::state("toobig").is_none(), "nothing made");
+}
+
 /// Issue 33: at 10 Gbit/s the load generator (one datagram per system
 /// call) offered at most 4-5 Gbit/s and the emulator, reading them one by
 /// one, fell behind: the rate was never tested. With UDP segmentation
