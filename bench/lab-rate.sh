@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" = 0 ] || die "run as root (the user series runs through runuser)"
 [ -x "$GRIDPERF" ] || die "no $GRIDPERF: cargo build --release"
-command -v iperf3 >/dev/null || die "iperf3 is needed for the veth ceiling (apt-get install iperf3)"
+command -v iperf3 >/dev/null || die "iperf3 is needed for the veth ceiling (bench/install-peers.sh)"
 WORK=$(mktemp -d /tmp/lab-rate.XXXXXX)
 chmod 755 "$WORK"
 id "$USER_" >/dev/null 2>&1 || useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$USER_"

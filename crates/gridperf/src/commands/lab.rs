@@ -39,6 +39,9 @@ pub enum Opts {
 pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
     match o {
         Opts::Up(spec) => {
+            if let Some(w) = lab::calibrate::advice_for(&spec) {
+                eprintln!("gridperf: warning: {w}");
+            }
             let st = lab::up(*spec)?;
             match out.format {
                 Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": null }))?,
@@ -92,6 +95,16 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                     let mut say = |phase: &str| eprintln!("gridperf lab calibrate: {label}: {phase}");
                     points.push(lab::calibrate::point(rate, delay, seconds, &mut say)?);
                 }
+            }
+            // kept, so that a lab beyond what this machine can emulate is said before its run
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            let at = format!("{} UTC", render::utc(now));
+            match lab::calibrate::keep(&points, crate::host::is_root(), &at) {
+                Ok(path) => {
+                    eprintln!("gridperf lab calibrate: kept in {} for the labs that come after", path.display())
+                }
+                Err(e) => eprintln!("gridperf lab calibrate: warning: not kept: {e}"),
             }
             match out.format {
                 Format::Json => out.json(&serde_json::json!({ "schema": LAB_CALIBRATION_SCHEMA, "points": points }))?,

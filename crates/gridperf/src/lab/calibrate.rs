@@ -17,7 +17,7 @@ use super::{emulator::Health, LabSpec};
 use crate::error::{Error, Result};
 use gridperf_core::emu::{LinkConfig, QueueLimit};
 use gridperf_core::stats::quantile_sorted;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -496,11 +496,175 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     })
 }
 
+/// A calibration point as kept for the labs that come after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kept {
+    pub rate_bps: u64,
+    pub delay_ns: u64,
+    /// Calibrated as root (a real-time emulator) or not.
+    pub root: bool,
+    /// When, "YYYY-MM-DD HH:MM:SS UTC".
+    pub at: String,
+    /// The rate test held: the load overloaded the link, the rate was
+    /// within 1%, and the emulator kept up.
+    pub rate_held: bool,
+    pub targets_met: bool,
+    /// Why the rate test did not hold, if it did not.
+    pub why: Option<String>,
+}
+
+impl Point {
+    /// Whether the rate test held: the load overloaded the link, the rate
+    /// was within 1%, and the emulator kept up.
+    pub fn rate_held(&self) -> bool {
+        !self.load_short() && self.rate_error.abs() <= 0.01 && self.invalid.is_none()
+    }
+
+    fn kept(&self, root: bool, at: &str) -> Kept {
+        let why = if self.rate_held() {
+            None
+        } else if let Some(w) = &self.invalid {
+            Some(w.clone())
+        } else if self.load_short() {
+            Some("the load did not overload the link".to_string())
+        } else {
+            Some(format!("rate {:+.2}%", self.rate_error * 100.0))
+        };
+        Kept {
+            rate_bps: self.rate_bps,
+            delay_ns: self.delay_ns,
+            root,
+            at: at.to_string(),
+            rate_held: self.rate_held(),
+            targets_met: self.targets_met,
+            why,
+        }
+    }
+}
+
+/// Where `lab calibrate` keeps what it found on this machine:
+/// `$XDG_STATE_HOME/gridperf/lab-calibration.json`, else `~/.local/state/...`.
+pub fn kept_path() -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".local/state")))?;
+    Some(base.join("gridperf").join("lab-calibration.json"))
+}
+
+/// What was kept (nothing when there is no file or it is not ours).
+pub fn kept() -> Vec<Kept> {
+    #[derive(Deserialize)]
+    struct File {
+        points: Vec<Kept>,
+    }
+    kept_path()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice::<File>(&b).ok())
+        .map(|f| f.points)
+        .unwrap_or_default()
+}
+
+/// Keeps new points, each replacing an older one of the same rate, delay and privilege.
+pub fn keep(points: &[Point], root: bool, at: &str) -> Result<std::path::PathBuf> {
+    let path = kept_path().ok_or_else(|| Error::internal("no HOME or XDG_STATE_HOME to keep the calibration in"))?;
+    let mut all = kept();
+    for p in points {
+        all.retain(|k| !(k.rate_bps == p.rate_bps && k.delay_ns == p.delay_ns && k.root == root));
+        all.push(p.kept(root, at));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::internal(format!("{}: {e}", dir.display())))?;
+    }
+    super::write_atomic(&path, &serde_json::json!({ "schema": "gridperf.lab-calibration-kept/1", "points": all }))?;
+    Ok(path)
+}
+
+/// What to say before a lab whose fastest link runs at `rate` comes up,
+/// from what calibration found on this machine with the same privilege:
+/// nothing when a calibration at that rate or above held its rate (or
+/// there is none to go by); else that it did not hold, or was not tried.
+pub fn advice(kept: &[Kept], rate: u64, root: bool) -> Option<String> {
+    use gridperf_core::units::fmt_bps;
+    let mine: Vec<&Kept> = kept.iter().filter(|k| k.root == root).collect();
+    if mine.iter().any(|k| k.rate_bps >= rate && k.rate_held) {
+        return None;
+    }
+    let who = if root { "as root" } else { "without root (no real-time priority)" };
+    if let Some(k) = mine.iter().filter(|k| k.rate_bps >= rate).min_by_key(|k| k.rate_bps) {
+        return Some(format!(
+            "{} is beyond what this machine's lab held when calibrated {who} at {} ({}: {}): this run may come out \
+             INVALID; try a lower rate, or a quieter machine",
+            fmt_bps(rate as f64),
+            fmt_bps(k.rate_bps as f64),
+            k.at,
+            k.why.as_deref().unwrap_or("missed")
+        ));
+    }
+    let best = mine.iter().filter(|k| k.rate_held).max_by_key(|k| k.rate_bps)?;
+    Some(format!(
+        "this machine's lab was calibrated {who} up to {} ({}); {} was not tried: `gridperf lab calibrate --rates {} \
+         --delays 5ms` says whether it can be emulated here",
+        fmt_bps(best.rate_bps as f64),
+        best.at,
+        fmt_bps(rate as f64),
+        // as --rates takes it: 10G, 2500M
+        match rate {
+            r if r % 1_000_000_000 == 0 => format!("{}G", r / 1_000_000_000),
+            r if r % 1_000_000 == 0 => format!("{}M", r / 1_000_000),
+            r => r.to_string(),
+        }
+    ))
+}
+
+/// [`advice`] for a lab about to come up, from what is kept.
+pub fn advice_for(spec: &LabSpec) -> Option<String> {
+    let rate = super::fastest_rate(spec)?;
+    advice(&kept(), rate, crate::host::is_root())
+}
+
 /// Takes a lab down when dropped.
 struct Down(String);
 
 impl Drop for Down {
     fn drop(&mut self) {
         let _ = super::down(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(rate_bps: u64, root: bool, rate_held: bool) -> Kept {
+        Kept {
+            rate_bps,
+            delay_ns: 5_000_000,
+            root,
+            at: "2026-11-26 01:00:00 UTC".into(),
+            rate_held,
+            targets_met: rate_held,
+            why: (!rate_held).then(|| "the load did not overload the link".into()),
+        }
+    }
+
+    #[test]
+    fn a_lab_beyond_what_calibration_held_is_said_before_its_run() {
+        let kept = [k(1_000_000_000, true, true), k(10_000_000_000, true, false), k(10_000_000_000, false, true)];
+        // held at that rate or above: nothing to say
+        assert_eq!(advice(&kept, 1_000_000_000, true), None);
+        assert_eq!(advice(&kept, 500_000_000, true), None);
+        // the calibration at 10G did not hold, as root: said, with why and when
+        let w = advice(&kept, 5_000_000_000, true).expect("said");
+        assert!(w.contains("5.00 Gbit/s is beyond") && w.contains("at 10.00 Gbit/s"), "{w}");
+        assert!(w.contains("the load did not overload the link") && w.contains("2026-11-26"), "{w}");
+        // each privilege by its own calibration: without root 10G held
+        assert_eq!(advice(&kept, 10_000_000_000, false), None);
+        // above anything tried: the highest that held, and how to try
+        let w = advice(&[k(1_000_000_000, true, true)], 2_500_000_000, true).expect("said");
+        assert!(w.contains("up to 1.00 Gbit/s") && w.contains("--rates 2500M"), "{w}");
+        // nothing kept, or nothing of this privilege: nothing to go by
+        assert_eq!(advice(&[], 10_000_000_000, true), None);
+        assert_eq!(advice(&[k(1_000_000_000, false, true)], 10_000_000_000, true), None);
     }
 }

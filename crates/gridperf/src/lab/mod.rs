@@ -756,6 +756,13 @@ fn run_loopback(
 /// least: an Ethernet device's default length.
 pub const HOST_TXQUEUELEN: u32 = 1000;
 
+/// The fastest rate among a lab's links (bottleneck paths and access links).
+pub fn fastest_rate(spec: &LabSpec) -> Option<u64> {
+    let links =
+        spec.bottleneck().into_iter().flat_map(|(ab, ba)| [ab, ba]).chain(spec.access.iter().map(|(_, l)| l.clone()));
+    links.filter_map(|l| l.rate_bps).max()
+}
+
 /// The TUN queue of a lab's hosts: [`HOST_TXQUEUELEN`], or 5 ms of the
 /// fastest link in full-size packets where that is more (4,167 at 10
 /// Gbit/s). A queue that overflows while the emulator is held up a
@@ -763,9 +770,7 @@ pub const HOST_TXQUEUELEN: u32 = 1000;
 /// lost 745 to a queue of 1000 under one TCP flow); a hold-up long enough
 /// to matter is counted as such either way.
 pub fn host_txqueuelen(spec: &LabSpec) -> u32 {
-    let links =
-        spec.bottleneck().into_iter().flat_map(|(ab, ba)| [ab, ba]).chain(spec.access.iter().map(|(_, l)| l.clone()));
-    let fastest = links.filter_map(|l| l.rate_bps).max().unwrap_or(0);
+    let fastest = fastest_rate(spec).unwrap_or(0);
     let packets = fastest as f64 * 0.005 / (8.0 * spec.mtu.max(1500) as f64);
     (packets.ceil() as u32).clamp(HOST_TXQUEUELEN, 100_000)
 }

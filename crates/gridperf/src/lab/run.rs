@@ -110,6 +110,9 @@ impl LabRun {
         let description = spec.description.clone();
         let profile = spec.profile.clone().unwrap_or_default();
         let name = spec.name.clone();
+        if let Some(w) = super::calibrate::advice_for(&spec) {
+            eprintln!("gridperf: warning: {w}");
+        }
         let st = super::up(spec)?;
         let run = LabRun {
             name,

@@ -493,13 +493,38 @@ fn calibration_at_10_gbit_per_s_overloads_the_link_and_finds_its_rate() {
         return;
     }
     let _serial = serial();
-    let o = run(&["lab", "calibrate", "--rates", "10G", "--delays", "5ms", "--seconds", "1", "--json"]);
+    // its own state directory: what calibration keeps is read by every lab after
+    let state = std::env::temp_dir().join(format!("gridperf-cal-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let gp = |args: &[&str]| crate::bin().env("XDG_STATE_HOME", &state).args(args).output().expect("gridperf");
+    let o = gp(&["lab", "calibrate", "--rates", "10G", "--delays", "5ms", "--seconds", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let p = &v["points"][0];
     let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
     assert!(f("offered_rate_bps") > 1.02e10, "the load did not overload the link: {p}");
     assert!(f("rate_error").abs() <= 0.01, "rate {} bit/s: {p}", f("measured_rate_bps"));
+    // kept, and said before a lab beyond it comes up: 20G was not tried
+    // (when 10G held its rate), or nothing to go by (when it did not)
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("gridperf/lab-calibration.json")).expect("kept"))
+            .expect("json");
+    let held = kept["points"][0]["rate_held"].as_bool().expect("rate_held");
+    let o = gp(&["lab", "up", "--name", "cal20g", "--rate", "20G", "--rtt", "1ms"]);
+    let _ = gp(&["lab", "down", "--name", "cal20g"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    if held {
+        assert!(
+            err.contains("calibrated as root up to 10.00 Gbit/s")
+                || err.contains("calibrated without root (no real-time priority) up to 10.00 Gbit/s"),
+            "{err}"
+        );
+        assert!(err.contains("20.00 Gbit/s was not tried"), "{err}");
+    } else {
+        assert!(!err.contains("warning"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]
