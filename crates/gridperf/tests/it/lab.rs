@@ -445,7 +445,14 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     // the rate and the queue bound are the emulator's alone; the delay's
     // median error is the emulator's plus the hosts' wake-ups
     let _serial = serial();
-    let o = run(&["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"]);
+    // its own state directory: what calibration keeps is read by every lab after
+    let state = std::env::temp_dir().join(format!("gridperf-cal100-state-{}", std::process::id()));
+    let o = crate::bin()
+        .env("XDG_STATE_HOME", &state)
+        .args(["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"])
+        .output()
+        .expect("gridperf");
+    let _ = std::fs::remove_dir_all(&state);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["schema"], "gridperf.lab-calibration/1");
