@@ -110,6 +110,10 @@ pub struct VerdictContext {
     /// The rate the sender was paced at (--pacing, a sweep's delay), if any.
     #[serde(default)]
     pub pacing_bps: Option<u64>,
+    /// Streams sharing the path in this stream's direction (0 or 1: alone):
+    /// each needs only its share of the BDP in its window.
+    #[serde(default)]
+    pub streams: u32,
 }
 
 /// What limited a stream, most binding first.
@@ -305,6 +309,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
                 window,
                 min_rtt_us,
                 ctx.window_requested,
+                ctx.streams,
             );
     } else if sndbuf_share >= 0.2 {
         v.limit = Limit::SendBuffer;
@@ -324,6 +329,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
                 in_flight,
                 min_rtt_us,
                 ctx.window_requested,
+                ctx.streams,
             );
     } else if let Some(busy) = busy_share.filter(|&b| b < 0.5) {
         v.limit = Limit::Application;
@@ -394,22 +400,42 @@ fn buffer_advice(
     cap: Option<u64>,
     rtt_us: Option<u32>,
     window_requested: Option<u64>,
+    streams: u32,
 ) -> String {
     let now = b.max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
     // a buffer set with -w is not autotuned: tcp_rmem / tcp_wmem do not
     // apply, the kernel doubles the request and caps it at net.core.*_max
     if let (Some(w), Some(bdp)) = (window_requested, bdp) {
         let core = b.core_max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
+        // n streams fill the path with a window of BDP / n each
+        let need = if streams > 1 {
+            format!(
+                "its share of the BDP, {} ({} over {streams} streams)",
+                fmt_bytes_si(bdp.div_ceil(streams as u64)),
+                fmt_bytes_si(bdp)
+            )
+        } else {
+            format!("the BDP, {}", fmt_bytes_si(bdp))
+        };
         return format!(
-            ": -w {} makes a window of about that size; use -w of at least the BDP, {}, with {} at least that{core}",
+            ": -w {} makes a window of about that size; use -w of at least {need}, with {} at least that{core}",
             fmt_bytes_si(w),
-            fmt_bytes_si(bdp),
             b.core_sysctl
         );
     }
     if let Some(bdp) = bdp {
-        let mut t =
-            format!(": raise the {} {} maximum to at least 2 x BDP = {}{now}", b.side, b.sysctl, fmt_bytes_si(bdp * 2));
+        let (bdp, of) = if streams > 1 {
+            (bdp.div_ceil(streams as u64), format!(" (the BDP, {}, over {streams} streams)", fmt_bytes_si(bdp)))
+        } else {
+            (bdp, String::new())
+        };
+        let what = if streams > 1 { "2 x its share of the BDP" } else { "2 x BDP" };
+        let mut t = format!(
+            ": raise the {} {} maximum to at least {what} = {}{of}{now}",
+            b.side,
+            b.sysctl,
+            fmt_bytes_si(bdp * 2)
+        );
         if let Some(w) = window_requested {
             t += &format!(" and -w to at least the BDP, {} (now {})", fmt_bytes_si(bdp), fmt_bytes_si(w));
         }
@@ -989,6 +1015,28 @@ mod tests {
             assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
         }
         assert!(!v.text.contains("-w"), "{}", v.text);
+    }
+
+    #[test]
+    fn streams_sharing_a_path_each_need_their_share_of_the_bdp() {
+        // four streams across 1 Gbit/s x 268.4 ms: each fills its quarter with 8.39 MB
+        let mut a = sample(0, 0, 0, 0, 0, 0);
+        let mut b = sample(10, 10_000_000, 7_100_000, 0, 1_000_000, 0);
+        a.min_rtt_us = 270_000;
+        b.min_rtt_us = 268_400;
+        let ctx = VerdictContext {
+            path_rate_bps: Some(1_000_000_000),
+            rmem_max: Some(6_291_456),
+            window_requested: Some(4_194_304),
+            streams: 4,
+            ..ctx10s()
+        };
+        let v = verdict(&[a, b], &ctx);
+        for want in ["its share of the BDP, 8.39 MB (33.6 MB over 4 streams)", "-w 4.19 MB"] {
+            assert!(v.text.contains(want), "{want:?} not in {:?}", v.text);
+        }
+        let v = verdict(&[a, b], &VerdictContext { window_requested: None, ..ctx });
+        assert!(v.text.contains("2 x its share of the BDP = 16.8 MB (the BDP, 33.6 MB, over 4 streams)"), "{}", v.text);
     }
 
     #[test]

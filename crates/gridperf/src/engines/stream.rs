@@ -363,6 +363,7 @@ fn assemble(
                     core_rmem_max: recv_env.sysctls.get("net.core.rmem_max").and_then(|v| v.parse().ok()),
                     core_wmem_max: send_env.sysctls.get("net.core.wmem_max").and_then(|v| v.parse().ok()),
                     pacing_bps: spec.pacing_bps,
+                    streams: layout.iter().filter(|&&(_, u)| u == up).count() as u32,
                 },
             )
         });

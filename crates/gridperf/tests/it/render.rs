@@ -240,6 +240,7 @@ fn tcp_stream(index: u32, bytes: u64, cwnd0: u32) -> StreamResult {
             core_rmem_max: Some(212_992),
             core_wmem_max: Some(212_992),
             pacing_bps: None,
+            streams: 1,
         },
     );
     let receiver = stream_end(index, false, bytes, Proto::Tcp);
