@@ -5,7 +5,6 @@ use crate::commands::copy::{End, Opts};
 use crate::engines::copy::CopyOptions;
 use crate::error::{Error, Result};
 use crate::runner::{resolve_family, Deadlines};
-use crate::store::StoreChoice;
 use clap::Args;
 use std::time::Duration;
 
@@ -114,14 +113,8 @@ pub struct CopyArgs {
     /// "broken","data":{t_s, stream, new_stream, why}} as they happen, then {"event":"end","data":<gridperf.copy/1>}.
     #[arg(long, conflicts_with = "json")]
     pub json_stream: bool,
-    /// The results store: a SQLite file (default
-    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
-    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
-    /// Do not store this copy.
-    #[arg(long, conflicts_with = "db")]
-    pub no_store: bool,
+    #[command(flatten)]
+    pub store: super::StoreArgs,
     /// Test seam: the writing end (an agent of this process) damages the N-th block it receives.
     #[arg(long, hide = true, value_name = "N")]
     pub fault_flip_block: Option<u64>,
@@ -261,7 +254,7 @@ impl TryFrom<CopyArgs> for Opts {
                 idle: duration(&a.idle, "--idle")?,
                 encrypt: a.encrypt,
             },
-            store: StoreChoice::new(a.db, a.no_store),
+            store: a.store.choice(),
             json: a.json,
             json_stream: a.json_stream,
             fault_flip_block: a.fault_flip_block,

@@ -12,7 +12,6 @@ use crate::engines::stream::StreamOptions;
 use crate::engines::transfer::{self, TransferOptions, PAPER_TOTAL};
 use crate::error::{Error, Result};
 use crate::runner::{resolve, resolve_family, Deadlines, Family, Network};
-use crate::store::StoreChoice;
 use clap::Args;
 use gridperf_core::model::Variant;
 use gridperf_core::plan::{check_limits, parse_protos, parse_sizes};
@@ -89,14 +88,8 @@ pub struct EchoArgs {
     /// both hosts a per-namespace sysctl: net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
     #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
     pub lab_sets: Vec<String>,
-    /// The results store every point is written to: a SQLite file (default
-    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
-    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
-    /// Do not store this run.
-    #[arg(long, conflicts_with = "db")]
-    pub no_store: bool,
+    #[command(flatten)]
+    pub store: super::StoreArgs,
     /// Print JSON (schema documented in docs/json.md) instead of a table (iperf3's -J).
     #[arg(short = 'J', long, conflicts_with = "csv")]
     pub json: bool,
@@ -272,14 +265,8 @@ pub struct StreamArgs {
     /// Print JSON (schema in docs/json.md) instead of the table (iperf3's -J).
     #[arg(short = 'J', long)]
     pub json: bool,
-    /// The results store: a SQLite file (default
-    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
-    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
-    /// Do not store this run.
-    #[arg(long, conflicts_with = "db")]
-    pub no_store: bool,
+    #[command(flatten)]
+    pub store: super::StoreArgs,
     /// Test seam: the local agent resets stream 0's connection after this many bytes.
     #[arg(long, hide = true, value_name = "BYTES")]
     pub fault_break_stream: Option<u64>,
@@ -339,14 +326,8 @@ pub struct FanoutArgs {
     /// Print CSV instead of the table.
     #[arg(long)]
     pub csv: bool,
-    /// The results store: a SQLite file (default
-    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
-    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
-    /// Do not store this sweep.
-    #[arg(long, conflicts_with = "db")]
-    pub no_store: bool,
+    #[command(flatten)]
+    pub store: super::StoreArgs,
     /// Across a lab of this profile: the server on host a1, one consumer per host on the far side.
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
@@ -498,7 +479,7 @@ impl TryFrom<RttArgs> for commands::rtt::Opts {
                 rounds: a.rounds,
                 retries: a.retries,
             },
-            store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
+            store: a.echo.store.choice(),
             format: format(a.echo.json, a.echo.csv),
             verbose: a.echo.verbose,
         })
@@ -531,7 +512,7 @@ impl TryFrom<TransferArgs> for commands::transfer::Opts {
         Ok(commands::transfer::Opts {
             place,
             transfer: TransferOptions { echo, total, repeat: a.repeat, warmup_runs: a.warmup_runs },
-            store: StoreChoice::new(a.echo.db.clone(), a.echo.no_store),
+            store: a.echo.store.choice(),
             format: format(a.echo.json, a.echo.csv),
             verbose: a.echo.verbose,
         })
@@ -657,7 +638,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
                 Some(p) => Some((p.clone(), a.snaplen)),
                 None => None,
             },
-            store: StoreChoice::new(a.db.clone(), a.no_store),
+            store: a.store.choice(),
             json: a.json,
             sweep,
             yes: a.yes,
@@ -815,12 +796,7 @@ impl TryFrom<FanoutArgs> for commands::fanout::Opts {
                 Some(commands::fanout::Lab { profile: profile.clone(), sets: a.lab_sets.clone(), hosts })
             }
         };
-        Ok(commands::fanout::Opts {
-            fanout: opts,
-            lab,
-            store: StoreChoice::new(a.db.clone(), a.no_store),
-            format: format(a.json, a.csv),
-        })
+        Ok(commands::fanout::Opts { fanout: opts, lab, store: a.store.choice(), format: format(a.json, a.csv) })
     }
 }
 

@@ -457,6 +457,25 @@ pub fn peer_habit(command: Option<&str>, arg: &str) -> Option<String> {
     })
 }
 
+/// Where a measurement's results go, as every measuring command takes it.
+#[derive(clap::Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// The results store: a SQLite file (default
+    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
+    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
+    #[arg(long, value_name = "PATH|DSN")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not store the results.
+    #[arg(long, conflicts_with = "db")]
+    pub no_store: bool,
+}
+
+impl StoreArgs {
+    pub fn choice(&self) -> crate::store::StoreChoice {
+        crate::store::StoreChoice::new(self.db.clone(), self.no_store)
+    }
+}
+
 /// The results store: the one given (--db, else GRIDPERF_DB), or the default.
 pub fn db_path(p: &Option<std::path::PathBuf>) -> std::path::PathBuf {
     crate::store::named(p.clone()).unwrap_or_else(crate::store::default_path)

@@ -30,11 +30,8 @@ pub struct SurveyArgs {
     /// Leave out the transfer-time measurements.
     #[arg(long)]
     pub no_transfer: bool,
-    /// The results store: a SQLite file (default
-    /// ~/.local/share/gridperf/results.db) or a PostgreSQL archive
-    /// (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub db: DbArg,
     /// Where to write the report.
     #[arg(short, long, default_value = "gridperf-report.html", value_name = "FILE")]
     pub output: std::path::PathBuf,
@@ -174,7 +171,7 @@ impl TryFrom<SurveyArgs> for commands::survey::Opts {
         let (transfer_sizes, transfer_total) = transfer_plan(a.quick, a.no_transfer);
         Ok(commands::survey::Opts {
             spec: SurveySpec { networks, protos, sizes, quick: a.quick, transfer_sizes, transfer_total },
-            db: db_path(&a.db),
+            db: db_path(&a.db.db),
             output: a.output,
             resume: a.resume,
         })

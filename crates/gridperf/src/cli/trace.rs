@@ -23,14 +23,8 @@ pub struct TraceArgs {
     /// Print the time series as CSV: a row per connection, direction and interval.
     #[arg(long)]
     pub csv: bool,
-    /// The results store, from which `report` draws the stored trace: a
-    /// SQLite file (default ~/.local/share/gridperf/results.db) or a
-    /// PostgreSQL archive (postgres://USER@HOST/DB); GRIDPERF_DB when not given.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
-    /// Do not store this trace.
-    #[arg(long, conflicts_with = "db")]
-    pub no_store: bool,
+    #[command(flatten)]
+    pub store: super::StoreArgs,
 }
 
 impl TryFrom<TraceArgs> for Opts {
@@ -40,13 +34,6 @@ impl TryFrom<TraceArgs> for Opts {
         if interval < std::time::Duration::from_millis(1) {
             return Err(Error::usage(format!("--interval {}: give 1ms or more", a.interval)));
         }
-        Ok(Opts {
-            file: a.file,
-            interval,
-            filter: a.filter,
-            json: a.json,
-            csv: a.csv,
-            store: crate::store::StoreChoice::new(a.db, a.no_store),
-        })
+        Ok(Opts { file: a.file, interval, filter: a.filter, json: a.json, csv: a.csv, store: a.store.choice() })
     }
 }
