@@ -25,7 +25,7 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             let f = gridperf::cli::format(a.echo.json, a.echo.csv);
             go(a, f, commands::transfer::run)
         }
-        Command::Stream(a) => go(*a, table, commands::stream::run),
+        Command::Stream(a) => go(*a, table, stream_or_sweep),
         Command::Fanout(a) => {
             let f = gridperf::cli::format(a.json, a.csv);
             go(a, f, commands::fanout::run)
@@ -52,6 +52,15 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
         Command::Man(a) => {
             gridperf::cli::man_pages().and_then(|p| commands::man(p, a.dir, &mut Output::stdout(table))).map(|()| None)
         }
+    }
+}
+
+/// `gridperf stream`: a sweep when it has axes (--sweep, --preset), else one test.
+fn stream_or_sweep(o: commands::stream::Opts, out: &mut Output) -> Result<()> {
+    if o.sweep.is_empty() {
+        commands::stream::run(o, out)
+    } else {
+        commands::sweep::run(o, out)
     }
 }
 

@@ -26,7 +26,7 @@ pub struct Opts {
     /// The unit rates are printed in (-f).
     pub units: render::stream::Units,
     /// The settings swept (--sweep), in the order given; empty: one test.
-    pub sweep: Vec<super::sweep::Axis>,
+    pub sweep: Vec<gridperf_core::model::Axis>,
     /// Go ahead with a sweep over an hour long.
     pub yes: bool,
     /// The sender's NIC rate a swept per-packet delay is reckoned against.
@@ -39,10 +39,8 @@ pub struct Opts {
     pub in_sweep: Option<i64>,
 }
 
+/// One stream test (a sweep, `o.sweep` not empty, is `commands::sweep::run`).
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
-    if !o.sweep.is_empty() {
-        return super::sweep::run(o, out);
-    }
     let live = !o.json;
     let r = measure(&o, out, live)?;
     if let Some(path) = &o.timeline {
