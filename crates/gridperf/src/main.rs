@@ -25,14 +25,26 @@ fn dispatch(command: Command) -> Result<Option<i32>> {
             let f = gridperf::cli::format(a.echo.json, a.echo.csv);
             go(a, f, commands::transfer::run)
         }
-        Command::Stream(a) => go(*a, table, stream_or_sweep),
+        Command::Stream(a) => {
+            let f = gridperf::cli::format(a.json, false);
+            go(*a, f, stream_or_sweep)
+        }
         Command::Fanout(a) => {
             let f = gridperf::cli::format(a.json, a.csv);
             go(a, f, commands::fanout::run)
         }
-        Command::Copy(a) => go(*a, table, commands::copy::run),
-        Command::Tune(a) => go(a, table, commands::tune::run),
-        Command::Trace(a) => go(a, table, commands::trace::run),
+        Command::Copy(a) => {
+            let f = gridperf::cli::format(a.json, false);
+            go(*a, f, commands::copy::run)
+        }
+        Command::Tune(a) => {
+            let f = gridperf::cli::format(a.json, false);
+            go(a, f, commands::tune::run)
+        }
+        Command::Trace(a) => {
+            let f = gridperf::cli::format(a.json, a.csv);
+            go(a, f, commands::trace::run)
+        }
         Command::Survey(a) => {
             let f = gridperf::cli::format(a.json, false);
             go(a, f, commands::survey::run)

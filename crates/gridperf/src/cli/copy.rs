@@ -255,7 +255,6 @@ impl TryFrom<CopyArgs> for Opts {
                 encrypt: a.encrypt,
             },
             store: a.store.choice(),
-            json: a.json,
             json_stream: a.json_stream,
             fault_flip_block: a.fault_flip_block,
             verbose: a.verbose,

@@ -639,7 +639,6 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
                 None => None,
             },
             store: a.store.choice(),
-            json: a.json,
             sweep,
             yes: a.yes,
             nic_rate_bps: nic_rate.map(|r| rate(r, "--nic-rate")).transpose()?,

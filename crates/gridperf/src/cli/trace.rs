@@ -34,6 +34,6 @@ impl TryFrom<TraceArgs> for Opts {
         if interval < std::time::Duration::from_millis(1) {
             return Err(Error::usage(format!("--interval {}: give 1ms or more", a.interval)));
         }
-        Ok(Opts { file: a.file, interval, filter: a.filter, json: a.json, csv: a.csv, store: a.store.choice() })
+        Ok(Opts { file: a.file, interval, filter: a.filter, store: a.store.choice() })
     }
 }

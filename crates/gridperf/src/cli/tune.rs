@@ -124,7 +124,6 @@ impl TryFrom<TuneArgs> for Opts {
             apply: a.apply,
             app_buffer: buffer(&a.buffer, "--buffer")?,
             write_sysctl: a.write_sysctl,
-            json: a.json,
         })
     }
 }

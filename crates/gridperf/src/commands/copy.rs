@@ -3,6 +3,7 @@
 //! a file beneath a `gridperf serve --root` agent's root; two local paths
 //! copy through an agent of this process rooted at the destination.
 
+use super::Format;
 use super::Output;
 use crate::agent::LocalAgent;
 use crate::engines::copy::{self as dp, CopyOptions, Job, SourceFile};
@@ -33,7 +34,6 @@ pub struct Opts {
     pub dests_more: Vec<End>,
     pub copy: CopyOptions,
     pub store: StoreChoice,
-    pub json: bool,
     /// JSON lines on stdout as the copy runs (as iperf3's --json-stream):
     /// each interval, each event of the pool, then the whole result.
     pub json_stream: bool,
@@ -386,7 +386,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     if o.json_stream {
         let end = serde_json::json!({ "event": "end", "data": r });
         out.print(&format!("{end}\n"))?;
-    } else if o.json {
+    } else if out.format == Format::Json {
         out.json(&r)?;
     } else {
         out.print(&render::copy::table(&r))?;

@@ -1,6 +1,7 @@
 //! `gridperf stream`: bulk throughput, each run stored, the intervals
 //! printed live, the table or JSON at the end.
 
+use super::Format;
 use super::{lab_valid, Output, Place};
 use crate::engines::stream::{self, StreamOptions};
 use crate::error::{Error, Result};
@@ -22,7 +23,6 @@ pub struct Opts {
     /// Capture the test's packets here (and the snap length), then compare the capture with TCP_INFO.
     pub capture: Option<(PathBuf, u32)>,
     pub store: StoreChoice,
-    pub json: bool,
     /// The unit rates are printed in (-f).
     pub units: render::stream::Units,
     /// The settings swept (--sweep), in the order given; empty: one test.
@@ -41,13 +41,13 @@ pub struct Opts {
 
 /// One stream test (a sweep, `o.sweep` not empty, is `commands::sweep::run`).
 pub fn run(o: Opts, out: &mut Output) -> Result<()> {
-    let live = !o.json;
+    let live = out.format == Format::Table;
     let r = measure(&o, out, live)?;
     if let Some(path) = &o.timeline {
         std::fs::write(path, render::stream::timeline(&r, path.extension().is_some_and(|e| e == "csv")))
             .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
     }
-    if o.json {
+    if out.format == Format::Json {
         out.json(&r)?;
     } else {
         out.print(&render::stream::table(&r, o.best, o.units))?;

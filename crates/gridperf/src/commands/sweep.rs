@@ -308,7 +308,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     if let (Some(s), Some(id)) = (&store, sweep_id) {
         s.finish_sweep(id, if failed > 0 { "incomplete" } else { "done" })?;
     }
-    if o.json {
+    if out.format == Format::Json {
         out.json(&serde_json::json!({
             "schema": SWEEP_SCHEMA,
             "sweep_id": sweep_id,

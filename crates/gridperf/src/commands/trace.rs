@@ -1,6 +1,7 @@
 //! `gridperf trace FILE`: a packet capture's TCP connections over time,
 //! and the same verdict `stream` gives from TCP_INFO, from the capture alone.
 
+use super::Format;
 use super::Output;
 use crate::error::{Error, Result};
 use crate::render;
@@ -15,8 +16,6 @@ pub struct Opts {
     pub interval: Duration,
     /// ADDR, ADDR:PORT or :PORT: only connections with such an endpoint.
     pub filter: Option<String>,
-    pub json: bool,
-    pub csv: bool,
     pub store: crate::store::StoreChoice,
 }
 
@@ -156,9 +155,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         out.note(&format!("gridperf trace: {e}"));
     }
     store(&o, &r, started, out)?;
-    if o.json {
+    if out.format == Format::Json {
         out.json(&r)?;
-    } else if o.csv {
+    } else if out.format == Format::Csv {
         out.print(&render::trace::csv(&r))?;
     } else {
         out.print(&render::trace::table(&r))?;

@@ -2,6 +2,7 @@
 //! host's settings, an agent's, or a running lab's hosts', and what to set;
 //! with `--apply`, set it in the lab and read it back.
 
+use super::Format;
 use super::Output;
 use crate::engines::tune as probes;
 use crate::error::{Error, Result};
@@ -47,7 +48,6 @@ pub struct Opts {
     /// The socket buffer an application sets (iperf -w), if it does.
     pub app_buffer: Option<u64>,
     pub write_sysctl: Option<PathBuf>,
-    pub json: bool,
 }
 
 const DEADLINES: Deadlines = Deadlines {
@@ -73,7 +73,7 @@ fn from_host(o: &Opts, addr: SocketAddr, kernel: Option<String>, out: &mut Outpu
     let rate_bps = match (o.rate_bps, o.measure_rate) {
         (Some(r), _) => r,
         (None, Some((offer, secs))) => {
-            if !o.json {
+            if out.format == Format::Table {
                 out.note(&format!(
                     "gridperf tune: probing the rate with {} of UDP for {secs} s",
                     fmt_bps(offer as f64)
@@ -201,7 +201,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             [x, y] => (x.settings().0, y.settings().0),
             _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
         };
-        let json = o.json;
+        let json = out.format == Format::Json;
         let say: probes::Say = std::sync::Arc::new(move |m: &str| {
             if !json {
                 eprintln!("gridperf tune: {m}");
@@ -270,7 +270,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         }
         view.after = Some(directions(&advise_all(&again), p, app));
     }
-    if o.json {
+    if out.format == Format::Json {
         return out.json(&view);
     }
     out.print(&render::tune::text(&view))
