@@ -6,7 +6,7 @@
 //! (`datapath::copy`).
 
 use super::data::{self, accept_all};
-use super::session::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, wire_code, Fail};
 use super::Shared;
 use crate::datapath::copy::{self as dp, BlockQueue, Crypt, SinkRules, SourceFile, StreamWork};
 use crate::{ctl, host};

@@ -5,7 +5,7 @@
 //! connection too: a client that hangs up after `ready` frees its slot at
 //! once instead of holding it until the deadline.
 
-use super::session::{send_error, Fail};
+use super::reply::{send_error, Fail};
 use crate::ctl;
 use crate::datapath::read_hello;
 use gridperf_core::wire::{AgentMsg, ClientMsg, DataHello, ErrorCode};

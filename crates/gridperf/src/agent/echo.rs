@@ -3,7 +3,7 @@
 //! the count is done or the client ends it.
 
 use super::data::{self, accept_all};
-use super::session::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, wire_code, Fail};
 use super::Shared;
 use crate::datapath::{is_wait, sendfile_full, write_full, DataSock, RawFdRef, AGENT_POLL_SLICE};
 use crate::{ctl, host};

@@ -3,7 +3,7 @@
 //! blocking, as the document's clients do, until the client says Finish.
 
 use super::data::{self, accept_one};
-use super::session::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, wire_code, Fail};
 use super::Shared;
 use crate::{ctl, host};
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, DataKind, ErrorCode, FanoutSpec};

@@ -15,6 +15,7 @@ mod data;
 pub mod echo;
 mod fanout;
 pub mod metrics;
+mod reply;
 mod session;
 mod slots;
 mod stream;
@@ -486,7 +487,7 @@ impl Agent {
                             gridperf_core::wire::printable(&e.to_string())
                         ));
                         if let Some(c) = closer {
-                            session::close_after_error(c);
+                            reply::close_after_error(c);
                         }
                     }
                     drop(admitted);

@@ -2,7 +2,7 @@
 //! all taken is told "busy" at once, or waits in a bounded queue if it
 //! asked to, leaving it if it hangs up.
 
-use super::session::{send_error, Fail};
+use super::reply::{send_error, Fail};
 use super::Shared;
 use gridperf_core::wire::{self, AgentMsg, ErrorCode};
 use std::net::TcpStream;

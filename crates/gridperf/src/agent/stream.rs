@@ -5,7 +5,7 @@
 //! Finish with the agent's record.
 
 use super::data::{self, accept_all, control_state, out_of_turn, Control};
-use super::session::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, wire_code, Fail};
 use super::Shared;
 use crate::datapath::stream::{launch, Slot, Sock};
 use crate::{ctl, host};
