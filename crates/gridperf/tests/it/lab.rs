@@ -736,9 +736,17 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
 /// its lab is up and the stream has flowed a second; the run and the labs
 /// there were before it.
 fn stream_across_a_lab(stderr: Stdio) -> (Child, Vec<String>) {
+    stream_across(stderr, &["--lab", "crossover-fe"])
+}
+
+/// A 30 s stream across a lab of its own (`lab`: the --lab arguments),
+/// once its lab is up and the stream has run a second.
+fn stream_across(stderr: Stdio, lab: &[&str]) -> (Child, Vec<String>) {
     let before = labs_named("run");
     let child = crate::bin()
-        .args(["stream", "--lab", "crossover-fe", "-t", "30", "--no-store"])
+        .arg("stream")
+        .args(lab)
+        .args(["-t", "30", "--no-store"])
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
@@ -783,8 +791,17 @@ fn a_lab_run_killed_outright_leaves_nothing_once_it_is_gone() {
         return;
     }
     let _serial = serial();
+    // at 100 Mbit/s, and at 10 Gbit/s with four streams and tens of MB in
+    // the emulator's delay line and queues (issue 33)
+    for lab in [&["--lab", "crossover-fe"][..], &["--lab", "baltic", "--lab-set", "rate=10G", "-P", "4"][..]] {
+        killed_outright_leaves_nothing(lab);
+    }
+}
+
+fn killed_outright_leaves_nothing(lab: &[&str]) {
     let labs = || labs_named("run");
-    let (mut child, before) = stream_across_a_lab(Stdio::null());
+    let emulators_before = emulators_named("run");
+    let (mut child, before) = stream_across(Stdio::null(), lab);
     // the run's agent on host b: a child of the run
     let parent = format!("PPid:\t{}", child.id());
     let agents: Vec<String> = std::fs::read_dir("/proc")
@@ -807,8 +824,14 @@ fn a_lab_run_killed_outright_leaves_nothing_once_it_is_gone() {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"))
     };
-    while labs() != before || running(&agents[0]) {
-        assert!(Instant::now() < deadline, "left 10 s after the run was killed: {:?}, agent {}", labs(), agents[0]);
+    // its state, its namespaces, its agent and its emulator
+    while labs() != before || running(&agents[0]) || emulators_named("run") != emulators_before {
+        assert!(
+            Instant::now() < deadline,
+            "{lab:?}: left 10 s after the run was killed: {:?}, agent {}",
+            labs(),
+            agents[0]
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
