@@ -41,12 +41,41 @@ pub fn netns_hold() -> io::Result<OwnedFd> {
     .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
 }
 
+/// Makes /run/netns a shared mount point of its own, as iproute2 does
+/// before its first namespace. Otherwise a later `ip netns add` binds the
+/// directory onto itself, and the namespaces mounted here before end up
+/// beneath that mount: neither unmounted nor removed by name, they outlive
+/// their lab (umount2 EINVAL, unlink EBUSY).
+fn netns_dir_shared() -> io::Result<()> {
+    let dir = CString::new(NETNS_DIR).expect("no NUL in a literal");
+    let (none, empty) = (CString::new("none").expect("literal"), CString::new("").expect("literal"));
+    let share = || {
+        // SAFETY: valid C strings; a propagation change takes no data.
+        cvt_i(unsafe {
+            libc::mount(empty.as_ptr(), dir.as_ptr(), none.as_ptr(), libc::MS_SHARED | libc::MS_REC, std::ptr::null())
+        })
+    };
+    match share() {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // not a mount point yet: bind it onto itself, then share it
+            // SAFETY: as above; a bind mount takes no data.
+            cvt_i(unsafe {
+                libc::mount(dir.as_ptr(), dir.as_ptr(), none.as_ptr(), libc::MS_BIND | libc::MS_REC, std::ptr::null())
+            })?;
+            share().map(drop)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Creates a named network namespace that `ip netns exec NAME ...` can use:
 /// a new namespace bind-mounted on /run/netns/NAME. Needs CAP_SYS_ADMIN.
 /// Fails if the name is taken.
 pub fn netns_create(name: &str) -> io::Result<()> {
     let path = netns_path(name)?;
     std::fs::create_dir_all(NETNS_DIR)?;
+    netns_dir_shared()?;
     // SAFETY: path is a valid C string; the file is created empty and closed at once.
     let fd = cvt_i(unsafe {
         libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o444)
