@@ -493,10 +493,13 @@ fn a_lab_that_would_not_fit_in_memory_is_refused_with_the_figure_and_the_cap() {
 /// offload through the TUN devices (a UDP_SEGMENT send arrives as one
 /// super-packet; the emulator decides each datagram and writes runs of
 /// survivors as smaller ones) and a sender per 4 Gbit/s, the load
-/// overloads the link and the rate is right.
+/// overloads the link and the rate is right. At 5 Gbit/s here, which
+/// needs both: at 10G on this 2-vCPU machine the emulator takes 66-77% of
+/// a CPU and CI once saw it saturated (106%, 9.53 Gbit/s offered), so 10G
+/// is measured by bench/lab-rate.sh and crossed in CI by the kill test.
 #[test]
-fn calibration_at_10_gbit_per_s_overloads_the_link_and_finds_its_rate() {
-    if !privileged("calibration_at_10_gbit_per_s_overloads_the_link_and_finds_its_rate") {
+fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
+    if !privileged("calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate") {
         return;
     }
     let _serial = serial();
@@ -504,15 +507,15 @@ fn calibration_at_10_gbit_per_s_overloads_the_link_and_finds_its_rate() {
     let state = std::env::temp_dir().join(format!("gridperf-cal-state-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     let gp = |args: &[&str]| crate::bin().env("XDG_STATE_HOME", &state).args(args).output().expect("gridperf");
-    let o = gp(&["lab", "calibrate", "--rates", "10G", "--delays", "5ms", "--seconds", "1", "--json"]);
+    let o = gp(&["lab", "calibrate", "--rates", "5G", "--delays", "5ms", "--seconds", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let p = &v["points"][0];
     let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
-    assert!(f("offered_rate_bps") > 1.02e10, "the load did not overload the link: {p}");
+    assert!(f("offered_rate_bps") > 1.02 * 5e9, "the load did not overload the link: {p}");
     assert!(f("rate_error").abs() <= 0.01, "rate {} bit/s: {p}", f("measured_rate_bps"));
     // kept, and said before a lab beyond it comes up: 20G was not tried
-    // (when 10G held its rate), or nothing to go by (when it did not)
+    // (when 5G held its rate), or nothing to go by (when it did not)
     let kept: serde_json::Value =
         serde_json::from_slice(&std::fs::read(state.join("gridperf/lab-calibration.json")).expect("kept"))
             .expect("json");
@@ -523,8 +526,8 @@ fn calibration_at_10_gbit_per_s_overloads_the_link_and_finds_its_rate() {
     assert!(o.status.success(), "{err}");
     if held {
         assert!(
-            err.contains("calibrated as root up to 10.00 Gbit/s")
-                || err.contains("calibrated without root (no real-time priority) up to 10.00 Gbit/s"),
+            err.contains("calibrated as root up to 5.00 Gbit/s")
+                || err.contains("calibrated without root (no real-time priority) up to 5.00 Gbit/s"),
             "{err}"
         );
         assert!(err.contains("20.00 Gbit/s was not tried"), "{err}");
