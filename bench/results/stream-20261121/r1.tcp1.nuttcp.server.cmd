@@ -1,1 +1,0 @@
-nuttcp -1 --nofork -P 24132 -p 24133

@@ -1,1 +1,0 @@
-iperf -s -u -p 24212 -y C

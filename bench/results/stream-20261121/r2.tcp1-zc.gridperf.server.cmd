@@ -1,1 +1,0 @@
-/tmp/stream-peers.MigZoO/gridperf serve --port 24308 --once

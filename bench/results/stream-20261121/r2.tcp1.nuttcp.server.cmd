@@ -1,1 +1,0 @@
-nuttcp -1 --nofork -P 24244 -p 24245

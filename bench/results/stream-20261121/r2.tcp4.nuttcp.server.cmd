@@ -1,1 +1,0 @@
-nuttcp -1 --nofork -P 24276 -p 24277

@@ -1,1 +1,0 @@
-iperf -s -u -p 24324 -y C

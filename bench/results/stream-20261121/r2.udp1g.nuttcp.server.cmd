@@ -1,1 +1,0 @@
-nuttcp -1 --nofork -P 24332 -p 24333

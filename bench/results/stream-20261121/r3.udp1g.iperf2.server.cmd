@@ -1,1 +1,0 @@
-iperf -s -u -p 24436 -y C
