@@ -168,6 +168,28 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
     !fold(sum16(&h, 0))
 }
 
+/// Sets a cut packet's IP length (and, for IPv4, its id and header checksum).
+fn set_ip_header(p: &mut [u8], ip_len: usize, v6: bool, total: usize, id: u16) {
+    if v6 {
+        p[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+    } else {
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[4..6].copy_from_slice(&id.to_be_bytes());
+        let c = ipv4_checksum(&p[..ip_len]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// The pseudo-header sum (addresses, protocol, transport length) of `pkt`'s
+/// IP header, folded and not inverted, as CHECKSUM_PARTIAL packets carry it.
+fn pseudo_sum(pkt: &[u8], v6: bool, proto: u32, len: u32) -> u16 {
+    fold(if v6 {
+        sum16(&pkt[8..40], 0) + proto + (len >> 16) + (len & 0xffff)
+    } else {
+        sum16(&pkt[12..20], 0) + proto + len
+    })
+}
+
 /// Cuts a TCP super-packet into its segments, keeping those for which
 /// `keep(i)` is true. Each comes with its own virtio-net header (no GSO,
 /// checksum left to the receiver: NEEDS_CSUM with the pseudo-header sum in
@@ -217,15 +239,7 @@ pub fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<
         let p = &mut seg[VNET_HDR_LEN..];
         p[..headers].copy_from_slice(&pkt[..headers]);
         p[headers..].copy_from_slice(data);
-        let total = headers + data.len();
-        if v6 {
-            p[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
-        } else {
-            p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            p[4..6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
-            let c = ipv4_checksum(&p[..ip_len]);
-            p[10..12].copy_from_slice(&c.to_be_bytes());
-        }
+        set_ip_header(p, ip_len, v6, headers + data.len(), id0.wrapping_add(i as u16));
         let t = &mut p[ip_len..];
         t[4..8].copy_from_slice(&seq0.wrapping_add((i * mss) as u32).to_be_bytes());
         // FIN and PSH belong to the last segment, CWR to the first
@@ -238,13 +252,7 @@ pub fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<
         }
         t[13] = flags;
         // the pseudo-header sum for this segment's length, not inverted
-        let tcp_total = (tcp_len + data.len()) as u32;
-        let pseudo = if v6 {
-            sum16(&pkt[8..40], 0) + 6 + (tcp_total >> 16) + (tcp_total & 0xffff)
-        } else {
-            sum16(&pkt[12..20], 0) + 6 + tcp_total
-        };
-        t[16..18].copy_from_slice(&fold(pseudo).to_be_bytes());
+        t[16..18].copy_from_slice(&pseudo_sum(pkt, v6, 6, (tcp_len + data.len()) as u32).to_be_bytes());
         out.push(seg);
     }
     Ok(out)
@@ -287,25 +295,12 @@ fn split_udp(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<
         let p = &mut seg[VNET_HDR_LEN..];
         p[..headers].copy_from_slice(&pkt[..headers]);
         p[headers..].copy_from_slice(data);
-        let total = headers + data.len();
-        if v6 {
-            p[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
-        } else {
-            p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            // the kernel numbers a USO packet's datagrams id0, id0 + 1, ...
-            p[4..6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
-            let c = ipv4_checksum(&p[..ip_len]);
-            p[10..12].copy_from_slice(&c.to_be_bytes());
-        }
+        // the kernel numbers a USO packet's datagrams id0, id0 + 1, ...
+        set_ip_header(p, ip_len, v6, headers + data.len(), id0.wrapping_add(i as u16));
         let udp_len = (8 + data.len()) as u32;
         p[ip_len + 4..ip_len + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         // the pseudo-header sum for this length, not inverted (CHECKSUM_PARTIAL)
-        let pseudo = if v6 {
-            sum16(&pkt[8..40], 0) + 17 + (udp_len >> 16) + (udp_len & 0xffff)
-        } else {
-            sum16(&pkt[12..20], 0) + 17 + udp_len
-        };
-        p[ip_len + 6..ip_len + 8].copy_from_slice(&fold(pseudo).to_be_bytes());
+        p[ip_len + 6..ip_len + 8].copy_from_slice(&pseudo_sum(pkt, v6, 17, udp_len).to_be_bytes());
         out.push(seg);
         i = j;
     }
