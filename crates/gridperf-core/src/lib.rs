@@ -6,6 +6,7 @@
 //! - [`stats`]: exact quantiles and the warnings that go with them;
 //! - [`shape`]: whether a median describes a point (two modes, a drift);
 //! - [`compare`]: how much slower B is than A, with its 95% interval, and whether it is a finding;
+//! - [`stopping`]: when a quick survey's point has been measured enough (sequential stopping);
 //! - [`model`]: result types of every measurement, as `--json` prints them, and the [`model::Measure`] that names each kind;
 //! - [`units`]: sizes, durations and rates, parsed and formatted;
 //! - [`gso`]: offloaded TUN packets: virtio-net headers, segment lengths, splitting;
@@ -34,6 +35,7 @@ pub mod pool;
 pub mod seal;
 pub mod shape;
 pub mod stats;
+pub mod stopping;
 pub mod survey;
 pub mod svg;
 pub mod trace;
