@@ -128,3 +128,124 @@ pub fn parse_steal(stat: &str, ticks_per_s: u64) -> Vec<u64> {
         })
         .collect()
 }
+
+/// The whole machine's CPU time from /proc/stat, and its runnable tasks: what
+/// tells whether other tasks shared the machine with a measurement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MachineTimes {
+    /// Each CPU's busy time (user, nice, system, irq, softirq), ns.
+    pub busy_ns: Vec<u64>,
+    /// Each CPU's idle time (idle, iowait), ns.
+    pub idle_ns: Vec<u64>,
+    /// Each CPU's steal, ns.
+    pub steal_ns: Vec<u64>,
+    /// Tasks runnable right now (procs_running, this reader included).
+    pub procs_running: u64,
+}
+
+/// The machine's CPU times now (empty where /proc/stat cannot be read).
+pub fn machine_times() -> MachineTimes {
+    // SAFETY: sysconf reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    std::fs::read_to_string("/proc/stat")
+        .map(|t| parse_machine_times(&t, if ticks > 0 { ticks as u64 } else { 100 }))
+        .unwrap_or_default()
+}
+
+/// [`MachineTimes`] from /proc/stat's text (clock ticks per second given).
+pub fn parse_machine_times(stat: &str, ticks_per_s: u64) -> MachineTimes {
+    let tick = 1_000_000_000 / ticks_per_s.max(1);
+    let mut out = MachineTimes::default();
+    for l in stat.lines() {
+        if l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit) {
+            let v: Vec<u64> = l.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
+            let at = |i: usize| v.get(i).copied().unwrap_or(0).saturating_mul(tick);
+            // user nice system idle iowait irq softirq steal (guest is within user)
+            out.busy_ns.push(at(0) + at(1) + at(2) + at(5) + at(6));
+            out.idle_ns.push(at(3) + at(4));
+            out.steal_ns.push(at(7));
+        } else if let Some(n) = l.strip_prefix("procs_running ") {
+            out.procs_running = n.trim().parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// The CPU time (user and system) of a process and of every process
+/// descended from it, ns, from /proc (what gridperf itself used: its lab's
+/// emulator and agents are its children).
+pub fn tree_cpu_time_ns(root: u32) -> u64 {
+    // SAFETY: sysconf reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let tick = 1_000_000_000 / if ticks > 0 { ticks as u64 } else { 100 };
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    // pid -> (parent, utime + stime in ticks)
+    let mut procs: Vec<(u32, u32, u64)> = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        if let Some((ppid, t)) = parse_pid_stat(&stat) {
+            procs.push((pid, ppid, t));
+        }
+    }
+    let mut ours = vec![root];
+    let mut total = 0;
+    // parents come before children in most listings, but not always: repeat until nothing is added
+    loop {
+        let before = ours.len();
+        for &(pid, ppid, _) in &procs {
+            if !ours.contains(&pid) && ours.contains(&ppid) {
+                ours.push(pid);
+            }
+        }
+        if ours.len() == before {
+            break;
+        }
+    }
+    for &(pid, _, t) in &procs {
+        if ours.contains(&pid) {
+            total += t;
+        }
+    }
+    total.saturating_mul(tick)
+}
+
+/// The parent and the CPU ticks (utime + stime) in a /proc/PID/stat line.
+pub fn parse_pid_stat(stat: &str) -> Option<(u32, u64)> {
+    // the command name is in parentheses and may hold spaces: fields follow the last ')'
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // state ppid ... utime (14th of the line, 12th here) stime
+    let ppid = f.get(1)?.parse().ok()?;
+    let (u, s): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    Some((ppid, u + s))
+}
+
+#[cfg(test)]
+mod machine_tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_is_read_per_cpu() {
+        let text = "cpu  10 2 3 40 5 6 7 8 0 0\ncpu0 10 2 3 40 5 6 7 8 0 0\ncpu1 1 1 1 1 1 1 1 1 0 0\nintr 1\nprocs_running 3\nprocs_blocked 0\n";
+        let m = parse_machine_times(text, 100);
+        assert_eq!(m.busy_ns, vec![(10 + 2 + 3 + 6 + 7) * 10_000_000, 5 * 10_000_000]);
+        assert_eq!(m.idle_ns, vec![45 * 10_000_000, 2 * 10_000_000]);
+        assert_eq!(m.steal_ns, vec![80_000_000, 10_000_000]);
+        assert_eq!(m.procs_running, 3);
+        assert!(!machine_times().busy_ns.is_empty());
+    }
+
+    #[test]
+    fn a_pid_stat_line_with_spaces_in_its_name() {
+        let line = "1234 (my (odd) name) S 77 1234 1234 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 1 0 5 1 1";
+        assert_eq!(parse_pid_stat(line), Some((77, 281)));
+        assert_eq!(parse_pid_stat("garbage"), None);
+        // burn 60 ms of CPU: the tree's time (in 10 ms ticks) holds it
+        let mut x = 0u64;
+        while process_cpu_time_ns().0 < 60_000_000 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        assert!(tree_cpu_time_ns(std::process::id()) >= 30_000_000);
+    }
+}

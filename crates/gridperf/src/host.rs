@@ -90,6 +90,35 @@ pub fn cpus() -> Vec<usize> {
     gridperf_sys::thread_affinity().unwrap_or_default()
 }
 
+/// How the machine's CPUs are used over `window` from now: each allowed
+/// CPU with its busy share, idlest first; and the share of all of them
+/// that other tasks took (busy less gridperf's own processes).
+pub fn look_at_cpus(window: std::time::Duration) -> (Vec<(usize, f64)>, f64) {
+    let me = std::process::id();
+    let (before, ours0) = (gridperf_sys::machine_times(), gridperf_sys::tree_cpu_time_ns(me));
+    std::thread::sleep(window);
+    let (after, ours1) = (gridperf_sys::machine_times(), gridperf_sys::tree_cpu_time_ns(me));
+    let ours = ours1.saturating_sub(ours0) as f64;
+    let allowed = cpus();
+    let mut per: Vec<(usize, f64)> = Vec::new();
+    let (mut busy_all, mut total_all) = (0.0, 0.0);
+    for (c, ((b1, b0), (i1, i0))) in
+        after.busy_ns.iter().zip(&before.busy_ns).zip(after.idle_ns.iter().zip(&before.idle_ns)).enumerate()
+    {
+        let busy = b1.saturating_sub(*b0) as f64;
+        let idle = i1.saturating_sub(*i0) as f64;
+        let steal = after.steal_ns.get(c).zip(before.steal_ns.get(c)).map(|(a, b)| a.saturating_sub(*b)).unwrap_or(0);
+        let total = busy + idle + steal as f64;
+        busy_all += busy;
+        total_all += total;
+        if allowed.contains(&c) {
+            per.push((c, if total > 0.0 { busy / total } else { 0.0 }));
+        }
+    }
+    per.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    (per, if total_all > 0.0 { (busy_all - ours).max(0.0) / total_all } else { 0.0 })
+}
+
 pub fn software() -> String {
     format!("gridperf {}", env!("CARGO_PKG_VERSION"))
 }

@@ -177,6 +177,84 @@ pub struct Environment {
     /// The lab the run crossed, when run with `gridperf lab exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lab: Option<LabRecord>,
+    /// How busy the machine was with other tasks over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<MachineLoad>,
+}
+
+/// The machine's CPUs over a run: how much went to gridperf (this process
+/// and its children: the lab's emulator and agents), how much to other
+/// tasks, and how much the hypervisor took (steal). Shares are of all the
+/// CPUs' time over the run's wall time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineLoad {
+    pub cpus: u32,
+    pub wall_s: f64,
+    /// Every task's busy time.
+    pub busy: f64,
+    /// gridperf's.
+    pub ours: f64,
+    /// Other tasks': busy less gridperf's.
+    pub others: f64,
+    /// The hypervisor's (the CPUs not running at all).
+    pub steal: f64,
+    /// Runnable tasks at the end of the run, the reader included.
+    pub runnable: u64,
+}
+
+/// Other tasks taking this share of the CPUs (or steal this share) make a
+/// busy machine: what the survey says beside figures measured on it.
+pub const BUSY_OTHERS: f64 = 0.25;
+pub const BUSY_STEAL: f64 = 0.05;
+
+impl MachineLoad {
+    /// The load between two readings: the machine's per-CPU times and
+    /// gridperf's own CPU time (ns), `wall_s` apart.
+    pub fn between(
+        before: (&[u64], &[u64], &[u64]),
+        after: (&[u64], &[u64], &[u64]),
+        ours_ns: u64,
+        wall_s: f64,
+        runnable: u64,
+    ) -> Option<MachineLoad> {
+        let cpus = after.0.len();
+        if cpus == 0 || before.0.len() != cpus || wall_s <= 0.0 {
+            return None;
+        }
+        let d =
+            |a: &[u64], b: &[u64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x.saturating_sub(*y) as f64).collect() };
+        let (busy, idle, steal) = (d(after.0, before.0), d(after.1, before.1), d(after.2, before.2));
+        // the CPUs' time as /proc/stat counted it (ticks): busy + idle + steal
+        let total: f64 = busy.iter().chain(&idle).chain(&steal).sum::<f64>().max(1.0);
+        let busy_all: f64 = busy.iter().sum();
+        let ours = (ours_ns as f64).min(busy_all);
+        let others = busy_all - ours;
+        Some(MachineLoad {
+            cpus: cpus as u32,
+            wall_s,
+            busy: busy_all / total,
+            ours: ours / total,
+            others: others / total,
+            steal: steal.iter().sum::<f64>() / total,
+            runnable,
+        })
+    }
+
+    /// Other tasks or the hypervisor took enough to show in the figures.
+    pub fn busy_machine(&self) -> bool {
+        self.others >= BUSY_OTHERS || self.steal >= BUSY_STEAL
+    }
+
+    /// "other tasks took 48% of the 2 CPUs, steal 1%".
+    pub fn describe(&self) -> String {
+        format!(
+            "other tasks took {:.0}% of the {} CPUs, the hypervisor {:.0}% (steal), gridperf {:.0}%",
+            self.others * 100.0,
+            self.cpus,
+            self.steal * 100.0,
+            self.ours * 100.0
+        )
+    }
 }
 
 /// The emulated network a run crossed, and what the emulator says of itself

@@ -348,6 +348,7 @@ fn store(o: &Opts, r: &TraceReport, started: std::time::SystemTime, out: &mut Ou
         server: None,
         notes,
         lab: None,
+        load: None,
     };
     if let Some(where_) = rec.finish(Ok(&env))? {
         out.note(&format!("gridperf: {where_}"));

@@ -28,6 +28,10 @@ pub struct NetworkAnalysis {
     pub excluded: Vec<Excluded>,
     /// Points that lost messages (UDP): their median is over what came back.
     pub lost: Vec<Lost>,
+    /// How busy the machine was with other tasks while the run measured.
+    pub load: Option<gridperf_core::model::MachineLoad>,
+    /// Sizes measured (every protocol's), for "too busy to tell".
+    pub sizes: usize,
 }
 
 /// A point that lost messages.
@@ -142,6 +146,13 @@ pub fn analyse(runs: &[(RunRow, Vec<PointRow>)]) -> Vec<NetworkAnalysis> {
                     .filter_map(|p| Some(Excluded { proto: p.proto.clone(), size: p.size, why: left_out(p)? }))
                     .collect(),
                 lost: pts.iter().filter(|p| p.median_ns.is_some()).filter_map(lost_of).collect(),
+                load: r.env.as_ref().and_then(|e| e.load.clone()),
+                sizes: {
+                    let mut s: Vec<u64> = pts.iter().map(|p| p.size).collect();
+                    s.sort_unstable();
+                    s.dedup();
+                    s.len()
+                },
             }
         })
         .collect()
@@ -239,6 +250,32 @@ pub fn best_rows(a: &NetworkAnalysis) -> Vec<BestRow> {
             BestRow { network: network.clone(), sizes: "-".into(), best: "INVALID run".into(), by: why.clone() },
         ));
     }
+    let mut left: Vec<u64> = a.excluded.iter().map(|e| e.size).collect();
+    left.sort_unstable();
+    left.dedup();
+    if let Some(load) = a.load.as_ref().filter(|l| l.busy_machine()) {
+        // a busy machine is said, and where it left out many sizes, said plainly
+        let too_busy = a.sizes > 0 && left.len() * 4 >= a.sizes;
+        rows.push((
+            0,
+            BestRow {
+                network: network.clone(),
+                sizes: "-".into(),
+                best: if too_busy { "too busy to tell".into() } else { "busy machine".into() },
+                by: if too_busy {
+                    format!(
+                        "this machine was too busy to tell at {} of {} sizes ({} while it measured); measure again \
+                         on a quieter machine",
+                        left.len(),
+                        a.sizes,
+                        load.describe()
+                    )
+                } else {
+                    format!("{} while it measured: these figures carry that load", load.describe())
+                },
+            },
+        ));
+    }
     for b in &a.best {
         rows.push((
             b.from,
@@ -250,10 +287,7 @@ pub fn best_rows(a: &NetworkAnalysis) -> Vec<BestRow> {
             },
         ));
     }
-    let mut sizes: Vec<u64> = a.excluded.iter().map(|e| e.size).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    for size in sizes {
+    for size in left {
         let why: Vec<String> =
             a.excluded.iter().filter(|e| e.size == size).map(|e| format!("{} {}", e.proto, e.why)).collect();
         rows.push((
@@ -261,7 +295,7 @@ pub fn best_rows(a: &NetworkAnalysis) -> Vec<BestRow> {
             BestRow { network: network.clone(), sizes: fmt_bytes(size), best: "left out".into(), by: why.join("; ") },
         ));
     }
-    rows.sort_by_key(|(size, r)| (*size, r.best != "INVALID run"));
+    rows.sort_by_key(|(size, r)| (*size, r.best != "INVALID run", r.sizes != "-"));
     rows.into_iter().map(|(_, r)| r).collect()
 }
 
@@ -352,6 +386,8 @@ mod tests {
             invalid: Some("the emulator was 23 ms behind".into()),
             excluded: vec![Excluded { proto: "tcp".into(), size: 1024, why: "2 modes".into() }],
             lost: Vec::new(),
+            load: None,
+            sizes: 8,
         };
         let rows = best_rows(&a);
         let cells: Vec<(&str, &str, &str)> =
@@ -368,5 +404,42 @@ mod tests {
         assert!(rows[2].by.contains("tcp 2 modes"));
         // no claim is printed without its interval
         assert!(rows.iter().filter(|r| r.best == "udp").all(|r| r.by.contains("95% interval")));
+    }
+
+    #[test]
+    fn a_busy_machine_is_said_and_too_busy_to_tell_when_it_left_out_a_quarter() {
+        let load = gridperf_core::model::MachineLoad {
+            cpus: 2,
+            wall_s: 20.0,
+            busy: 0.99,
+            ours: 0.45,
+            others: 0.54,
+            steal: 0.01,
+            runnable: 3,
+        };
+        let mut a = NetworkAnalysis {
+            run: 1,
+            network: "loopback".into(),
+            mtu: Some(65536),
+            curves: Vec::new(),
+            best: vec![range(1, 512, "udp")],
+            thresholds: Vec::new(),
+            invalid: None,
+            excluded: vec![Excluded { proto: "tcp".into(), size: 1024, why: "2 modes".into() }],
+            lost: Vec::new(),
+            load: Some(load.clone()),
+            sizes: 8,
+        };
+        let rows = best_rows(&a);
+        assert_eq!((rows[0].sizes.as_str(), rows[0].best.as_str()), ("-", "busy machine"), "{rows:?}");
+        assert!(rows[0].by.contains("other tasks took 54% of the 2 CPUs"), "{}", rows[0].by);
+        // two of eight sizes left out: a quarter, too busy to tell
+        a.excluded.push(Excluded { proto: "udp".into(), size: 2048, why: "drifts".into() });
+        let rows = best_rows(&a);
+        assert_eq!(rows[0].best, "too busy to tell");
+        assert!(rows[0].by.contains("at 2 of 8 sizes"), "{}", rows[0].by);
+        // a quiet machine says nothing of it
+        a.load = Some(gridperf_core::model::MachineLoad { others: 0.05, steal: 0.0, ..load });
+        assert!(best_rows(&a).iter().all(|r| r.sizes != "-"));
     }
 }

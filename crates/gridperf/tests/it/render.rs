@@ -63,6 +63,15 @@ fn env(protos: &[Proto]) -> Environment {
         server: Some(end("agent-host", protos)),
         notes: vec!["both ends in a private network namespace; lo MTU 1500".into()],
         lab: None,
+        load: Some(gridperf_core::model::MachineLoad {
+            cpus: 2,
+            wall_s: 12.0,
+            busy: 0.62,
+            ours: 0.3,
+            others: 0.32,
+            steal: 0.01,
+            runnable: 3,
+        }),
     }
 }
 
@@ -86,6 +95,7 @@ fn settings(protos: &[Proto], sizes: &[u64]) -> Settings {
         repeat: None,
         rounds: None,
         retries: None,
+        stop_early: false,
     }
 }
 
