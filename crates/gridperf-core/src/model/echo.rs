@@ -51,6 +51,10 @@ pub struct Settings {
     pub rounds: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    /// For rtt: a size stops before `rounds` once its protocols are told
+    /// apart or shown tied ([`crate::stopping`]; the quick survey's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_early: bool,
 }
 
 /// One round-trip point: a protocol at a size. Times are round trips, not half.

@@ -478,6 +478,7 @@ impl TryFrom<RttArgs> for commands::rtt::Opts {
                 keep_samples: a.samples,
                 rounds: a.rounds,
                 retries: a.retries,
+                stop_early: false,
             },
             store: a.echo.store.choice(),
             format: format(a.echo.json, a.echo.csv),

@@ -77,6 +77,7 @@ impl EchoOptions {
             repeat: None,
             rounds: None,
             retries: None,
+            stop_early: false,
         }
     }
 }
@@ -276,8 +277,19 @@ impl EchoTest {
     /// Ends a step (see [`crate::runner::Session::end_step`]); the pinger's
     /// socket gets its nudge.
     pub fn end_step(&mut self, idx: usize, counted_by_agent: bool) -> Result<gridperf_core::model::StepFigures> {
+        self.end_step_then(idx, counted_by_agent, None)
+    }
+
+    /// Ends a step and, with `next`, begins the next one in the same round
+    /// trip (see [`crate::runner::Session::end_step_then`]).
+    pub fn end_step_then(
+        &mut self,
+        idx: usize,
+        counted_by_agent: bool,
+        next: Option<(Proto, u64)>,
+    ) -> Result<gridperf_core::model::StepFigures> {
         let pinger = &self.pingers[idx];
-        self.opened.session.end_step(counted_by_agent, &|| pinger.nudge())
+        self.opened.session.end_step_then(counted_by_agent, &|| pinger.nudge(), next)
     }
 
     /// Turns an I/O failure of an exchange into an error that says where it happened.

@@ -35,12 +35,25 @@ pub struct RttOptions {
     /// them is irregular (two modes, a drift); one that stays irregular is
     /// marked so.
     pub retries: u32,
+    /// Stop a size before `rounds` once every pair of its protocols is told
+    /// apart or shown tied, at the stated error rate
+    /// ([`gridperf_core::stopping::Rule`]); never before three rounds.
+    pub stop_early: bool,
 }
 
 impl RttOptions {
     /// A count of exchanges per point, in one round, no retries.
     pub fn counted(echo: EchoOptions, iterations: u64, warmup: u64) -> RttOptions {
-        RttOptions { echo, iterations, duration: None, warmup, keep_samples: false, rounds: 1, retries: 0 }
+        RttOptions {
+            echo,
+            iterations,
+            duration: None,
+            warmup,
+            keep_samples: false,
+            rounds: 1,
+            retries: 0,
+            stop_early: false,
+        }
     }
 }
 
@@ -51,6 +64,7 @@ pub fn settings(o: &RttOptions) -> Settings {
         warmup: o.warmup,
         rounds: (o.rounds > 1).then_some(o.rounds),
         retries: (o.retries > 0).then_some(o.retries),
+        stop_early: o.stop_early && o.rounds > 1,
         ..o.echo.settings()
     }
 }
@@ -110,6 +124,7 @@ pub fn run_with(
         }
     }
     let rounds = opts.rounds.max(1);
+    let rule = opts.stop_early.then(|| gridperf_core::stopping::Rule::quick(rounds as usize));
     let mut out: Vec<RttPoint> = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
     let mut preheated: Vec<Proto> = Vec::new();
@@ -118,7 +133,10 @@ pub fn run_with(
         let mut attempt = 0;
         let measured = loop {
             let mut got: Vec<Gathered> = protos.iter().map(|_| Gathered::default()).collect();
-            for round in 0..rounds {
+            // the step the agent was told of ahead, with the end of the one before
+            let mut ready: Option<Proto> = None;
+            let mut round = 0;
+            while round < rounds {
                 for k in 0..protos.len() {
                     let at = (k + round as usize) % protos.len();
                     let proto = protos[at];
@@ -136,7 +154,9 @@ pub fn run_with(
                     let count = share(opts.iterations, rounds, round);
                     let budget = opts.duration.map(|d| d / rounds);
                     let by_agent = proto.is_stream() && budget.is_none();
-                    r.opened.session.step(proto, size, by_agent.then_some(warmup.saturating_add(count)))?;
+                    if ready.take() != Some(proto) {
+                        r.opened.session.step(proto, size, by_agent.then_some(warmup.saturating_add(count)))?;
+                    }
                     for _ in 0..warmup {
                         r.warm_exchange(idx, proto, size, g.warmed)?;
                         g.warmed += 1;
@@ -170,11 +190,34 @@ pub fn run_with(
                         }
                     }
                     g.sent += sent;
-                    let figures = r.end_step(idx, by_agent)?;
-                    g.add(&figures);
                     g.late += r.pingers[idx].late - late_before;
                     g.rounds.push(stats::median_u64(&g.samples[from..]).unwrap_or(f64::NAN));
+                    // the next step of this size, told to the agent with this
+                    // one's end (a round trip less on a long path): the next
+                    // protocol of the round, or the next round's first unless
+                    // the size is settled
+                    let last_of_round = k + 1 == protos.len();
+                    let settled = last_of_round
+                        && (round + 1 >= rounds
+                            || rule.is_some_and(|rule| {
+                                rule.settled(&got.iter().map(|g| g.rounds.clone()).collect::<Vec<_>>())
+                            }));
+                    // (only between steps the client ends: a step the agent
+                    // counts ends by itself, and a counted request cannot ride ahead)
+                    let next = (!settled && budget.is_some())
+                        .then(|| {
+                            let (r2, k2) = if last_of_round { (round + 1, 0) } else { (round, k + 1) };
+                            protos[(k2 + r2 as usize) % protos.len()]
+                        })
+                        .filter(|p| preheated.contains(p));
+                    let figures = r.end_step_then(idx, by_agent, next.map(|p| (p, size)))?;
+                    got[at].add(&figures);
+                    ready = next;
+                    if settled {
+                        round = rounds;
+                    }
                 }
+                round += 1;
             }
             let irregular: Vec<Option<Irregular>> = got.iter().map(|g| shape::irregular(&g.samples)).collect();
             if irregular.iter().any(Option::is_some) && attempt < opts.retries {

@@ -322,14 +322,37 @@ impl Session {
     /// must be woken, unless the agent counts the exchanges itself) and
     /// returns the agent's figures for it.
     pub fn end_step(&mut self, counted_by_agent: bool, nudge: &dyn Fn()) -> Result<StepFigures> {
+        self.end_step_then(counted_by_agent, nudge, None)
+    }
+
+    /// Ends a step as [`Session::end_step`] does and, with `next` (a
+    /// protocol and size, ended by the client), asks for the next step
+    /// before reading the figures: the agent reads its control messages in
+    /// order, so it answers StepDone, then StepReady, and the two steps
+    /// cost one round trip where they cost two. Not after a step the agent
+    /// counts: it may still be in it when the next request arrives.
+    pub fn end_step_then(
+        &mut self,
+        counted_by_agent: bool,
+        nudge: &dyn Fn(),
+        next: Option<(Proto, u64)>,
+    ) -> Result<StepFigures> {
         if !counted_by_agent {
             self.send(&ClientMsg::StepEnd)?;
             nudge();
         }
-        self.expect("step-done", |m| match m {
+        let next = next.filter(|_| !counted_by_agent);
+        if let Some((proto, size)) = next {
+            self.send(&ClientMsg::Step(StepRequest { proto: proto.name().into(), size, exchanges: None }))?;
+        }
+        let figures = self.expect("step-done", |m| match m {
             AgentMsg::StepDone { figures } => Some(figures),
             _ => None,
-        })
+        })?;
+        if next.is_some() {
+            self.expect("step-ready", |m| matches!(m, AgentMsg::StepReady).then_some(()))?;
+        }
+        Ok(figures)
     }
 
     /// Sends finish before the test's last answers are read (the agent
