@@ -1,7 +1,7 @@
 //! The lab's link model, without I/O: one direction of an emulated link.
 //!
 //! A packet goes through three stages, in this order (the order of
-//! DESIGN.md's lab figure):
+//! docs/lab.md's figure):
 //!
 //! 1. **loss**: random (Bernoulli) or bursty (Gilbert-Elliott), decided per
 //!    wire packet as it arrives;

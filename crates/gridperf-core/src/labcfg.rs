@@ -1,6 +1,6 @@
 //! The lab's settings: what the user types (`--profile`, `--rtt`, `--set
 //! field=value`) turned into the [`LinkConfig`] of one direction of an
-//! emulated link, and the named profiles of DESIGN.md's lab table.
+//! emulated link, and the named profiles of docs/lab.md.
 //!
 //! Rates are bits per second with decimal prefixes (`100M`, `1.5G`); byte
 //! sizes follow dd (see [`crate::units`]); `delay_ns` is one way, and the same
@@ -441,7 +441,7 @@ impl Profile {
     }
 }
 
-/// The lab profiles of DESIGN.md, in its order; MTU 1500 (Ethernet) for all, assumed where not given.
+/// The lab profiles of docs/lab.md, in its order; MTU 1500 (Ethernet) for all, assumed where not given.
 pub fn profiles() -> Vec<Profile> {
     use QueueSpec::{Bdp, Bytes, Packets, Unlimited};
     vec![

@@ -15,7 +15,7 @@ use gridperf_core::wire::DEFAULT_PORT;
 pub struct SurveyArgs {
     /// Survey a real path instead of the lab: HOST[:PORT] of a `gridperf serve`, or `local` (loopback, no lab).
     pub host: Option<String>,
-    /// A small sweep that takes a few minutes (16 sizes around the MTU multiples, short budgets per point).
+    /// A small sweep that takes about a minute and a half (16 sizes around the MTU multiples; a size stops once its best protocol is settled; long paths measured beside the others).
     #[arg(long)]
     pub quick: bool,
     /// Lab profiles to survey (gridperf lab profiles), default the first document's: loopback,crossover-fe,lan-gige,man,wan.

@@ -80,7 +80,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     let rows: Vec<RunRow> = if !o.runs.is_empty() {
         o.runs.iter().rev().map(|&id| store.run(id)).collect::<Result<_>>()?
     } else if let Some(s) = o.survey {
-        store.runs(&RunFilter { survey: Some(s), ..Default::default() })?
+        in_document_order(store.runs(&RunFilter { survey: Some(s), ..Default::default() })?)
     } else {
         let all = store.runs(&RunFilter::default())?;
         let (rows, said) = choose(&all, store.latest_survey()?);
@@ -88,7 +88,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             out.note(&said);
         }
         match rows {
-            Chosen::Survey(s) => store.runs(&RunFilter { survey: Some(s), ..Default::default() })?,
+            Chosen::Survey(s) => in_document_order(store.runs(&RunFilter { survey: Some(s), ..Default::default() })?),
             Chosen::Latest(rows) => rows,
         }
     };
@@ -113,6 +113,16 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         ))?;
     }
     Ok(())
+}
+
+/// A survey's runs with the lab's profiles in their order (loopback,
+/// crossover-fe, lan-gige, man, wan, ...), other networks after them, each network's
+/// runs in the order stored: a network measured beside the others begins
+/// first, and its runs have the first ids.
+pub fn in_document_order(mut runs: Vec<crate::store::RunRow>) -> Vec<crate::store::RunRow> {
+    let order: Vec<String> = gridperf_core::labcfg::profiles().into_iter().map(|p| p.name.to_string()).collect();
+    runs.sort_by_key(|r| order.iter().position(|p| *p == r.network).unwrap_or(order.len()));
+    runs
 }
 
 /// Ad-hoc runs drawn when nothing is named and the store holds no survey.

@@ -601,8 +601,12 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     });
     bar.finish_and_clear();
     let outcome = outcome?;
-    let runs =
-        super::report::load(&store, &store.runs(&RunFilter { survey: Some(outcome.survey), ..Default::default() })?)?;
+    let runs = super::report::load(
+        &store,
+        &super::report::in_document_order(
+            store.runs(&RunFilter { survey: Some(outcome.survey), ..Default::default() })?,
+        ),
+    )?;
     let (html, _) = render::html::render(&runs);
     std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
     crate::host::give_back(&o.output);

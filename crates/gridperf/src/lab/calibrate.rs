@@ -1,5 +1,5 @@
 //! `gridperf lab calibrate`: measures how faithful the lab is on this
-//! machine, against DESIGN.md's targets, with probes of its own run inside
+//! machine, against docs/lab.md's targets, with probes of its own run inside
 //! the lab's hosts:
 //!
 //! - rate: UDP sent at 1.1 x the link rate for a few seconds; the IP bytes

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A packet written later than this behind the model's schedule counts as
-/// late (DESIGN.md's fidelity target: delay error at most 1 ms at p99).
+/// late (docs/lab.md's fidelity target: delay error at most 1 ms at p99).
 pub const LAG_THRESHOLD_NS: u64 = 1_000_000;
 /// A run is invalid when more than 1 in this many packets was late (p99 of
 /// the lag above the threshold) and at least LATE_MIN were (a handful of

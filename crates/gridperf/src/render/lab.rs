@@ -190,7 +190,7 @@ pub fn profiles(profiles: &[gridperf_core::labcfg::Profile]) -> String {
     out
 }
 
-/// `lab calibrate`: each point against DESIGN.md's targets.
+/// `lab calibrate`: each point against docs/lab.md's targets.
 pub fn calibration(points: &[Point]) -> String {
     let mut out = String::new();
     let _ = writeln!(

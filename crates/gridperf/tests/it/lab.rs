@@ -1643,3 +1643,67 @@ fn a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it() {
     assert!(v["runs"].as_array().is_some_and(|r| r.len() >= 2), "rtt and transfer stored: {v}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A quick survey measures a long path (wan, 180 ms) beside the others, its
+/// sizes alternating between two labs of its profile and its transfer in a
+/// third; the run says so, its sizes stop by the rule, and every lab goes.
+#[test]
+fn a_quick_survey_measures_a_long_path_beside_the_others_in_labs_of_its_own() {
+    if !privileged("a_quick_survey_measures_a_long_path_beside_the_others_in_labs_of_its_own") {
+        return;
+    }
+    let _serial = serial();
+    let d = std::env::temp_dir().join(format!("gridperf-survey-beside-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmpdir");
+    let mut tags = Vec::new();
+    let o = unless_invalid(|| {
+        let db = d.join(format!("s{}.db", tags.len()));
+        let child = crate::bin()
+            .args(["survey", "--quick", "--profiles", "loopback,wan", "--proto", "tcp,udp", "--sizes", "1,1k,16k"])
+            .args(["--json", "--db"])
+            .arg(&db)
+            .arg("-o")
+            .arg(d.join("r.html"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("survey");
+        tags.push((child.id() % 100_000).to_string());
+        let o = child.wait_with_output().expect("survey");
+        if o.status.success() {
+            let store = gridperf::store::Store::open(&db).expect("store");
+            let runs = store.runs(&Default::default()).expect("runs");
+            let wan: Vec<_> = runs.iter().filter(|r| r.network == "wan").collect();
+            assert_eq!(wan.len(), 2, "an rtt and a transfer run of wan: {runs:?}");
+            for r in &wan {
+                let notes = r.env.as_ref().map(|e| e.notes.join("; ")).unwrap_or_default();
+                assert!(notes.contains("measured beside the survey's other networks"), "{notes}");
+                if r.kind == "rtt" {
+                    assert!(notes.contains("measured in 2 labs of this profile at once"), "{notes}");
+                    assert_eq!(r.settings["stop_early"], true, "{}", r.settings);
+                    let pts = store.points(r.id).expect("points");
+                    let mut got: Vec<(String, u64)> = pts.iter().map(|p| (p.proto.clone(), p.size)).collect();
+                    got.sort();
+                    assert_eq!(got.len(), 6, "tcp and udp at 1, 1024 and 16384 B: {got:?}");
+                    // a size ends after 3 to 8 rounds, as the rule says
+                    for p in &pts {
+                        let n = p.figures["rounds_ns"].as_array().map_or(0, Vec::len);
+                        assert!((3..=8).contains(&n), "{} {} B: {n} rounds", p.proto, p.size);
+                    }
+                }
+            }
+            // and every run carries the machine's load
+            assert!(runs.iter().all(|r| r.env.as_ref().is_some_and(|e| e.load.is_some())), "{runs:?}");
+        }
+        o
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    // nothing is left of any of its labs
+    for tag in &tags {
+        for prefix in ["sv", "sw0", "sw1", "sx"] {
+            assert!(labs_named(&format!("{prefix}{tag}")).is_empty(), "{prefix}{tag}: {:?}", labs_named(prefix));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
