@@ -17,7 +17,6 @@
 //! - without window scaling the window is at most 65535 bytes;
 //! - a stream can carry at most window / RTT.
 
-use crate::model::{DirectionCap, EndAdvice, ShareProbe};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -657,6 +656,58 @@ pub fn with_shares(client: &mut Record, agent: &mut Record, probes: &[ShareProbe
         sender.send_suffices |= p.send_buffer_suffices;
         receiver.share = p.receive_share.or(receiver.share);
     }
+}
+
+/// One end's settings and the advice for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndAdvice {
+    /// "this host", "agent 192.0.2.7:5201", or a lab host's name.
+    pub name: String,
+    pub settings: HostSettings,
+    pub advice: Advice,
+    /// Settings that could not be read or parsed: unknown, not guessed.
+    pub unknown: Vec<String>,
+}
+
+/// What caps a stream from one end to the other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectionCap {
+    pub from: String,
+    pub to: String,
+    /// "sender: SETTING" or "receiver: SETTING"; None: nothing caps it below the path's rate.
+    pub binding: Option<String>,
+    pub cap_bps: Option<f64>,
+}
+
+/// What the share probes found for one direction of a path.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShareProbe {
+    /// "up" (this end, or lab host a, sends) or "down" (the far end sends).
+    pub direction: String,
+    /// The receive buffer the receiver was granted, and the largest window
+    /// it advertised: their ratio is its window share.
+    pub rcvbuf: Option<u64>,
+    pub window_max: Option<u64>,
+    pub receive_share: Option<f64>,
+    /// The send buffer the sender was granted, and the median data in
+    /// flight (unacknowledged segments x MSS; a diagnostic). The send share
+    /// is the window the probe's steady rate needs on the path (rate x RTT) over
+    /// the buffer: what the buffer let through, as a fraction of it.
+    pub sndbuf: Option<u64>,
+    pub in_flight_median: Option<u64>,
+    pub send_share: Option<f64>,
+    /// The share at the quartiles of the probe's rate from one TCP_INFO
+    /// sample to the next: how far the one share can be trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_share_quartiles: Option<(f64, f64)>,
+    /// The send probe reached the path's rate without the buffer holding it
+    /// back: that buffer suffices on this path.
+    pub send_buffer_suffices: bool,
+    /// What the send probe carried after its first half second (bytes
+    /// acknowledged over the time), bits per second.
+    pub send_probe_bps: Option<f64>,
+    /// Why a share is missing, if one is.
+    pub notes: Vec<String>,
 }
 
 #[cfg(test)]

@@ -109,3 +109,158 @@ fn the_scanner_sees_paths_and_groups() {
     let found: Vec<String> = uses(text).into_iter().collect();
     assert_eq!(found, ["agent", "host", "lab"]);
 }
+
+/// The files of one folder (or of a crate's top level) as a graph: each
+/// file module and the sibling modules it names, as `super::x`,
+/// `crate::folder::x` (or, at a crate's top level, `crate::x`).
+fn sibling_graph(dir: &Path, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let names: BTreeSet<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let stem = p.file_stem()?.to_string_lossy().into_owned();
+            let module = p.is_dir() || p.extension().is_some_and(|x| x == "rs");
+            (module && stem != "mod" && stem != "lib" && stem != "main").then_some(stem)
+        })
+        .collect();
+    let mut graph = BTreeMap::new();
+    for name in &names {
+        let (file, folder) = (dir.join(format!("{name}.rs")), dir.join(name));
+        let mut files = Vec::new();
+        if file.exists() {
+            files.push(file);
+        }
+        if folder.is_dir() {
+            rust_files(&folder, &mut files);
+        }
+        let mut to = BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read");
+            // a file in the folder's own subfolder reaches its siblings by super::super
+            let inner = f.parent() != Some(dir);
+            for pat in [format!("crate::{prefix}"), if inner { "super::super::".into() } else { "super::".into() }] {
+                for (at, _) in text.match_indices(pat.as_str()) {
+                    let rest = &text[at + pat.len()..];
+                    let mut add = |s: &str| {
+                        let id: String = s.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                        if names.contains(&id) && &id != name {
+                            to.insert(id);
+                        }
+                    };
+                    match rest.strip_prefix('{') {
+                        Some(group) => group[..group.find('}').unwrap_or(group.len())].split(',').for_each(&mut add),
+                        None => add(rest),
+                    }
+                }
+            }
+        }
+        graph.insert(name.clone(), to);
+    }
+    graph
+}
+
+/// A cycle in a graph, if there is one, as the names around it.
+fn a_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for m in graph.get(n).into_iter().flatten() {
+            match state.get(m.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let from = path.iter().position(|p| p == m).unwrap_or(0);
+                    let mut c = path[from..].to_vec();
+                    c.push(m.clone());
+                    return Some(c);
+                }
+                0 => {
+                    if let Some(c) = visit(m, graph, state, path) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in graph.keys() {
+        if state.get(n.as_str()).copied().unwrap_or(0) == 0 {
+            if let Some(c) = visit(n, graph, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Ties back up that are known and not yet undone, each with why: the
+/// test still fails on any other circle.
+const KNOWN_TIES: &[(&str, &str, &str, &str, &str)] = &[(
+    "gridperf-core",
+    "",
+    "model",
+    "wire",
+    "a stream's report carries the request it ran (wire::StreamSpec); the stream request types belong in model",
+)];
+
+/// No circle between the files of one folder, in the binary crate and in
+/// core and sys, where the top-level layers above cannot see it (agent's
+/// session and its per-kind files once used each other; so did stream and
+/// sweep).
+#[test]
+fn no_folder_has_a_circle_between_its_files() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut circles = Vec::new();
+    for krate in ["gridperf", "gridperf-core", "gridperf-sys"] {
+        let src = crates.join(krate).join("src");
+        let mut dirs = vec![(src.clone(), String::new())];
+        let mut k = 0;
+        while k < dirs.len() {
+            let (dir, prefix) = dirs[k].clone();
+            for e in std::fs::read_dir(&dir).expect("read").flatten() {
+                if e.path().is_dir() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    dirs.push((e.path(), format!("{prefix}{name}::")));
+                }
+            }
+            k += 1;
+        }
+        for (dir, prefix) in dirs {
+            let mut graph = sibling_graph(&dir, &prefix);
+            for (k, folder, from, to, _why) in KNOWN_TIES {
+                if *k == krate && *folder == prefix {
+                    graph.get_mut(*from).map(|t| t.remove(*to));
+                }
+            }
+            if let Some(c) = a_cycle(&graph) {
+                circles.push(format!("{krate}/src/{}: {}", prefix.replace("::", "/"), c.join(" -> ")));
+            }
+        }
+    }
+    assert!(circles.is_empty(), "circles between the files of one folder:\n{}", circles.join("\n"));
+}
+
+#[test]
+fn the_circle_finder_finds_one() {
+    let g = |edges: &[(&str, &str)]| {
+        let mut m: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            m.entry(a.to_string()).or_default().insert(b.to_string());
+            m.entry(b.to_string()).or_default();
+        }
+        m
+    };
+    assert_eq!(a_cycle(&g(&[("a", "b"), ("b", "c")])), None);
+    assert_eq!(
+        a_cycle(&g(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
