@@ -262,8 +262,10 @@ fn the_report_renders_in_headless_chromium_with_its_plots() {
     let dom = String::from_utf8_lossy(&o.stdout).into_owned();
     // rtt: against size, the 4 KiB zoom, a quartile plot per protocol (2), the
     // distribution at 1 B, 1 KiB (nearest 1460) and 16 KiB, the RTT over time; transfer: 1
+    // and beside each of the two runs its CPU load, a bar of its own
     let svgs = dom.matches("<svg").count();
-    assert_eq!(svgs, 2 + 2 + 3 + 1 + 1, "SVG elements in the rendered page");
+    assert_eq!(svgs, 2 + 2 + 3 + 1 + 1 + 2, "SVG elements in the rendered page");
+    assert_eq!(dom.matches("aria-label=\"CPU load\"").count(), 2, "a load bar per run");
     // every rtt chart draws both protocols (a quartile plot one each); the transfer chart too
     assert_eq!(dom.matches("class=\"series\"").count(), 2 * 2 + 2 + 3 * 2 + 2 + 2, "series drawn");
     assert!(dom.contains("id=\"toc\""), "the table of contents");
