@@ -19,7 +19,7 @@
 
 use crate::datapath::write_hello;
 use crate::error::{Error, Result};
-use crate::runner::{Deadlines, Session};
+use crate::runner::{Deadlines, Session, Target};
 use gridperf_core::model::{bandwidth_bps, Blocked, Deadlock, FanoutPoint, Queued, Variant};
 use gridperf_core::stats::Summary;
 use gridperf_core::wire::{DataHello, DataKind, FanoutSpec, Test};
@@ -596,7 +596,8 @@ fn open_agents(o: &FanoutOptions, messages: u64, size: u64, nodelay: bool) -> Re
     let mut sessions = Vec::new();
     let mut targets = Vec::new();
     for &a in &o.agents {
-        let mut s = Session::connect(a, deadlines)?;
+        // reached as every test reaches its agent (hello, the key it asks for)
+        let mut s = Target::remote(a).open(deadlines)?.session;
         let ready = s.request(Test::Fanout(FanoutSpec {
             size,
             messages,
