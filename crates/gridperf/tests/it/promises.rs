@@ -360,9 +360,14 @@ fn a_push_that_declares_a_big_file_and_sends_nothing_leaves_nothing_reserved() {
             senders: Vec::new(),
             join: false,
         };
-        wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 0, test: Test::Copy(spec) }))
+        // the first test's slot is freed a moment after its connection
+        // closes: the second waits in the agent's queue for it
+        wire::write_msg(&mut s, &ClientMsg::Request(TestRequest { queue_ms: 5000, test: Test::Copy(spec) }))
             .expect("request");
-        let ready: AgentMsg = wire::read_msg(&mut s).expect("ready");
+        let mut ready: AgentMsg = wire::read_msg(&mut s).expect("ready");
+        if matches!(ready, AgentMsg::Queued { .. }) {
+            ready = wire::read_msg(&mut s).expect("ready after the queue");
+        }
         assert!(matches!(ready, AgentMsg::Ready { .. }), "{ready:?}");
         // 2 GiB declared (or, the second time, more than any disk here holds: refused)
         let size = if refused_too { 1 << 49 } else { 2 << 30 };
