@@ -120,8 +120,10 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
 /// runs in the order stored: a network measured beside the others begins
 /// first, and its runs have the first ids.
 pub fn in_document_order(mut runs: Vec<crate::store::RunRow>) -> Vec<crate::store::RunRow> {
+    // the store lists runs newest first, and `load` draws them oldest
+    // first: the profiles' order reversed here comes out right there
     let order: Vec<String> = gridperf_core::labcfg::profiles().into_iter().map(|p| p.name.to_string()).collect();
-    runs.sort_by_key(|r| order.iter().position(|p| *p == r.network).unwrap_or(order.len()));
+    runs.sort_by_key(|r| std::cmp::Reverse(order.iter().position(|p| *p == r.network).unwrap_or(order.len())));
     runs
 }
 

@@ -1672,6 +1672,11 @@ fn a_quick_survey_measures_a_long_path_beside_the_others_in_labs_of_its_own() {
         tags.push((child.id() % 100_000).to_string());
         let o = child.wait_with_output().expect("survey");
         if o.status.success() {
+            // the tables in the order asked for, though wan began first
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("survey json");
+            let names: Vec<&str> =
+                v["networks"].as_array().expect("networks").iter().filter_map(|n| n["network"].as_str()).collect();
+            assert_eq!(names, ["loopback", "wan"], "{v}");
             let store = gridperf::store::Store::open(&db).expect("store");
             let runs = store.runs(&Default::default()).expect("runs");
             let wan: Vec<_> = runs.iter().filter(|r| r.network == "wan").collect();
