@@ -7,12 +7,18 @@ use super::*;
 /// symbolic link that points out of it) and RESOLVE_NO_MAGICLINKS
 /// (/proc/PID/fd links). `flags` are open(2)'s (O_CLOEXEC is added).
 pub fn open_beneath(dir: &impl AsRawFd, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    openat2(dir, path, flags, mode, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS)
+}
+
+/// openat2(2) with `resolve`, retried on EINTR; O_CLOEXEC is added, and
+/// `mode` counts only where the call may create a file.
+fn openat2(dir: &impl AsRawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
     let c = CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
     // SAFETY: open_how is plain integers; all zero is a valid value
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { u64::from(mode) } else { 0 };
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    how.resolve = resolve;
     loop {
         // SAFETY: c is a NUL-terminated path; how lives across the call and its size is passed
         let fd = unsafe {
@@ -195,31 +201,7 @@ pub fn stat_in(dir: &impl AsRawFd, name: &str) -> io::Result<(u64, u64, u64)> {
 /// symbolic link at all on the way (RESOLVE_NO_SYMLINKS): a path walked
 /// once with every part O_NOFOLLOW, opened again later the same way.
 pub fn open_beneath_nofollow(dir: &impl AsRawFd, path: &str, flags: i32) -> io::Result<OwnedFd> {
-    let c = CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
-    // SAFETY: open_how is plain integers; all zero is a valid value
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
-    loop {
-        // SAFETY: c is a NUL-terminated path; how lives across the call and its size is passed
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the kernel returned a new descriptor this process owns
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    openat2(dir, path, flags, 0, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS)
 }
 
 /// If the file is on a tmpfs: the bytes free there (None for a tmpfs
