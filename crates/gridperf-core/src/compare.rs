@@ -99,23 +99,28 @@ pub fn t95(df: f64) -> f64 {
     1.96 + 2.5 / df
 }
 
-fn mean_var(x: &[f64]) -> (f64, f64) {
+/// The mean and the sample variance (n - 1) of values.
+pub(crate) fn mean_var(x: &[f64]) -> (f64, f64) {
     let n = x.len() as f64;
     let m = x.iter().sum::<f64>() / n;
     let v = if x.len() > 1 { x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
     (m, v)
 }
 
+/// Round by round, B's median over A's minus 1, where both have one.
+pub fn paired_shares(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| x.is_finite() && y.is_finite() && **x > 0.0 && **y > 0.0)
+        .map(|(x, y)| y / x - 1.0)
+        .collect()
+}
+
 /// B against A from the medians of the same rounds (round k of A and of B
 /// were measured one right after the other). None with fewer than
 /// [`MIN_ROUNDS`] rounds where both have a median.
 pub fn paired(a: &[f64], b: &[f64]) -> Option<Difference> {
-    let d: Vec<f64> = a
-        .iter()
-        .zip(b)
-        .filter(|(x, y)| x.is_finite() && y.is_finite() && **x > 0.0 && **y > 0.0)
-        .map(|(x, y)| y / x - 1.0)
-        .collect();
+    let d = paired_shares(a, b);
     if d.len() < MIN_ROUNDS {
         return None;
     }

@@ -59,18 +59,12 @@ impl Rule {
     /// One pair, from its round medians (round k of A and of B measured one
     /// right after the other), at this look's level.
     pub fn pair(&self, a: &[f64], b: &[f64]) -> Pair {
-        let d: Vec<f64> = a
-            .iter()
-            .zip(b)
-            .filter(|(x, y)| x.is_finite() && y.is_finite() && **x > 0.0 && **y > 0.0)
-            .map(|(x, y)| y / x - 1.0)
-            .collect();
+        let d = compare::paired_shares(a, b);
         if d.len() < self.min_rounds.max(2) {
             return Pair::Open;
         }
         let n = d.len() as f64;
-        let mean = d.iter().sum::<f64>() / n;
-        let var = d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let (mean, var) = compare::mean_var(&d);
         let half = t_quantile(self.alpha / self.looks() as f64, n - 1.0) * (var / n).sqrt();
         let (lo, hi) = (mean - half, mean + half);
         if lo > NEGLIGIBLE || hi < -NEGLIGIBLE {
