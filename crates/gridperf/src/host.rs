@@ -90,33 +90,62 @@ pub fn cpus() -> Vec<usize> {
     gridperf_sys::thread_affinity().unwrap_or_default()
 }
 
+/// The machine's load over a run: /proc/stat and gridperf's own CPU time
+/// (this process and its children: the lab's emulator and agents) when
+/// the watch began.
+pub struct LoadWatch {
+    machine: gridperf_sys::MachineTimes,
+    ours_ns: u64,
+    at: std::time::Instant,
+}
+
+impl LoadWatch {
+    pub fn start() -> LoadWatch {
+        LoadWatch {
+            machine: gridperf_sys::machine_times(),
+            ours_ns: gridperf_sys::tree_cpu_time_ns(std::process::id()),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// The load since the start, and each allowed CPU's busy share over
+    /// it, idlest first (None where /proc cannot tell).
+    pub fn load(&self) -> Option<(gridperf_core::model::MachineLoad, Vec<(usize, f64)>)> {
+        let now = gridperf_sys::machine_times();
+        let ours = gridperf_sys::tree_cpu_time_ns(std::process::id()).saturating_sub(self.ours_ns);
+        let m = &self.machine;
+        let load = gridperf_core::model::MachineLoad::between(
+            (&m.busy_ns, &m.idle_ns, &m.steal_ns),
+            (&now.busy_ns, &now.idle_ns, &now.steal_ns),
+            ours,
+            self.at.elapsed().as_secs_f64(),
+            now.procs_running,
+        )?;
+        let d = |a: &[u64], b: &[u64], c: usize| a.get(c).zip(b.get(c)).map_or(0, |(x, y)| x.saturating_sub(*y)) as f64;
+        let allowed = cpus();
+        let mut per: Vec<(usize, f64)> = (0..now.busy_ns.len())
+            .filter(|c| allowed.contains(c))
+            .map(|c| {
+                let busy = d(&now.busy_ns, &m.busy_ns, c);
+                let total = busy + d(&now.idle_ns, &m.idle_ns, c) + d(&now.steal_ns, &m.steal_ns, c);
+                (c, if total > 0.0 { busy / total } else { 0.0 })
+            })
+            .collect();
+        per.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        Some((load, per))
+    }
+}
+
 /// How the machine's CPUs are used over `window` from now: each allowed
 /// CPU with its busy share, idlest first; and the share of all of them
 /// that other tasks took (busy less gridperf's own processes).
 pub fn look_at_cpus(window: std::time::Duration) -> (Vec<(usize, f64)>, f64) {
-    let me = std::process::id();
-    let (before, ours0) = (gridperf_sys::machine_times(), gridperf_sys::tree_cpu_time_ns(me));
+    let watch = LoadWatch::start();
     std::thread::sleep(window);
-    let (after, ours1) = (gridperf_sys::machine_times(), gridperf_sys::tree_cpu_time_ns(me));
-    let ours = ours1.saturating_sub(ours0) as f64;
-    let allowed = cpus();
-    let mut per: Vec<(usize, f64)> = Vec::new();
-    let (mut busy_all, mut total_all) = (0.0, 0.0);
-    for (c, ((b1, b0), (i1, i0))) in
-        after.busy_ns.iter().zip(&before.busy_ns).zip(after.idle_ns.iter().zip(&before.idle_ns)).enumerate()
-    {
-        let busy = b1.saturating_sub(*b0) as f64;
-        let idle = i1.saturating_sub(*i0) as f64;
-        let steal = after.steal_ns.get(c).zip(before.steal_ns.get(c)).map(|(a, b)| a.saturating_sub(*b)).unwrap_or(0);
-        let total = busy + idle + steal as f64;
-        busy_all += busy;
-        total_all += total;
-        if allowed.contains(&c) {
-            per.push((c, if total > 0.0 { busy / total } else { 0.0 }));
-        }
+    match watch.load() {
+        Some((load, per)) => (per, load.others),
+        None => (Vec::new(), 0.0),
     }
-    per.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-    (per, if total_all > 0.0 { (busy_all - ours).max(0.0) / total_all } else { 0.0 })
 }
 
 pub fn software() -> String {

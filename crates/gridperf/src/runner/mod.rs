@@ -208,7 +208,7 @@ impl Target {
         } else {
             Session::connect(addr, deadlines)?
         };
-        Ok(Opened { session, addr, label, started, lab, load: LoadWatch::start(), _local: local })
+        Ok(Opened { session, addr, label, started, lab, load: host::LoadWatch::start(), _local: local })
     }
 }
 
@@ -221,40 +221,8 @@ pub struct Opened {
     pub label: String,
     started: f64,
     lab: Option<LabWatch>,
-    load: LoadWatch,
+    load: host::LoadWatch,
     _local: Option<LocalAgent>,
-}
-
-/// The machine's load over a run: /proc/stat and gridperf's own CPU time
-/// (this process and its children) when the run began.
-pub struct LoadWatch {
-    machine: gridperf_sys::MachineTimes,
-    ours_ns: u64,
-    at: std::time::Instant,
-}
-
-impl LoadWatch {
-    pub fn start() -> LoadWatch {
-        LoadWatch {
-            machine: gridperf_sys::machine_times(),
-            ours_ns: gridperf_sys::tree_cpu_time_ns(std::process::id()),
-            at: std::time::Instant::now(),
-        }
-    }
-
-    /// The load since [`LoadWatch::start`] (None where /proc cannot tell).
-    pub fn load(&self) -> Option<gridperf_core::model::MachineLoad> {
-        let now = gridperf_sys::machine_times();
-        let ours = gridperf_sys::tree_cpu_time_ns(std::process::id()).saturating_sub(self.ours_ns);
-        let m = &self.machine;
-        gridperf_core::model::MachineLoad::between(
-            (&m.busy_ns, &m.idle_ns, &m.steal_ns),
-            (&now.busy_ns, &now.idle_ns, &now.steal_ns),
-            ours,
-            self.at.elapsed().as_secs_f64(),
-            now.procs_running,
-        )
-    }
 }
 
 impl Opened {
@@ -271,7 +239,7 @@ impl Opened {
             server: agent,
             notes,
             lab: None,
-            load: self.load.load(),
+            load: self.load.load().map(|(l, _)| l),
         };
         env.set_lab(self.lab.take().map(|w| w.record()));
         env
