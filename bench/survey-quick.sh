@@ -5,7 +5,7 @@
 # PAIRS pairs of `gridperf survey --quick` runs back to back (wall time of
 # each, start to report), then `survey local --quick` pairs under a
 # `nice -n 19` CPU hog on every CPU (what a compile does to a developer's
-# machine); each run's best-protocol table, and bench/survey_agree.py on
+# machine); each run's best-protocol table (in summary.md), and bench/survey_agree.py on
 # every pair: sizes claimed, claimed by one run only, contradictions.
 # With --full FILE (a `gridperf survey --json` output of a full survey),
 # each quick run is compared with it too.
@@ -52,7 +52,7 @@ one_run() {
     t0=$(date +%s.%N)
     "$GRIDPERF" survey "$@" --db "$WORK/$name.db" -o "$OUT/$name.html" --json >"$OUT/$name.json" 2>"$WORK/$name.err" || rc=$?
     t1=$(date +%s.%N)
-    "$GRIDPERF" report --db "$WORK/$name.db" -o "$WORK/$name-again.html" >"$OUT/$name.txt" 2>/dev/null || true
+    "$GRIDPERF" report --db "$WORK/$name.db" -o "$WORK/$name-again.html" >"$WORK/$name.txt" 2>/dev/null || true
     printf '%s\t%s\t%.1f\n' "$name" "$rc" "$(echo "$t1 - $t0" | bc)" >>"$OUT/times.tsv"
     log "$name: exit $rc, $(echo "$t1 - $t0" | bc | cut -d. -f1) s"
 }
@@ -95,5 +95,15 @@ done
         python3 "$REPO/bench/survey_agree.py" "$OUT/hog-${p}a.json" "$OUT/hog-${p}b.json" || true
     done
     echo '```'
+    echo
+    echo "## Each run's table"
+    for f in "$WORK"/*.txt; do
+        echo
+        echo "### $(basename "$f" .txt)"
+        echo
+        echo '```'
+        grep -v '^$' "$f" | grep -v '^A protocol is faster\|^comes from\|^from second\|^left out (a\|^INVALID was\|^report:' || true
+        echo '```'
+    done
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
