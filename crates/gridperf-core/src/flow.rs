@@ -571,7 +571,26 @@ pub struct SeqStats {
     /// Distinct sequence numbers received.
     #[serde(default)]
     pub distinct: u64,
+    /// Times a datagram arrived beyond the next expected number: each one
+    /// opens a run of lost (or, on a reordering path, late) numbers, so that
+    /// lost / gaps is the mean loss burst.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gaps: u64,
+    /// One-way transit times (receive minus send clock) relative to the
+    /// first datagram's, ns: at most [`TRANSIT_SAMPLES`], spread evenly over
+    /// the stream in the order they arrived (every datagram, then every
+    /// second, fourth, ... as the stream goes on). The clocks' offset cancels,
+    /// so their rise is the queue's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transit_ns: Vec<i64>,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The most transit samples a UDP receiver keeps per stream.
+pub const TRANSIT_SAMPLES: usize = 1024;
 
 impl SeqStats {
     /// Sequence numbers lost: expected (max_seq + 1) minus distinct received.
@@ -596,6 +615,12 @@ pub struct SeqTracker {
     seen: SeenRing,
     /// The previous non-duplicate datagram's transit time (recv - send), ns.
     last_transit: Option<i128>,
+    /// Whether transit samples are kept, the first datagram's transit, and
+    /// one sample kept every `stride`.
+    keep_transit: bool,
+    first_transit: Option<i128>,
+    stride: u64,
+    since_kept: u64,
 }
 
 /// A bitmap of WINDOW bits, bit `seq % WINDOW` for `seq`, allocated on first use.
@@ -663,6 +688,11 @@ impl SeqTracker {
         SeqTracker::default()
     }
 
+    /// A tracker that also keeps samples of the one-way transit ([`SeqStats::transit_ns`]).
+    pub fn with_transit() -> SeqTracker {
+        SeqTracker { keep_transit: true, ..SeqTracker::default() }
+    }
+
     /// One datagram of `bytes`, with its header's seq and send time, received at `recv_ns`.
     pub fn record(&mut self, seq: u64, bytes: u64, send_ns: u64, recv_ns: u64) {
         let st = &mut self.stats;
@@ -670,12 +700,16 @@ impl SeqTracker {
         st.bytes = st.bytes.saturating_add(bytes);
         let duplicate = match st.max_seq {
             None => {
+                st.gaps += u64::from(seq > 0);
                 self.seen.clear(0, Self::WINDOW);
                 self.seen.set(seq);
                 st.max_seq = Some(seq);
                 false
             }
             Some(max) if seq > max => {
+                if seq > max + 1 {
+                    st.gaps += 1;
+                }
                 // Forget what falls out of the window: the numbers max+1..=seq
                 // take the slots of max+1-WINDOW..=seq-WINDOW.
                 self.seen.clear(max + 1, seq - max);
@@ -706,6 +740,31 @@ impl SeqTracker {
             st.jitter_ns += (d - st.jitter_ns) / 16.0;
         }
         self.last_transit = Some(transit);
+        if self.keep_transit {
+            self.sample_transit(transit);
+        }
+    }
+
+    /// Keeps every `stride`-th transit; when the samples are full, every
+    /// second one is dropped and the stride doubles.
+    fn sample_transit(&mut self, transit: i128) {
+        let first = *self.first_transit.get_or_insert(transit);
+        self.stride = self.stride.max(1);
+        self.since_kept += 1;
+        if self.since_kept < self.stride {
+            return;
+        }
+        self.since_kept = 0;
+        let t = &mut self.stats.transit_ns;
+        if t.len() == TRANSIT_SAMPLES {
+            let mut k = 0;
+            t.retain(|_| {
+                k += 1;
+                k % 2 == 1
+            });
+            self.stride *= 2;
+        }
+        t.push((transit - first).clamp(i64::MIN as i128, i64::MAX as i128) as i64);
     }
 }
 
@@ -800,6 +859,39 @@ mod tests {
         assert_eq!((s.reordered, s.duplicates), (0, 0));
         // Leading loss counts too: the first datagram to arrive was seq 2.
         assert_eq!(track(&[2, 3]).stats.lost(), 2);
+    }
+
+    #[test]
+    fn seq_gaps_count_the_runs_of_lost_numbers() {
+        // runs of 2, 1 and 3 lost: 6 lost in 3 runs, a mean burst of 2
+        let s = track(&[0, 1, 4, 5, 7, 11, 12]).stats;
+        assert_eq!((s.lost(), s.gaps), (6, 3));
+        // a leading run counts as one
+        assert_eq!(track(&[2, 3, 5]).stats.gaps, 2);
+        assert_eq!(track(&(0..50).collect::<Vec<_>>()).stats.gaps, 0);
+    }
+
+    #[test]
+    fn seq_transit_samples_stay_bounded_and_spread_over_the_stream() {
+        assert!(track(&[0, 1, 2]).stats.transit_ns.is_empty(), "kept only when asked");
+        let mut t = SeqTracker::with_transit();
+        // send clock 1 s ahead of the receiver's: the offset cancels
+        let n = 10 * TRANSIT_SAMPLES as u64 + 7;
+        for k in 0..n {
+            let send = 1_000_000_000 + k * 1000;
+            // transit rises by 1 ns per datagram
+            t.record(k, 100, send, k * 1000 + 5_000 + k);
+        }
+        let x = &t.stats.transit_ns;
+        assert!(x.len() <= TRANSIT_SAMPLES && x.len() >= TRANSIT_SAMPLES / 2, "{}", x.len());
+        assert_eq!(x[0], 0);
+        assert!(x.windows(2).all(|w| w[1] > w[0]), "in arrival order");
+        // the last sample is from the last stretch of the stream
+        let last = *x.last().expect("samples") as u64;
+        assert!(last > n - n / 8, "last kept transit {last} of {n}");
+        // the samples are evenly spaced
+        let step = x[1] - x[0];
+        assert!(x.windows(2).all(|w| w[1] - w[0] == step), "even stride");
     }
 
     #[test]

@@ -22,6 +22,7 @@
 
 pub mod auth;
 pub mod capture;
+pub mod clone;
 pub mod compare;
 pub mod copy;
 pub mod emu;

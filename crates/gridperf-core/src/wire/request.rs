@@ -306,6 +306,10 @@ pub struct StreamSpec {
     /// The CPU the agent's stream threads run on (`--cpu C,S`: S), if pinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<usize>,
+    /// UDP receivers keep samples of the one-way transit (`lab clone`'s
+    /// queue probe); an agent that predates it keeps none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transit: bool,
 }
 
 /// The most a paced TCP sender keeps written and not yet sent, in its
@@ -356,6 +360,7 @@ impl StreamSpec {
             send_buffer: None,
             recv_buffer: None,
             cpu: None,
+            transit: false,
         }
     }
 

@@ -33,9 +33,59 @@ pub enum LabCommand {
     Profiles(LabProfilesArgs),
     /// Measure the lab's fidelity on this machine: rate error, added delay error, queue bound, emulator CPU.
     Calibrate(LabCalibrateArgs),
+    /// Measure a real path through a gridperf agent and fit a lab profile to it: rate, delay, jitter,
+    /// loss and its bursts, queue and MTU, each way, each with its interval.
+    #[command(after_help = "Examples:\n  \
+        gridperf lab clone far.example.org --out far.json   measure (60 s, at most 1 Gbit/s of UDP load)\n  \
+        gridperf lab up --profile-file far.json             bring the path up in the lab\n  \
+        gridperf stream --lab far.json -P 4                 or run across it directly\n\n\
+        The far end runs `gridperf serve`; the probes use its key (--key) and limits, and wait in its queue\n\
+        with --queue. For about 10% of the budget each way a UDP stream of --max-rate overruns the path, so\n\
+        the path is flooded briefly: ask its owner first. A bottleneck above --max-rate is reported as a\n\
+        lower bound. Loss rarer than about 3 in the datagrams the budget sends is reported as an upper\n\
+        bound. The file's format: docs/clone.md.")]
+    Clone(LabCloneArgs),
     /// The emulator process itself (started by lab up).
     #[command(hide = true)]
     Emulator(LabNameArg),
+}
+
+#[derive(Args)]
+pub struct LabCloneArgs {
+    /// The far end: a host running `gridperf serve`.
+    #[arg(required_unless_present_any = ["from_capture", "from_run"])]
+    pub host: Option<String>,
+    /// Fit from a stored run instead of probes: a stream run (its TCP_INFO timelines: rate, delay,
+    /// queue, MTU) or an rtt run, a survey's too (delay, jitter, UDP's loss); see `runs list`.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["host", "verify", "from_capture"])]
+    pub from_run: Option<i64>,
+    /// With --from-run: the store it is in (else GRIDPERF_DB or the default).
+    #[arg(long, value_name = "PATH|DSN", requires = "from_run")]
+    pub db: Option<std::path::PathBuf>,
+    /// Fit from a packet capture (pcap or pcapng, e.g. `stream --capture`'s) instead of probes: the
+    /// rate, delay, queue and MTU its TCP data shows; what it cannot show is left empty, with why.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["host", "verify"])]
+    pub from_capture: Option<std::path::PathBuf>,
+    #[arg(short = 'p', long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
+    pub port: u16,
+    /// The time budget for all the probes, 20s to 600s.
+    #[arg(long = "time", default_value = "60s", value_name = "DURATION")]
+    pub time: String,
+    /// The most UDP load the rate probe offers, each way, in IP bits per second.
+    #[arg(long, default_value = "1G", value_name = "RATE")]
+    pub max_rate: String,
+    /// Write the profile to FILE (for lab up --profile-file, or --lab FILE).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Wait this long in the agent's queue when it is busy (e.g. 30s); by default fail at once.
+    #[arg(long, value_name = "DURATION")]
+    pub queue: Option<String>,
+    /// Then bring the clone up in a lab, run the same probes and one and four CUBIC streams through
+    /// both, and print the real path and the clone side by side with the clone's errors.
+    #[arg(long)]
+    pub verify: bool,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -50,8 +100,11 @@ pub struct LabUpArgs {
     #[arg(long, default_value = "default")]
     pub name: String,
     /// Start from a profile (see lab profiles).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "profile_file")]
     pub profile: Option<String>,
+    /// Start from a profile file: a path cloned with `gridperf lab clone --out FILE` (docs/clone.md).
+    #[arg(long, value_name = "FILE")]
+    pub profile_file: Option<std::path::PathBuf>,
     /// Bottleneck rate in bits per second, decimal SI: 100M, 1G (= 10^9), 622Mbit.
     #[arg(long, allow_hyphen_values = true, value_name = "RATE")]
     pub rate: Option<String>,
@@ -155,14 +208,20 @@ pub struct LabProfilesArgs {
     pub json: bool,
 }
 
-fn lab_settings(a: &LabUpArgs) -> Result<(gridperf_core::labcfg::LabSettings, String)> {
+/// Each direction's settings (a to b, b to a) from the profile, profile
+/// file or nothing, with the flags and --set overrides on both, and the
+/// settings in words.
+type Both = (gridperf_core::labcfg::LabSettings, gridperf_core::labcfg::LabSettings, String);
+
+fn lab_settings(a: &LabUpArgs) -> Result<Both> {
     use gridperf_core::labcfg;
-    let (mut s, mut words) = match &a.profile {
-        Some(p) => {
+    let (mut s, mut s_ba, mut words) = match (&a.profile, &a.profile_file) {
+        (Some(p), _) => {
             let prof = labcfg::profile(p).map_err(lab_error)?;
-            (prof.settings(), vec![format!("profile {} ({})", prof.name, prof.source)])
+            (prof.settings(), prof.settings(), vec![format!("profile {} ({})", prof.name, prof.source)])
         }
-        None => (labcfg::LabSettings::default(), Vec::new()),
+        (None, Some(f)) => crate::lab::run::profile_file(f)?,
+        (None, None) => (labcfg::LabSettings::default(), labcfg::LabSettings::default(), Vec::new()),
     };
     let mut sets: Vec<String> = Vec::new();
     for (field, v) in [
@@ -185,17 +244,20 @@ fn lab_settings(a: &LabUpArgs) -> Result<(gridperf_core::labcfg::LabSettings, St
     sets.extend(a.sets.iter().cloned());
     for set in &sets {
         labcfg::apply_set(&mut s, set).map_err(lab_error)?;
+        labcfg::apply_set(&mut s_ba, set).map_err(lab_error)?;
         words.push(set.clone());
     }
-    Ok((s, words.join(", ")))
+    Ok((s, s_ba, words.join(", ")))
 }
+
+
 
 impl TryFrom<LabUpArgs> for LabSpec {
     type Error = Error;
     fn try_from(a: LabUpArgs) -> Result<LabSpec> {
-        let (settings, mut description) = lab_settings(&a)?;
-        let direction = |sets: &[String], tag: &str, description: &mut String| -> Result<_> {
-            let mut s = settings.clone();
+        let (settings, settings_ba, mut description) = lab_settings(&a)?;
+        let direction = |base: &gridperf_core::labcfg::LabSettings, sets: &[String], tag: &str, description: &mut String| -> Result<_> {
+            let mut s = base.clone();
             for set in sets {
                 gridperf_core::labcfg::apply_set(&mut s, set).map_err(lab_error)?;
                 description.push_str(&format!(", {tag} {set}"));
@@ -205,8 +267,10 @@ impl TryFrom<LabUpArgs> for LabSpec {
             }
             Ok(s)
         };
-        let (ab_set, ba_set) =
-            (direction(&a.sets_ab, "a->b", &mut description)?, direction(&a.sets_ba, "b->a", &mut description)?);
+        let (ab_set, ba_set) = (
+            direction(&settings, &a.sets_ab, "a->b", &mut description)?,
+            direction(&settings_ba, &a.sets_ba, "b->a", &mut description)?,
+        );
         let (ab, ba) = (ab_set.link_config().map_err(lab_error)?, ba_set.link_config().map_err(lab_error)?);
         let n_paths = gridperf_core::labcfg::parse_paths(&a.paths.to_string()).map_err(lab_error)?;
         let own = a
@@ -294,6 +358,7 @@ impl LabCommand {
             LabCommand::Status(a) => format(a.json, false),
             LabCommand::Profiles(a) => format(a.json, false),
             LabCommand::Calibrate(a) => format(a.json, false),
+            LabCommand::Clone(a) => format(a.json, false),
             _ => Format::Table,
         }
     }
@@ -310,6 +375,37 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
             LabCommand::Exec(a) => Opts::Exec { name: a.name, host: a.host, command: a.command },
             LabCommand::Profiles(_) => Opts::Profiles,
             LabCommand::Emulator(a) => Opts::Emulator { name: a.name },
+            LabCommand::Clone(a) if a.from_run.is_some() => {
+                Opts::CloneRun { db: super::db_path(&a.db), id: a.from_run.unwrap_or_default(), out: a.out }
+            }
+            LabCommand::Clone(a) if a.from_capture.is_some() => {
+                Opts::CloneCapture { file: a.from_capture.unwrap_or_default(), out: a.out }
+            }
+            LabCommand::Clone(a) => {
+                let host = a.host.unwrap_or_default();
+                let budget = super::duration(&a.time, "--time")?;
+                if !(std::time::Duration::from_secs(20)..=std::time::Duration::from_secs(600)).contains(&budget) {
+                    return Err(Error::usage(format!("--time {}: the budget takes 20s to 600s", a.time)));
+                }
+                let max_rate_bps = gridperf_core::labcfg::parse_rate_bps(&a.max_rate).map_err(lab_error)?;
+                let addr = crate::runner::resolve(&host, a.port)?;
+                let deadlines = crate::runner::Deadlines {
+                    connect: std::time::Duration::from_secs(5),
+                    control: std::time::Duration::from_secs(10),
+                    message: std::time::Duration::from_secs(2),
+                    queue: match &a.queue {
+                        Some(q) => super::duration(q, "--queue")?,
+                        None => std::time::Duration::ZERO,
+                    },
+                };
+                Opts::Clone {
+                    addr,
+                    opts: crate::engines::clone::CloneOptions { host, deadlines, budget, max_rate_bps },
+                    out: a.out,
+                    verify: a.verify,
+                    watched: super::watched_lab(),
+                }
+            }
             LabCommand::Calibrate(a) => {
                 let rates: Vec<u64> = a
                     .rates

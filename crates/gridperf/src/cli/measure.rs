@@ -80,7 +80,7 @@ pub struct EchoArgs {
     /// Run both ends in a new private network namespace whose loopback has this MTU (only without HOST).
     #[arg(long, value_name = "BYTES")]
     pub loopback_mtu: Option<u32>,
-    /// Run across a lab of this profile (gridperf lab profiles), brought up for the run and taken down
+    /// Run across a lab of this profile (gridperf lab profiles) or profile file (lab clone --out), brought up for the run and taken down
     /// after it: the agent on host b, the client on host a (only without HOST).
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
@@ -255,7 +255,7 @@ pub struct StreamArgs {
     /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
     #[arg(long, value_name = "DURATION")]
     pub queue: Option<String>,
-    /// Run across a lab of this profile, brought up for the run: agent on host b, client on host a.
+    /// Run across a lab of this profile (or a lab clone profile file), brought up for the run: agent on host b, client on host a.
     #[arg(long, value_name = "PROFILE")]
     pub lab: Option<String>,
     /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1%; or give both hosts a
@@ -582,6 +582,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             send_buffer: None,
             recv_buffer: None,
             cpu: None,
+            transit: false,
         };
         let cpus = a.cpu.as_deref().map(parse_cpus).transpose()?;
         let spec = StreamSpec { cpu: cpus.map(|c| c.1), ..spec };

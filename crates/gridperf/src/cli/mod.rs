@@ -192,6 +192,7 @@ impl Command {
                 | Command::Copy(_)
                 | Command::Tune(_)
                 | Command::Survey(_)
+                | Command::Lab(lab::LabCommand::Clone(_))
         )
     }
 
@@ -213,6 +214,7 @@ impl Command {
             Command::Survey(_) => Namespaces::Own,
             Command::Lab(lab::LabCommand::Up(_) | lab::LabCommand::Calibrate(_)) => Namespaces::Own,
             Command::Lab(lab::LabCommand::Exec(a)) => Namespaces::OfLab(a.name.clone()),
+            Command::Lab(lab::LabCommand::Clone(a)) => own(a.verify),
             _ => Namespaces::None,
         }
     }

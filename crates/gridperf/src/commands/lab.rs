@@ -33,6 +33,101 @@ pub enum Opts {
     Emulator {
         name: String,
     },
+    /// A real path's profile, fitted from probes to an agent.
+    Clone {
+        addr: std::net::SocketAddr,
+        opts: crate::engines::clone::CloneOptions,
+        out: Option<std::path::PathBuf>,
+        verify: bool,
+        /// The lab this process runs in (lab exec), whose emulator judges the probes.
+        watched: Option<String>,
+    },
+    /// A profile fitted from a stored run.
+    CloneRun {
+        db: std::path::PathBuf,
+        id: i64,
+        out: Option<std::path::PathBuf>,
+    },
+    /// A profile fitted from a packet capture.
+    CloneCapture {
+        file: std::path::PathBuf,
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+/// A profile fitted from stored run `id`: a stream run's TCP streams, or
+/// an rtt run's round trips.
+fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone::CloneFile> {
+    use crate::error::Error;
+    use gridperf_core::clone;
+    if !crate::store::Store::exists(db) {
+        return Err(Error::usage(format!("--from-run {id}: no store at {}", crate::store::shown(db))));
+    }
+    let store = crate::store::Store::open_existing(db)?;
+    let run = store.run(id)?;
+    let points = store.points(id)?;
+    let fitted = match run.kind.as_str() {
+        "stream" => {
+            let streams: Vec<gridperf_core::model::StreamResult> =
+                points.iter().filter_map(|p| serde_json::from_value(p.figures.clone()).ok()).collect();
+            clone::fit_from_stream(&streams)
+        }
+        "rtt" => {
+            let figs: Vec<clone::RttPointFigures> = points
+                .iter()
+                .map(|p| clone::RttPointFigures {
+                    proto: p.proto.clone(),
+                    size: p.size,
+                    samples_ns: p.samples.clone().unwrap_or_default(),
+                    quartiles_ns: p.q1_ns.zip(p.median_ns).zip(p.q3_ns).map(|((a, b), c)| (a, b, c)),
+                    sent: p.figures["sent"].as_u64().unwrap_or(0),
+                    lost: p.figures["lost"].as_u64().unwrap_or(0),
+                })
+                .collect();
+            clone::fit_from_rtt(&figs, run.mtu)
+        }
+        other => Err(format!("run {id} is a {other} run: a clone fits from stream and rtt runs (a survey's rtt runs too)")),
+    };
+    let (profile, mut notes) = fitted.map_err(|e| Error::usage(format!("--from-run {id}: {e}")))?;
+    if let Some(why) = &run.invalid {
+        notes.push(format!("run {id} was INVALID ({why}): its figures may not be the path's"));
+    }
+    Ok(clone::CloneFile {
+        schema: clone::SCHEMA.into(),
+        source: clone::Source {
+            host: run.target.clone(),
+            date: format!("{}Z", render::utc(run.started).replace(' ', "T")),
+            version: run.version.clone(),
+            from: format!("run {id} ({} across {})", run.kind, run.network),
+        },
+        profile,
+        notes,
+        ..Default::default()
+    })
+}
+
+/// Writes a clone's profile file.
+fn write_profile(f: &gridperf_core::clone::CloneFile, path: &std::path::Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(f).map_err(|e| crate::error::Error::internal(e.to_string()))?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| crate::error::Error::usage(format!("cannot write the profile to {}: {e}", path.display())))
+}
+
+/// Prints a clone (its JSON, or its table and where its file went).
+fn show_clone(f: &gridperf_core::clone::CloneFile, file: Option<&std::path::Path>, out: &mut Output) -> Result<()> {
+    match out.format {
+        Format::Json => out.json(f)?,
+        _ => {
+            out.print(&render::lab::clone(f))?;
+            if let Some(path) = file {
+                out.note(&format!(
+                    "gridperf lab clone: profile written to {p}; bring it up with: gridperf lab up --profile-file {p}",
+                    p = path.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs a lab command; `lab exec` returns the exit status of what it ran.
@@ -87,6 +182,79 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             }
         }
         Opts::Emulator { name } => lab::emulator_main(&name)?,
+        Opts::Clone { addr, opts, out: file, verify, watched } => {
+            let bar = out.bar();
+            bar.set_length(if verify { 14 } else { 5 });
+            let mut step = 0;
+            let mut say = |m: &str| {
+                bar.set_position(step);
+                bar.set_message(m.to_string());
+                step += 1;
+            };
+            // across a lab (lab exec), its emulator's health judges the probes
+            let target = crate::runner::Target { lab: watched, ..crate::runner::Target::remote(addr) };
+            let mut f = crate::engines::clone::run(&target, &opts, &mut say)?;
+            f.source.date = format!("{}Z", render::utc(crate::host::unix_now()).replace(' ', "T"));
+            let write = write_profile;
+            if let Some(path) = &file {
+                write(&f, path)?;
+            }
+            if verify {
+                crate::engines::clone::add_tcp(&mut f, &target, opts.deadlines, &mut say)?;
+                // the clone, brought up from the profile as --lab FILE would
+                let own = std::env::temp_dir().join(format!("gridperf-clone-{}.json", std::process::id()));
+                let path = file.clone().unwrap_or(own.clone());
+                write(&f, &path)?;
+                let lab = crate::runner::Network::Lab { profile: path.display().to_string(), sets: Vec::new() };
+                let measured = (|| {
+                    let prepared = lab.prepare("cv", None, Default::default())?;
+                    let o = crate::engines::clone::CloneOptions { host: "the clone".into(), ..opts.clone() };
+                    let mut c = crate::engines::clone::run(&prepared.target, &o, &mut say)?;
+                    crate::engines::clone::add_tcp(&mut c, &prepared.target, opts.deadlines, &mut say)?;
+                    Ok::<_, crate::error::Error>(c)
+                })();
+                if file.is_none() {
+                    let _ = std::fs::remove_file(&own);
+                }
+                f.verify = gridperf_core::clone::compare(&f, &measured?);
+                if let Some(path) = &file {
+                    write(&f, path)?;
+                }
+            }
+            bar.set_position(step);
+            bar.finish_and_clear();
+            show_clone(&f, file.as_deref(), out)?;
+        }
+        Opts::CloneRun { db, id, out: to } => {
+            let f = clone_from_run(&db, id)?;
+            if let Some(path) = &to {
+                write_profile(&f, path)?;
+            }
+            show_clone(&f, to.as_deref(), out)?;
+        }
+        Opts::CloneCapture { file, out: to } => {
+            let bar = out.byte_bar();
+            let report = super::trace::analyse(&file, std::time::Duration::from_millis(100), None, Some(&bar))?;
+            bar.finish_and_clear();
+            let (profile, notes) = gridperf_core::clone::fit_from_trace(&report)
+                .map_err(|e| crate::error::Error::measurement(format!("lab clone --from-capture: {e}")))?;
+            let f = gridperf_core::clone::CloneFile {
+                schema: gridperf_core::clone::SCHEMA.into(),
+                source: gridperf_core::clone::Source {
+                    host: report.connections.first().map(|c| c.b.clone()).unwrap_or_default(),
+                    date: format!("{}Z", render::utc(report.start_unix_s).replace(' ', "T")),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    from: format!("capture {}", file.display()),
+                },
+                profile,
+                notes,
+                ..Default::default()
+            };
+            if let Some(path) = &to {
+                write_profile(&f, path)?;
+            }
+            show_clone(&f, to.as_deref(), out)?;
+        }
         Opts::Calibrate { rates, delays, seconds } => {
             let mut points = Vec::new();
             for &rate in &rates {

@@ -196,14 +196,7 @@ pub fn man(pages: Vec<(String, Vec<u8>)>, dir: Option<std::path::PathBuf>, out: 
     }
 }
 
-/// A run across a lab whose emulator fell behind is not a measurement of
-/// the emulated network: exit 4, after the results were printed and stored.
-pub fn lab_valid(env: &Environment) -> Result<()> {
-    match env.lab.as_ref().and_then(|l| l.invalid.as_ref()) {
-        Some(why) => Err(Error::measurement(format!("invalid run: the lab's emulator did not keep up ({why})"))),
-        None => Ok(()),
-    }
-}
+pub use crate::runner::lab_valid;
 
 /// Where an rtt, transfer or stream run goes, as the user named it: a
 /// network, the lab a `lab exec`'d command crosses, a private loopback of

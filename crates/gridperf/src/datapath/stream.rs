@@ -322,10 +322,10 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
 }
 
 /// A UDP receiver: counts datagrams by sequence number until the time is up.
-fn recv_udp(s: UdpSocket, index: u32, t: &Timing, live: &Live, info: InfoOf) -> StreamEnd {
+fn recv_udp(s: UdpSocket, index: u32, transit: bool, t: &Timing, live: &Live, info: InfoOf) -> StreamEnd {
     let cpu0 = gridperf_sys::thread_cpu_time_ns();
     let mut end = StreamEnd::default();
-    let mut seqs = SeqTracker::new();
+    let mut seqs = if transit { SeqTracker::with_transit() } else { SeqTracker::new() };
     let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
     let mut buf = vec![0u8; 65_536];
     let mut last_seen = Instant::now();
@@ -434,7 +434,7 @@ pub fn launch(
                 (Sock::Tcp(sock), true) => send_tcp(sock, &spec, &t, &counter, memfd.as_deref(), &info),
                 (Sock::Tcp(sock), false) => recv_tcp(sock, &t, &counter, &info, break_after.filter(|_| index == 0)),
                 (Sock::Udp(sock), true) => send_udp(sock, index, &spec, &t, &counter, &info),
-                (Sock::Udp(sock), false) => recv_udp(sock, index, &t, &counter, &info),
+                (Sock::Udp(sock), false) => recv_udp(sock, index, spec.transit, &t, &counter, &info),
             };
             end.index = index;
             end

@@ -5,6 +5,7 @@
 //! share the echo test in [`echo`]; `tune`'s probes are built on `rtt` and
 //! `stream`.
 
+pub mod clone;
 pub mod copy;
 pub mod copy_pairs;
 pub mod echo;

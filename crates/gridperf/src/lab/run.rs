@@ -33,9 +33,15 @@ pub fn spec_for(name: &str, profile: &str, sets: &[String]) -> Result<LabSpec> {
 /// The same, with `hosts` on each side of the bottleneck (a dumbbell).
 pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize, usize)) -> Result<LabSpec> {
     let lab_err = |e: labcfg::LabError| Error::usage(e.to_string());
-    let prof = labcfg::profile(profile).map_err(lab_err)?;
-    let mut s = prof.settings();
-    let mut words = vec![format!("profile {} ({})", prof.name, prof.source)];
+    let (mut s, mut s_ba, mut words, label) = if is_profile_file(profile) {
+        let (ab, ba, words) = profile_file(std::path::Path::new(profile))?;
+        (ab, ba, words, profile.to_string())
+    } else {
+        let prof = labcfg::profile(profile).map_err(lab_err)?;
+        let words = vec![format!("profile {} ({})", prof.name, prof.source)];
+        (prof.settings(), prof.settings(), words, prof.name.to_string())
+    };
+    let loopback = label == "loopback";
     let mut sysctls = Vec::new();
     let (mut n_paths, mut own) = (1, Vec::new());
     for set in sets {
@@ -50,12 +56,14 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
             own.push(labcfg::parse_path_set(p).map_err(lab_err)?);
         } else {
             labcfg::apply_set(&mut s, set).map_err(lab_err)?;
+            labcfg::apply_set(&mut s_ba, set).map_err(lab_err)?;
         }
         words.push(set.clone());
     }
-    let loopback = prof.name == "loopback";
     let link = s.link_config().map_err(lab_err)?;
+    let link_ba = s_ba.link_config().map_err(lab_err)?;
     let paths = paths_of(&s, n_paths, &own)?;
+    let paths_ba = paths_of(&s_ba, n_paths, &own)?;
     if loopback && link != gridperf_core::emu::LinkConfig::default() {
         return Err(Error::usage("the loopback profile has no link to shape: only mtu= applies to it"));
     }
@@ -70,17 +78,45 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         name: name.to_string(),
         hosts,
         mtu: if loopback && !mtu_given { 0 } else { s.mtu },
-        ab: link.clone(),
-        ba: link,
+        ab: link,
+        ba: link_ba,
         seed: 1,
-        profile: Some(prof.name.to_string()),
+        profile: Some(label),
         description: words.join(", "),
         loopback,
         access: Vec::new(),
         owner: Some(std::process::id()),
         sysctls,
-        paths: paths.into_iter().map(|l| (l.clone(), l)).collect(),
+        paths: paths.into_iter().zip(paths_ba).collect(),
     })
+}
+
+/// Both directions from a profile file (`lab clone`'s), every field checked
+/// before anything is brought up; the hosts' one MTU is the smaller of the two.
+pub fn profile_file(path: &std::path::Path) -> Result<(labcfg::LabSettings, labcfg::LabSettings, Vec<String>)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let f = gridperf_core::clone::CloneFile::parse(&text)
+        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let bad = |e: gridperf_core::clone::ProfileError| Error::usage(format!("{}: {e}", path.display()));
+    let (mut ab, mut w_ab) = f.profile.ab.settings("ab").map_err(bad)?;
+    let (mut ba, w_ba) = f.profile.ba.settings("ba").map_err(bad)?;
+    let mtu = ab.mtu.min(ba.mtu);
+    (ab.mtu, ba.mtu) = (mtu, mtu);
+    let mut words = vec![format!(
+        "profile file {} (cloned from {} on {})",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        f.source.host,
+        f.source.date
+    )];
+    w_ab.extend(w_ba);
+    words.extend(w_ab);
+    Ok((ab, ba, words))
+}
+
+/// Whether a --lab value names a profile file rather than a built-in profile.
+pub fn is_profile_file(profile: &str) -> bool {
+    profile.ends_with(".json") || profile.contains('/')
 }
 
 /// The bottleneck's parallel paths from the link's settings (each direction

@@ -245,3 +245,110 @@ pub fn calibration(points: &[Point]) -> String {
     );
     out
 }
+
+/// `lab clone`: each field of each direction with its 95% interval, then
+/// how each was found and what limits it.
+pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
+    use gridperf_core::clone::Estimate;
+    let mut out = String::new();
+    match f.seconds {
+        Some(s) => writeln!(out, "path to {} ({}), cloned in {s:.0} s", f.source.host, f.source.date),
+        None => writeln!(out, "path to {} ({}), from {}", f.source.host, f.source.date, f.source.from),
+    }
+    .ok();
+    let shown = |e: &Estimate, fmt: &dyn Fn(f64) -> String| -> String {
+        match (e.value, e.low, e.high) {
+            (None, _, _) => "not measured".into(),
+            (Some(v), Some(l), Some(h)) if l == h => fmt(v),
+            (Some(v), Some(l), Some(h)) => format!("{} [{} .. {}]", fmt(v), fmt(l), fmt(h)),
+            (Some(v), Some(_), None) => format!("at least {}", fmt(v)),
+            (Some(v), _, _) => fmt(v),
+        }
+    };
+    let bps = |v: f64| fmt_bps(v);
+    let secs = |v: f64| fmt_ns(v * 1e9);
+    let pct = |v: f64| format!("{:.4}%", v * 100.0);
+    let pkts = |v: f64| format!("{v:.1} pkt");
+    let bytes = |v: f64| gridperf_core::units::fmt_bytes(v.round() as u64);
+    let plain = |v: f64| format!("{v:.0}");
+    let (ab, ba) = (&f.profile.ab, &f.profile.ba);
+    type Field<'a> = (&'a str, &'a Estimate, &'a Estimate, &'a dyn Fn(f64) -> String);
+    let rows: [Field; 7] = [
+        ("rate", &ab.rate_bps, &ba.rate_bps, &bps),
+        ("one-way delay", &ab.delay_s, &ba.delay_s, &secs),
+        ("jitter (sigma)", &ab.jitter_s, &ba.jitter_s, &secs),
+        ("loss", &ab.loss, &ba.loss, &pct),
+        ("loss burst", &ab.burst, &ba.burst, &pkts),
+        ("queue", &ab.queue_bytes, &ba.queue_bytes, &bytes),
+        ("MTU", &ab.mtu, &ba.mtu, &plain),
+    ];
+    let cells: Vec<(String, String, String)> =
+        rows.iter().map(|(n, a, b, fmt)| (n.to_string(), shown(a, fmt), shown(b, fmt))).collect();
+    let w0 = cells.iter().map(|c| c.0.len()).max().unwrap_or(0).max(5);
+    let w1 = cells.iter().map(|c| c.1.len()).max().unwrap_or(0).max(6);
+    let _ = writeln!(out, "{:<w0$}  {:<w1$}  {}", "", "a -> b", "b -> a");
+    for (n, a, b) in &cells {
+        let _ = writeln!(out, "{n:<w0$}  {a:<w1$}  {b}");
+    }
+    let shape = |d: &gridperf_core::clone::Direction| {
+        let s = match d.jitter_shape {
+            gridperf_core::clone::JitterShape::None => "no jitter",
+            gridperf_core::clone::JitterShape::Normal => "normal",
+            gridperf_core::clone::JitterShape::RightSkewed => "right-skewed",
+        };
+        format!("{s}{}", if d.reorders { ", reorders" } else { ", in order" })
+    };
+    let _ = writeln!(out, "{:<w0$}  {:<w1$}  {}", "shape", shape(ab), shape(ba));
+    let _ = writeln!(out, "(95% intervals in brackets)");
+    let mut methods: Vec<String> = Vec::new();
+    for (n, a, b, _) in &rows {
+        for (dir, e) in [("a -> b", a), ("b -> a", b)] {
+            if !e.method.is_empty() && !methods.iter().any(|m| m.ends_with(&e.method)) {
+                methods.push(format!("{n}: {}", e.method));
+            }
+            if let Some(note) = &e.note {
+                methods.push(format!("{n} {dir}: {note}"));
+            }
+        }
+    }
+    for m in methods.iter().chain(&f.notes) {
+        let _ = writeln!(out, "  {m}");
+    }
+    if !f.verify.is_empty() {
+        let _ = writeln!(out, "\nthe real path and its clone, measured the same way:");
+        out.push_str(&clone_verify(&f.verify));
+    }
+    out
+}
+
+/// `lab clone --verify`: the real path beside its clone.
+pub fn clone_verify(rows: &[gridperf_core::clone::Compared]) -> String {
+    let mut out = String::new();
+    let fmt = |unit: &str, v: Option<f64>| match (unit, v) {
+        (_, None) => "-".to_string(),
+        ("bps", Some(v)) => fmt_bps(v),
+        ("s", Some(v)) => fmt_ns(v * 1e9),
+        ("fraction", Some(v)) => format!("{:.4}%", v * 100.0),
+        ("bytes", Some(v)) => gridperf_core::units::fmt_bytes(v.round() as u64),
+        (_, Some(v)) => format!("{v}"),
+    };
+    let cells: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.what.clone(),
+                fmt(&r.unit, r.real),
+                fmt(&r.unit, r.clone),
+                r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
+            ]
+        })
+        .collect();
+    let head = ["", "real path", "clone", "error"];
+    let w: Vec<usize> =
+        (0..4).map(|k| cells.iter().map(|c| c[k].len()).chain([head[k].len()]).max().unwrap_or(0)).collect();
+    let _ = writeln!(out, "{:<a$}  {:>b$}  {:>c$}  {:>d$}", head[0], head[1], head[2], head[3], a = w[0], b = w[1], c = w[2], d = w[3]);
+    for c in &cells {
+        let _ = writeln!(out, "{:<a$}  {:>b$}  {:>c$}  {:>d$}", c[0], c[1], c[2], c[3], a = w[0], b = w[1], c = w[2], d = w[3]);
+    }
+    out
+}

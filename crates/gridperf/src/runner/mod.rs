@@ -169,6 +169,15 @@ pub enum Endpoint {
     Local(Faults),
 }
 
+/// A run across a lab whose emulator fell behind is not a measurement of
+/// the emulated network: exit 4, after the results were printed and stored.
+pub fn lab_valid(env: &Environment) -> Result<()> {
+    match env.lab.as_ref().and_then(|l| l.invalid.as_ref()) {
+        Some(why) => Err(Error::measurement(format!("invalid run: the lab's emulator did not keep up ({why})"))),
+        None => Ok(()),
+    }
+}
+
 /// What a test runs against: its agent, and the lab it crosses, if any.
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -1513,6 +1513,18 @@ fn a_streams_own_capture_tells_what_tcp_info_tells() {
     assert!(o.status.success(), "{}", stderr(&o));
     let t: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert!(t["connections"].as_array().is_some_and(|c| c.len() >= 2), "control and data: {t}");
+    // and a clone fits the path from it: half the 20 ms RTT each way, the
+    // MTU; what a capture cannot show is left empty, with why
+    let o = run(&["lab", "clone", "--from-capture", &c, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
+    let ab = &f["profile"]["ab"];
+    let d = ab["delay_s"]["value"].as_f64().unwrap_or(0.0);
+    assert!((0.0095..0.0115).contains(&d), "one-way delay {d}: {f}");
+    assert_eq!(ab["mtu"]["value"], 1500.0, "{f}");
+    assert!(ab["rate_bps"]["value"].as_f64().is_some_and(|r| r > 1e6), "{f}");
+    assert!(ab["loss"]["value"].is_null() && ab["loss"]["note"].as_str().is_some_and(|n| n.contains("its own")), "{f}");
+    assert!(f["profile"]["ba"]["rate_bps"]["value"].is_null(), "{f}");
     let _ = std::fs::remove_file(&cap);
     // and the chart stream --capture draws beside it
     let _ = std::fs::remove_file(format!("{c}.svg"));
@@ -1711,4 +1723,149 @@ fn a_quick_survey_measures_a_long_path_beside_the_others_in_labs_of_its_own() {
         }
     }
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Hidden path settings for `lab clone`, drawn from a seeded generator
+/// (GRIDPERF_CLONE_SEED, or a fixed seed so that CI draws the same path
+/// every time): each direction's rate, the RTT, jitter, bursty loss and a
+/// queue in BDPs. Returned as `lab up` flags and the values to check.
+struct Hidden {
+    rate_ab: f64,
+    rate_ba: f64,
+    rtt_s: f64,
+    loss: f64,
+    queue_bdp: f64,
+    flags: Vec<String>,
+}
+
+fn hidden_path(seed: u64) -> Hidden {
+    let mut x = seed.max(1);
+    let mut unit = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    // log-uniform rates 20M..300M, RTT 10..80 ms
+    let rate_ab = (20e6f64.ln() + unit() * (300e6f64 / 20e6).ln()).exp().round();
+    let rate_ba = (20e6f64.ln() + unit() * (300e6f64 / 20e6).ln()).exp().round();
+    let rtt_s = (10e-3f64.ln() + unit() * 8f64.ln()).exp();
+    let jitter_us = (unit() * 300.0).round();
+    let loss = if unit() < 0.25 { 0.0 } else { 0.002 + unit() * 0.008 };
+    let burst = 1.0 + (unit() * 3.0).round();
+    let queue_bdp = 0.5 + unit() * 1.5;
+    let mut flags = vec![
+        "--rate".to_string(),
+        format!("{rate_ab}"),
+        "--set-ba".into(),
+        format!("rate={rate_ba}"),
+        "--rtt".into(),
+        format!("{}us", (rtt_s * 1e6).round()),
+        "--jitter".into(),
+        format!("{jitter_us}us/normal"),
+        "--queue".into(),
+        format!("{queue_bdp:.2}bdp"),
+    ];
+    if loss > 0.0 {
+        flags.extend(["--loss".into(), format!("{:.4}%", loss * 100.0), "--burst".into(), format!("{burst}")]);
+    }
+    Hidden { rate_ab, rate_ba, rtt_s: (rtt_s * 1e6).round() / 1e6, loss: (loss * 1e6).round() / 1e6, queue_bdp, flags }
+}
+
+#[test]
+fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
+    if !privileged("a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue") {
+        return;
+    }
+    let seed = std::env::var("GRIDPERF_CLONE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20_261_126);
+    let h = hidden_path(seed);
+    eprintln!("hidden path (seed {seed}): {}", h.flags.join(" "));
+    let flags: Vec<&str> = h.flags.iter().map(String::as_str).collect();
+    let mut lab = Lab::up("clone", &flags);
+    lab.serve_on_b_with(&[]);
+    let out = std::env::temp_dir().join(format!("gridperf-clone-test-{}.json", std::process::id()));
+    let out_s = out.display().to_string();
+    // the clone is never told the settings: only the agent's address
+    let o = unless_invalid(|| {
+        lab.exec_a(&["lab", "clone", "10.77.2.1", "--time", "20s", "--max-rate", "600M", "--out", &out_s, "--json"])
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
+    assert_eq!(v["schema"], "gridperf.clone/1");
+    let p = &v["profile"];
+    let val = |d: &str, f: &str| p[d][f]["value"].as_f64().unwrap_or_else(|| panic!("{d}.{f}: {}", p[d][f]));
+    let within = |what: &str, got: f64, want: f64, tol: f64| {
+        assert!(
+            (got / want - 1.0).abs() <= tol,
+            "{what}: fitted {got}, hidden {want} (more than {tol} off); {}\n{}",
+            h.flags.join(" "),
+            v
+        );
+    };
+    within("rate a->b", val("ab", "rate_bps"), h.rate_ab, 0.10);
+    within("rate b->a", val("ba", "rate_bps"), h.rate_ba, 0.10);
+    within("rtt", 2.0 * val("ab", "delay_s"), h.rtt_s, 0.05);
+    for d in ["ab", "ba"] {
+        let loss = val(d, "loss");
+        if h.loss > 0.0 {
+            assert!(loss > h.loss / 2.0 && loss < h.loss * 2.0, "{d} loss: fitted {loss}, hidden {}", h.loss);
+        } else {
+            assert!(loss < 1e-4, "{d} loss: fitted {loss} on a path without loss");
+        }
+        let rate = if d == "ab" { h.rate_ab } else { h.rate_ba };
+        let queue = h.queue_bdp * rate * h.rtt_s / 8.0;
+        within(&format!("{d} queue"), val(d, "queue_bytes"), queue, 0.35);
+        assert_eq!(val(d, "mtu"), 1500.0);
+    }
+    // the profile file brings the clone up; a field out of range is named and nothing is brought up
+    // from stored runs across the same path: a stream's TCP_INFO, an rtt run's round trips
+    let db = std::env::temp_dir().join(format!("gridperf-clone-test-{}.db", std::process::id()));
+    let db_s = db.display().to_string();
+    let o = unless_invalid(|| lab.exec_a(&["stream", "10.77.2.1", "-t", "3", "-C", "cubic", "--db", &db_s]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = unless_invalid(|| lab.exec_a(&["rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64", "-n", "100", "--db", &db_s]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let runs = run(&["runs", "list", "--db", &db_s, "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("runs json");
+    let id_of = |kind: &str| {
+        runs["runs"].as_array().and_then(|r| r.iter().find(|r| r["kind"] == kind)).map(|r| r["id"].to_string()).expect(kind)
+    };
+    let from_run = |id: &str| -> serde_json::Value {
+        let o = run(&["lab", "clone", "--from-run", id, "--db", &db_s, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("clone json")
+    };
+    let f = from_run(&id_of("stream"));
+    let ab = &f["profile"]["ab"];
+    let d = ab["delay_s"]["value"].as_f64().expect("a stream's delay");
+    assert!(d >= h.rtt_s / 2.0 * 0.97 && d <= h.rtt_s / 2.0 * 1.15, "a stream's min RTT: {d} against {}", h.rtt_s / 2.0);
+    assert_eq!(ab["mtu"]["value"], 1500.0, "{f}");
+    let r = ab["rate_bps"]["value"].as_f64().expect("a stream's rate");
+    assert!(r > 0.0 && r < 1.1 * h.rate_ab, "a stream's rate {r} against the path's {}", h.rate_ab);
+    assert!(f["profile"]["ba"]["rate_bps"]["value"].is_null(), "{f}");
+    let f = from_run(&id_of("rtt"));
+    within("an rtt run's RTT", 2.0 * f["profile"]["ab"]["delay_s"]["value"].as_f64().expect("delay"), h.rtt_s, 0.05);
+    assert!(f["profile"]["ab"]["rate_bps"]["value"].is_null(), "{f}");
+    let _ = std::fs::remove_file(&db);
+    // (this test holds the lab lock: the clone's lab is brought up by hand)
+    let dup = format!("{}-dup", lab.name);
+    let o = run(&["lab", "up", "--name", &dup, "--profile-file", &out_s, "--json"]);
+    let down = run(&["lab", "down", "--name", &dup]);
+    assert!(o.status.success() && down.status.success(), "{}{}", stderr(&o), stderr(&down));
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).expect("lab up json");
+    let ab_rate = st["lab"]["spec"]["ab"]["rate_bps"].as_f64().expect("the clone's rate");
+    within("the clone lab's rate a->b", ab_rate, h.rate_ab, 0.10);
+    assert!(labs_named(&dup).is_empty());
+    let mut bad: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("profile")).expect("json");
+    bad["profile"]["ab"]["mtu"]["value"] = serde_json::json!(90000.0);
+    std::fs::write(&out, bad.to_string()).expect("write");
+    let bad_name = format!("{}-bad", lab.name);
+    let o = run(&["lab", "up", "--name", &bad_name, "--profile-file", &out_s]);
+    if o.status.success() {
+        run(&["lab", "down", "--name", &bad_name]);
+    }
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("profile.ab.mtu") && stderr(&o).contains("576 to 65535"), "{}", stderr(&o));
+    assert!(labs_named(&bad_name).is_empty());
+    let _ = std::fs::remove_file(&out);
 }

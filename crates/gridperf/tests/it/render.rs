@@ -310,6 +310,7 @@ fn udp_report() -> StreamReport {
         max_seq: Some(169_836),
         jitter_ns: 12_345.6,
         distinct: 169_099,
+        ..Default::default()
     });
     let sender = StreamEnd { datagrams: Some(169_837), send_errors: 2, ..stream_end(0, true, 250_000_000, Proto::Udp) };
     let st = StreamResult {

@@ -1,0 +1,925 @@
+//! `gridperf lab clone`: a real path's model, fitted from what the probes
+//! measured, and the profile file that brings it up in the lab.
+//!
+//! Each direction is fitted on its own from the probes that crossed it:
+//! - the bottleneck rate from what a UDP stream that overran the path
+//!   delivered, in IP bits per second over the time it arrived;
+//! - the one-way delay from the round trips of 64-byte UDP messages, half
+//!   the median each way, and the jitter from their spread (split evenly
+//!   over the two directions: the round trip cannot tell them apart);
+//! - the loss and its burstiness from the sequence numbers of a UDP stream
+//!   paced well under the bottleneck (Gilbert-Elliott: the mean burst is the
+//!   lost numbers over the runs they fell in);
+//! - the bottleneck queue from the rise of the one-way transit time while
+//!   the path was overrun, times the rate;
+//! - the MTU from the probe socket's path MTU.
+//!
+//! Every estimate carries a 95% interval and the method that gave it; one
+//! the probes could not give is `None`, with the reason, never a guess.
+
+use crate::labcfg::{self, JitterDist, LabSettings, QueueSpec};
+use serde::{Deserialize, Serialize};
+
+/// The schema of `lab clone --json` and of a profile file.
+pub const SCHEMA: &str = "gridperf.clone/1";
+
+/// One fitted figure: its value (None when the probes could not give one),
+/// its 95% interval, and how it was found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub value: Option<f64>,
+    #[serde(default)]
+    pub low: Option<f64>,
+    #[serde(default)]
+    pub high: Option<f64>,
+    #[serde(default)]
+    pub method: String,
+    /// What limits the figure: a lower bound only, too few events, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Estimate {
+    pub fn new(value: f64, low: f64, high: f64, method: impl Into<String>) -> Estimate {
+        Estimate { value: Some(value), low: Some(low), high: Some(high), method: method.into(), note: None }
+    }
+
+    /// A figure the probes could not give, and why.
+    pub fn missing(method: impl Into<String>, why: impl Into<String>) -> Estimate {
+        Estimate { value: None, low: None, high: None, method: method.into(), note: Some(why.into()) }
+    }
+
+    /// A figure given by hand (or by a built-in profile): no interval.
+    pub fn given(value: f64) -> Estimate {
+        Estimate { value: Some(value), low: Some(value), high: Some(value), method: "given".into(), note: None }
+    }
+
+    pub fn with_note(mut self, note: impl Into<String>) -> Estimate {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// Whether `x` lies in the interval.
+    pub fn covers(&self, x: f64) -> bool {
+        self.low.is_none_or(|l| x >= l) && self.high.is_none_or(|h| x <= h)
+    }
+}
+
+/// The shape of the delay's spread around its median.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum JitterShape {
+    /// Too little spread to tell a shape.
+    #[default]
+    None,
+    Normal,
+    /// A long tail of late packets (Bowley skew above 0.2).
+    RightSkewed,
+}
+
+/// One direction's model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Direction {
+    pub rate_bps: Estimate,
+    /// One-way delay, seconds.
+    pub delay_s: Estimate,
+    /// The delay's spread: the standard deviation of a normal jitter, seconds.
+    pub jitter_s: Estimate,
+    #[serde(default)]
+    pub jitter_shape: JitterShape,
+    /// Whether the path delivered packets out of order.
+    #[serde(default)]
+    pub reorders: bool,
+    /// Long-run fraction lost, 0 to 1.
+    pub loss: Estimate,
+    /// Mean loss burst, packets (1: independent losses).
+    pub burst: Estimate,
+    /// The bottleneck queue, bytes.
+    pub queue_bytes: Estimate,
+    pub mtu: Estimate,
+}
+
+/// Both directions: `ab` from the client to the agent (lab host a to b),
+/// `ba` back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub ab: Direction,
+    pub ba: Direction,
+}
+
+/// Where a profile came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    /// The far end (an agent's address), a stored run, or a capture.
+    pub host: String,
+    /// When it was measured, UTC (RFC 3339).
+    pub date: String,
+    /// The gridperf version that measured it.
+    pub version: String,
+    /// "probes", "run N" or "capture FILE".
+    #[serde(default)]
+    pub from: String,
+}
+
+/// `lab clone --json`, and a profile file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CloneFile {
+    pub schema: String,
+    pub source: Source,
+    pub profile: Profile,
+    /// The load the probes put on the path, and what they could not fit.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Seconds the clone took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// What the probes saw beyond the model (the round trips' quantiles,
+    /// TCP throughput with --verify), for comparing a path with its clone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
+    /// With --verify: the real path and its clone, side by side.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<Compared>,
+}
+
+/// Figures measured on a path (real or cloned) to compare the two.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Round trips of 64-byte UDP messages, seconds.
+    pub rtt_p50_s: Option<f64>,
+    pub rtt_p95_s: Option<f64>,
+    /// TCP throughput a -> b of one CUBIC stream and of four, bits per second.
+    #[serde(default)]
+    pub tcp_1_bps: Option<f64>,
+    #[serde(default)]
+    pub tcp_4_bps: Option<f64>,
+}
+
+/// One figure of the real path beside its clone's, and the clone's
+/// relative error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compared {
+    pub what: String,
+    /// "bps", "s" or "fraction".
+    pub unit: String,
+    pub real: Option<f64>,
+    pub clone: Option<f64>,
+    /// clone / real - 1.
+    pub error: Option<f64>,
+}
+
+/// The real path (`real`, as `lab clone` measured it) beside the clone
+/// measured the same way.
+pub fn compare(real: &CloneFile, clone: &CloneFile) -> Vec<Compared> {
+    let row = |what: &str, unit: &str, r: Option<f64>, c: Option<f64>| Compared {
+        what: what.into(),
+        unit: unit.into(),
+        real: r,
+        clone: c,
+        error: r.zip(c).filter(|(r, _)| *r > 0.0).map(|(r, c)| c / r - 1.0),
+    };
+    let (rp, cp) = (&real.profile, &clone.profile);
+    let (rm, cm) = (real.measured.clone().unwrap_or_default(), clone.measured.clone().unwrap_or_default());
+    vec![
+        row("rate a -> b", "bps", rp.ab.rate_bps.value, cp.ab.rate_bps.value),
+        row("rate b -> a", "bps", rp.ba.rate_bps.value, cp.ba.rate_bps.value),
+        row("RTT p50 (64 B)", "s", rm.rtt_p50_s, cm.rtt_p50_s),
+        row("RTT p95 (64 B)", "s", rm.rtt_p95_s, cm.rtt_p95_s),
+        row("loss a -> b", "fraction", rp.ab.loss.value, cp.ab.loss.value),
+        row("loss b -> a", "fraction", rp.ba.loss.value, cp.ba.loss.value),
+        row("queue a -> b", "bytes", rp.ab.queue_bytes.value, cp.ab.queue_bytes.value),
+        row("queue b -> a", "bytes", rp.ba.queue_bytes.value, cp.ba.queue_bytes.value),
+        row("TCP, 1 CUBIC stream a -> b", "bps", rm.tcp_1_bps, cm.tcp_1_bps),
+        row("TCP, 4 CUBIC streams a -> b", "bps", rm.tcp_4_bps, cm.tcp_4_bps),
+    ]
+}
+
+/// z for a two-sided 95% interval.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// The bottleneck rate from a UDP stream that was meant to overrun it:
+/// `ip_bps` what arrived, in IP bits per second, over each of the
+/// receiver's intervals once the queue was full; `lost` the fraction of
+/// datagrams lost; `offered` what the sender put out, IP bits per second.
+/// When little was lost the path carried all that was offered, and the
+/// figure is only a lower bound, and says so.
+pub fn fit_rate(ip_bps: &[f64], lost: f64, offered: f64) -> Estimate {
+    let method = "what arrived of a UDP stream that overran the path, per 100 ms once its queue was full";
+    let n = ip_bps.len();
+    if n < 3 {
+        return Estimate::missing(method, format!("{n} intervals of the overrunning stream arrived; at least 3 are needed"));
+    }
+    let mean = ip_bps.iter().sum::<f64>() / n as f64;
+    let var = ip_bps.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = crate::stopping::t_quantile(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
+    if lost < 0.02 {
+        return Estimate { value: Some(mean), low: Some(mean - half), high: None, method: method.into(), note: None }
+            .with_note(format!(
+                "at least this: the path delivered {:.1}% of the {} offered; raise --max-rate to find the bottleneck",
+                (1.0 - lost) * 100.0,
+                crate::units::fmt_bps(offered)
+            ));
+    }
+    Estimate::new(mean, mean - half, mean + half, method)
+}
+
+/// The median of `x` and a 95% interval from its order statistics
+/// (distribution-free); `x` sorted.
+fn median_with_interval(x: &[f64]) -> Option<(f64, f64, f64)> {
+    let n = x.len();
+    if n < 6 {
+        return None;
+    }
+    let m = crate::stats::median(x)?;
+    let half = Z95 * (n as f64).sqrt() / 2.0;
+    let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
+    let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
+    Some((m, x[lo], x[hi]))
+}
+
+/// Below this the spread of round trips is the hosts' own, not the path's.
+pub const JITTER_FLOOR_S: f64 = 50e-6;
+
+/// One-way delay, jitter and its shape from round trips of small messages
+/// (ns): the delay is half the median round trip each way; the jitter a
+/// normal's standard deviation from the interquartile range (robust to the
+/// few round trips a busy host delays), split evenly over the two
+/// directions.
+pub fn fit_delay(rtt_ns: &[u64]) -> (Estimate, Estimate, JitterShape) {
+    let method = "half the median round trip of 64-byte UDP messages";
+    let mut x: Vec<f64> = rtt_ns.iter().map(|&v| v as f64 / 1e9).collect();
+    x.sort_by(f64::total_cmp);
+    let Some((m, lo, hi)) = median_with_interval(&x) else {
+        let why = format!("{} round trips came back; at least 6 are needed", x.len());
+        return (Estimate::missing(method, why.clone()), Estimate::missing("", why), JitterShape::None);
+    };
+    let delay = Estimate::new(m / 2.0, lo / 2.0, hi / 2.0, method);
+    let q = |p: f64| {
+        let h = (x.len() - 1) as f64 * p;
+        let (i, f) = (h.floor() as usize, h - h.floor());
+        x[i] + f * (x[(i + 1).min(x.len() - 1)] - x[i])
+    };
+    let (q1, q2, q3) = (q(0.25), q(0.5), q(0.75));
+    // a normal's sigma from its IQR; each direction's sigma is the round
+    // trip's over sqrt 2. The IQR estimator's standard error is 1.166 sigma / sqrt n.
+    let sigma = (q3 - q1) / 1.349 / std::f64::consts::SQRT_2;
+    let se = 1.166 * sigma / (x.len() as f64).sqrt();
+    let jmethod = "the round trips' interquartile range as a normal's, split evenly over the directions";
+    if sigma < JITTER_FLOOR_S {
+        let j = Estimate::new(0.0, 0.0, (sigma + Z95 * se).max(0.0), jmethod).with_note(format!(
+            "{:.0} us of spread each way, below what a host can tell from its own noise ({:.0} us): no jitter",
+            sigma * 1e6,
+            JITTER_FLOOR_S * 1e6
+        ));
+        return (delay, j, JitterShape::None);
+    }
+    let bowley = (q3 + q1 - 2.0 * q2) / (q3 - q1);
+    let shape = if bowley > 0.2 { JitterShape::RightSkewed } else { JitterShape::Normal };
+    let mut j = Estimate::new(sigma, (sigma - Z95 * se).max(0.0), sigma + Z95 * se, jmethod);
+    if shape == JitterShape::RightSkewed {
+        j = j.with_note(format!(
+            "the spread is skewed to the right (Bowley {bowley:.2}): the lab draws a normal of the same interquartile range, so its tail is shorter"
+        ));
+    }
+    (delay, j, shape)
+}
+
+/// Loss and mean burst from a paced stream's sequence numbers: `expected`
+/// numbers sent, `lost` of them never arrived, in `gaps` runs.
+pub fn fit_loss(expected: u64, lost: u64, gaps: u64) -> (Estimate, Estimate) {
+    let method = "lost sequence numbers of a UDP stream paced at a quarter of the rate";
+    let bmethod = "lost numbers over the runs they fell in (Gilbert-Elliott, all-lost bad state)";
+    if expected == 0 {
+        let why = "no datagram of the paced stream was sent";
+        return (Estimate::missing(method, why), Estimate::missing(bmethod, why));
+    }
+    let n = expected as f64;
+    let p = lost as f64 / n;
+    // Wilson's interval
+    let z2 = Z95 * Z95;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / (1.0 + z2 / n);
+    let mut loss = Estimate::new(p, (centre - half).max(0.0), (centre + half).min(1.0), method);
+    if lost == 0 {
+        let high = loss.high.unwrap_or(0.0);
+        loss = loss.with_note(format!(
+            "none lost of {expected}: below {:.3}% (95%); about 30 000 datagrams would show a loss of 0.01%",
+            high * 100.0
+        ));
+        return (loss, Estimate::missing(bmethod, "no loss, so no bursts"));
+    }
+    if lost < 10 {
+        let factor = loss.high.unwrap_or(p) / p.max(f64::MIN_POSITIVE);
+        loss = loss.with_note(format!(
+            "only {lost} lost: the rate is known within a factor of {factor:.1}; a budget 4x longer would about halve that"
+        ));
+    }
+    if gaps < 3 {
+        return (loss, Estimate::missing(bmethod, format!("{gaps} loss runs; at least 3 are needed")));
+    }
+    // a geometric burst of mean b has variance b (b - 1)
+    let b = (lost as f64 / gaps as f64).max(1.0);
+    let half = Z95 * (b * (b - 1.0) / gaps as f64).sqrt();
+    (loss, Estimate::new(b, (b - half).max(1.0), b + half, bmethod))
+}
+
+/// The bottleneck queue from the one-way transit rise: `idle` transits
+/// (ns) of a stream that did not fill the queue, `loaded` those of one that
+/// overran it (its later part, once full), both against the same clocks;
+/// `rate` the fitted rate.
+pub fn fit_queue(idle: &[i64], loaded: &[i64], rate: &Estimate) -> Estimate {
+    let method = "the one-way transit's rise while a UDP stream overran the path, times the rate";
+    let Some(r) = rate.value else { return Estimate::missing(method, "no rate to multiply the rise by") };
+    let sorted = |v: &[i64]| {
+        let mut x: Vec<f64> = v.iter().map(|&t| t as f64).collect();
+        x.sort_by(f64::total_cmp);
+        x
+    };
+    let (i, l) = (sorted(idle), sorted(loaded));
+    let (Some((im, ilo, ihi)), Some((lm, llo, lhi))) = (median_with_interval(&i), median_with_interval(&l)) else {
+        return Estimate::missing(method, "too few transit samples (at least 6 from each stream)");
+    };
+    let bytes = |ns: f64| (ns / 1e9 * r / 8.0).max(0.0);
+    let (rlo, rhi) = (rate.low.unwrap_or(r), rate.high.unwrap_or(r));
+    let mut q = Estimate::new(
+        bytes(lm - im),
+        ((llo - ihi).max(0.0) / 1e9 * rlo / 8.0).max(0.0),
+        (lhi - ilo).max(0.0) / 1e9 * rhi / 8.0,
+        method,
+    );
+    if rate.high.is_none() {
+        q = q.with_note("the path was not overrun, so no queue built up: this is what the offered load made");
+    }
+    q
+}
+
+/// What is wrong with a profile file: the field and its valid range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProfileError {
+    #[error("the profile file is not JSON of the schema {SCHEMA}: {0}")]
+    Parse(String),
+    #[error("the profile file's schema is {0:?}; this gridperf reads {SCHEMA}")]
+    Schema(String),
+    #[error("{field} is {value}: valid is {range}")]
+    Range { field: String, value: String, range: &'static str },
+    #[error("{field} has no value ({why}): give it with --set-{dir} {name}=..., or clone again with a larger budget")]
+    Missing { field: String, why: String, dir: &'static str, name: &'static str },
+}
+
+impl CloneFile {
+    /// Reads a profile file and checks every field the lab uses.
+    pub fn parse(text: &str) -> Result<CloneFile, ProfileError> {
+        let f: CloneFile = serde_json::from_str(text).map_err(|e| ProfileError::Parse(e.to_string()))?;
+        if f.schema != SCHEMA {
+            return Err(ProfileError::Schema(f.schema));
+        }
+        f.profile.ab.settings("ab")?;
+        f.profile.ba.settings("ba")?;
+        Ok(f)
+    }
+}
+
+impl Direction {
+    /// The lab's settings for this direction (`dir` is "ab" or "ba", for
+    /// errors). A missing queue becomes one BDP, and the returned words say so.
+    pub fn settings(&self, dir: &'static str) -> Result<(LabSettings, Vec<String>), ProfileError> {
+        let field = |name: &str| format!("profile.{dir}.{name}");
+        let check = |name: &'static str, e: &Estimate, lo: f64, hi: f64, range: &'static str| {
+            let v = e.value.ok_or_else(|| ProfileError::Missing {
+                field: field(name),
+                why: e.note.clone().unwrap_or_else(|| "not measured".into()),
+                dir,
+                name: match name {
+                    "rate_bps" => "rate",
+                    "delay_s" => "delay",
+                    "jitter_s" => "jitter",
+                    "queue_bytes" => "queue",
+                    other => other,
+                },
+            })?;
+            if !(lo..=hi).contains(&v) || v.is_nan() {
+                return Err(ProfileError::Range { field: field(name), value: v.to_string(), range });
+            }
+            Ok(v)
+        };
+        let mut words = Vec::new();
+        let rate = check("rate_bps", &self.rate_bps, 1.0, labcfg::MAX_RATE_BPS as f64, "1 to 100e9 bits per second")?;
+        let delay = check("delay_s", &self.delay_s, 0.0, 10.0, "0 to 10 seconds")?;
+        let jitter = match self.jitter_s.value {
+            None => 0.0,
+            Some(_) => check("jitter_s", &self.jitter_s, 0.0, 10.0, "0 to 10 seconds")?,
+        };
+        let loss = match self.loss.value {
+            None => 0.0,
+            Some(_) => check("loss", &self.loss, 0.0, 1.0, "a fraction, 0 to 1")?,
+        };
+        let burst = match self.burst.value {
+            Some(_) if loss > 0.0 => Some(check("burst", &self.burst, 1.0, 1e6, "1 packet or more")?),
+            _ => None,
+        };
+        let mtu = check("mtu", &self.mtu, 576.0, 65535.0, "576 to 65535 bytes")?;
+        let queue = match self.queue_bytes.value {
+            Some(_) => {
+                let q = check("queue_bytes", &self.queue_bytes, 0.0, 1e12, "0 to 10^12 bytes")?;
+                QueueSpec::Bytes((q.round() as u64).max(mtu as u64))
+            }
+            None => {
+                words.push(format!("{dir} queue not measured: 1 BDP"));
+                QueueSpec::Bdp(1.0)
+            }
+        };
+        let s = LabSettings {
+            rate_bps: Some(rate.round() as u64),
+            delay_ns: (delay * 1e9).round() as u64,
+            jitter_ns: (jitter * 1e9).round() as u64,
+            jitter_dist: JitterDist::Normal,
+            reorder: self.reorders,
+            loss,
+            loss_burst: burst,
+            queue,
+            mtu: mtu.round() as u32,
+        };
+        s.link_config().map_err(|e| ProfileError::Range {
+            field: field("loss"),
+            value: format!("{e}"),
+            range: "a loss and burst the Gilbert-Elliott model can reach",
+        })?;
+        Ok((s, words))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift), for synthetic samples.
+    struct Rng(u64);
+    impl Rng {
+        fn unit(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+        fn normal(&mut self) -> f64 {
+            let (u, v) = (self.unit().max(1e-12), self.unit());
+            (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+        }
+    }
+
+    #[test]
+    fn the_rate_is_what_arrived_and_a_lower_bound_when_nothing_was_lost() {
+        let r = fit_rate(&[99e6, 101e6, 100e6, 100.5e6, 99.5e6], 0.3, 150e6);
+        assert!((r.value.unwrap() - 100e6).abs() < 1.0);
+        assert!(r.low.unwrap() < 100e6 && r.high.unwrap() > 100e6 && r.high.unwrap() < 102e6, "{r:?}");
+        let r = fit_rate(&[50e6; 10], 0.001, 50e6);
+        assert_eq!(r.high, None, "a lower bound only");
+        assert!(r.note.unwrap().contains("at least this"));
+        assert!(fit_rate(&[1e6, 2e6], 0.5, 1e7).value.is_none());
+    }
+
+    #[test]
+    fn delay_and_jitter_come_back_from_synthetic_round_trips() {
+        // 20 ms each way, normal jitter of 1 ms each way: the round trip is
+        // 40 ms with sigma sqrt(2) ms
+        let mut g = Rng(7);
+        let rtts: Vec<u64> =
+            (0..2000).map(|_| ((0.040 + 1e-3 * g.normal() + 1e-3 * g.normal()) * 1e9) as u64).collect();
+        let (d, j, shape) = fit_delay(&rtts);
+        assert!(d.covers(0.020), "{d:?}");
+        assert!((d.value.unwrap() - 0.020).abs() < 1e-4);
+        assert!(j.covers(1e-3), "{j:?}");
+        assert_eq!(shape, JitterShape::Normal);
+        // no jitter: below the floor, said so
+        let flat: Vec<u64> = (0..500).map(|k| 10_000_000 + (k % 7) * 1000).collect();
+        let (_, j, shape) = fit_delay(&flat);
+        assert_eq!((j.value, shape), (Some(0.0), JitterShape::None));
+        // a long right tail
+        let skewed: Vec<u64> = (0..2000).map(|_| ((0.010 + 2e-3 * (-g.unit().max(1e-9).ln())) * 1e9) as u64).collect();
+        assert_eq!(fit_delay(&skewed).2, JitterShape::RightSkewed);
+        assert!(fit_delay(&[1, 2, 3]).0.value.is_none());
+    }
+
+    #[test]
+    fn loss_and_bursts_come_back_from_a_gilbert_elliott_sequence() {
+        // the lab's own model: 0.5% loss in bursts of 3
+        let s = LabSettings { loss: 0.005, loss_burst: Some(3.0), ..LabSettings::default() };
+        let crate::emu::Loss::GilbertElliott { p_gb, p_bg, .. } = s.loss_model().unwrap() else { panic!() };
+        let mut g = Rng(11);
+        let (mut bad, mut lost, mut gaps, n) = (false, 0u64, 0u64, 400_000u64);
+        for _ in 0..n {
+            let was = bad;
+            bad = if bad { g.unit() >= p_bg } else { g.unit() < p_gb };
+            if bad {
+                lost += 1;
+                gaps += u64::from(!was);
+            }
+        }
+        let (loss, burst) = fit_loss(n, lost, gaps);
+        assert!(loss.covers(0.005), "{loss:?}");
+        assert!(burst.covers(3.0), "{burst:?}");
+        let (loss, burst) = fit_loss(10_000, 0, 0);
+        assert_eq!(loss.value, Some(0.0));
+        assert!(loss.high.unwrap() > 0.0 && loss.note.unwrap().contains("none lost"));
+        assert!(burst.value.is_none());
+    }
+
+    #[test]
+    fn the_queue_is_the_transit_rise_times_the_rate() {
+        let idle: Vec<i64> = (0..100).map(|k| 1_000 * (k % 5)).collect();
+        // 10 ms of queue at 100 Mbit/s: 125 000 bytes
+        let loaded: Vec<i64> = (0..100).map(|k| 10_000_000 + 1_000 * (k % 5)).collect();
+        let rate = Estimate::new(100e6, 99e6, 101e6, "");
+        let q = fit_queue(&idle, &loaded, &rate);
+        assert!((q.value.unwrap() - 125_000.0).abs() < 1.0, "{q:?}");
+        assert!(q.covers(125_000.0));
+        assert!(fit_queue(&idle, &[1, 2], &rate).value.is_none());
+    }
+
+    #[test]
+    fn a_capture_gives_rate_delay_queue_and_mtu_and_says_what_it_cannot() {
+        use crate::model::{TraceConn, TraceDirection, TracePoint, TraceReport};
+        // 100 Mbit/s of 1448-byte segments (1488 on the wire) for 5 s at 20 ms,
+        // the RTT rising to 30 ms as the queue fills: 125 000 bytes of queue
+        let wire = 1488.0 / 1448.0;
+        let series: Vec<TracePoint> = (0..50)
+            .map(|k| TracePoint {
+                t_s: k as f64 * 0.1,
+                acked: (100e6 / 8.0 * 0.1 / wire) as u64,
+                rtt_ms: Some(20.0 + (k % 10) as f64),
+                ..TracePoint::default()
+            })
+            .collect();
+        let data = TraceDirection {
+            from: "10.77.1.1:40000".into(),
+            to: "10.77.2.1:5201".into(),
+            bytes_acked: 62_500_000,
+            segments: 43_000,
+            retransmits: 12,
+            mss: Some(1448),
+            rtt_min_ms: Some(20.0),
+            rtt_median_ms: Some(25.0),
+            rtt_basis: "at the sender".into(),
+            series,
+            series_interval_s: 0.1,
+            ..TraceDirection::default()
+        };
+        let acks = TraceDirection { from: "10.77.2.1:5201".into(), to: "10.77.1.1:40000".into(), ..TraceDirection::default() };
+        let t = TraceReport {
+            file: "x.pcap".into(),
+            connections: vec![TraceConn { directions: vec![data, acks], ..TraceConn::default() }],
+            ..TraceReport::default()
+        };
+        let (p, notes) = fit_from_trace(&t).unwrap();
+        let r = p.ab.rate_bps.value.unwrap();
+        assert!((r / 100e6 - 1.0).abs() < 0.01, "{r}");
+        assert_eq!(p.ab.delay_s.value, Some(0.010));
+        let q = p.ab.queue_bytes.value.unwrap();
+        assert!((q / 112_500.0 - 1.0).abs() < 0.02, "9 ms of rise at 100 Mbit/s: {q}");
+        assert_eq!(p.ab.mtu.value, Some(1488.0));
+        assert!(p.ab.loss.value.is_none() && p.ab.loss.note.as_ref().unwrap().contains("its own"));
+        assert!(p.ba.rate_bps.value.is_none() && p.ba.rate_bps.note.as_ref().unwrap().contains("no data flowed"));
+        assert!(p.ab.jitter_s.value.is_none());
+        assert!(notes.iter().any(|n| n.contains("not fitted")));
+        assert!(fit_from_trace(&TraceReport::default()).unwrap_err().contains("no TCP data"));
+    }
+
+    fn direction() -> Direction {
+        Direction {
+            rate_bps: Estimate::given(100e6),
+            delay_s: Estimate::given(0.01),
+            jitter_s: Estimate::given(0.0),
+            loss: Estimate::given(0.001),
+            burst: Estimate::given(2.0),
+            queue_bytes: Estimate::given(250_000.0),
+            mtu: Estimate::given(1500.0),
+            ..Direction::default()
+        }
+    }
+
+    #[test]
+    fn a_profile_file_becomes_lab_settings_and_bad_fields_are_named() {
+        let f = CloneFile {
+            schema: SCHEMA.into(),
+            profile: Profile { ab: direction(), ba: Direction { rate_bps: Estimate::given(20e6), ..direction() } },
+            ..CloneFile::default()
+        };
+        let text = serde_json::to_string(&f).unwrap();
+        let back = CloneFile::parse(&text).unwrap();
+        let (ab, _) = back.profile.ab.settings("ab").unwrap();
+        assert_eq!((ab.rate_bps, ab.delay_ns, ab.loss_burst), (Some(100_000_000), 10_000_000, Some(2.0)));
+        assert_eq!(ab.queue, QueueSpec::Bytes(250_000));
+        let (ba, _) = back.profile.ba.settings("ba").unwrap();
+        assert_eq!(ba.rate_bps, Some(20_000_000));
+
+        let bad = text.replacen("\"value\":0.001", "\"value\":1.5", 1);
+        let e = CloneFile::parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("profile.ab.loss") && e.contains("0 to 1"), "{e}");
+        let e = CloneFile::parse(&text.replace(SCHEMA, "gridperf.clone/9")).unwrap_err().to_string();
+        assert!(e.contains("gridperf.clone/9"), "{e}");
+        let e = CloneFile::parse("{").unwrap_err().to_string();
+        assert!(e.contains("not JSON"), "{e}");
+        let mut f2 = f.clone();
+        f2.profile.ba.rate_bps = Estimate::missing("m", "the stream never arrived");
+        let e = CloneFile::parse(&serde_json::to_string(&f2).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("profile.ba.rate_bps") && e.contains("never arrived") && e.contains("--set-ba rate="), "{e}");
+    }
+}
+
+/// A profile fitted from a capture's TCP connections (`trace`'s analysis):
+/// what one end's data and the other's acknowledgments show, and, for every
+/// field they cannot show, why. The end that sent the most is a; its data's
+/// direction is a -> b.
+pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<String>), String> {
+    let host = |s: &str| s.rsplit_once(':').map_or(s.to_string(), |(h, _)| h.trim_matches(['[', ']']).to_string());
+    let dirs: Vec<&crate::model::TraceDirection> =
+        t.connections.iter().flat_map(|c| c.directions.iter()).filter(|d| d.bytes_acked > 0).collect();
+    let mut senders: Vec<(String, u64)> = Vec::new();
+    for d in &dirs {
+        match senders.iter_mut().find(|(h, _)| *h == host(&d.from)) {
+            Some(s) => s.1 += d.bytes_acked,
+            None => senders.push((host(&d.from), d.bytes_acked)),
+        }
+    }
+    let a = senders
+        .iter()
+        .max_by_key(|(_, b)| *b)
+        .map(|(h, _)| h.clone())
+        .ok_or_else(|| format!("no TCP data was acknowledged in {} ({} TCP segments)", t.file, t.tcp_segments))?;
+    let data: Vec<&&crate::model::TraceDirection> = dirs.iter().filter(|d| host(&d.from) == a).collect();
+    let b = data.first().map(|d| host(&d.to)).unwrap_or_default();
+    let mut notes = vec![format!(
+        "from the capture {}: {} connection(s) carrying data {a} -> {b}; a is {a}, b is {b}",
+        t.file,
+        data.len()
+    )];
+    let mss = data.iter().find_map(|d| d.mss).map(f64::from);
+    let ipv6 = a.contains(':');
+    let headers = if ipv6 { 60.0 } else { 40.0 };
+    let retransmits: u64 = data.iter().map(|d| d.retransmits).sum();
+    let segments: u64 = data.iter().map(|d| d.segments).sum();
+
+    // the acknowledged rate per interval, summed over the connections
+    let step = data.iter().map(|d| d.series_interval_s).fold(0.0, f64::max);
+    let rate = if step <= 0.0 {
+        Estimate::missing("", "the capture's connections have no time series")
+    } else {
+        let mut bins: Vec<(i64, f64)> = Vec::new();
+        for d in &data {
+            for p in &d.series {
+                let k = (p.t_s / step).round() as i64;
+                match bins.iter_mut().find(|(j, _)| *j == k) {
+                    Some(b) => b.1 += p.acked as f64,
+                    None => bins.push((k, p.acked as f64)),
+                }
+            }
+        }
+        let seg = mss.unwrap_or(1448.0);
+        let mut bps: Vec<f64> = bins.iter().map(|(_, b)| b * 8.0 * (seg + headers) / seg / step).collect();
+        bps.sort_by(f64::total_cmp);
+        let method = "the 90th percentile of the acknowledged rate per interval, with the IP and TCP headers";
+        if bps.len() < 5 {
+            Estimate::missing(method, format!("{} intervals with traffic; at least 5 are needed", bps.len()))
+        } else {
+            let q = |p: f64| bps[((bps.len() - 1) as f64 * p).round() as usize];
+            let e = Estimate::new(q(0.9), q(0.5), q(1.0), method);
+            if retransmits == 0 {
+                Estimate { high: None, ..e }.with_note(
+                    "at least this: nothing was lost, so the flow may never have filled the path",
+                )
+            } else {
+                e
+            }
+        }
+    };
+    let rtt_min = data.iter().filter_map(|d| d.rtt_min_ms).fold(f64::INFINITY, f64::min);
+    let rtt_med = data.iter().filter_map(|d| d.rtt_median_ms).fold(f64::INFINITY, f64::min);
+    let basis = data.first().map(|d| d.rtt_basis.clone()).unwrap_or_default();
+    let delay = if rtt_min.is_finite() {
+        Estimate { high: Some(rtt_min / 2e3), ..Estimate::new(rtt_min / 2e3, 0.0, rtt_min / 2e3, "half the smallest RTT sample of the capture's data and its ACKs") }
+            .with_note(format!("{basis}; the smallest sample is an upper bound of the path's own (median {rtt_med:.3} ms)"))
+    } else {
+        Estimate::missing("", "the capture has no RTT samples (no data segment was acknowledged once)")
+    };
+    // the RTT's rise while the flow ran: the queue it filled
+    let rtt_high = data
+        .iter()
+        .flat_map(|d| d.series.iter().filter_map(|p| p.rtt_ms))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let qmethod = "the highest interval's mean RTT less the smallest sample, times the rate";
+    let queue = match (rate.value, rtt_min.is_finite() && rtt_high.is_finite()) {
+        (Some(r), true) => {
+            let q = Estimate::new((rtt_high - rtt_min).max(0.0) / 1e3 * r / 8.0, 0.0, f64::INFINITY, qmethod);
+            let q = Estimate { low: q.value, high: None, ..q };
+            if retransmits == 0 {
+                q.with_note("at least this: the flow lost nothing, so it may never have filled the queue")
+            } else {
+                q.with_note("a TCP flow that lost segments filled the queue at least once; intervals average its peaks away")
+            }
+        }
+        _ => Estimate::missing(qmethod, "no rate or no RTT samples"),
+    };
+    let loss = if retransmits == 0 && segments > 0 {
+        let high = 3.0 / segments as f64;
+        Estimate::new(0.0, 0.0, high, "no segment was sent again")
+            .with_note(format!("none of {segments} segments was sent again: below {:.3}%", high * 100.0))
+    } else {
+        Estimate::missing(
+            "",
+            format!(
+                "{retransmits} of {segments} segments were sent again, but a TCP flow's losses are mostly its own, at the full queue: probe the path (lab clone HOST) for its loss"
+            ),
+        )
+    };
+    let mtu = match mss {
+        Some(m) => Estimate::new(m + headers, m + headers, m + headers, "the SYN's MSS option plus the IP and TCP headers"),
+        None => Estimate::missing("", "the capture has no handshake, so no MSS"),
+    };
+    let no_jitter = Estimate::missing("", "a TCP flow's RTT samples mix its own queueing with the path's jitter");
+    let ab = Direction {
+        rate_bps: rate,
+        delay_s: delay.clone(),
+        jitter_s: no_jitter.clone(),
+        jitter_shape: JitterShape::None,
+        reorders: false,
+        loss,
+        burst: Estimate::missing("", "loss not fitted"),
+        queue_bytes: queue,
+        mtu: mtu.clone(),
+    };
+    let why = format!("no data flowed {b} -> {a} in the capture, only acknowledgments");
+    let ba = Direction {
+        rate_bps: Estimate::missing("", why.clone()),
+        delay_s: delay,
+        jitter_s: no_jitter,
+        loss: Estimate::missing("", why.clone()),
+        burst: Estimate::missing("", why.clone()),
+        queue_bytes: Estimate::missing("", why),
+        mtu,
+        ..Direction::default()
+    };
+    notes.push("not fitted from a capture: jitter, loss and its bursts (probe the path), and b -> a's rate and queue".into());
+    Ok((Profile { ab, ba }, notes))
+}
+
+/// TCP_INFO's MSS on Linux leaves out the timestamp option (12 bytes) as
+/// well as the IPv4 and TCP headers (40): a 1500-byte MTU shows 1448.
+const TCP_INFO_MSS_TO_MTU: f64 = 52.0;
+
+/// A profile fitted from a stored `stream` run's TCP streams: their
+/// throughput and the senders' TCP_INFO timelines (the smallest RTT, the
+/// largest smoothed RTT, the MSS). The data's direction is the one fitted;
+/// the other is left empty, with why.
+pub fn fit_from_stream(streams: &[crate::model::StreamResult]) -> Result<(Profile, Vec<String>), String> {
+    let tcp: Vec<&crate::model::StreamResult> = streams.iter().filter(|s| !s.timeline.is_empty()).collect();
+    if tcp.is_empty() {
+        return Err("the run has no TCP stream with a TCP_INFO timeline (a UDP stream, or none at all)".into());
+    }
+    let up = tcp.iter().filter(|s| s.direction == "up").count() >= tcp.len() - tcp.len() / 2;
+    let dir = if up { "up" } else { "down" };
+    let data: Vec<&&crate::model::StreamResult> = tcp.iter().filter(|s| s.direction == dir).collect();
+    let mss = data.iter().flat_map(|s| s.timeline.iter().map(|t| t.mss)).max().unwrap_or(0) as f64;
+    let wire = if mss > 0.0 { (mss + TCP_INFO_MSS_TO_MTU) / mss } else { 1.0 };
+    let retrans: u64 = data.iter().filter_map(|s| s.retransmits).map(u64::from).sum();
+    // the streams' received rate per interval, summed
+    let n = data.iter().map(|s| s.interval_bps.len()).max().unwrap_or(0);
+    let mut sums: Vec<f64> =
+        (0..n).map(|k| data.iter().filter_map(|s| s.interval_bps.get(k)).sum::<f64>() * wire).collect();
+    sums.sort_by(f64::total_cmp);
+    let method = "the 90th percentile of the streams' summed rate per interval, with the IP and TCP headers";
+    let rate = if sums.len() < 3 {
+        let total: f64 = data.iter().map(|s| s.throughput_bps).sum::<f64>() * wire;
+        Estimate { value: Some(total), low: Some(total), high: None, method: "the streams' summed throughput".into(), note: None }
+            .with_note("at least this: too few intervals to say more")
+    } else {
+        let q = |p: f64| sums[((sums.len() - 1) as f64 * p).round() as usize];
+        let e = Estimate::new(q(0.9), q(0.5), q(1.0), method);
+        if retrans == 0 {
+            Estimate { high: None, ..e }.with_note("at least this: nothing was sent again, so the streams may never have filled the path")
+        } else {
+            e
+        }
+    };
+    let min_rtt = data.iter().flat_map(|s| s.timeline.iter().map(|t| t.min_rtt_us)).filter(|&r| r > 0).min();
+    let max_srtt = data.iter().flat_map(|s| s.timeline.iter().map(|t| t.srtt_us)).max();
+    let delay = match min_rtt {
+        Some(r) => {
+            let d = f64::from(r) / 2e6;
+            Estimate { low: Some(0.0), ..Estimate::new(d, 0.0, d, "half the senders' smallest TCP_INFO min_rtt") }
+                .with_note("the smallest RTT a stream saw: an upper bound of the path's own")
+        }
+        None => Estimate::missing("", "no TCP_INFO sample had an RTT"),
+    };
+    let qmethod = "the largest smoothed RTT less the smallest RTT, times the rate";
+    let queue = match (rate.value, min_rtt, max_srtt) {
+        (Some(r), Some(lo), Some(hi)) => {
+            let b = f64::from(hi.saturating_sub(lo)) / 1e6 * r / 8.0;
+            let e = Estimate { value: Some(b), low: Some(b), high: None, method: qmethod.into(), note: None };
+            if retrans == 0 {
+                e.with_note("at least this: the streams lost nothing, so they may never have filled the queue")
+            } else {
+                e.with_note("the smoothed RTT averages the queue's peaks away: at least this")
+            }
+        }
+        _ => Estimate::missing(qmethod, "no rate or no RTT samples"),
+    };
+    let mtu = if mss > 0.0 {
+        let m = mss + TCP_INFO_MSS_TO_MTU;
+        Estimate::new(m, m, m, "TCP_INFO's MSS plus 52 bytes (IPv4, TCP and the timestamp option Linux sends)")
+    } else {
+        Estimate::missing("", "no TCP_INFO sample had an MSS")
+    };
+    let data_dir = Direction {
+        rate_bps: rate,
+        delay_s: delay.clone(),
+        jitter_s: Estimate::missing("", "a TCP stream's RTT mixes its own queueing with the path's jitter"),
+        loss: Estimate::missing(
+            "",
+            format!("{retrans} segments were sent again, but a TCP stream's losses are mostly its own, at the full queue: probe the path (lab clone HOST) for its loss"),
+        ),
+        burst: Estimate::missing("", "loss not fitted"),
+        queue_bytes: queue,
+        mtu: mtu.clone(),
+        ..Direction::default()
+    };
+    let why = "no data flowed this way in the run, only acknowledgments";
+    let other = Direction {
+        rate_bps: Estimate::missing("", why),
+        delay_s: delay,
+        jitter_s: Estimate::missing("", why),
+        loss: Estimate::missing("", why),
+        burst: Estimate::missing("", why),
+        queue_bytes: Estimate::missing("", why),
+        mtu,
+        ..Direction::default()
+    };
+    let notes = vec![format!(
+        "from {} TCP stream(s) {} the agent; not fitted from a stream run: jitter, loss and its bursts, and the other direction's rate and queue",
+        data.len(),
+        if up { "to" } else { "from" }
+    )];
+    let profile = if up { Profile { ab: data_dir, ba: other } } else { Profile { ab: other, ba: data_dir } };
+    Ok((profile, notes))
+}
+
+/// What a stored `rtt` point gives a clone: its protocol, size, samples
+/// (or quartiles), and UDP's sent and lost.
+#[derive(Debug, Clone)]
+pub struct RttPointFigures {
+    pub proto: String,
+    pub size: u64,
+    pub samples_ns: Vec<u64>,
+    pub quartiles_ns: Option<(f64, f64, f64)>,
+    pub sent: u64,
+    pub lost: u64,
+}
+
+/// A profile fitted from a stored `rtt` run (or a survey's): delay and
+/// jitter from the smallest size's round trips (UDP's if measured), loss
+/// from UDP's lost messages; no rate or queue.
+pub fn fit_from_rtt(points: &[RttPointFigures], mtu: Option<u32>) -> Result<(Profile, Vec<String>), String> {
+    let smallest = |proto: &str| points.iter().filter(|p| p.proto == proto).min_by_key(|p| p.size);
+    let p = smallest("udp").or_else(|| smallest("tcp")).ok_or("the run has no point")?;
+    let (delay, jitter, shape) = if p.samples_ns.len() >= 6 {
+        fit_delay(&p.samples_ns)
+    } else if let Some((q1, m, q3)) = p.quartiles_ns {
+        let sigma = (q3 - q1) / 1.349 / std::f64::consts::SQRT_2 / 1e9;
+        (
+            Estimate::given(m / 2e9).with_note("from the stored quartiles only: no interval"),
+            Estimate::given(if sigma < JITTER_FLOOR_S { 0.0 } else { sigma }),
+            JitterShape::None,
+        )
+    } else {
+        return Err(format!("the {} B {} point kept neither samples nor quartiles", p.size, p.proto));
+    };
+    let udp: Vec<&RttPointFigures> = points.iter().filter(|p| p.proto == "udp").collect();
+    let (sent, lost) = udp.iter().fold((0, 0), |(s, l), p| (s + p.sent, l + p.lost));
+    let (loss, burst) = if sent > 0 {
+        let (l, _) = fit_loss(sent, lost, 0);
+        (l, Estimate::missing("", "an rtt run keeps no loss sequence"))
+    } else {
+        let why = "the run measured no UDP, so no loss";
+        (Estimate::missing("", why), Estimate::missing("", why))
+    };
+    let mtu = mtu.map_or_else(
+        || Estimate::missing("", "the run recorded no MTU"),
+        |m| Estimate::new(m as f64, m as f64, m as f64, "the MTU the run recorded"),
+    );
+    let why = "an rtt run measures no rate or queue: fit from a stream run or probe the path";
+    let d = Direction {
+        rate_bps: Estimate::missing("", why),
+        delay_s: delay,
+        jitter_s: jitter,
+        jitter_shape: shape,
+        loss,
+        burst,
+        queue_bytes: Estimate::missing("", why),
+        mtu,
+        ..Direction::default()
+    };
+    let notes = vec![format!(
+        "from the {} B {} round trips of the run (each direction half of them); loss over {} UDP messages of every size",
+        p.size, p.proto, sent
+    )];
+    Ok((Profile { ab: d.clone(), ba: d }, notes))
+}

@@ -1,0 +1,255 @@
+//! `gridperf lab clone`'s probes: round trips of small UDP messages, then
+//! each direction in turn (the agent sends for b -> a), a UDP stream that
+//! overruns the path for its rate and queue, and one paced at a quarter of
+//! that rate for its loss. The fitting is `gridperf_core::clone`'s.
+
+use super::stream::{self, StreamOptions};
+use super::{rtt, EchoOptions};
+use crate::error::{Error, Result};
+use crate::runner::{Deadlines, Target};
+use gridperf_core::clone::{self, CloneFile, Direction, Estimate, Profile, Source};
+use gridperf_core::model::StreamResult;
+use gridperf_core::plan::Proto;
+use gridperf_core::units::fmt_bps;
+use gridperf_core::wire::{self, StreamSpec};
+use std::time::{Duration, Instant};
+
+/// What a clone does, checked.
+#[derive(Debug, Clone)]
+pub struct CloneOptions {
+    /// The far end's name as the user gave it, for the record.
+    pub host: String,
+    pub deadlines: Deadlines,
+    /// The whole clone's time budget.
+    pub budget: Duration,
+    /// The most the overrunning stream offers, IP bits per second.
+    pub max_rate_bps: u64,
+}
+
+/// The paced stream's most datagrams per second: loss is per packet, and
+/// more packets see rarer loss, but each costs both hosts CPU.
+const PACED_PPS: f64 = 20_000.0;
+/// Datagram payload of the overrunning stream (a 1500-byte IP packet).
+const FULL: u64 = 1472;
+/// The receivers' report interval.
+const INTERVAL_MS: u64 = 100;
+
+/// Runs the probes against `target` and fits the path; `say` hears each step.
+pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Result<CloneFile> {
+    let start = Instant::now();
+    let budget = o.budget.as_secs_f64();
+    let mut notes = Vec::new();
+
+    // round trips: about 8% of the budget, at least 2 s
+    let rtt_time = Duration::from_secs_f64((budget * 0.08).clamp(2.0, 10.0));
+    say(&format!("round trips of 64-byte UDP messages for {:.0} s", rtt_time.as_secs_f64()));
+    let mut ro = rtt::RttOptions::counted(EchoOptions::plain(vec![Proto::Udp], vec![64], o.deadlines), 0, 2);
+    ro.duration = Some(rtt_time);
+    ro.keep_samples = true;
+    let r = rtt::run(target, &ro, &mut |_| {})?;
+    crate::runner::lab_valid(&r.env)?;
+    let point = r.points.first().ok_or_else(|| Error::network("the round-trip probe returned no point"))?;
+    let samples = point.samples_ns.clone().unwrap_or_default();
+    if samples.is_empty() {
+        return Err(Error::network(format!(
+            "no round trip came back from {} in {:.0} s ({} sent): the path loses everything, or the agent's UDP port is blocked",
+            o.host,
+            rtt_time.as_secs_f64(),
+            point.sent
+        )));
+    }
+    let (delay, jitter, shape) = clone::fit_delay(&samples);
+    let mut sorted = samples.clone();
+    sorted.sort_unstable();
+    let q = |p| gridperf_core::stats::quantile_sorted(&sorted, p).map(|ns| ns / 1e9);
+    let measured = clone::Measured { rtt_p50_s: q(0.5), rtt_p95_s: q(0.95), ..Default::default() };
+    let rtt_s = 2.0 * delay.value.unwrap_or(0.0);
+    if point.lost > 0 {
+        notes.push(format!("{} of {} round-trip messages were lost", point.lost, point.sent));
+    }
+
+    // each direction: the overrun (rate, queue) then the paced stream (loss);
+    // the paced streams share what is left of the budget, less a margin
+    let overrun_s = (1.0 + 6.0 * rtt_s).clamp(1.5, 4.0);
+    let linger_s = 1.0 + 4.0 * rtt_s;
+    let mut dirs = Vec::new();
+    for (k, dir) in [wire::Direction::Up, wire::Direction::Down].into_iter().enumerate() {
+        let name = if dir == wire::Direction::Up { "a -> b (to the agent)" } else { "b -> a (from the agent)" };
+        say(&format!("{name}: a UDP stream of {} for {overrun_s:.1} s, to overrun the path", fmt_bps(o.max_rate_bps as f64)));
+        let spec = udp_spec(dir, FULL, o.max_rate_bps, overrun_s, linger_s);
+        let over = run_stream(target, o.deadlines, spec)?;
+        let (rate, loaded, overrun_note) = rate_of(&over, o.max_rate_bps as f64, overrun_s);
+        if let Some(n) = overrun_note {
+            notes.push(format!("{name}: {n}"));
+        }
+        let r = rate.value.unwrap_or(o.max_rate_bps as f64);
+        // a quarter of the rate, in datagrams of at least 64 bytes, at most PACED_PPS a second
+        let paced_bps = r / 4.0;
+        let size = ((paced_bps / 8.0 / PACED_PPS) - 28.0).clamp(64.0, FULL as f64) as u64;
+        let left = budget - start.elapsed().as_secs_f64();
+        let dirs_left = 2 - k;
+        let overheads = (dirs_left - 1) as f64 * (overrun_s + 2.0 * linger_s + 2.0) + linger_s + 2.0;
+        let paced_s = ((left - overheads) / dirs_left as f64).clamp(2.0, 60.0);
+        say(&format!(
+            "{name}: a UDP stream paced at {} in {}-byte datagrams for {paced_s:.0} s, for loss",
+            fmt_bps(paced_bps),
+            size + 28
+        ));
+        let paced = run_stream(target, o.deadlines, udp_spec(dir, size, paced_bps as u64, paced_s, linger_s))?;
+        let (expected, lost, gaps, reordered, idle) = seq_of(&paced);
+        notes.push(format!(
+            "{name}: {expected} paced datagrams sent, {lost} lost in {gaps} runs, {reordered} out of order"
+        ));
+        let (loss, burst) = clone::fit_loss(expected, lost, gaps);
+        let queue = clone::fit_queue(&idle, &loaded, &rate);
+        let mtu = over
+            .sender
+            .socket
+            .path_mtu
+            .or(paced.sender.socket.path_mtu)
+            .map(|m| Estimate::new(m as f64, m as f64, m as f64, "the sending socket's path MTU (IP_MTU)"))
+            .unwrap_or_else(|| Estimate::missing("the sending socket's path MTU (IP_MTU)", "the sender did not report it"));
+        dirs.push(Direction {
+            rate_bps: rate,
+            delay_s: delay.clone(),
+            jitter_s: jitter.clone(),
+            jitter_shape: shape,
+            reorders: reordered > 0,
+            loss,
+            burst,
+            queue_bytes: queue,
+            mtu,
+        });
+    }
+    notes.push(format!(
+        "load: UDP streams of up to {} each way for {overrun_s:.1} s (--max-rate), then a quarter of the rate found",
+        fmt_bps(o.max_rate_bps as f64)
+    ));
+    let ba = dirs.pop().expect("two directions");
+    let ab = dirs.pop().expect("two directions");
+    Ok(CloneFile {
+        schema: clone::SCHEMA.into(),
+        source: Source {
+            host: o.host.clone(),
+            // the command dates it
+            date: String::new(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            from: "probes".into(),
+        },
+        profile: Profile { ab, ba },
+        notes,
+        seconds: Some(start.elapsed().as_secs_f64()),
+        measured: Some(measured),
+        verify: Vec::new(),
+    })
+}
+
+/// TCP throughput a -> b of `streams` CUBIC streams (bits per second),
+/// after slow start: a run of 4 s or 10 round trips, the first second and
+/// 10 round trips left out.
+pub fn tcp_throughput(target: &Target, deadlines: Deadlines, streams: u32, rtt_s: f64) -> Result<f64> {
+    let omit = (1.0 + 10.0 * rtt_s).min(5.0);
+    let secs = omit + (10.0 * rtt_s).clamp(4.0, 10.0);
+    let spec = StreamSpec {
+        streams,
+        congestion: Some("cubic".into()),
+        ..StreamSpec::tcp(wire::Direction::Up, (secs * 1000.0) as u64)
+    };
+    stream::validate(&spec).map_err(Error::usage)?;
+    let opts = StreamOptions {
+        spec,
+        omit: Duration::from_secs_f64(omit),
+        repeat: 1,
+        deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+        client_cpu: None,
+    };
+    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
+    if let Some(run) = r.runs.first() {
+        crate::runner::lab_valid(&run.env)?;
+    }
+    r.runs.first().and_then(|run| run.up_bps).ok_or_else(|| Error::network("the TCP streams returned nothing"))
+}
+
+/// Adds one and four CUBIC streams' throughput to a clone's measurements.
+pub fn add_tcp(f: &mut CloneFile, target: &Target, deadlines: Deadlines, say: &mut dyn FnMut(&str)) -> Result<()> {
+    let rtt_s = f.measured.as_ref().and_then(|m| m.rtt_p50_s).unwrap_or(0.0);
+    let m = f.measured.get_or_insert_with(Default::default);
+    say("TCP: one CUBIC stream a -> b");
+    m.tcp_1_bps = Some(tcp_throughput(target, deadlines, 1, rtt_s)?);
+    say("TCP: four CUBIC streams a -> b");
+    m.tcp_4_bps = Some(tcp_throughput(target, deadlines, 4, rtt_s)?);
+    Ok(())
+}
+
+fn udp_spec(dir: wire::Direction, size: u64, rate_bps: u64, secs: f64, linger_s: f64) -> StreamSpec {
+    StreamSpec {
+        proto: "udp".into(),
+        write_size: size,
+        udp_rate_bps: Some(rate_bps.max(1)),
+        interval_ms: INTERVAL_MS,
+        linger_ms: (linger_s * 1000.0) as u64,
+        transit: true,
+        ..StreamSpec::tcp(dir, (secs * 1000.0) as u64)
+    }
+}
+
+fn run_stream(target: &Target, deadlines: Deadlines, spec: StreamSpec) -> Result<StreamResult> {
+    stream::validate(&spec).map_err(Error::usage)?;
+    let opts = StreamOptions {
+        spec,
+        omit: Duration::ZERO,
+        repeat: 1,
+        deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+        client_cpu: None,
+    };
+    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
+    let run = r.runs.into_iter().next().ok_or_else(|| Error::network("the probe stream returned nothing"))?;
+    crate::runner::lab_valid(&run.env)?;
+    Some(run)
+        .and_then(|run| run.streams.into_iter().next())
+        .ok_or_else(|| Error::network("the probe stream returned nothing"))
+}
+
+/// The rate from an overrunning stream: the receiver's whole intervals
+/// between its first and last datagram, in IP bits per second; the later
+/// transit samples (the queue full); and a note on the load.
+fn rate_of(s: &StreamResult, offered: f64, secs: f64) -> (Estimate, Vec<i64>, Option<String>) {
+    let rx = &s.receiver;
+    let Some(udp) = rx.udp.as_ref() else {
+        return (Estimate::missing("", "the receiver kept no sequence numbers"), Vec::new(), None);
+    };
+    let sent = s.sender.datagrams.unwrap_or(0);
+    let lost = if sent > 0 { 1.0 - udp.distinct as f64 / sent as f64 } else { 0.0 };
+    let ip = (FULL + 28) as f64 / FULL as f64;
+    let step = INTERVAL_MS as f64 * 1e6;
+    let (first, last) = (rx.first_ns.unwrap_or(0) as f64, rx.last_ns.unwrap_or(0) as f64);
+    let whole: Vec<f64> = rx
+        .intervals
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k as f64 * step >= first && (*k + 1) as f64 * step <= last)
+        .map(|(_, &b)| b as f64 * 8.0 * ip / (step / 1e9))
+        .collect();
+    let sent_bps = sent as f64 * ((FULL + 28) * 8) as f64 / secs;
+    let note = (sent_bps < 0.95 * offered).then(|| {
+        format!("the overrunning stream could send only {} of the {} asked (this host's limit)", fmt_bps(sent_bps), fmt_bps(offered))
+    });
+    let rate = clone::fit_rate(&whole, lost, sent_bps);
+    let t = &udp.transit_ns;
+    let loaded = t[t.len() / 2..t.len() * 19 / 20].to_vec();
+    (rate, loaded, note)
+}
+
+/// The paced stream's sequence accounting: expected, lost, loss runs,
+/// reordered, and its transit samples.
+fn seq_of(s: &StreamResult) -> (u64, u64, u64, u64, Vec<i64>) {
+    let sent = s.sender.datagrams.unwrap_or(0);
+    match s.receiver.udp.as_ref() {
+        Some(u) => (sent, sent.saturating_sub(u.distinct), u.gaps, u.reordered, u.transit_ns.clone()),
+        None => (sent, sent, 0, 0, Vec::new()),
+    }
+}
