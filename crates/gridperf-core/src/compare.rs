@@ -157,17 +157,6 @@ pub fn unpaired(a: &[f64], b: &[f64]) -> Option<Difference> {
     })
 }
 
-fn median_of(v: &mut [u64]) -> f64 {
-    let n = v.len();
-    let (_, &mut upper, _) = v.select_nth_unstable(n / 2);
-    if n % 2 == 1 {
-        upper as f64
-    } else {
-        let lower = *v[..n / 2].iter().max().unwrap_or(&upper);
-        (lower as f64 + upper as f64) / 2.0
-    }
-}
-
 /// B against A from their samples: the 2.5% and 97.5% percentiles of
 /// median(B*) / median(A*) - 1 over [`BOOTSTRAP`] resamples (seeded, so a
 /// report is the same every time it is drawn). None with fewer than 5
@@ -176,8 +165,8 @@ pub fn bootstrap(a: &[u64], b: &[u64], seed: u64) -> Option<Difference> {
     if a.len() < 5 || b.len() < 5 {
         return None;
     }
-    let ma = median_of(&mut a.to_vec());
-    let mb = median_of(&mut b.to_vec());
+    let ma = crate::stats::median_in_place(&mut a.to_vec());
+    let mb = crate::stats::median_in_place(&mut b.to_vec());
     if ma <= 0.0 {
         return None;
     }
@@ -185,7 +174,7 @@ pub fn bootstrap(a: &[u64], b: &[u64], seed: u64) -> Option<Difference> {
     let mut draw = |src: &[u64], buf: &mut Vec<u64>| {
         buf.clear();
         buf.extend((0..src.len()).map(|_| src[(rng.next_u64() % src.len() as u64) as usize]));
-        median_of(buf)
+        crate::stats::median_in_place(buf)
     };
     let (mut ba, mut bb) = (Vec::with_capacity(a.len()), Vec::with_capacity(b.len()));
     let mut ratios: Vec<f64> = (0..BOOTSTRAP)

@@ -258,7 +258,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
         v.text = if share <= 1.1 {
             format!(
                 "paced: the sender kept to its pacing rate of {} ({} of it); pacing, not the path, set the rate",
-                fmt_bps(p as f64),
+                crate::units::fmt_bps_short(p as f64),
                 fmt_pct(share)
             )
         } else {
@@ -269,7 +269,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
                  kernel paces whole segments: a longer stream, or a rate well above a segment a second, comes \
                  closer); pacing, not the path, set the rate",
                 fmt_pct(share),
-                fmt_bps(p as f64)
+                crate::units::fmt_bps_short(p as f64)
             )
         };
     } else if at_link && retrans_ratio < 0.001 {
@@ -278,7 +278,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
         v.text = format!(
             "the path's rate: {} of its {} without loss worth the name",
             fmt_pct(ctx.throughput_bps / rate as f64),
-            fmt_bps(rate as f64)
+            crate::units::fmt_bps_short(rate as f64)
         );
     } else if rwnd_share >= 0.2 && slow_reader {
         v.limit = Limit::ReceiverApplication;
@@ -287,8 +287,8 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
             "the receiver's window was closed {} of the time, though it opens to {} ({} at RTT {}): \
              the receiving application did not read fast enough (a CPU-bound receiver), not a buffer too small",
             fmt_pct(rwnd_share),
-            fmt_bytes_si(widest),
-            fmt_bps(window_allows.unwrap_or(0.0)),
+            crate::units::fmt_bytes_short(widest),
+            crate::units::fmt_bps_short(window_allows.unwrap_or(0.0)),
             fmt_rtt_us(min_rtt_us.unwrap_or(0))
         );
     } else if rwnd_share >= 0.2 {
@@ -344,7 +344,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
         v.share = Some((1.0 - rwnd_share - sndbuf_share).clamp(0.0, 1.0));
         v.text = format!(
             "cwnd-limited with {}% retransmissions: the path loses packets (or its queue overflows)",
-            fmt_sig(retrans_ratio * 100.0, 2)
+            crate::units::fmt_sig(retrans_ratio * 100.0, 2)
         );
     } else {
         v.limit = Limit::Congestion;
@@ -354,7 +354,7 @@ pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
                 v.text += &format!(
                     ", at {} of the path's rate ({})",
                     fmt_pct(ctx.throughput_bps / rate as f64),
-                    fmt_bps(rate as f64)
+                    crate::units::fmt_bps_short(rate as f64)
                 );
             }
         }
@@ -402,30 +402,30 @@ fn buffer_advice(
     window_requested: Option<u64>,
     streams: u32,
 ) -> String {
-    let now = b.max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
+    let now = b.max.map(|m| format!(" (now {})", crate::units::fmt_bytes_short(m))).unwrap_or_default();
     // a buffer set with -w is not autotuned: tcp_rmem / tcp_wmem do not
     // apply, the kernel doubles the request and caps it at net.core.*_max
     if let (Some(w), Some(bdp)) = (window_requested, bdp) {
-        let core = b.core_max.map(|m| format!(" (now {})", fmt_bytes_si(m))).unwrap_or_default();
+        let core = b.core_max.map(|m| format!(" (now {})", crate::units::fmt_bytes_short(m))).unwrap_or_default();
         // n streams fill the path with a window of BDP / n each
         let need = if streams > 1 {
             format!(
                 "its share of the BDP, {} ({} over {streams} streams)",
-                fmt_bytes_si(bdp.div_ceil(streams as u64)),
-                fmt_bytes_si(bdp)
+                crate::units::fmt_bytes_short(bdp.div_ceil(streams as u64)),
+                crate::units::fmt_bytes_short(bdp)
             )
         } else {
-            format!("the BDP, {}", fmt_bytes_si(bdp))
+            format!("the BDP, {}", crate::units::fmt_bytes_short(bdp))
         };
         return format!(
             ": -w {} makes a window of about that size; use -w of at least {need}, with {} at least that{core}",
-            fmt_bytes_si(w),
+            crate::units::fmt_bytes_short(w),
             b.core_sysctl
         );
     }
     if let Some(bdp) = bdp {
         let (bdp, of) = if streams > 1 {
-            (bdp.div_ceil(streams as u64), format!(" (the BDP, {}, over {streams} streams)", fmt_bytes_si(bdp)))
+            (bdp.div_ceil(streams as u64), format!(" (the BDP, {}, over {streams} streams)", crate::units::fmt_bytes_short(bdp)))
         } else {
             (bdp, String::new())
         };
@@ -434,10 +434,10 @@ fn buffer_advice(
             ": raise the {} {} maximum to at least {what} = {}{of}{now}",
             b.side,
             b.sysctl,
-            fmt_bytes_si(bdp * 2)
+            crate::units::fmt_bytes_short(bdp * 2)
         );
         if let Some(w) = window_requested {
-            t += &format!(" and -w to at least the BDP, {} (now {})", fmt_bytes_si(bdp), fmt_bytes_si(w));
+            t += &format!(" and -w to at least the BDP, {} (now {})", crate::units::fmt_bytes_short(bdp), crate::units::fmt_bytes_short(w));
         }
         return t;
     }
@@ -448,17 +448,17 @@ fn buffer_advice(
             t += &format!(
                 "{}, {} at RTT {}, caps the stream at {}; ",
                 b.in_use,
-                fmt_bytes_si(cap),
+                crate::units::fmt_bytes_short(cap),
                 fmt_rtt_us(rtt),
-                fmt_bps(rate)
+                crate::units::fmt_bps_short(rate)
             );
         }
-        (Some(cap), None) => t += &format!("{} is {}; ", b.in_use, fmt_bytes_si(cap)),
+        (Some(cap), None) => t += &format!("{} is {}; ", b.in_use, crate::units::fmt_bytes_short(cap)),
         _ => {}
     }
     t += &format!("raise the {} {} maximum{now}", b.side, b.sysctl);
     if let Some(w) = window_requested {
-        t += &format!(" and -w (now {})", fmt_bytes_si(w));
+        t += &format!(" and -w (now {})", crate::units::fmt_bytes_short(w));
     }
     t + " to lift it"
 }
@@ -476,51 +476,9 @@ fn wrapping_delta(samples: &[TcpSample], f: impl Fn(&TcpSample) -> u32) -> u64 {
     samples.windows(2).map(|w| u64::from(f(&w[1]).wrapping_sub(f(&w[0])))).sum()
 }
 
-/// `v` with `digits` significant digits (no exponent): 67.1, 6.25, 512, 0.15.
-fn fmt_sig(v: f64, digits: i32) -> String {
-    if !v.is_finite() || v == 0.0 {
-        return format!("{v:.0}");
-    }
-    let mag = v.abs().log10().floor() as i32;
-    let mut decimals = (digits - 1 - mag).max(0);
-    let round = |d: i32| (v * 10f64.powi(d)).round() / 10f64.powi(d);
-    if decimals > 0 && round(decimals).abs() >= 10f64.powi(mag + 1) {
-        // Rounding carried into one more integer digit (9.996 -> 10.0).
-        decimals -= 1;
-    }
-    // Round half away from zero first (33.55 -> 33.6, not the 33.5 that
-    // formatting the binary 33.5499... would give).
-    format!("{:.*}", decimals as usize, round(decimals))
-}
-
-/// `v` in the largest of `units` (each 1000 times the previous) that keeps
-/// it below 1000, with 3 significant digits.
-fn fmt_scaled(v: f64, units: &[&str]) -> String {
-    let mut v = v;
-    let mut i = 0;
-    while i + 1 < units.len() && v >= 999.5 {
-        v /= 1000.0;
-        i += 1;
-    }
-    format!("{} {}", fmt_sig(v, 3), units[i])
-}
-
-/// Bytes with decimal SI units, 3 significant digits: `512 B`, `6.25 MB`, `67.1 MB`.
-fn fmt_bytes_si(n: u64) -> String {
-    if n < 1000 {
-        return format!("{n} B");
-    }
-    fmt_scaled(n as f64, &["B", "kB", "MB", "GB", "TB", "PB", "EB"])
-}
-
-/// A rate with 3 significant digits: `941 Mbit/s`, `10.0 Gbit/s`.
-fn fmt_bps(bps: f64) -> String {
-    fmt_scaled(bps, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"])
-}
-
 /// An RTT with 3 significant digits: `150 us`, `270 ms`, `1.20 s`.
 fn fmt_rtt_us(us: u32) -> String {
-    fmt_scaled(f64::from(us), &["us", "ms", "s"])
+    crate::units::fmt_scaled(f64::from(us), &["us", "ms", "s"])
 }
 
 /// A share (0..1) as a whole percentage: `71%`.
@@ -1026,25 +984,25 @@ mod tests {
 
     #[test]
     fn formatting_helpers() {
-        assert_eq!(fmt_bytes_si(512), "512 B");
-        assert_eq!(fmt_bytes_si(512_000), "512 kB");
-        assert_eq!(fmt_bytes_si(67_108_864), "67.1 MB");
-        assert_eq!(fmt_bytes_si(6_250_000), "6.25 MB");
-        assert_eq!(fmt_bytes_si(33_550_000), "33.6 MB");
-        assert_eq!(fmt_bytes_si(999_999), "1.00 MB");
-        assert_eq!(fmt_bytes_si(9_996), "10.0 kB");
-        assert_eq!(fmt_bytes_si(u64::MAX), "18.4 EB");
+        assert_eq!(crate::units::fmt_bytes_short(512), "512 B");
+        assert_eq!(crate::units::fmt_bytes_short(512_000), "512 kB");
+        assert_eq!(crate::units::fmt_bytes_short(67_108_864), "67.1 MB");
+        assert_eq!(crate::units::fmt_bytes_short(6_250_000), "6.25 MB");
+        assert_eq!(crate::units::fmt_bytes_short(33_550_000), "33.6 MB");
+        assert_eq!(crate::units::fmt_bytes_short(999_999), "1.00 MB");
+        assert_eq!(crate::units::fmt_bytes_short(9_996), "10.0 kB");
+        assert_eq!(crate::units::fmt_bytes_short(u64::MAX), "18.4 EB");
         assert_eq!(fmt_rtt_us(150), "150 us");
         assert_eq!(fmt_rtt_us(270_000), "270 ms");
         assert_eq!(fmt_rtt_us(1_500), "1.50 ms");
-        assert_eq!(fmt_bps(941.2e6), "941 Mbit/s");
-        assert_eq!(fmt_bps(1e10), "10.0 Gbit/s");
-        assert_eq!(fmt_bps(0.0), "0 bit/s");
+        assert_eq!(crate::units::fmt_bps_short(941.2e6), "941 Mbit/s");
+        assert_eq!(crate::units::fmt_bps_short(1e10), "10.0 Gbit/s");
+        assert_eq!(crate::units::fmt_bps_short(0.0), "0 bit/s");
         assert_eq!(fmt_pct(0.7149), "71%");
-        assert_eq!(fmt_sig(0.1234, 2), "0.12");
-        assert_eq!(fmt_sig(0.1, 2), "0.10");
-        assert_eq!(fmt_sig(12.34, 2), "12");
-        assert_eq!(fmt_sig(99.96, 3), "100");
+        assert_eq!(crate::units::fmt_sig(0.1234, 2), "0.12");
+        assert_eq!(crate::units::fmt_sig(0.1, 2), "0.10");
+        assert_eq!(crate::units::fmt_sig(12.34, 2), "12");
+        assert_eq!(crate::units::fmt_sig(99.96, 3), "100");
     }
 
     fn sample(t_s: u64, busy_us: u64, rwnd_us: u64, sndbuf_us: u64, segs: u32, retrans: u32) -> TcpSample {

@@ -120,7 +120,51 @@ pub fn fmt_size(n: u64) -> String {
     format!("{v:.1} {unit}")
 }
 
-/// A rate in bits per second with decimal SI prefixes: `941.2 Mbit/s`.
+/// `v` with `digits` significant digits (no exponent): 67.1, 6.25, 512, 0.15.
+pub fn fmt_sig(v: f64, digits: i32) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format!("{v:.0}");
+    }
+    let mag = v.abs().log10().floor() as i32;
+    let mut decimals = (digits - 1 - mag).max(0);
+    let round = |d: i32| (v * 10f64.powi(d)).round() / 10f64.powi(d);
+    if decimals > 0 && round(decimals).abs() >= 10f64.powi(mag + 1) {
+        // Rounding carried into one more integer digit (9.996 -> 10.0).
+        decimals -= 1;
+    }
+    // Round half away from zero first (33.55 -> 33.6, not the 33.5 that
+    // formatting the binary 33.5499... would give).
+    format!("{:.*}", decimals as usize, round(decimals))
+}
+
+/// `v` in the largest of `units` (each 1000 times the previous) that keeps
+/// it below 1000, with 3 significant digits.
+pub fn fmt_scaled(v: f64, units: &[&str]) -> String {
+    let mut v = v;
+    let mut i = 0;
+    while i + 1 < units.len() && v >= 999.5 {
+        v /= 1000.0;
+        i += 1;
+    }
+    format!("{} {}", fmt_sig(v, 3), units[i])
+}
+
+/// Bytes with decimal SI units, 3 significant digits: `512 B`, `6.25 MB`, `67.1 MB`
+/// (prose, as a verdict says it; tables use [`fmt_bytes`]).
+pub fn fmt_bytes_short(n: u64) -> String {
+    if n < 1000 {
+        return format!("{n} B");
+    }
+    fmt_scaled(n as f64, &["B", "kB", "MB", "GB", "TB", "PB", "EB"])
+}
+
+/// A rate with 3 significant digits: `941 Mbit/s`, `10.0 Gbit/s` (prose, as a
+/// verdict says it; tables use [`fmt_bps`], two decimals).
+pub fn fmt_bps_short(bps: f64) -> String {
+    fmt_scaled(bps, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"])
+}
+
+/// A rate in bits per second with decimal SI prefixes, two decimals, for tables: `941.20 Mbit/s`.
 pub fn fmt_bps(bps: f64) -> String {
     let (v, unit) = if bps >= 1e9 {
         (bps / 1e9, "Gbit/s")

@@ -956,3 +956,48 @@ fn dash_h_is_short_and_dash_dash_help_is_long() {
     assert!(long.contains("paper (1 B, then 128 B to 64000"), "{long}");
     assert!(short.contains("see more with '--help'"), "{short}");
 }
+
+#[test]
+fn lab_clone_is_refused_by_a_keyed_agent_and_finds_only_a_lower_bound_on_loopback() {
+    let d = std::env::temp_dir().join(format!("gridperf-test-clone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let (alice, authorized) = (d.join("alice.key"), d.join("authorized"));
+    let o = run(&["keygen", "alice", "-o", &alice.to_string_lossy()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&authorized, &o.stdout).expect("authorized");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&authorized, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (_keyed, port) = serve(&["--auth", &authorized.to_string_lossy()]);
+    let o = crate::bin()
+        .args(["lab", "clone", "127.0.0.1", "-p", &port.to_string(), "--time", "20s"])
+        .env("HOME", &d)
+        .output()
+        .expect("clone");
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("serves only clients with a key"), "{}", stderr(&o));
+    // bad budgets and rates are usage errors, before any probe
+    for (args, needle) in [(vec!["--time", "5s"], "20s to 600s"), (vec!["--max-rate", "fast"], "rate")] {
+        let mut a = vec!["lab", "clone", "127.0.0.1", "-p", "1"];
+        a.extend(args);
+        let o = run(&a);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{needle}: {}", stderr(&o));
+    }
+    // loopback carries far more than 200 Mbit/s: the rate is a lower bound, said so
+    let (_open, port) = serve(&[]);
+    let o = run(&["lab", "clone", "127.0.0.1", "-p", &port.to_string(), "--time", "20s", "--max-rate", "200M", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
+    for dir in ["ab", "ba"] {
+        let r = &f["profile"][dir]["rate_bps"];
+        assert!(r["high"].is_null() && r["note"].as_str().is_some_and(|n| n.contains("at least")), "{dir}: {r}");
+        let v = r["value"].as_f64().unwrap_or(0.0);
+        assert!((1.6e8..2.2e8).contains(&v), "{dir}: about what was offered: {v}");
+        // (a busy machine may overflow a loopback receiver's buffer now and then)
+        let loss = &f["profile"][dir]["loss"];
+        assert!(loss["value"].as_f64().is_some_and(|l| l < 0.01) && loss["high"].as_f64().is_some_and(|h| h > 0.0), "{f}");
+    }
+    assert!(f["seconds"].as_f64().is_some_and(|s| s <= 25.0), "{f}");
+    let _ = std::fs::remove_dir_all(&d);
+}
