@@ -3,7 +3,7 @@
 //! overruns the path for its rate and queue, and one paced at a quarter of
 //! that rate for its loss. The fitting is `gridperf_core::clone`'s.
 
-use super::stream::{self, StreamOptions};
+use super::stream;
 use super::{rtt, EchoOptions};
 use crate::error::{Error, Result};
 use crate::runner::{Deadlines, Target};
@@ -155,21 +155,9 @@ pub fn tcp_throughput(target: &Target, deadlines: Deadlines, streams: u32, rtt_s
         congestion: Some("cubic".into()),
         ..StreamSpec::tcp(wire::Direction::Up, (secs * 1000.0) as u64)
     };
-    stream::validate(&spec).map_err(Error::usage)?;
-    let opts = StreamOptions {
-        spec,
-        omit: Duration::from_secs_f64(omit),
-        repeat: 1,
-        deadlines,
-        path_rate_bps: None,
-        notes: Vec::new(),
-        client_cpu: None,
-    };
-    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
-    if let Some(run) = r.runs.first() {
-        crate::runner::lab_valid(&run.env)?;
-    }
-    r.runs.first().and_then(|run| run.up_bps).ok_or_else(|| Error::network("the TCP streams returned nothing"))
+    stream::probe(target, deadlines, spec, Duration::from_secs_f64(omit))?
+        .up_bps
+        .ok_or_else(|| Error::network("the TCP streams returned nothing"))
 }
 
 /// Adds one and four CUBIC streams' throughput to a clone's measurements.
@@ -196,21 +184,10 @@ fn udp_spec(dir: wire::Direction, size: u64, rate_bps: u64, secs: f64, linger_s:
 }
 
 fn run_stream(target: &Target, deadlines: Deadlines, spec: StreamSpec) -> Result<StreamResult> {
-    stream::validate(&spec).map_err(Error::usage)?;
-    let opts = StreamOptions {
-        spec,
-        omit: Duration::ZERO,
-        repeat: 1,
-        deadlines,
-        path_rate_bps: None,
-        notes: Vec::new(),
-        client_cpu: None,
-    };
-    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
-    let run = r.runs.into_iter().next().ok_or_else(|| Error::network("the probe stream returned nothing"))?;
-    crate::runner::lab_valid(&run.env)?;
-    Some(run)
-        .and_then(|run| run.streams.into_iter().next())
+    stream::probe(target, deadlines, spec, Duration::ZERO)?
+        .streams
+        .into_iter()
+        .next()
         .ok_or_else(|| Error::network("the probe stream returned nothing"))
 }
 

@@ -45,6 +45,19 @@ pub struct StreamOptions {
 /// bytes per stream in the interval, stream indices).
 pub type OnInterval<'a> = dyn FnMut(u32, u64, &[(u32, u64)]) + 'a;
 
+/// One run of `spec` as a probe takes it (tune's, lab clone's): checked,
+/// once, `omit` left out, no notes; a run across a lab whose emulator fell
+/// behind is an error (exit 4).
+pub fn probe(target: &Target, deadlines: Deadlines, spec: StreamSpec, omit: Duration) -> Result<StreamRun> {
+    validate(&spec).map_err(crate::error::Error::usage)?;
+    let opts =
+        StreamOptions { spec, omit, repeat: 1, deadlines, path_rate_bps: None, notes: Vec::new(), client_cpu: None };
+    let r = run(target, &opts, &mut |_, _, _| {})?;
+    let run = r.runs.into_iter().next().ok_or_else(|| crate::error::Error::network("the probe stream returned nothing"))?;
+    crate::runner::lab_valid(&run.env)?;
+    Ok(run)
+}
+
 /// Runs the test `repeat` times.
 pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) -> Result<StreamReport> {
     let mut runs = Vec::new();

@@ -111,22 +111,10 @@ fn run_probe(
     deadlines: Deadlines,
     spec: gridperf_core::wire::StreamSpec,
 ) -> Result<gridperf_core::model::StreamResult> {
-    use super::stream::{self, StreamOptions};
-    stream::validate(&spec).map_err(Error::usage)?;
-    let opts = StreamOptions {
-        spec,
-        omit: std::time::Duration::ZERO,
-        repeat: 1,
-        deadlines,
-        path_rate_bps: None,
-        notes: Vec::new(),
-        client_cpu: None,
-    };
-    let r = stream::run(target, &opts, &mut |_, _, _| {})?;
-    r.runs
+    super::stream::probe(target, deadlines, spec, std::time::Duration::ZERO)?
+        .streams
         .into_iter()
         .next()
-        .and_then(|run| run.streams.into_iter().next())
         .ok_or_else(|| Error::network("the probe returned no stream"))
 }
 
