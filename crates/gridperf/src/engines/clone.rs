@@ -29,6 +29,8 @@ pub struct CloneOptions {
 /// The paced stream's most datagrams per second: loss is per packet, and
 /// more packets see rarer loss, but each costs both hosts CPU.
 const PACED_PPS: f64 = 20_000.0;
+/// The overrun's load per UDP stream (one sender thread), IP bits per second.
+const OVERRUN_STREAM_BPS: f64 = 1e9;
 /// Datagram payload of the overrunning stream (a 1500-byte IP packet).
 const FULL: u64 = 1472;
 /// The receivers' report interval.
@@ -75,9 +77,17 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     let mut dirs = Vec::new();
     for (k, dir) in [wire::Direction::Up, wire::Direction::Down].into_iter().enumerate() {
         let name = if dir == wire::Direction::Up { "a -> b (to the agent)" } else { "b -> a (from the agent)" };
-        say(&format!("{name}: a UDP stream of {} for {overrun_s:.1} s, to overrun the path", fmt_bps(o.max_rate_bps as f64)));
-        let spec = udp_spec(dir, FULL, o.max_rate_bps, overrun_s, linger_s);
-        let over = run_stream(target, o.deadlines, spec)?;
+        // one sender thread offers about 1.5 Gbit/s here: a stream per 1 Gbit/s
+        let senders = (o.max_rate_bps as f64 / OVERRUN_STREAM_BPS).ceil().clamp(1.0, 8.0) as u32;
+        say(&format!(
+            "{name}: {senders} UDP stream(s) of {} in all for {overrun_s:.1} s, to overrun the path",
+            fmt_bps(o.max_rate_bps as f64)
+        ));
+        let spec = StreamSpec {
+            streams: senders,
+            ..udp_spec(dir, FULL, o.max_rate_bps / u64::from(senders), overrun_s, linger_s)
+        };
+        let over = stream::probe(target, o.deadlines, spec, Duration::ZERO)?.streams;
         let (rate, loaded, overrun_note) = rate_of(&over, o.max_rate_bps as f64, overrun_s);
         if let Some(n) = overrun_note {
             notes.push(format!("{name}: {n}"));
@@ -95,7 +105,8 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             fmt_bps(paced_bps),
             size + 28
         ));
-        let paced = run_stream(target, o.deadlines, udp_spec(dir, size, paced_bps as u64, paced_s, linger_s))?;
+        let spec = udp_spec(dir, size, paced_bps as u64, paced_s, linger_s);
+        let paced = first(stream::probe(target, o.deadlines, spec, Duration::ZERO)?.streams)?;
         let (expected, lost, gaps, reordered, idle) = seq_of(&paced);
         notes.push(format!(
             "{name}: {expected} paced datagrams sent, {lost} lost in {gaps} runs, {reordered} out of order"
@@ -103,9 +114,8 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
         let (loss, burst) = clone::fit_loss(expected, lost, gaps);
         let queue = clone::fit_queue(&idle, &loaded, &rate);
         let mtu = over
-            .sender
-            .socket
-            .path_mtu
+            .iter()
+            .find_map(|s| s.sender.socket.path_mtu)
             .or(paced.sender.socket.path_mtu)
             .map(|m| Estimate::new(m as f64, m as f64, m as f64, "the sending socket's path MTU (IP_MTU)"))
             .unwrap_or_else(|| Estimate::missing("the sending socket's path MTU (IP_MTU)", "the sender did not report it"));
@@ -183,40 +193,45 @@ fn udp_spec(dir: wire::Direction, size: u64, rate_bps: u64, secs: f64, linger_s:
     }
 }
 
-fn run_stream(target: &Target, deadlines: Deadlines, spec: StreamSpec) -> Result<StreamResult> {
-    stream::probe(target, deadlines, spec, Duration::ZERO)?
-        .streams
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::network("the probe stream returned nothing"))
+/// A probe's one stream.
+fn first(streams: Vec<StreamResult>) -> Result<StreamResult> {
+    streams.into_iter().next().ok_or_else(|| Error::network("the probe stream returned nothing"))
 }
 
-/// The rate from an overrunning stream: the receiver's whole intervals
-/// between its first and last datagram, in IP bits per second; the later
-/// transit samples (the queue full); and a note on the load.
-fn rate_of(s: &StreamResult, offered: f64, secs: f64) -> (Estimate, Vec<i64>, Option<String>) {
-    let rx = &s.receiver;
-    let Some(udp) = rx.udp.as_ref() else {
-        return (Estimate::missing("", "the receiver kept no sequence numbers"), Vec::new(), None);
-    };
-    let sent = s.sender.datagrams.unwrap_or(0);
-    let lost = if sent > 0 { 1.0 - udp.distinct as f64 / sent as f64 } else { 0.0 };
+/// The rate from the overrunning streams: the receivers' summed whole
+/// intervals between the first datagram and the last, in IP bits per
+/// second; the first stream's later transit samples (the queue full); and
+/// a note on the load.
+fn rate_of(streams: &[StreamResult], offered: f64, secs: f64) -> (Estimate, Vec<i64>, Option<String>) {
+    let udp: Vec<&gridperf_core::flow::SeqStats> = streams.iter().filter_map(|s| s.receiver.udp.as_ref()).collect();
+    if udp.is_empty() {
+        return (Estimate::missing("", "the receivers kept no sequence numbers"), Vec::new(), None);
+    }
+    let sent: u64 = streams.iter().filter_map(|s| s.sender.datagrams).sum();
+    let distinct: u64 = udp.iter().map(|u| u.distinct).sum();
+    let lost = if sent > 0 { 1.0 - distinct as f64 / sent as f64 } else { 0.0 };
     let ip = (FULL + 28) as f64 / FULL as f64;
     let step = INTERVAL_MS as f64 * 1e6;
-    let (first, last) = (rx.first_ns.unwrap_or(0) as f64, rx.last_ns.unwrap_or(0) as f64);
-    let whole: Vec<f64> = rx
-        .intervals
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| *k as f64 * step >= first && (*k + 1) as f64 * step <= last)
-        .map(|(_, &b)| b as f64 * 8.0 * ip / (step / 1e9))
+    let first = streams.iter().filter_map(|s| s.receiver.first_ns).min().unwrap_or(0) as f64;
+    let last = streams.iter().filter_map(|s| s.receiver.last_ns).max().unwrap_or(0) as f64;
+    let n = streams.iter().map(|s| s.receiver.intervals.len()).max().unwrap_or(0);
+    let whole: Vec<f64> = (0..n)
+        .filter(|&k| k as f64 * step >= first && (k + 1) as f64 * step <= last)
+        .map(|k| {
+            let bytes: u64 = streams.iter().filter_map(|s| s.receiver.intervals.get(k)).sum();
+            bytes as f64 * 8.0 * ip / (step / 1e9)
+        })
         .collect();
     let sent_bps = sent as f64 * ((FULL + 28) * 8) as f64 / secs;
     let note = (sent_bps < 0.95 * offered).then(|| {
-        format!("the overrunning stream could send only {} of the {} asked (this host's limit)", fmt_bps(sent_bps), fmt_bps(offered))
+        format!(
+            "the overrunning streams could send only {} of the {} asked (this host's limit)",
+            fmt_bps(sent_bps),
+            fmt_bps(offered)
+        )
     });
     let rate = clone::fit_rate(&whole, lost, sent_bps);
-    let t = &udp.transit_ns;
+    let t = &udp[0].transit_ns;
     let loaded = t[t.len() / 2..t.len() * 19 / 20].to_vec();
     (rate, loaded, note)
 }
