@@ -153,6 +153,10 @@ pub struct Measured {
     pub tcp_1_bps: Option<f64>,
     #[serde(default)]
     pub tcp_4_bps: Option<f64>,
+    /// One CUBIC stream again, right after: how much one stream's
+    /// throughput varies from run to run on this path by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_1_again_bps: Option<f64>,
 }
 
 /// One figure of the real path beside its clone's, and the clone's
@@ -190,6 +194,8 @@ pub fn compare(real: &CloneFile, clone: &CloneFile) -> Vec<Compared> {
         row("queue a -> b", "bytes", rp.ab.queue_bytes.value, cp.ab.queue_bytes.value),
         row("queue b -> a", "bytes", rp.ba.queue_bytes.value, cp.ba.queue_bytes.value),
         row("TCP, 1 CUBIC stream a -> b", "bps", rm.tcp_1_bps, cm.tcp_1_bps),
+        // the real path against itself: the noise the row above is read against
+        row("the same, real path run again", "bps", rm.tcp_1_bps, rm.tcp_1_again_bps),
         row("TCP, 4 CUBIC streams a -> b", "bps", rm.tcp_4_bps, cm.tcp_4_bps),
     ]
 }
@@ -207,7 +213,10 @@ pub fn fit_rate(ip_bps: &[f64], lost: f64, offered: f64) -> Estimate {
     let method = "what arrived of a UDP stream that overran the path, per 100 ms once its queue was full";
     let n = ip_bps.len();
     if n < 3 {
-        return Estimate::missing(method, format!("{n} intervals of the overrunning stream arrived; at least 3 are needed"));
+        return Estimate::missing(
+            method,
+            format!("{n} intervals of the overrunning stream arrived; at least 3 are needed"),
+        );
     }
     let mean = ip_bps.iter().sum::<f64>() / n as f64;
     let var = ip_bps.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
@@ -470,11 +479,14 @@ mod tests {
     #[test]
     fn the_rate_is_what_arrived_and_a_lower_bound_when_nothing_was_lost() {
         let r = fit_rate(&[99e6, 101e6, 100e6, 100.5e6, 99.5e6], 0.3, 150e6);
-        assert!((r.value.unwrap() - 100e6).abs() < 1.0);
-        assert!(r.low.unwrap() < 100e6 && r.high.unwrap() > 100e6 && r.high.unwrap() < 102e6, "{r:?}");
+        assert!((r.value.expect("some") - 100e6).abs() < 1.0);
+        assert!(
+            r.low.expect("some") < 100e6 && r.high.expect("some") > 100e6 && r.high.expect("some") < 102e6,
+            "{r:?}"
+        );
         let r = fit_rate(&[50e6; 10], 0.001, 50e6);
         assert_eq!(r.high, None, "a lower bound only");
-        assert!(r.note.unwrap().contains("at least this"));
+        assert!(r.note.expect("some").contains("at least this"));
         assert!(fit_rate(&[1e6, 2e6], 0.5, 1e7).value.is_none());
     }
 
@@ -487,7 +499,7 @@ mod tests {
             (0..2000).map(|_| ((0.040 + 1e-3 * g.normal() + 1e-3 * g.normal()) * 1e9) as u64).collect();
         let (d, j, shape) = fit_delay(&rtts);
         assert!(d.covers(0.020), "{d:?}");
-        assert!((d.value.unwrap() - 0.020).abs() < 1e-4);
+        assert!((d.value.expect("some") - 0.020).abs() < 1e-4);
         assert!(j.covers(1e-3), "{j:?}");
         assert_eq!(shape, JitterShape::Normal);
         // no jitter: below the floor, said so
@@ -504,7 +516,7 @@ mod tests {
     fn loss_and_bursts_come_back_from_a_gilbert_elliott_sequence() {
         // the lab's own model: 0.5% loss in bursts of 3
         let s = LabSettings { loss: 0.005, loss_burst: Some(3.0), ..LabSettings::default() };
-        let crate::emu::Loss::GilbertElliott { p_gb, p_bg, .. } = s.loss_model().unwrap() else { panic!() };
+        let crate::emu::Loss::GilbertElliott { p_gb, p_bg, .. } = s.loss_model().expect("some") else { panic!() };
         let mut g = Rng(11);
         let (mut bad, mut lost, mut gaps, n) = (false, 0u64, 0u64, 400_000u64);
         for _ in 0..n {
@@ -520,7 +532,7 @@ mod tests {
         assert!(burst.covers(3.0), "{burst:?}");
         let (loss, burst) = fit_loss(10_000, 0, 0);
         assert_eq!(loss.value, Some(0.0));
-        assert!(loss.high.unwrap() > 0.0 && loss.note.unwrap().contains("none lost"));
+        assert!(loss.high.expect("some") > 0.0 && loss.note.expect("some").contains("none lost"));
         assert!(burst.value.is_none());
     }
 
@@ -531,7 +543,7 @@ mod tests {
         let loaded: Vec<i64> = (0..100).map(|k| 10_000_000 + 1_000 * (k % 5)).collect();
         let rate = Estimate::new(100e6, 99e6, 101e6, "");
         let q = fit_queue(&idle, &loaded, &rate);
-        assert!((q.value.unwrap() - 125_000.0).abs() < 1.0, "{q:?}");
+        assert!((q.value.expect("some") - 125_000.0).abs() < 1.0, "{q:?}");
         assert!(q.covers(125_000.0));
         assert!(fit_queue(&idle, &[1, 2], &rate).value.is_none());
     }
@@ -564,24 +576,25 @@ mod tests {
             series_interval_s: 0.1,
             ..TraceDirection::default()
         };
-        let acks = TraceDirection { from: "10.77.2.1:5201".into(), to: "10.77.1.1:40000".into(), ..TraceDirection::default() };
+        let acks =
+            TraceDirection { from: "10.77.2.1:5201".into(), to: "10.77.1.1:40000".into(), ..TraceDirection::default() };
         let t = TraceReport {
             file: "x.pcap".into(),
             connections: vec![TraceConn { directions: vec![data, acks], ..TraceConn::default() }],
             ..TraceReport::default()
         };
-        let (p, notes) = fit_from_trace(&t).unwrap();
-        let r = p.ab.rate_bps.value.unwrap();
+        let (p, notes) = fit_from_trace(&t).expect("some");
+        let r = p.ab.rate_bps.value.expect("some");
         assert!((r / 100e6 - 1.0).abs() < 0.01, "{r}");
         assert_eq!(p.ab.delay_s.value, Some(0.010));
-        let q = p.ab.queue_bytes.value.unwrap();
+        let q = p.ab.queue_bytes.value.expect("some");
         assert!((q / 112_500.0 - 1.0).abs() < 0.02, "9 ms of rise at 100 Mbit/s: {q}");
         assert_eq!(p.ab.mtu.value, Some(1488.0));
-        assert!(p.ab.loss.value.is_none() && p.ab.loss.note.as_ref().unwrap().contains("its own"));
-        assert!(p.ba.rate_bps.value.is_none() && p.ba.rate_bps.note.as_ref().unwrap().contains("no data flowed"));
+        assert!(p.ab.loss.value.is_none() && p.ab.loss.note.as_ref().expect("some").contains("its own"));
+        assert!(p.ba.rate_bps.value.is_none() && p.ba.rate_bps.note.as_ref().expect("some").contains("no data flowed"));
         assert!(p.ab.jitter_s.value.is_none());
         assert!(notes.iter().any(|n| n.contains("not fitted")));
-        assert!(fit_from_trace(&TraceReport::default()).unwrap_err().contains("no TCP data"));
+        assert!(fit_from_trace(&TraceReport::default()).expect_err("refused").contains("no TCP data"));
     }
 
     fn direction() -> Direction {
@@ -604,25 +617,28 @@ mod tests {
             profile: Profile { ab: direction(), ba: Direction { rate_bps: Estimate::given(20e6), ..direction() } },
             ..CloneFile::default()
         };
-        let text = serde_json::to_string(&f).unwrap();
-        let back = CloneFile::parse(&text).unwrap();
-        let (ab, _) = back.profile.ab.settings("ab").unwrap();
+        let text = serde_json::to_string(&f).expect("some");
+        let back = CloneFile::parse(&text).expect("some");
+        let (ab, _) = back.profile.ab.settings("ab").expect("some");
         assert_eq!((ab.rate_bps, ab.delay_ns, ab.loss_burst), (Some(100_000_000), 10_000_000, Some(2.0)));
         assert_eq!(ab.queue, QueueSpec::Bytes(250_000));
-        let (ba, _) = back.profile.ba.settings("ba").unwrap();
+        let (ba, _) = back.profile.ba.settings("ba").expect("some");
         assert_eq!(ba.rate_bps, Some(20_000_000));
 
         let bad = text.replacen("\"value\":0.001", "\"value\":1.5", 1);
-        let e = CloneFile::parse(&bad).unwrap_err().to_string();
+        let e = CloneFile::parse(&bad).expect_err("refused").to_string();
         assert!(e.contains("profile.ab.loss") && e.contains("0 to 1"), "{e}");
-        let e = CloneFile::parse(&text.replace(SCHEMA, "gridperf.clone/9")).unwrap_err().to_string();
+        let e = CloneFile::parse(&text.replace(SCHEMA, "gridperf.clone/9")).expect_err("refused").to_string();
         assert!(e.contains("gridperf.clone/9"), "{e}");
-        let e = CloneFile::parse("{").unwrap_err().to_string();
+        let e = CloneFile::parse("{").expect_err("refused").to_string();
         assert!(e.contains("not JSON"), "{e}");
         let mut f2 = f.clone();
         f2.profile.ba.rate_bps = Estimate::missing("m", "the stream never arrived");
-        let e = CloneFile::parse(&serde_json::to_string(&f2).unwrap()).unwrap_err().to_string();
-        assert!(e.contains("profile.ba.rate_bps") && e.contains("never arrived") && e.contains("--set-ba rate="), "{e}");
+        let e = CloneFile::parse(&serde_json::to_string(&f2).expect("some")).expect_err("refused").to_string();
+        assert!(
+            e.contains("profile.ba.rate_bps") && e.contains("never arrived") && e.contains("--set-ba rate="),
+            "{e}"
+        );
     }
 }
 
@@ -684,9 +700,8 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
             let q = |p: f64| bps[((bps.len() - 1) as f64 * p).round() as usize];
             let e = Estimate::new(q(0.9), q(0.5), q(1.0), method);
             if retransmits == 0 {
-                Estimate { high: None, ..e }.with_note(
-                    "at least this: nothing was lost, so the flow may never have filled the path",
-                )
+                Estimate { high: None, ..e }
+                    .with_note("at least this: nothing was lost, so the flow may never have filled the path")
             } else {
                 e
             }
@@ -696,16 +711,21 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
     let rtt_med = data.iter().filter_map(|d| d.rtt_median_ms).fold(f64::INFINITY, f64::min);
     let basis = data.first().map(|d| d.rtt_basis.clone()).unwrap_or_default();
     let delay = if rtt_min.is_finite() {
-        Estimate { high: Some(rtt_min / 2e3), ..Estimate::new(rtt_min / 2e3, 0.0, rtt_min / 2e3, "half the smallest RTT sample of the capture's data and its ACKs") }
-            .with_note(format!("{basis}; the smallest sample is an upper bound of the path's own (median {rtt_med:.3} ms)"))
+        Estimate {
+            high: Some(rtt_min / 2e3),
+            ..Estimate::new(
+                rtt_min / 2e3,
+                0.0,
+                rtt_min / 2e3,
+                "half the smallest RTT sample of the capture's data and its ACKs",
+            )
+        }
+        .with_note(format!("{basis}; the smallest sample is an upper bound of the path's own (median {rtt_med:.3} ms)"))
     } else {
         Estimate::missing("", "the capture has no RTT samples (no data segment was acknowledged once)")
     };
     // the RTT's rise while the flow ran: the queue it filled
-    let rtt_high = data
-        .iter()
-        .flat_map(|d| d.series.iter().filter_map(|p| p.rtt_ms))
-        .fold(f64::NEG_INFINITY, f64::max);
+    let rtt_high = data.iter().flat_map(|d| d.series.iter().filter_map(|p| p.rtt_ms)).fold(f64::NEG_INFINITY, f64::max);
     let qmethod = "the highest interval's mean RTT less the smallest sample, times the rate";
     let queue = match (rate.value, rtt_min.is_finite() && rtt_high.is_finite()) {
         (Some(r), true) => {
@@ -714,7 +734,9 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
             if retransmits == 0 {
                 q.with_note("at least this: the flow lost nothing, so it may never have filled the queue")
             } else {
-                q.with_note("a TCP flow that lost segments filled the queue at least once; intervals average its peaks away")
+                q.with_note(
+                    "a TCP flow that lost segments filled the queue at least once; intervals average its peaks away",
+                )
             }
         }
         _ => Estimate::missing(qmethod, "no rate or no RTT samples"),
@@ -732,7 +754,9 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
         )
     };
     let mtu = match mss {
-        Some(m) => Estimate::new(m + headers, m + headers, m + headers, "the SYN's MSS option plus the IP and TCP headers"),
+        Some(m) => {
+            Estimate::new(m + headers, m + headers, m + headers, "the SYN's MSS option plus the IP and TCP headers")
+        }
         None => Estimate::missing("", "the capture has no handshake, so no MSS"),
     };
     let no_jitter = Estimate::missing("", "a TCP flow's RTT samples mix its own queueing with the path's jitter");
@@ -758,7 +782,9 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
         mtu,
         ..Direction::default()
     };
-    notes.push("not fitted from a capture: jitter, loss and its bursts (probe the path), and b -> a's rate and queue".into());
+    notes.push(
+        "not fitted from a capture: jitter, loss and its bursts (probe the path), and b -> a's rate and queue".into(),
+    );
     Ok((Profile { ab, ba }, notes))
 }
 
@@ -789,13 +815,20 @@ pub fn fit_from_stream(streams: &[crate::model::StreamResult]) -> Result<(Profil
     let method = "the 90th percentile of the streams' summed rate per interval, with the IP and TCP headers";
     let rate = if sums.len() < 3 {
         let total: f64 = data.iter().map(|s| s.throughput_bps).sum::<f64>() * wire;
-        Estimate { value: Some(total), low: Some(total), high: None, method: "the streams' summed throughput".into(), note: None }
-            .with_note("at least this: too few intervals to say more")
+        Estimate {
+            value: Some(total),
+            low: Some(total),
+            high: None,
+            method: "the streams' summed throughput".into(),
+            note: None,
+        }
+        .with_note("at least this: too few intervals to say more")
     } else {
         let q = |p: f64| sums[((sums.len() - 1) as f64 * p).round() as usize];
         let e = Estimate::new(q(0.9), q(0.5), q(1.0), method);
         if retrans == 0 {
-            Estimate { high: None, ..e }.with_note("at least this: nothing was sent again, so the streams may never have filled the path")
+            Estimate { high: None, ..e }
+                .with_note("at least this: nothing was sent again, so the streams may never have filled the path")
         } else {
             e
         }

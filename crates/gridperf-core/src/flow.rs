@@ -425,7 +425,10 @@ fn buffer_advice(
     }
     if let Some(bdp) = bdp {
         let (bdp, of) = if streams > 1 {
-            (bdp.div_ceil(streams as u64), format!(" (the BDP, {}, over {streams} streams)", crate::units::fmt_bytes_short(bdp)))
+            (
+                bdp.div_ceil(streams as u64),
+                format!(" (the BDP, {}, over {streams} streams)", crate::units::fmt_bytes_short(bdp)),
+            )
         } else {
             (bdp, String::new())
         };
@@ -437,7 +440,11 @@ fn buffer_advice(
             crate::units::fmt_bytes_short(bdp * 2)
         );
         if let Some(w) = window_requested {
-            t += &format!(" and -w to at least the BDP, {} (now {})", crate::units::fmt_bytes_short(bdp), crate::units::fmt_bytes_short(w));
+            t += &format!(
+                " and -w to at least the BDP, {} (now {})",
+                crate::units::fmt_bytes_short(bdp),
+                crate::units::fmt_bytes_short(w)
+            );
         }
         return t;
     }

@@ -250,13 +250,15 @@ fn lab_settings(a: &LabUpArgs) -> Result<Both> {
     Ok((s, s_ba, words.join(", ")))
 }
 
-
-
 impl TryFrom<LabUpArgs> for LabSpec {
     type Error = Error;
     fn try_from(a: LabUpArgs) -> Result<LabSpec> {
         let (settings, settings_ba, mut description) = lab_settings(&a)?;
-        let direction = |base: &gridperf_core::labcfg::LabSettings, sets: &[String], tag: &str, description: &mut String| -> Result<_> {
+        let direction = |base: &gridperf_core::labcfg::LabSettings,
+                         sets: &[String],
+                         tag: &str,
+                         description: &mut String|
+         -> Result<_> {
             let mut s = base.clone();
             for set in sets {
                 gridperf_core::labcfg::apply_set(&mut s, set).map_err(lab_error)?;

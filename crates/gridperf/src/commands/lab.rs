@@ -86,7 +86,9 @@ fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone:
                 .collect();
             clone::fit_from_rtt(&figs, run.mtu)
         }
-        other => Err(format!("run {id} is a {other} run: a clone fits from stream and rtt runs (a survey's rtt runs too)")),
+        other => {
+            Err(format!("run {id} is a {other} run: a clone fits from stream and rtt runs (a survey's rtt runs too)"))
+        }
     };
     let (profile, mut notes) = fitted.map_err(|e| Error::usage(format!("--from-run {id}: {e}")))?;
     if let Some(why) = &run.invalid {
@@ -184,7 +186,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
         Opts::Emulator { name } => lab::emulator_main(&name)?,
         Opts::Clone { addr, opts, out: file, verify, watched } => {
             let bar = out.bar();
-            bar.set_length(if verify { 14 } else { 5 });
+            bar.set_length(if verify { 16 } else { 5 });
             let mut step = 0;
             let mut say = |m: &str| {
                 bar.set_position(step);

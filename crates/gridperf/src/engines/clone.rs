@@ -118,7 +118,9 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             .find_map(|s| s.sender.socket.path_mtu)
             .or(paced.sender.socket.path_mtu)
             .map(|m| Estimate::new(m as f64, m as f64, m as f64, "the sending socket's path MTU (IP_MTU)"))
-            .unwrap_or_else(|| Estimate::missing("the sending socket's path MTU (IP_MTU)", "the sender did not report it"));
+            .unwrap_or_else(|| {
+                Estimate::missing("the sending socket's path MTU (IP_MTU)", "the sender did not report it")
+            });
         dirs.push(Direction {
             rate_bps: rate,
             delay_s: delay.clone(),
@@ -178,6 +180,8 @@ pub fn add_tcp(f: &mut CloneFile, target: &Target, deadlines: Deadlines, say: &m
     m.tcp_1_bps = Some(tcp_throughput(target, deadlines, 1, rtt_s)?);
     say("TCP: four CUBIC streams a -> b");
     m.tcp_4_bps = Some(tcp_throughput(target, deadlines, 4, rtt_s)?);
+    say("TCP: one CUBIC stream a -> b again");
+    m.tcp_1_again_bps = Some(tcp_throughput(target, deadlines, 1, rtt_s)?);
     Ok(())
 }
 

@@ -53,7 +53,8 @@ pub fn probe(target: &Target, deadlines: Deadlines, spec: StreamSpec, omit: Dura
     let opts =
         StreamOptions { spec, omit, repeat: 1, deadlines, path_rate_bps: None, notes: Vec::new(), client_cpu: None };
     let r = run(target, &opts, &mut |_, _, _| {})?;
-    let run = r.runs.into_iter().next().ok_or_else(|| crate::error::Error::network("the probe stream returned nothing"))?;
+    let run =
+        r.runs.into_iter().next().ok_or_else(|| crate::error::Error::network("the probe stream returned nothing"))?;
     crate::runner::lab_valid(&run.env)?;
     Ok(run)
 }

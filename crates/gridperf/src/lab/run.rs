@@ -94,10 +94,9 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
 /// Both directions from a profile file (`lab clone`'s), every field checked
 /// before anything is brought up; the hosts' one MTU is the smaller of the two.
 pub fn profile_file(path: &std::path::Path) -> Result<(labcfg::LabSettings, labcfg::LabSettings, Vec<String>)> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
-    let f = gridperf_core::clone::CloneFile::parse(&text)
-        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let f =
+        gridperf_core::clone::CloneFile::parse(&text).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
     let bad = |e: gridperf_core::clone::ProfileError| Error::usage(format!("{}: {e}", path.display()));
     let (mut ab, mut w_ab) = f.profile.ab.settings("ab").map_err(bad)?;
     let (mut ba, w_ba) = f.profile.ba.settings("ba").map_err(bad)?;

@@ -286,7 +286,7 @@ pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
         rows.iter().map(|(n, a, b, fmt)| (n.to_string(), shown(a, fmt), shown(b, fmt))).collect();
     let w0 = cells.iter().map(|c| c.0.len()).max().unwrap_or(0).max(5);
     let w1 = cells.iter().map(|c| c.1.len()).max().unwrap_or(0).max(6);
-    let _ = writeln!(out, "{:<w0$}  {:<w1$}  {}", "", "a -> b", "b -> a");
+    let _ = writeln!(out, "{:<w0$}  {:<w1$}  b -> a", "", "a -> b");
     for (n, a, b) in &cells {
         let _ = writeln!(out, "{n:<w0$}  {a:<w1$}  {b}");
     }
@@ -346,9 +346,31 @@ pub fn clone_verify(rows: &[gridperf_core::clone::Compared]) -> String {
     let head = ["", "real path", "clone", "error"];
     let w: Vec<usize> =
         (0..4).map(|k| cells.iter().map(|c| c[k].len()).chain([head[k].len()]).max().unwrap_or(0)).collect();
-    let _ = writeln!(out, "{:<a$}  {:>b$}  {:>c$}  {:>d$}", head[0], head[1], head[2], head[3], a = w[0], b = w[1], c = w[2], d = w[3]);
+    let _ = writeln!(
+        out,
+        "{:<a$}  {:>b$}  {:>c$}  {:>d$}",
+        head[0],
+        head[1],
+        head[2],
+        head[3],
+        a = w[0],
+        b = w[1],
+        c = w[2],
+        d = w[3]
+    );
     for c in &cells {
-        let _ = writeln!(out, "{:<a$}  {:>b$}  {:>c$}  {:>d$}", c[0], c[1], c[2], c[3], a = w[0], b = w[1], c = w[2], d = w[3]);
+        let _ = writeln!(
+            out,
+            "{:<a$}  {:>b$}  {:>c$}  {:>d$}",
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            a = w[0],
+            b = w[1],
+            c = w[2],
+            d = w[3]
+        );
     }
     out
 }

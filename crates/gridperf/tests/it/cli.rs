@@ -986,7 +986,8 @@ fn lab_clone_is_refused_by_a_keyed_agent_and_finds_only_a_lower_bound_on_loopbac
     }
     // loopback carries far more than 200 Mbit/s: the rate is a lower bound, said so
     let (_open, port) = serve(&[]);
-    let o = run(&["lab", "clone", "127.0.0.1", "-p", &port.to_string(), "--time", "20s", "--max-rate", "200M", "--json"]);
+    let o =
+        run(&["lab", "clone", "127.0.0.1", "-p", &port.to_string(), "--time", "20s", "--max-rate", "200M", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let f: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
     for dir in ["ab", "ba"] {
@@ -996,7 +997,10 @@ fn lab_clone_is_refused_by_a_keyed_agent_and_finds_only_a_lower_bound_on_loopbac
         assert!((1.6e8..2.2e8).contains(&v), "{dir}: about what was offered: {v}");
         // (a busy machine may overflow a loopback receiver's buffer now and then)
         let loss = &f["profile"][dir]["loss"];
-        assert!(loss["value"].as_f64().is_some_and(|l| l < 0.01) && loss["high"].as_f64().is_some_and(|h| h > 0.0), "{f}");
+        assert!(
+            loss["value"].as_f64().is_some_and(|l| l < 0.01) && loss["high"].as_f64().is_some_and(|h| h > 0.0),
+            "{f}"
+        );
     }
     assert!(f["seconds"].as_f64().is_some_and(|s| s <= 25.0), "{f}");
     let _ = std::fs::remove_dir_all(&d);

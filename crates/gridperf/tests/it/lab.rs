@@ -1823,12 +1823,18 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     let db_s = db.display().to_string();
     let o = unless_invalid(|| lab.exec_a(&["stream", "10.77.2.1", "-t", "3", "-C", "cubic", "--db", &db_s]));
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = unless_invalid(|| lab.exec_a(&["rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64", "-n", "100", "--db", &db_s]));
+    let o = unless_invalid(|| {
+        lab.exec_a(&["rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64", "-n", "100", "--db", &db_s])
+    });
     assert!(o.status.success(), "{}", stderr(&o));
     let runs = run(&["runs", "list", "--db", &db_s, "--json"]);
     let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("runs json");
     let id_of = |kind: &str| {
-        runs["runs"].as_array().and_then(|r| r.iter().find(|r| r["kind"] == kind)).map(|r| r["id"].to_string()).expect(kind)
+        runs["runs"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["kind"] == kind))
+            .map(|r| r["id"].to_string())
+            .expect(kind)
     };
     let from_run = |id: &str| -> serde_json::Value {
         let o = run(&["lab", "clone", "--from-run", id, "--db", &db_s, "--json"]);
@@ -1838,7 +1844,11 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     let f = from_run(&id_of("stream"));
     let ab = &f["profile"]["ab"];
     let d = ab["delay_s"]["value"].as_f64().expect("a stream's delay");
-    assert!(d >= h.rtt_s / 2.0 * 0.97 && d <= h.rtt_s / 2.0 * 1.15, "a stream's min RTT: {d} against {}", h.rtt_s / 2.0);
+    assert!(
+        d >= h.rtt_s / 2.0 * 0.97 && d <= h.rtt_s / 2.0 * 1.15,
+        "a stream's min RTT: {d} against {}",
+        h.rtt_s / 2.0
+    );
     assert_eq!(ab["mtu"]["value"], 1500.0, "{f}");
     let r = ab["rate_bps"]["value"].as_f64().expect("a stream's rate");
     assert!(r > 0.0 && r < 1.1 * h.rate_ab, "a stream's rate {r} against the path's {}", h.rate_ab);
@@ -1856,7 +1866,8 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     let ab_rate = st["lab"]["spec"]["ab"]["rate_bps"].as_f64().expect("the clone's rate");
     within("the clone lab's rate a->b", ab_rate, h.rate_ab, 0.10);
     assert!(labs_named(&dup).is_empty());
-    let mut bad: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("profile")).expect("json");
+    let mut bad: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("profile")).expect("json");
     bad["profile"]["ab"]["mtu"]["value"] = serde_json::json!(90000.0);
     std::fs::write(&out, bad.to_string()).expect("write");
     let bad_name = format!("{}-bad", lab.name);
