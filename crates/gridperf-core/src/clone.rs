@@ -294,8 +294,10 @@ pub fn fit_delay(rtt_ns: &[u64]) -> (Estimate, Estimate, JitterShape) {
 }
 
 /// Loss and mean burst from a paced stream's sequence numbers: `expected`
-/// numbers sent, `lost` of them never arrived, in `gaps` runs.
-pub fn fit_loss(expected: u64, lost: u64, gaps: u64) -> (Estimate, Estimate) {
+/// numbers sent, `lost` of them never arrived, in `gaps` runs; `per_second`
+/// the stream's datagrams a second, to say what budget would show a loss
+/// too rare to see.
+pub fn fit_loss(expected: u64, lost: u64, gaps: u64, per_second: Option<f64>) -> (Estimate, Estimate) {
     let method = "lost sequence numbers of a UDP stream paced at a quarter of the rate";
     let bmethod = "lost numbers over the runs they fell in (Gilbert-Elliott, all-lost bad state)";
     if expected == 0 {
@@ -311,8 +313,13 @@ pub fn fit_loss(expected: u64, lost: u64, gaps: u64) -> (Estimate, Estimate) {
     let mut loss = Estimate::new(p, (centre - half).max(0.0), (centre + half).min(1.0), method);
     if lost == 0 {
         let high = loss.high.unwrap_or(0.0);
+        // a loss of 0.01% shows as about 3 losses in 30 000 datagrams
+        let need = match per_second.filter(|r| *r > 0.0) {
+            Some(r) => format!("about {:.0} s of this paced stream each way", 30_000.0 / r),
+            None => "about 30 000 datagrams".into(),
+        };
         loss = loss.with_note(format!(
-            "none lost of {expected}: below {:.3}% (95%); about 30 000 datagrams would show a loss of 0.01%",
+            "none lost of {expected}: below {:.4}% (95%); a loss of 0.01% would take {need} to show",
             high * 100.0
         ));
         return (loss, Estimate::missing(bmethod, "no loss, so no bursts"));
@@ -527,12 +534,13 @@ mod tests {
                 gaps += u64::from(!was);
             }
         }
-        let (loss, burst) = fit_loss(n, lost, gaps);
+        let (loss, burst) = fit_loss(n, lost, gaps, None);
         assert!(loss.covers(0.005), "{loss:?}");
         assert!(burst.covers(3.0), "{burst:?}");
-        let (loss, burst) = fit_loss(10_000, 0, 0);
+        let (loss, burst) = fit_loss(10_000, 0, 0, Some(1000.0));
         assert_eq!(loss.value, Some(0.0));
-        assert!(loss.high.expect("some") > 0.0 && loss.note.expect("some").contains("none lost"));
+        let note = loss.note.clone().expect("some");
+        assert!(loss.high.expect("some") > 0.0 && note.contains("none lost") && note.contains("about 30 s"), "{note}");
         assert!(burst.value.is_none());
     }
 
@@ -928,7 +936,7 @@ pub fn fit_from_rtt(points: &[RttPointFigures], mtu: Option<u32>) -> Result<(Pro
     let udp: Vec<&RttPointFigures> = points.iter().filter(|p| p.proto == "udp").collect();
     let (sent, lost) = udp.iter().fold((0, 0), |(s, l), p| (s + p.sent, l + p.lost));
     let (loss, burst) = if sent > 0 {
-        let (l, _) = fit_loss(sent, lost, 0);
+        let (l, _) = fit_loss(sent, lost, 0, None);
         (l, Estimate::missing("", "an rtt run keeps no loss sequence"))
     } else {
         let why = "the run measured no UDP, so no loss";

@@ -111,7 +111,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
         notes.push(format!(
             "{name}: {expected} paced datagrams sent, {lost} lost in {gaps} runs, {reordered} out of order"
         ));
-        let (loss, burst) = clone::fit_loss(expected, lost, gaps);
+        let (loss, burst) = clone::fit_loss(expected, lost, gaps, Some(expected as f64 / paced_s));
         let queue = clone::fit_queue(&idle, &loaded, &rate);
         let mtu = over
             .iter()
