@@ -298,7 +298,7 @@ pub fn fit_delay(rtt_ns: &[u64]) -> (Estimate, Estimate, JitterShape) {
 /// the stream's datagrams a second, to say what budget would show a loss
 /// too rare to see.
 pub fn fit_loss(expected: u64, lost: u64, gaps: u64, per_second: Option<f64>) -> (Estimate, Estimate) {
-    let method = "lost sequence numbers of a UDP stream paced at a quarter of the rate";
+    let method = "lost sequence numbers of a UDP stream paced at a quarter of the rate, or slower where its bursts would not fit in half the queue";
     let bmethod = "lost numbers over the runs they fell in (Gilbert-Elliott, all-lost bad state)";
     if expected == 0 {
         let why = "no datagram of the paced stream was sent";
@@ -340,8 +340,9 @@ pub fn fit_loss(expected: u64, lost: u64, gaps: u64, per_second: Option<f64>) ->
 }
 
 /// The bottleneck queue from the one-way transit rise: `idle` transits
-/// (ns) of a stream that did not fill the queue, `loaded` those of one that
-/// overran it (its later part, once full), both against the same clocks;
+/// (ns, receive clock minus send clock) of a stream that did not fill the
+/// queue, `loaded` those of one that overran it (its later part, once
+/// full), both between the same two clocks (their offset cancels);
 /// `rate` the fitted rate.
 pub fn fit_queue(idle: &[i64], loaded: &[i64], rate: &Estimate) -> Estimate {
     let method = "the one-way transit's rise while a UDP stream overran the path, times the rate";

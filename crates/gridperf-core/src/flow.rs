@@ -548,6 +548,11 @@ pub struct SeqStats {
     /// so their rise is the queue's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transit_ns: Vec<i64>,
+    /// The first datagram's transit itself (receive clock minus send
+    /// clock, offset included), ns: samples of two streams between the same
+    /// two hosts compare once each is shifted by its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transit_first_ns: Option<i64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -714,6 +719,7 @@ impl SeqTracker {
     /// second one is dropped and the stride doubles.
     fn sample_transit(&mut self, transit: i128) {
         let first = *self.first_transit.get_or_insert(transit);
+        self.stats.transit_first_ns.get_or_insert(first.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
         self.stride = self.stride.max(1);
         self.since_kept += 1;
         if self.since_kept < self.stride {
@@ -847,6 +853,7 @@ mod tests {
             // transit rises by 1 ns per datagram
             t.record(k, 100, send, k * 1000 + 5_000 + k);
         }
+        assert_eq!(t.stats.transit_first_ns, Some(5_000 - 1_000_000_000), "the first transit, offset and all");
         let x = &t.stats.transit_ns;
         assert!(x.len() <= TRANSIT_SAMPLES && x.len() >= TRANSIT_SAMPLES / 2, "{}", x.len());
         assert_eq!(x[0], 0);

@@ -278,11 +278,22 @@ fn recv_tcp(mut s: TcpStream, t: &Timing, live: &Live, info: InfoOf, break_after
 /// A UDP sender at the spec's rate: it sleeps between bursts of what fell
 /// due and never catches up more than 5 ms at once (a sender that was not
 /// running longer than that has lost the time, as a paced sender would).
+/// What fell due goes in one send where the kernel takes UDP segmentation
+/// offload (UDP_SEGMENT): up to [`GSO_RUN`] datagrams, each with its own
+/// header, cut by the kernel (or, through the lab's TUN device, by the
+/// emulator only where a datagram is lost). One send per datagram tops out
+/// near 1.7 Gbit/s of 1500-byte datagrams on one CPU; the receiver sees the
+/// same datagrams either way.
 fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live, info: InfoOf) -> StreamEnd {
     let cpu0 = gridperf_sys::thread_cpu_time_ns();
     let mut end = StreamEnd { sending: true, ..StreamEnd::default() };
     let size = spec.write_size as usize;
-    let mut buf: Vec<u8> = (0..size).map(gridperf_sys::pattern_byte).collect();
+    let mut run = if size >= flow::UDP_HEADER_LEN && gridperf_sys::set_udp_segment(&s, size as u16).is_ok() {
+        (GSO_BYTES / size).clamp(1, GSO_RUN)
+    } else {
+        1
+    };
+    let mut buf: Vec<u8> = (0..size * run).map(|i| gridperf_sys::pattern_byte(i % size)).collect();
     let rate = spec.udp_rate_bps.unwrap_or(1) as f64;
     // the rate counts the datagram's IP and UDP headers (28 bytes), as a link does
     let per_datagram_s = ((size + 28) * 8) as f64 / rate;
@@ -295,12 +306,17 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
         let due = (go.elapsed().as_secs_f64() / per_datagram_s) as u64;
         n = n.max(due.saturating_sub(most));
         while n < due {
-            n += 1;
-            flow::encode_udp_header(&mut buf, index, seq, gridperf_sys::monotonic_ns());
-            match s.send(&buf) {
-                Ok(k) => {
-                    seq += 1;
-                    t.moved(&mut end, k, live);
+            let left = budget.saturating_sub(end.bytes).div_ceil(size as u64).max(1);
+            let k = (due - n).min(run as u64).min(left) as usize;
+            n += k as u64;
+            let now = gridperf_sys::monotonic_ns();
+            for j in 0..k {
+                flow::encode_udp_header(&mut buf[j * size..], index, seq + j as u64, now);
+            }
+            match s.send(&buf[..k * size]) {
+                Ok(_) => {
+                    seq += k as u64;
+                    t.moved(&mut end, k * size, live);
                     if end.bytes >= budget {
                         break 'run;
                     }
@@ -309,7 +325,14 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
                     end.broken = Some("the receiver's port is closed (ICMP port unreachable)".into());
                     break 'run;
                 }
-                Err(_) => end.send_errors += 1,
+                // a path that will not take the super-datagram: one datagram a send from here on
+                Err(e) if k > 1 && matches!(e.raw_os_error(), Some(libc::EMSGSIZE | libc::EINVAL | libc::EIO)) => {
+                    let _ = gridperf_sys::set_udp_segment(&s, 0);
+                    run = 1;
+                    buf.truncate(size);
+                    n -= k as u64;
+                }
+                Err(_) => end.send_errors += k as u64,
             }
         }
         std::thread::sleep(Duration::from_micros(100));
@@ -320,6 +343,11 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
     end.cpu_ns = (cpu1.0 + cpu1.1).saturating_sub(cpu0.0 + cpu0.1);
     end
 }
+
+/// The most datagrams in one segmented send, and its most bytes (the
+/// kernel's limits: 64 segments, one IP datagram's 64 KiB).
+const GSO_RUN: usize = 64;
+const GSO_BYTES: usize = 65_000;
 
 /// A UDP receiver: counts datagrams by sequence number until the time is up.
 fn recv_udp(s: UdpSocket, index: u32, transit: bool, t: &Timing, live: &Live, info: InfoOf) -> StreamEnd {

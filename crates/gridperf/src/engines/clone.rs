@@ -29,8 +29,10 @@ pub struct CloneOptions {
 /// The paced stream's most datagrams per second: loss is per packet, and
 /// more packets see rarer loss, but each costs both hosts CPU.
 const PACED_PPS: f64 = 20_000.0;
-/// The overrun's load per UDP stream (one sender thread), IP bits per second.
-const OVERRUN_STREAM_BPS: f64 = 1e9;
+/// The overrun's load per UDP stream (one sender thread, segmentation
+/// offload), IP bits per second: one offered 2.94 Gbit/s on loopback with
+/// a third of a CPU.
+const OVERRUN_STREAM_BPS: f64 = 3e9;
 /// Datagram payload of the overrunning stream (a 1500-byte IP packet).
 const FULL: u64 = 1472;
 /// The receivers' report interval.
@@ -77,7 +79,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     let mut dirs = Vec::new();
     for (k, dir) in [wire::Direction::Up, wire::Direction::Down].into_iter().enumerate() {
         let name = if dir == wire::Direction::Up { "a -> b (to the agent)" } else { "b -> a (from the agent)" };
-        // one sender thread offers about 1.5 Gbit/s here: a stream per 1 Gbit/s
+        // a stream per 3 Gbit/s asked
         let senders = (o.max_rate_bps as f64 / OVERRUN_STREAM_BPS).ceil().clamp(1.0, 8.0) as u32;
         say(&format!(
             "{name}: {senders} UDP stream(s) of {} in all for {overrun_s:.1} s, to overrun the path",
@@ -93,8 +95,16 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             notes.push(format!("{name}: {n}"));
         }
         let r = rate.value.unwrap_or(o.max_rate_bps as f64);
-        // a quarter of the rate, in datagrams of at least 64 bytes, at most PACED_PPS a second
-        let paced_bps = r / 4.0;
+        // a quarter of the rate, in datagrams of at least 64 bytes, at most
+        // PACED_PPS a second; and slow enough that the most a paced sender
+        // sends at once (what fell due while it was not running, up to 5 ms)
+        // fits in half the queue, or the probe's own bursts would overflow
+        // it and count as the path's loss. The queue here is provisional:
+        // the rise over the overrun's smallest transit.
+        let base = loaded_min(&over);
+        let provisional = base.map(|b| clone::fit_queue(&[b; 6], &loaded, &rate));
+        let fits = provisional.and_then(|q| q.value).map_or(f64::INFINITY, |q| q * 8.0 / 2.0 / CATCH_UP_S);
+        let paced_bps = (r / 4.0).min(fits).max(PACED_MIN_BPS);
         let size = ((paced_bps / 8.0 / PACED_PPS) - 28.0).clamp(64.0, FULL as f64) as u64;
         let left = budget - start.elapsed().as_secs_f64();
         let dirs_left = 2 - k;
@@ -197,6 +207,17 @@ fn udp_spec(dir: wire::Direction, size: u64, rate_bps: u64, secs: f64, linger_s:
     }
 }
 
+/// The most a paced UDP sender sends at once (`datapath::stream::send_udp`).
+const CATCH_UP_S: f64 = 0.005;
+/// The slowest paced stream, IP bits per second.
+const PACED_MIN_BPS: f64 = 200_000.0;
+
+/// The smallest transit any overrunning stream saw (its first datagrams,
+/// before the queue filled), on the clocks' own scale.
+fn loaded_min(over: &[StreamResult]) -> Option<i64> {
+    over.iter().filter_map(|s| s.receiver.udp.as_ref()).flat_map(absolute).min()
+}
+
 /// A probe's one stream.
 fn first(streams: Vec<StreamResult>) -> Result<StreamResult> {
     streams.into_iter().next().ok_or_else(|| Error::network("the probe stream returned nothing"))
@@ -235,9 +256,19 @@ fn rate_of(streams: &[StreamResult], offered: f64, secs: f64) -> (Estimate, Vec<
         )
     });
     let rate = clone::fit_rate(&whole, lost, sent_bps);
-    let t = &udp[0].transit_ns;
-    let loaded = t[t.len() / 2..t.len() * 19 / 20].to_vec();
+    // the later half of every stream's samples, each on the clocks' own
+    // scale (its first datagram may have met a queue the others had filled)
+    let loaded =
+        udp.iter().flat_map(|u| absolute(u)[u.transit_ns.len() / 2..u.transit_ns.len() * 19 / 20].to_vec()).collect();
     (rate, loaded, note)
+}
+
+/// A receiver's transit samples with their first datagram's transit added
+/// back: the receive clock minus the send clock, comparable across the
+/// streams and runs between the same two hosts.
+fn absolute(u: &gridperf_core::flow::SeqStats) -> Vec<i64> {
+    let first = u.transit_first_ns.unwrap_or(0);
+    u.transit_ns.iter().map(|t| t.saturating_add(first)).collect()
 }
 
 /// The paced stream's sequence accounting: expected, lost, loss runs,
@@ -245,7 +276,7 @@ fn rate_of(streams: &[StreamResult], offered: f64, secs: f64) -> (Estimate, Vec<
 fn seq_of(s: &StreamResult) -> (u64, u64, u64, u64, Vec<i64>) {
     let sent = s.sender.datagrams.unwrap_or(0);
     match s.receiver.udp.as_ref() {
-        Some(u) => (sent, sent.saturating_sub(u.distinct), u.gaps, u.reordered, u.transit_ns.clone()),
+        Some(u) => (sent, sent.saturating_sub(u.distinct), u.gaps, u.reordered, absolute(u)),
         None => (sent, sent, 0, 0, Vec::new()),
     }
 }
