@@ -347,6 +347,12 @@ pub fn fit_loss(expected: u64, lost: u64, gaps: u64, per_second: Option<f64>) ->
 pub fn fit_queue(idle: &[i64], loaded: &[i64], rate: &Estimate) -> Estimate {
     let method = "the one-way transit's rise while a UDP stream overran the path, times the rate";
     let Some(r) = rate.value else { return Estimate::missing(method, "no rate to multiply the rise by") };
+    if rate.high.is_none() {
+        return Estimate::missing(
+            method,
+            "the path was not overrun (it carried all that was offered), so its queue did not fill: raise --max-rate above the path's rate",
+        );
+    }
     let sorted = |v: &[i64]| {
         let mut x: Vec<f64> = v.iter().map(|&t| t as f64).collect();
         x.sort_by(f64::total_cmp);
@@ -358,16 +364,12 @@ pub fn fit_queue(idle: &[i64], loaded: &[i64], rate: &Estimate) -> Estimate {
     };
     let bytes = |ns: f64| (ns / 1e9 * r / 8.0).max(0.0);
     let (rlo, rhi) = (rate.low.unwrap_or(r), rate.high.unwrap_or(r));
-    let mut q = Estimate::new(
+    Estimate::new(
         bytes(lm - im),
         ((llo - ihi).max(0.0) / 1e9 * rlo / 8.0).max(0.0),
         (lhi - ilo).max(0.0) / 1e9 * rhi / 8.0,
         method,
-    );
-    if rate.high.is_none() {
-        q = q.with_note("the path was not overrun, so no queue built up: this is what the offered load made");
-    }
-    q
+    )
 }
 
 /// What is wrong with a profile file: the field and its valid range.
@@ -555,6 +557,10 @@ mod tests {
         assert!((q.value.expect("some") - 125_000.0).abs() < 1.0, "{q:?}");
         assert!(q.covers(125_000.0));
         assert!(fit_queue(&idle, &[1, 2], &rate).value.is_none());
+        // a path not overrun (the rate a lower bound): no queue, said why
+        let bound = Estimate { high: None, ..rate.clone() };
+        let q = fit_queue(&idle, &loaded, &bound);
+        assert!(q.value.is_none() && q.note.as_deref().is_some_and(|n| n.contains("raise --max-rate")), "{q:?}");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub enum LabCommand {
     /// Measure a real path through a gridperf agent and fit a lab profile to it: rate, delay, jitter,
     /// loss and its bursts, queue and MTU, each way, each with its interval.
     #[command(after_help = "Examples:\n  \
-        gridperf lab clone far.example.org --out far.json   measure (60 s, at most 1 Gbit/s of UDP load)\n  \
+        gridperf lab clone far.example.org --out far.json   measure (60 s, at most 2.5 Gbit/s of UDP load)\n  \
         gridperf lab up --profile-file far.json             bring the path up in the lab\n  \
         gridperf stream --lab far.json -P 4                 or run across it directly\n\n\
         The far end runs `gridperf serve`; the probes use its key (--key) and limits, and wait in its queue\n\
@@ -72,7 +72,7 @@ pub struct LabCloneArgs {
     #[arg(long = "time", default_value = "60s", value_name = "DURATION")]
     pub time: String,
     /// The most UDP load the rate probe offers, each way, in IP bits per second.
-    #[arg(long, default_value = "1G", value_name = "RATE")]
+    #[arg(long, default_value = "2.5G", value_name = "RATE")]
     pub max_rate: String,
     /// Write the profile to FILE (for lab up --profile-file, or --lab FILE).
     #[arg(short = 'o', long, value_name = "FILE")]
