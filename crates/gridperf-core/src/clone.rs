@@ -743,17 +743,18 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
     let rtt_high = data.iter().flat_map(|d| d.series.iter().filter_map(|p| p.rtt_ms)).fold(f64::NEG_INFINITY, f64::max);
     let qmethod = "the highest interval's mean RTT less the smallest sample, times the rate";
     let queue = match (rate.value, rtt_min.is_finite() && rtt_high.is_finite()) {
-        (Some(r), true) => {
-            let q = Estimate::new((rtt_high - rtt_min).max(0.0) / 1e3 * r / 8.0, 0.0, f64::INFINITY, qmethod);
-            let q = Estimate { low: q.value, high: None, ..q };
-            if retransmits == 0 {
-                q.with_note("at least this: the flow lost nothing, so it may never have filled the queue")
-            } else {
-                q.with_note(
-                    "a TCP flow that lost segments filled the queue at least once; intervals average its peaks away",
-                )
-            }
+        (Some(r), true) => Estimate {
+            value: Some((rtt_high - rtt_min).max(0.0) / 1e3 * r / 8.0),
+            low: None,
+            high: None,
+            method: qmethod.into(),
+            note: None,
         }
+        .with_note(if retransmits == 0 {
+            "an estimate without interval: the rise counts every queue the flow met, the hosts' own too (a busy receiver's late ACKs), and a flow that lost nothing may never have filled the bottleneck's"
+        } else {
+            "an estimate without interval: the rise counts every queue the flow met, the hosts' own too (a busy receiver's late ACKs), and intervals average the bottleneck's peaks away"
+        }),
         _ => Estimate::missing(qmethod, "no rate or no RTT samples"),
     };
     let loss = if retransmits == 0 && segments > 0 {
@@ -862,12 +863,9 @@ pub fn fit_from_stream(streams: &[crate::model::StreamResult]) -> Result<(Profil
     let queue = match (rate.value, min_rtt, max_srtt) {
         (Some(r), Some(lo), Some(hi)) => {
             let b = f64::from(hi.saturating_sub(lo)) / 1e6 * r / 8.0;
-            let e = Estimate { value: Some(b), low: Some(b), high: None, method: qmethod.into(), note: None };
-            if retrans == 0 {
-                e.with_note("at least this: the streams lost nothing, so they may never have filled the queue")
-            } else {
-                e.with_note("the smoothed RTT averages the queue's peaks away: at least this")
-            }
+            Estimate { value: Some(b), low: None, high: None, method: qmethod.into(), note: None }.with_note(
+                "an estimate without interval: the RTT's rise counts every queue the streams met, the hosts' own too, and the smoothed RTT averages the bottleneck's peaks away",
+            )
         }
         _ => Estimate::missing(qmethod, "no rate or no RTT samples"),
     };
