@@ -726,15 +726,12 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
     let rtt_med = data.iter().filter_map(|d| d.rtt_median_ms).fold(f64::INFINITY, f64::min);
     let basis = data.first().map(|d| d.rtt_basis.clone()).unwrap_or_default();
     let delay = if rtt_min.is_finite() {
-        Estimate {
-            high: Some(rtt_min / 2e3),
-            ..Estimate::new(
-                rtt_min / 2e3,
-                0.0,
-                rtt_min / 2e3,
-                "half the smallest RTT sample of the capture's data and its ACKs",
-            )
-        }
+        Estimate::new(
+            rtt_min / 2e3,
+            0.0,
+            rtt_min / 2e3,
+            "half the smallest RTT sample of the capture's data and its ACKs",
+        )
         .with_note(format!("{basis}; the smallest sample is an upper bound of the path's own (median {rtt_med:.3} ms)"))
     } else {
         Estimate::missing("", "the capture has no RTT samples (no data segment was acknowledged once)")

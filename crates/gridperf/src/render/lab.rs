@@ -343,22 +343,10 @@ pub fn clone_verify(rows: &[gridperf_core::clone::Compared]) -> String {
             ]
         })
         .collect();
-    let head = ["", "real path", "clone", "error"];
+    let head = ["", "real path", "clone", "error"].map(String::from);
     let w: Vec<usize> =
         (0..4).map(|k| cells.iter().map(|c| c[k].len()).chain([head[k].len()]).max().unwrap_or(0)).collect();
-    let _ = writeln!(
-        out,
-        "{:<a$}  {:>b$}  {:>c$}  {:>d$}",
-        head[0],
-        head[1],
-        head[2],
-        head[3],
-        a = w[0],
-        b = w[1],
-        c = w[2],
-        d = w[3]
-    );
-    for c in &cells {
+    for c in std::iter::once(&head).chain(&cells) {
         let _ = writeln!(
             out,
             "{:<a$}  {:>b$}  {:>c$}  {:>d$}",
