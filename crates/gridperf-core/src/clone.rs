@@ -73,7 +73,8 @@ pub enum JitterShape {
     #[default]
     None,
     Normal,
-    /// A long tail of late packets (Bowley skew above 0.2).
+    /// A long tail of late packets (a Bowley skew beyond what a normal's
+    /// would show by chance: see [`fit_delay`]).
     RightSkewed,
 }
 
@@ -87,6 +88,12 @@ pub struct Direction {
     pub jitter_s: Estimate,
     #[serde(default)]
     pub jitter_shape: JitterShape,
+    /// A right-skewed path's delay as an empirical table: the one-way
+    /// delay's quantiles at evenly spaced probabilities from 0 to 1 (`lab
+    /// clone` writes 101: every 1%), seconds from `delay_s`, so that two draws, one each way, add up to the round
+    /// trips measured. The lab draws from it (see [`fit_table`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_table_s: Option<Vec<f64>>,
     /// Whether the path delivered packets out of order.
     #[serde(default)]
     pub reorders: bool,
@@ -283,14 +290,172 @@ pub fn fit_delay(rtt_ns: &[u64]) -> (Estimate, Estimate, JitterShape) {
         return (delay, j, JitterShape::None);
     }
     let bowley = (q3 + q1 - 2.0 * q2) / (q3 - q1);
-    let shape = if bowley > 0.2 { JitterShape::RightSkewed } else { JitterShape::Normal };
+    // a normal's Bowley coefficient has a standard error of about 1.4 / sqrt n:
+    // skewed is beyond three of them (and beyond 0.08, a sum of two
+    // exponentials' 0.17 halved)
+    let skewed = bowley > (3.0 * 1.4 / (x.len() as f64).sqrt()).max(0.08);
+    let shape = if skewed { JitterShape::RightSkewed } else { JitterShape::Normal };
     let mut j = Estimate::new(sigma, (sigma - Z95 * se).max(0.0), sigma + Z95 * se, jmethod);
     if shape == JitterShape::RightSkewed {
         j = j.with_note(format!(
-            "the spread is skewed to the right (Bowley {bowley:.2}): the lab draws a normal of the same interquartile range, so its tail is shorter"
+            "the spread is skewed to the right (Bowley {bowley:.2}): the lab draws each way's delay from the fitted table (jitter_table_s), not a normal"
         ));
     }
     (delay, j, shape)
+}
+
+/// Fits one direction's empirical delay table (see
+/// [`Direction::jitter_table_s`]) to round trips (ns), both directions
+/// alike. The round trip is fitted as a shifted gamma, c + Gamma(K, theta):
+/// its shape K from the Bowley skew, its scale from the interquartile range
+/// and its shift from the median. Two independent draws of c/2 + Gamma(K/2,
+/// theta) add up to exactly that, so each direction's table holds that
+/// gamma's quantiles, from `delay_s` (half the median). The table's two end
+/// points keep their 5% bins' means (an exponential tail drawn linearly
+/// from its p95 to its end would be too heavy otherwise). Needs at least 6
+/// round trips; None for a spread with no right skew (a normal's).
+pub fn fit_table(rtt_ns: &[u64]) -> Option<Vec<f64>> {
+    const N: usize = crate::emu::TABLE_POINTS;
+    let mut x: Vec<f64> = rtt_ns.iter().map(|&v| v as f64 / 1e9).collect();
+    if x.len() < 6 {
+        return None;
+    }
+    x.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        let h = (x.len() - 1) as f64 * p;
+        let (i, f) = (h.floor() as usize, h - h.floor());
+        x[i] + f * (x[(i + 1).min(x.len() - 1)] - x[i])
+    };
+    let (q1, m, q3) = (q(0.25), q(0.5), q(0.75));
+    if q3 <= q1 {
+        return None;
+    }
+    let bowley = (q3 + q1 - 2.0 * m) / (q3 - q1);
+    let gamma_bowley = |k: f64| {
+        let (a, b, c) = (gamma_quantile(k, 0.25), gamma_quantile(k, 0.5), gamma_quantile(k, 0.75));
+        (c + a - 2.0 * b) / (c - a)
+    };
+    // the Bowley skew falls as the shape grows: bisect in log K over 0.2..400
+    let (mut lo, mut hi) = (0.2f64.ln(), 400f64.ln());
+    if bowley <= gamma_bowley(hi.exp()) {
+        return None;
+    }
+    for _ in 0..60 {
+        let mid = (lo + hi) / 2.0;
+        if gamma_bowley(mid.exp()) > bowley {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let k = ((lo + hi) / 2.0).exp();
+    let theta = (q3 - q1) / (gamma_quantile(k, 0.75) - gamma_quantile(k, 0.25));
+    let shift = m - theta * gamma_quantile(k, 0.5);
+    let half = k / 2.0;
+    let p = |i: usize| i as f64 / (N - 1) as f64;
+    let mut t: Vec<f64> = (0..N).map(|i| shift / 2.0 + theta * gamma_quantile(half, p(i)) - m / 2.0).collect();
+    // the ends: the bins' means (E[G; G < q] = theta K P(K+1, q/theta) for a gamma), so the tails weigh right
+    let bin = 1.0 / (N - 1) as f64;
+    let low_mean = shift / 2.0 + theta * half * gamma_p(half + 1.0, gamma_quantile(half, bin)) / bin - m / 2.0;
+    let high_mean = shift / 2.0 + theta * half * (1.0 - gamma_p(half + 1.0, gamma_quantile(half, 1.0 - bin))) / bin - m / 2.0;
+    t[0] = (2.0 * low_mean - t[1]).min(t[1]);
+    t[N - 1] = (2.0 * high_mean - t[N - 2]).max(t[N - 2]);
+    Some(t)
+}
+
+/// ln Gamma(x) for x > 0 (Lanczos, g = 7, 9 terms: 15 digits).
+fn ln_gamma(x: f64) -> f64 {
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // reflection
+        return (std::f64::consts::PI / (std::f64::consts::PI * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let mut a = C[0];
+    let t = x + 7.5;
+    for (i, c) in C.iter().enumerate().skip(1) {
+        a += c / (x + i as f64);
+    }
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+}
+
+/// The regularized lower incomplete gamma P(a, x): a series below a + 1,
+/// a continued fraction above (Numerical Recipes' gser and gcf).
+fn gamma_p(a: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    let front = (-x + a * x.ln() - ln_gamma(a)).exp();
+    if x < a + 1.0 {
+        let (mut sum, mut del, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..500 {
+            ap += 1.0;
+            del *= x / ap;
+            sum += del;
+            if del.abs() < sum.abs() * 1e-15 {
+                break;
+            }
+        }
+        (sum * front).min(1.0)
+    } else {
+        let tiny = 1e-300;
+        let mut b = x + 1.0 - a;
+        let mut c = 1.0 / tiny;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..500 {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = b + an / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let del = d * c;
+            h *= del;
+            if (del - 1.0).abs() < 1e-15 {
+                break;
+            }
+        }
+        (1.0 - front * h).max(0.0)
+    }
+}
+
+/// The p-quantile of Gamma(a, 1), by bisection (0 at p = 0; at p = 1 the
+/// 1 - 1e-9 quantile).
+fn gamma_quantile(a: f64, p: f64) -> f64 {
+    if p <= 0.0 {
+        return 0.0;
+    }
+    let p = p.min(1.0 - 1e-9);
+    let mut hi = a + 10.0 * a.sqrt() + 10.0;
+    while gamma_p(a, hi) < p {
+        hi *= 2.0;
+    }
+    let mut lo = 0.0;
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if gamma_p(a, mid) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo + hi) / 2.0
 }
 
 /// Loss and mean burst from a paced stream's sequence numbers: `expected`
@@ -398,6 +563,15 @@ impl CloneFile {
     }
 }
 
+/// A profile's jitter table in the lab's terms: 21 non-decreasing quantiles
+/// within 10 s each way, in ns.
+fn table_ns(t: &[f64]) -> Option<Vec<i64>> {
+    let ok = (2..=10_001).contains(&t.len())
+        && t.iter().all(|v| v.is_finite() && v.abs() <= 10.0)
+        && t.windows(2).all(|w| w[0] <= w[1]);
+    ok.then(|| t.iter().map(|v| (v * 1e9).round() as i64).collect())
+}
+
 impl Direction {
     /// The lab's settings for this direction (`dir` is "ab" or "ba", for
     /// errors). A missing queue becomes one BDP, and the returned words say so.
@@ -447,11 +621,19 @@ impl Direction {
                 QueueSpec::Bdp(1.0)
             }
         };
+        let jitter_dist = match &self.jitter_table_s {
+            None => JitterDist::Normal,
+            Some(t) => JitterDist::Table(table_ns(t).ok_or_else(|| ProfileError::Range {
+                field: field("jitter_table_s"),
+                value: format!("{t:?}"),
+                range: "2 to 10001 seconds, non-decreasing, each within -10 to 10: the one-way delay's quantiles from delay_s at evenly spaced probabilities from 0 to 1",
+            })?),
+        };
         let s = LabSettings {
             rate_bps: Some(rate.round() as u64),
             delay_ns: (delay * 1e9).round() as u64,
             jitter_ns: (jitter * 1e9).round() as u64,
-            jitter_dist: JitterDist::Normal,
+            jitter_dist,
             reorder: self.reorders,
             loss,
             loss_burst: burst,
@@ -520,6 +702,50 @@ mod tests {
         let skewed: Vec<u64> = (0..2000).map(|_| ((0.010 + 2e-3 * (-g.unit().max(1e-9).ln())) * 1e9) as u64).collect();
         assert_eq!(fit_delay(&skewed).2, JitterShape::RightSkewed);
         assert!(fit_delay(&[1, 2, 3]).0.value.is_none());
+    }
+
+    #[test]
+    fn the_incomplete_gamma_and_its_quantiles_are_right() {
+        for x in [0.01, 0.5, 1.0, 3.0, 12.0] {
+            assert!((gamma_p(1.0, x) - (1.0 - (-x as f64).exp())).abs() < 1e-12, "P(1, {x})");
+            assert!((gamma_p(2.0, x) - (1.0 - (-x as f64).exp() * (1.0 + x))).abs() < 1e-12, "P(2, {x})");
+        }
+        assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-12 && (ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
+        assert!((gamma_quantile(1.0, 0.5) - 2f64.ln()).abs() < 1e-9);
+        // a large shape is nearly normal: its median near its mean
+        assert!((gamma_quantile(400.0, 0.5) - 399.67).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_right_skewed_path_gets_a_table_whose_two_draws_add_up_to_its_round_trips() {
+        // each way 5 ms plus an exponential of mean 1 ms: the round trip's tail is long
+        let mut g = Rng(5);
+        let mut exp = || -g.unit().max(1e-12).ln() * 1e-3;
+        let rtts: Vec<u64> = (0..4000).map(|_| ((0.010 + exp() + exp()) * 1e9) as u64).collect();
+        let (d, _, shape) = fit_delay(&rtts);
+        assert_eq!(shape, JitterShape::RightSkewed);
+        let t = fit_table(&rtts).expect("enough round trips");
+        assert_eq!(t.len(), crate::emu::TABLE_POINTS);
+        assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+        // the lab's two draws, one each way, against the round trips measured
+        let lab = crate::emu::Jitter::Table { q_ns: table_ns(&t).expect("valid") };
+        let mut g = Rng(9);
+        let base = 2.0 * d.value.expect("some");
+        let mut sums: Vec<f64> =
+            (0..40_000).map(|_| base + (lab.sample(g.unit(), || 0.0) + lab.sample(g.unit(), || 0.0)) as f64 / 1e9).collect();
+        sums.sort_by(f64::total_cmp);
+        // against the truth: 10 ms + Gamma(2, 1 ms) (a sum of two exponentials)
+        let truth = |p: f64| 0.010 + 1e-3 * gamma_quantile(2.0, p);
+        let q = |v: &[f64], p: f64| v[((v.len() - 1) as f64 * p) as usize];
+        let iqr = truth(0.75) - truth(0.25);
+        for (p, within) in [(0.05, 0.06), (0.25, 0.06), (0.5, 0.06), (0.75, 0.06), (0.9, 0.06), (0.95, 0.06), (0.99, 0.1)] {
+            let miss = (q(&sums, p) - truth(p)).abs();
+            assert!(miss < within * iqr, "p{}: lab {} truth {} (IQR {iqr})", p * 100.0, q(&sums, p), truth(p));
+        }
+        // a normal of the same IQR would miss the p99 by far more
+        let normal_p99 = truth(0.5) + 2.326 * iqr / 1.349;
+        assert!((normal_p99 - truth(0.99)).abs() > 0.3 * iqr);
+        assert!(fit_table(&[1, 2, 3]).is_none());
     }
 
     #[test]
@@ -654,6 +880,14 @@ mod tests {
             e.contains("profile.ba.rate_bps") && e.contains("never arrived") && e.contains("--set-ba rate="),
             "{e}"
         );
+        // a jitter table becomes the lab's; one that goes down is refused by name
+        let mut f3 = f.clone();
+        f3.profile.ab.jitter_table_s = Some(vec![-1e-4, 0.0, 5e-4, 3e-3]);
+        let (ab, _) = f3.profile.ab.settings("ab").expect("a valid table");
+        assert_eq!(ab.jitter_dist, JitterDist::Table(vec![-100_000, 0, 500_000, 3_000_000]));
+        f3.profile.ab.jitter_table_s = Some(vec![0.0, 2e-3, 1e-3]);
+        let e = CloneFile::parse(&serde_json::to_string(&f3).expect("some")).expect_err("refused").to_string();
+        assert!(e.contains("profile.ab.jitter_table_s") && e.contains("non-decreasing"), "{e}");
     }
 }
 
@@ -778,6 +1012,7 @@ pub fn fit_from_trace(t: &crate::model::TraceReport) -> Result<(Profile, Vec<Str
         delay_s: delay.clone(),
         jitter_s: no_jitter.clone(),
         jitter_shape: JitterShape::None,
+        jitter_table_s: None,
         reorders: false,
         loss,
         burst: Estimate::missing("", "loss not fitted"),
@@ -923,8 +1158,13 @@ pub struct RttPointFigures {
 pub fn fit_from_rtt(points: &[RttPointFigures], mtu: Option<u32>) -> Result<(Profile, Vec<String>), String> {
     let smallest = |proto: &str| points.iter().filter(|p| p.proto == proto).min_by_key(|p| p.size);
     let p = smallest("udp").or_else(|| smallest("tcp")).ok_or("the run has no point")?;
+    let mut table = None;
     let (delay, jitter, shape) = if p.samples_ns.len() >= 6 {
-        fit_delay(&p.samples_ns)
+        let fit = fit_delay(&p.samples_ns);
+        if fit.2 == JitterShape::RightSkewed {
+            table = fit_table(&p.samples_ns);
+        }
+        fit
     } else if let Some((q1, m, q3)) = p.quartiles_ns {
         let sigma = (q3 - q1) / 1.349 / std::f64::consts::SQRT_2 / 1e9;
         (
@@ -954,6 +1194,7 @@ pub fn fit_from_rtt(points: &[RttPointFigures], mtu: Option<u32>) -> Result<(Pro
         delay_s: delay,
         jitter_s: jitter,
         jitter_shape: shape,
+        jitter_table_s: table,
         loss,
         burst,
         queue_bytes: Estimate::missing("", why),

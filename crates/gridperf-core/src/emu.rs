@@ -69,7 +69,7 @@ impl Loss {
 }
 
 /// The distribution of the delay added on top of the base delay.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Jitter {
     None,
     /// Uniform in [-j, +j] nanoseconds.
@@ -81,6 +81,60 @@ pub enum Jitter {
     Normal {
         sigma_ns: u64,
     },
+    /// Exponential with mean `mean_ns`, added on top of the base delay
+    /// (never below it), cut at 10 means: a long tail of late packets.
+    Exponential {
+        mean_ns: u64,
+    },
+    /// An empirical distribution: the quantiles of the added delay (signed,
+    /// ns, non-decreasing) at evenly spaced probabilities from 0 to 1 (at
+    /// least 2 of them), drawn by inverse transform with linear
+    /// interpolation between them. What `lab clone` fits from a
+    /// right-skewed path, with [`TABLE_POINTS`] points.
+    Table {
+        q_ns: Vec<i64>,
+    },
+}
+
+/// The points of the tables `lab clone` writes: the quantiles at every 1%
+/// (a long tail drawn linearly over coarser bins comes out too heavy).
+pub const TABLE_POINTS: usize = 101;
+
+impl Jitter {
+    /// The latest a packet may come beyond the base delay, ns.
+    pub fn widest_ns(&self) -> u64 {
+        match self {
+            Jitter::None => 0,
+            Jitter::Uniform { j_ns } => *j_ns,
+            Jitter::Normal { sigma_ns } => 4 * sigma_ns,
+            Jitter::Exponential { mean_ns } => 10 * mean_ns,
+            Jitter::Table { q_ns } => q_ns.last().map_or(0, |&q| q.max(0) as u64),
+        }
+    }
+
+    /// The added delay (ns, signed) at cumulative probability `u` in [0, 1).
+    pub fn sample(&self, u: f64, z: impl FnOnce() -> f64) -> i64 {
+        match self {
+            Jitter::None => 0,
+            Jitter::Uniform { j_ns } => ((2.0 * u - 1.0) * *j_ns as f64).round() as i64,
+            Jitter::Normal { sigma_ns } => (z().clamp(-4.0, 4.0) * *sigma_ns as f64).round() as i64,
+            Jitter::Exponential { mean_ns } => ((-(1.0 - u).ln()).min(10.0) * *mean_ns as f64).round() as i64,
+            Jitter::Table { q_ns } => table_quantile(q_ns, u).round() as i64,
+        }
+    }
+}
+
+/// The quantile at `u` of a table of quantiles at evenly spaced
+/// probabilities from 0 to 1, interpolated linearly (0 for a table of
+/// fewer than 2).
+pub fn table_quantile(q: &[i64], u: f64) -> f64 {
+    if q.len() < 2 {
+        return q.first().map_or(0.0, |&v| v as f64);
+    }
+    let h = u.clamp(0.0, 1.0) * (q.len() - 1) as f64;
+    let i = (h.floor() as usize).min(q.len() - 2);
+    let f = h - i as f64;
+    q[i] as f64 + f * (q[i + 1] - q[i]) as f64
 }
 
 /// One direction of a link.
@@ -126,11 +180,7 @@ impl LinkConfig {
     /// is not without a rate (the line holds whatever the hosts send: only
     /// the queue is counted) or with an unlimited queue (only the line is).
     pub fn held_bytes(&self, mtu: u32) -> (u64, bool) {
-        let widest = match self.jitter {
-            Jitter::None => 0,
-            Jitter::Uniform { j_ns } => j_ns,
-            Jitter::Normal { sigma_ns } => 4 * sigma_ns,
-        };
+        let widest = self.jitter.widest_ns();
         let line = self.rate_bps.map(|r| r as u128 * (self.delay_ns + widest) as u128 / 8 / 1_000_000_000);
         let queue = match self.queue {
             QueueLimit::Unlimited => None,
@@ -399,18 +449,17 @@ impl<T> Link<T> {
     }
 
     fn jitter_ns(&mut self) -> i64 {
-        match self.cfg.jitter {
+        match &self.cfg.jitter {
             Jitter::None => 0,
-            Jitter::Uniform { j_ns } => {
-                if j_ns == 0 {
-                    0
-                } else {
-                    (self.rng.next_u64() % (2 * j_ns + 1)) as i64 - j_ns as i64
-                }
+            Jitter::Uniform { j_ns: 0 } => 0,
+            Jitter::Uniform { j_ns } => (self.rng.next_u64() % (2 * j_ns + 1)) as i64 - *j_ns as i64,
+            Jitter::Normal { .. } => {
+                let rng = &mut self.rng;
+                self.cfg.jitter.sample(0.0, || rng.normal())
             }
-            Jitter::Normal { sigma_ns } => {
-                let z = self.rng.normal().clamp(-4.0, 4.0);
-                (z * sigma_ns as f64).round() as i64
+            j => {
+                let u = self.rng.unit();
+                j.sample(u, || 0.0)
             }
         }
     }
@@ -742,6 +791,55 @@ mod tests {
         let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
         assert!((mean - 50e6).abs() < 0.03e6, "mean {mean}");
         assert!((sd - 2e6).abs() < 0.05e6, "sd {sd}");
+    }
+
+    /// The delays (ns after arrival) of `n` packets far apart through a link of `jitter`.
+    fn delays_through(jitter: Jitter, n: u64) -> Vec<f64> {
+        let cfg = LinkConfig { delay_ns: 50 * MS, jitter, reorder: true, ..Default::default() };
+        let mut l = Link::new(cfg, 17);
+        for i in 0..n {
+            l.arrive(i, 100, i);
+        }
+        let mut d: Vec<f64> = drain(&mut l).iter().map(|(id, at)| (*at - id) as f64).collect();
+        d.sort_by(f64::total_cmp);
+        d
+    }
+
+    #[test]
+    fn exponential_jitter_adds_a_long_tail_above_the_base() {
+        let d = delays_through(Jitter::Exponential { mean_ns: 2 * MS }, 50_000);
+        let q = |p: f64| d[((d.len() - 1) as f64 * p) as usize] - 50e6;
+        assert!(q(0.0) >= 0.0, "nothing comes before the base delay: {}", q(0.0));
+        let mean = d.iter().map(|x| x - 50e6).sum::<f64>() / d.len() as f64;
+        assert!((mean - 2e6).abs() < 0.05e6, "mean {mean}");
+        // an exponential's median is ln 2 of its mean, its p99 ln 100
+        assert!((q(0.5) - 2e6 * 2f64.ln()).abs() < 0.05e6, "p50 {}", q(0.5));
+        assert!((q(0.99) - 2e6 * 100f64.ln()).abs() < 0.5e6, "p99 {}", q(0.99));
+        assert!(q(1.0) <= 20e6, "cut at 10 means: {}", q(1.0));
+    }
+
+    #[test]
+    fn a_table_jitter_gives_back_its_quantiles() {
+        // a skewed table of 21 points: -0.5 ms at p0, 0 at the median, 8 ms at p100
+        let q_ns: Vec<i64> = (0..21)
+            .map(|k| {
+                let p = k as f64 / 20.0;
+                if p <= 0.5 {
+                    (-(0.5 - p) * MS as f64) as i64
+                } else {
+                    ((p - 0.5).powi(3) * 64.0 * MS as f64) as i64
+                }
+            })
+            .collect();
+        let jitter = Jitter::Table { q_ns: q_ns.clone() };
+        assert_eq!(jitter.widest_ns(), 8 * MS);
+        let d = delays_through(jitter, 50_000);
+        for k in [1, 5, 10, 15, 19] {
+            let got = d[(d.len() - 1) * k / 20] - 50e6;
+            assert!((got - q_ns[k] as f64).abs() < 0.04e6, "p{}: {got} against {}", k * 5, q_ns[k]);
+        }
+        assert!(d[0] - 50e6 >= q_ns[0] as f64 && *d.last().expect("delivered") - 50e6 <= q_ns[20] as f64);
+        assert_eq!(table_quantile(&q_ns, 0.525), (q_ns[10] + q_ns[11]) as f64 / 2.0);
     }
 
     /// An IPv4 TCP header from `src:sp` to `dst:dp`.

@@ -39,7 +39,7 @@ pub enum LabError {
     #[error("{what} {input:?} is longer than the lab allows: use at most {max}, e.g. 250us, 10ms, 1.5s")]
     TooLong { what: &'static str, input: String, max: &'static str },
     #[error(
-        "jitter {0:?} is not valid: use a duration with an optional distribution, e.g. 1ms, 1ms/uniform, 2ms/normal"
+        "jitter {0:?} is not valid: use a duration with an optional distribution, e.g. 1ms, 1ms/uniform, 2ms/normal, 1ms/exponential (a long tail; the mean added)"
     )]
     BadJitter(String),
     #[error("loss {0:?} is not valid: use a percentage (1%, 0.5%), a fraction below 1 (0.01) or 0")]
@@ -93,10 +93,15 @@ pub enum QueueSpec {
 }
 
 /// The distribution of jitter around the base delay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JitterDist {
     Uniform,
     Normal,
+    /// Exponential, added to the base delay: `jitter_ns` is its mean.
+    Exponential,
+    /// An empirical table of the added delay's quantiles (a profile file's
+    /// `jitter_table_s`); `jitter_ns` is not used.
+    Table(Vec<i64>),
 }
 
 /// One direction of a lab link, in the user's terms.
@@ -106,7 +111,8 @@ pub struct LabSettings {
     pub rate_bps: Option<u64>,
     /// One-way delay, per direction.
     pub delay_ns: u64,
-    /// Uniform: the half-width j of [-j, +j]; normal: the standard deviation.
+    /// Uniform: the half-width j of [-j, +j]; normal: the standard
+    /// deviation; exponential: the mean.
     pub jitter_ns: u64,
     pub jitter_dist: JitterDist,
     pub reorder: bool,
@@ -243,10 +249,12 @@ pub fn parse_mtu(input: &str) -> Result<u32> {
 impl LabSettings {
     /// The emulator's configuration for one direction.
     pub fn link_config(&self) -> Result<LinkConfig> {
-        let jitter = match (self.jitter_ns, self.jitter_dist) {
+        let jitter = match (self.jitter_ns, &self.jitter_dist) {
+            (_, JitterDist::Table(q_ns)) => Jitter::Table { q_ns: q_ns.clone() },
             (0, _) => Jitter::None,
             (j_ns, JitterDist::Uniform) => Jitter::Uniform { j_ns },
             (sigma_ns, JitterDist::Normal) => Jitter::Normal { sigma_ns },
+            (mean_ns, JitterDist::Exponential) => Jitter::Exponential { mean_ns },
         };
         Ok(LinkConfig {
             rate_bps: self.rate_bps,
@@ -319,9 +327,13 @@ pub fn apply_set(settings: &mut LabSettings, spec: &str) -> Result<()> {
         "jitter" => {
             let (dur, dist) = value.split_once('/').unwrap_or((value, ""));
             let dist = match dist.trim() {
-                "" => s.jitter_dist,
+                "" => match &s.jitter_dist {
+                    JitterDist::Table(_) => JitterDist::Normal,
+                    d => d.clone(),
+                },
                 "uniform" => JitterDist::Uniform,
                 "normal" => JitterDist::Normal,
+                "exponential" | "exp" => JitterDist::Exponential,
                 _ => return Err(LabError::BadJitter(value.to_string())),
             };
             s.jitter_ns = parse_dur(dur, "jitter", MAX_DELAY_NS, "10s")?;
@@ -678,7 +690,14 @@ mod tests {
             assert_eq!(apply_set(&mut s, spec), Ok(()), "{spec}");
         }
         assert_eq!((s.delay_ns, s.rate_bps, s.loss_burst, s.reorder), (7 * MS, None, None, false));
-        assert_eq!((s.jitter_ns, s.jitter_dist), (MS, JitterDist::Normal));
+        assert_eq!((s.jitter_ns, &s.jitter_dist), (MS, &JitterDist::Normal));
+        let exp = apply_set(&mut s, "jitter=2ms/exponential").and_then(|_| s.link_config()).map(|c| c.jitter);
+        assert_eq!(exp, Ok(Jitter::Exponential { mean_ns: 2 * MS }));
+        // a table (from a profile file) gives way to a plain duration as a normal
+        s.jitter_dist = JitterDist::Table(vec![0, MS as i64]);
+        assert_eq!(s.link_config().map(|c| c.jitter), Ok(Jitter::Table { q_ns: vec![0, MS as i64] }));
+        assert_eq!(apply_set(&mut s, "jitter=1ms"), Ok(()));
+        assert_eq!(s.jitter_dist, JitterDist::Normal);
         let uniform = apply_set(&mut s, "jitter=1ms/uniform").and_then(|_| s.link_config()).map(|c| c.jitter);
         assert_eq!(uniform, Ok(Jitter::Uniform { j_ns: MS }));
         let before = s.clone();

@@ -114,7 +114,9 @@ pub struct LabUpArgs {
     /// Round-trip time, split evenly over both directions: 20ms.
     #[arg(long, allow_hyphen_values = true, value_name = "DURATION")]
     pub rtt: Option<String>,
-    /// Jitter: a duration and optional distribution, 1ms (uniform +-1ms) or 2ms/normal (sigma).
+    /// Jitter: a duration and optional distribution, 1ms (uniform +-1ms), 2ms/normal (sigma) or
+    /// 1ms/exponential (a long tail of late packets: the mean added). A profile file may carry an
+    /// empirical table (`jitter_table_s`, what `lab clone` fits from a right-skewed path).
     #[arg(long, allow_hyphen_values = true, value_name = "J")]
     pub jitter: Option<String>,
     /// Let jitter reorder packets (off by default: packets keep their order).

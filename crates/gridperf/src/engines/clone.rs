@@ -63,6 +63,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
         )));
     }
     let (delay, jitter, shape) = clone::fit_delay(&samples);
+    let table = (shape == clone::JitterShape::RightSkewed).then(|| clone::fit_table(&samples)).flatten();
     let mut sorted = samples.clone();
     sorted.sort_unstable();
     let q = |p| gridperf_core::stats::quantile_sorted(&sorted, p).map(|ns| ns / 1e9);
@@ -136,6 +137,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             delay_s: delay.clone(),
             jitter_s: jitter.clone(),
             jitter_shape: shape,
+            jitter_table_s: table.clone(),
             reorders: reordered > 0,
             loss,
             burst,

@@ -11,11 +11,16 @@
 //! - added delay: round trips of the probe with the link at half load,
 //!   against the same probe on a lab of the same rate with no delay (target:
 //!   median error at most 0.1 ms, p99 at most 1 ms);
+//! - a delay table (the right-skewed jitter `lab clone` fits): round trips
+//!   of probes from 16 sockets at once through a lab whose a -> b delay is
+//!   drawn from an exponential's table (mean 0.3 ms, 101 points), their
+//!   p10, p50, p90 and p99 less the baseline and the base delay, against
+//!   the table's (target: within 0.1 ms, and 1 ms at p99);
 //! - the emulator's CPU use, and whether it kept to its schedule.
 
 use super::{emulator::Health, LabSpec};
 use crate::error::{Error, Result};
-use gridperf_core::emu::{LinkConfig, QueueLimit};
+use gridperf_core::emu::{Jitter, LinkConfig, QueueLimit};
 use gridperf_core::stats::quantile_sorted;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -33,6 +38,9 @@ const RUN: u64 = 44;
 const SENDER_BPS: f64 = 4e9;
 const PROBE_PAYLOAD: usize = 64;
 const TCP_PORT: u16 = 9102;
+/// The mean of the exponential delay table calibration checks: 0.3 ms, a
+/// spread a few hundred probes measure to tens of microseconds.
+const TABLE_MEAN_NS: f64 = 300_000.0;
 
 /// One calibration point's results.
 #[derive(Debug, Clone, Serialize)]
@@ -58,6 +66,10 @@ pub struct Point {
     /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
     pub delay_error_median_ns: f64,
     pub delay_error_p99_ns: f64,
+    /// The delay table's check: (probability, measured quantile less the
+    /// table's, ns) at p10, p50, p90 and p99, and how many round trips.
+    pub table_errors_ns: Vec<(f64, f64)>,
+    pub table_samples: usize,
     /// Probe RTT with the queue kept full (median, p99 and max), and the bound it must stay under.
     pub loaded_rtt_median_ns: f64,
     pub loaded_rtt_p99_ns: f64,
@@ -85,7 +97,15 @@ impl Point {
             && self.delay_error_median_ns.abs() <= 100_000.0
             && self.delay_error_p99_ns <= 1_000_000.0
             && self.loaded_rtt_p99_ns <= self.queue_bound_ns + 1_000_000.0
+            && self.table_held()
             && self.invalid.is_none()
+    }
+
+    /// Whether the delay table came out as set: each quantile within 0.1
+    /// ms, the p99 within 1 ms.
+    pub fn table_held(&self) -> bool {
+        !self.table_errors_ns.is_empty()
+            && self.table_errors_ns.iter().all(|&(p, e)| e.abs() <= if p >= 0.99 { 1_000_000.0 } else { 100_000.0 })
     }
 }
 
@@ -358,14 +378,45 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
     Ok((segs as f64 * 1500.0 * 8.0 / dt, retrans))
 }
 
+/// [`probe`] from `sockets` sockets at once, their round trips together.
+fn probe_many(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, sockets: usize) -> Result<Vec<u64>> {
+    let runs: Vec<Result<Vec<u64>>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..sockets).map(|_| sc.spawn(|| probe(ns, b, gap, time))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("a probe thread panicked")))).collect()
+    });
+    let mut all = Vec::new();
+    for r in runs {
+        all.extend(r?);
+    }
+    Ok(all)
+}
+
+/// The delay table calibration checks: an exponential's quantiles (mean
+/// `mean_ns`) at every 1%, the last point keeping its bin's mean.
+fn exponential_table(mean_ns: f64) -> Vec<i64> {
+    let n = gridperf_core::emu::TABLE_POINTS;
+    let q = |p: f64| -(1.0 - p).ln() * mean_ns;
+    let mut t: Vec<i64> = (0..n - 1).map(|k| q(k as f64 / (n - 1) as f64).round() as i64).collect();
+    // the top 1%'s mean is its start plus the mean (memoryless): the last point keeps it
+    let start = q((n - 2) as f64 / (n - 1) as f64);
+    t.push((start + 2.0 * mean_ns).round() as i64);
+    t
+}
+
 fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<super::LabState> {
+    bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::None)
+}
+
+/// A calibration lab whose a -> b link's delay has `jitter` (reordering: each probe its own draw).
+fn bring_up_with(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64, jitter: Jitter) -> Result<super::LabState> {
     let link =
         LinkConfig { rate_bps: Some(rate), queue: QueueLimit::Bytes(queue_bytes), delay_ns, ..LinkConfig::default() };
+    let reorder = !matches!(jitter, Jitter::None);
     super::up(LabSpec {
         name: name.to_string(),
         hosts: (1, 1),
         mtu: 1500,
-        ab: link.clone(),
+        ab: LinkConfig { jitter, reorder, ..link.clone() },
         ba: link,
         seed: 1,
         profile: None,
@@ -462,6 +513,28 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let tcp_health = super::health(&name).unwrap_or_default().since(&after);
     drop(guard);
 
+    progress("delay table");
+    let table = exponential_table(TABLE_MEAN_NS);
+    let st = bring_up_with(&name, rate, delay_ns, queue_bytes, Jitter::Table { q_ns: table.clone() })?;
+    let guard = Down(name.clone());
+    let (a, b) = ab(&st)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = start_b(&b, stop.clone())?;
+    let table_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(6_000));
+    let mut drawn = probe_many(&a, b_addr, Duration::from_millis(5), table_time, 16)?;
+    stop.store(true, Ordering::SeqCst);
+    let _ = sink.join();
+    let table_health = super::health(&name).unwrap_or_default();
+    drop(guard);
+    drawn.sort_unstable();
+    let table_errors_ns: Vec<(f64, f64)> = [0.1, 0.5, 0.9, 0.99]
+        .iter()
+        .filter_map(|&p| {
+            let got = quantile_sorted(&drawn, p)? - baseline - 2.0 * delay_ns as f64;
+            Some((p, got - gridperf_core::emu::table_quantile(&table, p)))
+        })
+        .collect();
+
     let measured = (bytes + 28 * count) as f64 * 8.0 / dt;
     let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
     let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
@@ -484,9 +557,12 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         tcp_rate_bps: tcp_rate,
         tcp_rate_error: tcp_rate / rate as f64 - 1.0,
         tcp_retransmits: tcp_retrans,
+        table_errors_ns,
+        table_samples: drawn.len(),
         invalid: d
             .invalid_because()
-            .or_else(|| tcp_health.invalid_because().map(|w| format!("during the TCP flow: {w}"))),
+            .or_else(|| tcp_health.invalid_because().map(|w| format!("during the TCP flow: {w}")))
+            .or_else(|| table_health.invalid_because().map(|w| format!("during the delay table: {w}"))),
         lag_p99_us: d.lag_quantile_us(0.99),
         targets_met: false,
     })

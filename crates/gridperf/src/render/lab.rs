@@ -15,10 +15,15 @@ fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
         None => "no rate limit".into(),
     });
     w.push(format!("delay {}", fmt_ns(l.delay_ns as f64)));
-    match l.jitter {
+    match &l.jitter {
         Jitter::None => {}
-        Jitter::Uniform { j_ns } => w.push(format!("jitter +-{} uniform", fmt_ns(j_ns as f64))),
-        Jitter::Normal { sigma_ns } => w.push(format!("jitter sigma {} normal", fmt_ns(sigma_ns as f64))),
+        Jitter::Uniform { j_ns } => w.push(format!("jitter +-{} uniform", fmt_ns(*j_ns as f64))),
+        Jitter::Normal { sigma_ns } => w.push(format!("jitter sigma {} normal", fmt_ns(*sigma_ns as f64))),
+        Jitter::Exponential { mean_ns } => w.push(format!("jitter mean {} exponential", fmt_ns(*mean_ns as f64))),
+        Jitter::Table { q_ns } => {
+            let q = |p| fmt_ns(gridperf_core::emu::table_quantile(q_ns, p));
+            w.push(format!("jitter table p5 {} p50 {} p95 {}", q(0.05), q(0.5), q(0.95)))
+        }
     }
     if !matches!(l.jitter, Jitter::None) {
         w.push(if l.reorder { "reordering".into() } else { "in order".into() });
@@ -195,7 +200,7 @@ pub fn calibration(points: &[Point]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>14}{:>9}{:>15}{:>15}{:>10}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
+        "{:>14}{:>9}{:>15}{:>15}{:>10}{:>15}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>9}  verdict",
         "rate",
         "delay",
         "offered",
@@ -205,6 +210,8 @@ pub fn calibration(points: &[Point]) -> String {
         "TCP diff",
         "delay err",
         "delay p99",
+        "table err",
+        "table p99",
         "loaded p99",
         "loaded max",
         "bound",
@@ -212,6 +219,11 @@ pub fn calibration(points: &[Point]) -> String {
         "emu CPU"
     );
     for p in points {
+        // the delay table's largest miss over quantiles in [lo, hi)
+        let worst = |lo: f64, hi: f64| {
+            let e = p.table_errors_ns.iter().filter(|(q, _)| (lo..hi).contains(q)).map(|&(_, e)| e);
+            e.max_by(|x, y| x.abs().total_cmp(&y.abs())).map(fmt_signed_ns).unwrap_or_else(|| "-".into())
+        };
         let mut verdict = match (&p.invalid, p.meets_targets()) {
             (Some(why), _) => format!("INVALID: {why}"),
             (None, true) => "meets the targets".to_string(),
@@ -222,7 +234,7 @@ pub fn calibration(points: &[Point]) -> String {
         }
         let _ = writeln!(
             out,
-            "{:>14}{:>9}{:>15}{:>15}{:>9.2}%{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
+            "{:>14}{:>9}{:>15}{:>15}{:>9.2}%{:>15}{:>9.2}%{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}{:>10}{:>8.0}%  {verdict}",
             fmt_bps(p.rate_bps as f64),
             fmt_ns(p.delay_ns as f64),
             fmt_bps(p.offered_rate_bps),
@@ -232,6 +244,8 @@ pub fn calibration(points: &[Point]) -> String {
             p.tcp_rate_error * 100.0,
             fmt_signed_ns(p.delay_error_median_ns),
             fmt_signed_ns(p.delay_error_p99_ns),
+            worst(0.0, 0.95),
+            worst(0.95, 1.0),
             fmt_ns(p.loaded_rtt_p99_ns),
             fmt_ns(p.loaded_rtt_max_ns),
             fmt_ns(p.queue_bound_ns),
@@ -241,7 +255,7 @@ pub fn calibration(points: &[Point]) -> String {
     }
     let _ = writeln!(
         out,
-        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. TCP: a bulk TCP (CUBIC) flow's rate (IP bits per second: the data segments delivered, as the sender's TCP_INFO counts them with SACK, retransmissions included, x 1500 bytes), for information: TCP's own dynamics share in it. targets: rate error within 1% (the UDP flow); added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
+        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. TCP: a bulk TCP (CUBIC) flow's rate (IP bits per second: the data segments delivered, as the sender's TCP_INFO counts them with SACK, retransmissions included, x 1500 bytes), for information: TCP's own dynamics share in it. targets: rate error within 1% (the UDP flow); added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it; the delay table (an exponential's, mean 0.3 ms, drawn a -> b, probed from 16 sockets): its p10, p50 and p90 within 0.1 ms (table err: the worst), its p99 within 1 ms. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
     );
     out
 }

@@ -472,6 +472,15 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     assert!(f("loaded_rtt_median_ns") <= f("queue_bound_ns") + 3_000_000.0, "{p}");
     // the queue was really full: the loaded RTT is well above the base
     assert!(f("loaded_rtt_median_ns") > f("queue_bound_ns") - 10_000_000.0, "{p}");
+    // the delay table was drawn from: its p10-p90 where the table puts them
+    // (a lab that ignored it would miss the p90 by 0.69 ms), with the same
+    // allowance as the delay's median for this machine's wake-ups
+    assert!(p["table_samples"].as_u64().unwrap_or(0) >= 300, "{p}");
+    let errs = p["table_errors_ns"].as_array().expect("table errors");
+    assert_eq!(errs.len(), 4, "{p}");
+    for e in errs.iter().take(3) {
+        assert!(e[1].as_f64().unwrap_or(f64::NAN).abs() <= 300_000.0, "delay table quantile {e}: {p}");
+    }
 }
 
 /// Issue 33: a delay line beyond a memory cap is refused before anything is

@@ -635,6 +635,8 @@ fn lab_status_profiles_calibration() {
         baseline_rtt_ns: 174_000.0,
         delay_error_median_ns: 37_000.0,
         delay_error_p99_ns: 570_000.0,
+        table_errors_ns: vec![(0.1, 12_000.0), (0.5, -31_000.0), (0.9, 48_000.0), (0.99, 210_000.0)],
+        table_samples: 1480,
         loaded_rtt_median_ns: 100_400_000.0,
         loaded_rtt_p99_ns: 100_600_000.0,
         loaded_rtt_max_ns: 100_900_000.0,
