@@ -74,12 +74,22 @@ pub enum Measure {
     Copy,
     /// A packet capture's TCP connections (`gridperf trace`).
     Trace,
+    /// A real path fitted to the lab's model, and with --verify its clone
+    /// measured beside it (`gridperf lab clone`).
+    Clone,
 }
 
 impl Measure {
-    pub const ALL: [Measure; 6] =
-        [Measure::Rtt, Measure::Transfer, Measure::Stream, Measure::Fanout, Measure::Copy, Measure::Trace];
-    pub const VALID: &'static str = "rtt, transfer, stream, fanout, copy, trace";
+    pub const ALL: [Measure; 7] = [
+        Measure::Rtt,
+        Measure::Transfer,
+        Measure::Stream,
+        Measure::Fanout,
+        Measure::Copy,
+        Measure::Trace,
+        Measure::Clone,
+    ];
+    pub const VALID: &'static str = "rtt, transfer, stream, fanout, copy, trace, clone";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -89,6 +99,7 @@ impl Measure {
             Measure::Fanout => "fanout",
             Measure::Copy => "copy",
             Measure::Trace => "trace",
+            Measure::Clone => "clone",
         }
     }
 
@@ -105,6 +116,7 @@ impl Measure {
             Measure::Fanout => FANOUT_SCHEMA,
             Measure::Copy => COPY_SCHEMA,
             Measure::Trace => TRACE_SCHEMA,
+            Measure::Clone => crate::clone::SCHEMA,
         }
     }
 }

@@ -59,9 +59,14 @@ pub struct LabCloneArgs {
     /// queue, MTU) or an rtt run, a survey's too (delay, jitter, UDP's loss); see `runs list`.
     #[arg(long, value_name = "ID", conflicts_with_all = ["host", "verify", "from_capture"])]
     pub from_run: Option<i64>,
-    /// With --from-run: the store it is in (else GRIDPERF_DB or the default).
-    #[arg(long, value_name = "PATH|DSN", requires = "from_run")]
+    /// The results store: where --from-run reads, and where a clone from probes is stored (a run of
+    /// kind clone: the profile, the round trips and, with --verify, the comparison; `gridperf report`
+    /// draws it). Else GRIDPERF_DB or the default.
+    #[arg(long, value_name = "PATH|DSN")]
     pub db: Option<std::path::PathBuf>,
+    /// Do not store the clone.
+    #[arg(long, conflicts_with_all = ["db", "from_run", "from_capture"])]
+    pub no_store: bool,
     /// Fit from a packet capture (pcap or pcapng, e.g. `stream --capture`'s) instead of probes: the
     /// rate, delay, queue and MTU its TCP data shows; what it cannot show is left empty, with why.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["host", "verify"])]
@@ -84,6 +89,7 @@ pub struct LabCloneArgs {
     /// both, and print the real path and the clone side by side with the clone's errors.
     #[arg(long)]
     pub verify: bool,
+    /// Print the clone as JSON (gridperf.clone/1, the profile file's format: docs/json.md).
     #[arg(long)]
     pub json: bool,
 }
@@ -339,6 +345,10 @@ impl TryFrom<LabUpArgs> for LabSpec {
             paths: paths_ab.into_iter().zip(paths_ba).collect(),
             profile: a.profile.clone(),
             owner: None,
+            measured: a.profile_file.is_some()
+                && a.delay.is_none()
+                && a.rtt.is_none()
+                && ![&a.sets, &a.sets_ab, &a.sets_ba].iter().any(|s| crate::lab::run::sets_delay(s)),
             sysctls: a
                 .sysctls
                 .iter()
@@ -408,6 +418,7 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
                     out: a.out,
                     verify: a.verify,
                     watched: super::watched_lab(),
+                    store: crate::store::StoreChoice::new(a.db, a.no_store),
                 }
             }
             LabCommand::Calibrate(a) => {

@@ -41,6 +41,8 @@ pub enum Opts {
         verify: bool,
         /// The lab this process runs in (lab exec), whose emulator judges the probes.
         watched: Option<String>,
+        /// Where the clone is stored, as a run of kind clone.
+        store: crate::store::StoreChoice,
     },
     /// A profile fitted from a stored run.
     CloneRun {
@@ -106,6 +108,58 @@ fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone:
         notes,
         ..Default::default()
     })
+}
+
+/// Stores a clone from probes as a run of kind `clone`: its profile, the
+/// real path's round trips and, with --verify, the clone's and each figure
+/// side by side (`report` draws them).
+fn store_clone(
+    store: &crate::store::StoreChoice,
+    f: &gridperf_core::clone::CloneFile,
+    clone_rtts: &[u64],
+    watch: Option<crate::lab::LabWatch>,
+    started: f64,
+    out: &mut Output,
+) -> Result<()> {
+    use crate::store::{CloneRtt, NewRun, Recorder};
+    let new_run = NewRun {
+        survey_id: None,
+        sweep_id: None,
+        kind: gridperf_core::model::Measure::Clone,
+        network: &f.source.host,
+        target: &f.source.host,
+        settings: serde_json::json!({ "source": f.source, "verify": !f.verify.is_empty() }),
+        lab_profile: None,
+        mtu: f.profile.ab.mtu.value.map(|m| m as u32),
+    };
+    let mut rec = Recorder::open(store, &new_run)?;
+    rec.point(f)?;
+    let real = f.measured.as_ref().map(|m| m.rtt_samples_ns.as_slice()).unwrap_or_default();
+    if !real.is_empty() {
+        rec.point(&CloneRtt { side: "real path", samples_ns: real })?;
+    }
+    if !clone_rtts.is_empty() {
+        rec.point(&CloneRtt { side: "clone", samples_ns: clone_rtts })?;
+    }
+    for c in &f.verify {
+        rec.point(c)?;
+    }
+    let env = gridperf_core::model::Environment {
+        tool_version: crate::host::software(),
+        command_line: std::env::args().collect(),
+        started_unix: started,
+        finished_unix: crate::host::unix_now(),
+        target: f.source.host.clone(),
+        client: crate::host::end_info(None, false),
+        server: None,
+        notes: f.notes.clone(),
+        lab: watch.map(crate::lab::LabWatch::record),
+        load: None,
+    };
+    if let Some(where_) = rec.finish(Ok(&env))? {
+        out.note(&format!("gridperf: {where_}"));
+    }
+    Ok(())
 }
 
 /// Writes a clone's profile file.
@@ -184,7 +238,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             }
         }
         Opts::Emulator { name } => lab::emulator_main(&name)?,
-        Opts::Clone { addr, opts, out: file, verify, watched } => {
+        Opts::Clone { addr, opts, out: file, verify, watched, store } => {
+            let started = crate::host::unix_now();
+            let watch = watched.as_deref().map(crate::lab::LabWatch::start);
             let bar = out.bar();
             bar.set_length(if verify { 16 } else { 5 });
             let mut step = 0;
@@ -218,10 +274,15 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                 if file.is_none() {
                     let _ = std::fs::remove_file(&own);
                 }
-                f.verify = gridperf_core::clone::compare(&f, &measured?);
+                let measured = measured?;
+                f.verify = gridperf_core::clone::compare(&f, &measured);
                 if let Some(path) = &file {
                     write(&f, path)?;
                 }
+                let lab_rtts = measured.measured.map(|m| m.rtt_samples_ns).unwrap_or_default();
+                store_clone(&store, &f, &lab_rtts, watch, started, out)?;
+            } else {
+                store_clone(&store, &f, &[], watch, started, out)?;
             }
             bar.set_position(step);
             bar.finish_and_clear();

@@ -6,7 +6,7 @@
 use super::stream;
 use super::{rtt, EchoOptions};
 use crate::error::{Error, Result};
-use crate::runner::{Deadlines, Target};
+use crate::runner::{again_if_invalid, Deadlines, Target};
 use gridperf_core::clone::{self, CloneFile, Direction, Estimate, Profile, Source};
 use gridperf_core::model::StreamResult;
 use gridperf_core::plan::Proto;
@@ -38,6 +38,10 @@ const FULL: u64 = 1472;
 /// The receivers' report interval.
 const INTERVAL_MS: u64 = 100;
 
+/// A probe across a lab whose emulator fell behind is taken again, up to
+/// this many times in all (the clone's time budget stretches by as much).
+const PROBE_TRIES: u32 = 3;
+
 /// Runs the probes against `target` and fits the path; `say` hears each step.
 pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Result<CloneFile> {
     let start = Instant::now();
@@ -50,8 +54,10 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     let mut ro = rtt::RttOptions::counted(EchoOptions::plain(vec![Proto::Udp], vec![64], o.deadlines), 0, 2);
     ro.duration = Some(rtt_time);
     ro.keep_samples = true;
-    let r = rtt::run(target, &ro, &mut |_| {})?;
-    crate::runner::lab_valid(&r.env)?;
+    let r = again_if_invalid(PROBE_TRIES, || {
+        let r = rtt::run(target, &ro, &mut |_| {})?;
+        crate::runner::lab_valid(&r.env).map(|_| r)
+    })?;
     let point = r.points.first().ok_or_else(|| Error::network("the round-trip probe returned no point"))?;
     let samples = point.samples_ns.clone().unwrap_or_default();
     if samples.is_empty() {
@@ -67,7 +73,12 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     let mut sorted = samples.clone();
     sorted.sort_unstable();
     let q = |p| gridperf_core::stats::quantile_sorted(&sorted, p).map(|ns| ns / 1e9);
-    let measured = clone::Measured { rtt_p50_s: q(0.5), rtt_p95_s: q(0.95), ..Default::default() };
+    let measured = clone::Measured {
+        rtt_p50_s: q(0.5),
+        rtt_p95_s: q(0.95),
+        rtt_samples_ns: samples.clone(),
+        ..Default::default()
+    };
     let rtt_s = 2.0 * delay.value.unwrap_or(0.0);
     if point.lost > 0 {
         notes.push(format!("{} of {} round-trip messages were lost", point.lost, point.sent));
@@ -90,7 +101,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             streams: senders,
             ..udp_spec(dir, FULL, o.max_rate_bps / u64::from(senders), overrun_s, linger_s)
         };
-        let over = stream::probe(target, o.deadlines, spec, Duration::ZERO)?.streams;
+        let over = again_if_invalid(PROBE_TRIES, || stream::probe(target, o.deadlines, spec.clone()))?.streams;
         let (rate, loaded, overrun_note) = rate_of(&over, o.max_rate_bps as f64, overrun_s);
         if let Some(n) = overrun_note {
             notes.push(format!("{name}: {n}"));
@@ -117,7 +128,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             size + 28
         ));
         let spec = udp_spec(dir, size, paced_bps as u64, paced_s, linger_s);
-        let paced = first(stream::probe(target, o.deadlines, spec, Duration::ZERO)?.streams)?;
+        let paced = first(again_if_invalid(PROBE_TRIES, || stream::probe(target, o.deadlines, spec.clone()))?.streams)?;
         let (expected, lost, gaps, reordered, idle) = seq_of(&paced);
         notes.push(format!(
             "{name}: {expected} paced datagrams sent, {lost} lost in {gaps} runs, {reordered} out of order"
@@ -177,9 +188,10 @@ pub fn tcp_throughput(target: &Target, deadlines: Deadlines, streams: u32, rtt_s
     let spec = StreamSpec {
         streams,
         congestion: Some("cubic".into()),
-        ..StreamSpec::tcp(wire::Direction::Up, (secs * 1000.0) as u64)
+        omit_ms: (omit * 1000.0) as u64,
+        ..StreamSpec::tcp(wire::Direction::Up, ((secs - omit) * 1000.0) as u64)
     };
-    stream::probe(target, deadlines, spec, Duration::from_secs_f64(omit))?
+    again_if_invalid(PROBE_TRIES, || stream::probe(target, deadlines, spec.clone()))?
         .up_bps
         .ok_or_else(|| Error::network("the TCP streams returned nothing"))
 }

@@ -46,10 +46,12 @@ pub struct StreamOptions {
 pub type OnInterval<'a> = dyn FnMut(u32, u64, &[(u32, u64)]) + 'a;
 
 /// One run of `spec` as a probe takes it (tune's, lab clone's): checked,
-/// once, `omit` left out, no notes; a run across a lab whose emulator fell
-/// behind is an error (exit 4).
-pub fn probe(target: &Target, deadlines: Deadlines, spec: StreamSpec, omit: Duration) -> Result<StreamRun> {
+/// once, its `omit_ms` left out (the agent counts the omitted bytes by the
+/// spec, the client by the options: one figure for both), no notes; a run
+/// across a lab whose emulator fell behind is an error (exit 4).
+pub fn probe(target: &Target, deadlines: Deadlines, spec: StreamSpec) -> Result<StreamRun> {
     validate(&spec).map_err(crate::error::Error::usage)?;
+    let omit = Duration::from_millis(spec.omit_ms);
     let opts =
         StreamOptions { spec, omit, repeat: 1, deadlines, path_rate_bps: None, notes: Vec::new(), client_cpu: None };
     let r = run(target, &opts, &mut |_, _, _| {})?;

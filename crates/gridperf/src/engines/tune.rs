@@ -111,7 +111,7 @@ fn run_probe(
     deadlines: Deadlines,
     spec: gridperf_core::wire::StreamSpec,
 ) -> Result<gridperf_core::model::StreamResult> {
-    super::stream::probe(target, deadlines, spec, std::time::Duration::ZERO)?
+    super::stream::probe(target, deadlines, spec)?
         .streams
         .into_iter()
         .next()

@@ -403,6 +403,44 @@ fn exponential_table(mean_ns: f64) -> Vec<i64> {
     t
 }
 
+/// The lab's own round trip on this machine, ns: the median of 64-byte UDP
+/// round trips (1 ms apart for 0.6 s) across a bare twin of `spec` (its
+/// rates and queues; no delay, jitter or loss): the hosts' stacks, the TUN
+/// devices and the emulator. Brought up under a name of its own and down again.
+pub fn floor_ns(spec: &LabSpec) -> Result<f64> {
+    let name = format!("fl{}", std::process::id() % 100_000);
+    let bare = |l: &LinkConfig| LinkConfig {
+        delay_ns: 0,
+        jitter: Jitter::None,
+        loss: gridperf_core::emu::Loss::None,
+        ..l.clone()
+    };
+    let st = super::up(LabSpec {
+        name: name.clone(),
+        hosts: (1, 1),
+        ab: bare(&spec.ab),
+        ba: bare(&spec.ba),
+        profile: None,
+        description: "the lab's own round trip".into(),
+        access: Vec::new(),
+        owner: Some(std::process::id()),
+        paths: Vec::new(),
+        measured: false,
+        ..spec.clone()
+    })?;
+    let _guard = Down(name.clone());
+    let ns = |n: &str| st.hosts.iter().find(|h| h.name == n).map(|h| h.netns.clone());
+    let (a, b) = ns("a").zip(ns("b")).ok_or_else(|| Error::internal("the floor's lab has no hosts a and b"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let echo = start_b(&b, stop.clone())?;
+    let rtts = probe(&a, Ipv4Addr::new(10, 77, 2, 1), Duration::from_millis(1), Duration::from_millis(600));
+    stop.store(true, Ordering::SeqCst);
+    let _ = echo.join();
+    let mut rtts = rtts?;
+    rtts.sort_unstable();
+    quantile_sorted(&rtts, 0.5).ok_or_else(|| Error::measurement("no round trip came back across the lab's bare twin"))
+}
+
 fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<super::LabState> {
     bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::None)
 }
@@ -427,6 +465,7 @@ fn bring_up_with(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64, jitter:
         owner: Some(std::process::id()),
         sysctls: Vec::new(),
         paths: Vec::new(),
+        measured: false,
     })
 }
 

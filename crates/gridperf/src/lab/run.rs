@@ -88,6 +88,7 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         owner: Some(std::process::id()),
         sysctls,
         paths: paths.into_iter().zip(paths_ba).collect(),
+        measured: is_profile_file(profile) && !sets_delay(sets),
     })
 }
 
@@ -111,6 +112,12 @@ pub fn profile_file(path: &std::path::Path) -> Result<(labcfg::LabSettings, labc
     w_ab.extend(w_ba);
     words.extend(w_ab);
     Ok((ab, ba, words))
+}
+
+/// Whether any of `sets` gives the delay itself (delay= or rtt=): then the
+/// lab's delays are the user's, not a measured path's.
+pub fn sets_delay(sets: &[String]) -> bool {
+    sets.iter().any(|s| s.trim_start().starts_with("delay=") || s.trim_start().starts_with("rtt="))
 }
 
 /// Whether a --lab value names a profile file rather than a built-in profile.

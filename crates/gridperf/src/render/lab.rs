@@ -21,7 +21,7 @@ fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
         Jitter::Normal { sigma_ns } => w.push(format!("jitter sigma {} normal", fmt_ns(*sigma_ns as f64))),
         Jitter::Exponential { mean_ns } => w.push(format!("jitter mean {} exponential", fmt_ns(*mean_ns as f64))),
         Jitter::Table { q_ns } => {
-            let q = |p| fmt_ns(gridperf_core::emu::table_quantile(q_ns, p));
+            let q = |p| super::fmt_signed_ns(gridperf_core::emu::table_quantile(q_ns, p));
             w.push(format!("jitter table p5 {} p50 {} p95 {}", q(0.05), q(0.5), q(0.95)))
         }
     }

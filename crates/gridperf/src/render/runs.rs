@@ -66,6 +66,29 @@ pub fn headline(r: &RunRow, points: &[PointRow]) -> String {
                 format!("{} files, {} moved{bad}", files.len(), fmt_size(moved))
             })
         }
+        Some(Measure::Clone) => {
+            let f = figures_of::<gridperf_core::clone::CloneFile>(points, "clone-profile").into_iter().next();
+            let verify: Vec<gridperf_core::clone::Compared> = figures_of(points, "clone-verify");
+            f.map(|f| {
+                let rate = |d: &gridperf_core::clone::Direction| d.rate_bps.value.map_or("-".into(), fmt_bps);
+                let rtt = f.profile.ab.delay_s.value.zip(f.profile.ba.delay_s.value).map(|(a, b)| (a + b) * 1e9);
+                let mut w = format!(
+                    "a -> b {}, b -> a {}, RTT {}",
+                    rate(&f.profile.ab),
+                    rate(&f.profile.ba),
+                    rtt.map_or("-".into(), fmt_ns)
+                );
+                let worst = verify
+                    .iter()
+                    .filter_map(|c| c.error)
+                    .map(f64::abs)
+                    .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+                if let Some(e) = worst {
+                    w.push_str(&format!("; verified, the clone's largest error {:.1}%", e * 100.0));
+                }
+                w
+            })
+        }
         Some(Measure::Trace) => {
             let dirs: Vec<TraceDirection> = figures_of(points, "trace-direction");
             dirs.iter()
@@ -161,6 +184,17 @@ fn points_table(r: &RunRow, points: &[PointRow]) -> String {
         Some(Measure::Fanout) => figures::<FanoutPoint>(points).map(|p| super::fanout::rows(&p)),
         Some(Measure::Copy) => Some(copy_files_table(points)),
         Some(Measure::Trace) => Some(trace_table(points)),
+        Some(Measure::Clone) => {
+            figures_of::<gridperf_core::clone::CloneFile>(points, "clone-profile").into_iter().next().map(|f| {
+                let verify: Vec<gridperf_core::clone::Compared> = figures_of(points, "clone-verify");
+                let mut t = super::lab::clone(&f);
+                if !verify.is_empty() {
+                    t.push_str("\nthe real path and its clone, measured the same way:\n");
+                    t.push_str(&super::lab::clone_verify(&verify));
+                }
+                t
+            })
+        }
         None => None,
     };
     let table = table.unwrap_or_else(|| quartiles(points));

@@ -173,8 +173,33 @@ pub enum Endpoint {
 /// the emulated network: exit 4, after the results were printed and stored.
 pub fn lab_valid(env: &Environment) -> Result<()> {
     match env.lab.as_ref().and_then(|l| l.invalid.as_ref()) {
-        Some(why) => Err(Error::measurement(format!("invalid run: the lab's emulator did not keep up ({why})"))),
+        Some(why) => Err(Error::measurement(format!("{INVALID_RUN} the lab's emulator did not keep up ({why})"))),
         None => Ok(()),
+    }
+}
+
+/// How [`lab_valid`]'s error begins.
+const INVALID_RUN: &str = "invalid run:";
+
+/// Whether `e` is [`lab_valid`]'s: a probe across a lab whose emulator fell behind.
+pub fn is_lab_invalid(e: &Error) -> bool {
+    e.kind == crate::error::Kind::Measurement && e.message.starts_with(INVALID_RUN)
+}
+
+/// Runs a probe across a lab again, at most `tries` times in all, while its
+/// emulator fell behind (the machine's CPU was taken away, say): a probe
+/// that is not the path's is taken again, not kept. Any other error, or
+/// the last invalid one, is returned.
+pub fn again_if_invalid<T>(tries: u32, mut probe: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut left = tries.max(1);
+    loop {
+        left -= 1;
+        match probe() {
+            Err(e) if left > 0 && is_lab_invalid(&e) => {
+                eprintln!("gridperf: {}; measuring it again", e.message);
+            }
+            r => return r,
+        }
     }
 }
 
@@ -258,6 +283,44 @@ impl Opened {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_the_lab_could_not_keep_up_with_is_taken_again_a_bounded_number_of_times() {
+        let invalid = || {
+            let env = Environment {
+                lab: Some(gridperf_core::model::LabRecord { invalid: Some("held up".into()), ..Default::default() }),
+                ..Default::default()
+            };
+            lab_valid(&env).expect_err("invalid")
+        };
+        assert!(is_lab_invalid(&invalid()));
+        assert!(!is_lab_invalid(&Error::measurement("no round trip came back")));
+        // invalid twice, then valid: the third try's result
+        let mut n = 0;
+        let r = again_if_invalid(3, || {
+            n += 1;
+            if n < 3 {
+                Err(invalid())
+            } else {
+                Ok(n)
+            }
+        });
+        assert_eq!(r.expect("valid at last"), 3);
+        // invalid every time: the last error, after exactly 3 tries
+        let mut n = 0;
+        let r: Result<()> = again_if_invalid(3, || {
+            n += 1;
+            Err(invalid())
+        });
+        assert!(r.is_err_and(|e| is_lab_invalid(&e)) && n == 3);
+        // another error is not retried
+        let mut n = 0;
+        let r: Result<()> = again_if_invalid(3, || {
+            n += 1;
+            Err(Error::network("refused"))
+        });
+        assert!(r.is_err() && n == 1);
+    }
 
     #[test]
     fn loopback_has_one_name() {

@@ -18,7 +18,7 @@ mod db;
 mod pg;
 mod recorder;
 
-pub use recorder::{Recorder, StoreChoice, Stored, StreamPoint};
+pub use recorder::{CloneRtt, Recorder, StoreChoice, Stored, StreamPoint};
 
 use crate::error::{Error, Result};
 use db::{Db, DbError, Row, Val};

@@ -306,3 +306,62 @@ impl Stored for gridperf_core::model::CopyEvent {
         }
     }
 }
+
+/// A clone's profile as fitted (`lab clone`): its file without the
+/// comparison, which has points of its own.
+impl Stored for gridperf_core::clone::CloneFile {
+    fn row(&self) -> PointRow {
+        let fitted = gridperf_core::clone::CloneFile { verify: Vec::new(), ..self.clone() };
+        PointRow {
+            proto: "clone-profile".into(),
+            size: 0,
+            setting: String::new(),
+            median_ns: self.measured.as_ref().and_then(|m| m.rtt_p50_s).map(|s| s * 1e9),
+            q1_ns: None,
+            q3_ns: None,
+            figures: figures(&fitted),
+            samples: None,
+        }
+    }
+}
+
+/// One figure of `lab clone --verify`: the real path's and the clone's.
+impl Stored for gridperf_core::clone::Compared {
+    fn row(&self) -> PointRow {
+        PointRow {
+            proto: "clone-verify".into(),
+            size: 0,
+            setting: self.what.clone(),
+            median_ns: None,
+            q1_ns: None,
+            q3_ns: None,
+            figures: figures(self),
+            samples: None,
+        }
+    }
+}
+
+/// The 64-byte round trips a clone measured on one side ("real path" or
+/// "clone"), kept for the report's distributions.
+pub struct CloneRtt<'a> {
+    pub side: &'a str,
+    pub samples_ns: &'a [u64],
+}
+
+impl Stored for CloneRtt<'_> {
+    fn row(&self) -> PointRow {
+        let mut v = self.samples_ns.to_vec();
+        v.sort_unstable();
+        let q = |p| gridperf_core::stats::quantile_sorted(&v, p);
+        PointRow {
+            proto: "clone-rtt".into(),
+            size: 64,
+            setting: self.side.into(),
+            median_ns: q(0.5),
+            q1_ns: q(0.25),
+            q3_ns: q(0.75),
+            figures: serde_json::json!({ "side": self.side, "count": v.len(), "p95_ns": q(0.95) }),
+            samples: Some(thinned(self.samples_ns)),
+        }
+    }
+}
