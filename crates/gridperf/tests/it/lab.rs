@@ -1889,3 +1889,74 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     assert!(labs_named(&bad_name).is_empty());
     let _ = std::fs::remove_file(&out);
 }
+
+/// Issue 36: `lab clone --verify` across a right-skewed path (exponential
+/// jitter each way, in order): the clone sees the skew and fits a table,
+/// its clone keeps the round trips' median and tail and four streams'
+/// throughput, no TCP figure exceeds the path's rate (a probe once counted
+/// its omitted seconds: 233 Mbit/s on 200), and the clone is stored as a
+/// run that `runs show` tabulates and `report` draws.
+#[test]
+fn a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_drawn() {
+    if !privileged("a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_drawn") {
+        return;
+    }
+    let mut lab =
+        Lab::up("clonev", &["--rate", "200M", "--rtt", "4ms", "--jitter", "400us/exponential", "--queue", "1bdp"]);
+    lab.serve_on_b_with(&[]);
+    let db = std::env::temp_dir().join(format!("gridperf-clonev-test-{}.db", std::process::id()));
+    let db_s = db.display().to_string();
+    let o = unless_invalid(|| {
+        lab.exec_a(&[
+            "lab",
+            "clone",
+            "10.77.2.1",
+            "--time",
+            "20s",
+            "--max-rate",
+            "600M",
+            "--verify",
+            "--json",
+            "--db",
+            &db_s,
+        ])
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
+    for d in ["ab", "ba"] {
+        assert_eq!(v["profile"][d]["jitter_shape"], "right-skewed", "{}", v["profile"][d]);
+        let t: Vec<f64> = v["profile"][d]["jitter_table_s"]
+            .as_array()
+            .expect("a table")
+            .iter()
+            .map(|x| x.as_f64().expect("seconds"))
+            .collect();
+        assert_eq!(t.len(), 101);
+        assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+    }
+    let row =
+        |what: &str| v["verify"].as_array().and_then(|r| r.iter().find(|r| r["what"] == what)).cloned().expect(what);
+    let err = |what: &str| row(what)["error"].as_f64().unwrap_or_else(|| panic!("{what}: {}", row(what)));
+    assert!(err("rate a -> b").abs() <= 0.10, "{}", row("rate a -> b"));
+    assert!(err("RTT p50 (64 B)").abs() <= 0.05, "{}", row("RTT p50 (64 B)"));
+    assert!(err("RTT p95 (64 B)").abs() <= 0.10, "{}", row("RTT p95 (64 B)"));
+    assert!(err("TCP, 4 CUBIC streams a -> b").abs() <= 0.15, "{}", row("TCP, 4 CUBIC streams a -> b"));
+    for what in ["TCP, 1 CUBIC stream a -> b", "TCP, 4 CUBIC streams a -> b"] {
+        let r = row(what);
+        for side in ["real", "clone"] {
+            let bps = r[side].as_f64().expect("a throughput");
+            assert!(bps > 100e6 && bps <= 200e6, "{what} {side}: {bps} bit/s on a 200 Mbit/s path");
+        }
+    }
+    // stored: one run of kind clone, with both sides' round trips and the comparison
+    let o = run(&["runs", "show", "1", "--db", &db_s]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success() && text.contains("run 1 (clone)") && text.contains("measured the same way"), "{text}");
+    let html = std::env::temp_dir().join(format!("gridperf-clonev-test-{}.html", std::process::id()));
+    let o = run(&["report", "--db", &db_s, "-o", &html.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).expect("report");
+    assert!(page.contains("round trips: the path to 10.77.2.1 and its clone"), "no clone chart");
+    assert!(page.contains("real path") && page.contains(">clone<") && page.contains("measured the same way"));
+    let _ = (std::fs::remove_file(&db), std::fs::remove_file(&html));
+}
