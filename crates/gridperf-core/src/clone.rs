@@ -240,7 +240,70 @@ pub fn fit_rate(ip_bps: &[f64], lost: f64, offered: f64) -> Estimate {
                 crate::units::fmt_bps(offered)
             ));
     }
-    Estimate::new(mean, mean - half, mean + half, method)
+    let e = Estimate::new(mean, mean - half, mean + half, method);
+    match changed(ip_bps, mean_with_interval) {
+        Some(c) => c.widen(e, crate::units::fmt_bps),
+        None => e,
+    }
+}
+
+/// The mean of `x` and its 95% t interval.
+fn mean_with_interval(x: &[f64]) -> Option<(f64, f64, f64)> {
+    let n = x.len();
+    if n < 3 {
+        return None;
+    }
+    let mean = x.iter().sum::<f64>() / n as f64;
+    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = crate::stopping::t_quantile(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
+    Some((mean, mean - half, mean + half))
+}
+
+/// The sorted median and its interval, for [`changed`] on samples in time order.
+fn sorted_median_with_interval(x: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut v = x.to_vec();
+    v.sort_by(f64::total_cmp);
+    median_with_interval(&v)
+}
+
+/// A figure that changed while it was measured: its first and second
+/// halves' centres and intervals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Changed {
+    pub first: (f64, f64, f64),
+    pub second: (f64, f64, f64),
+}
+
+/// Whether the path changed under a figure: the first and second halves
+/// of `x` (in the order measured), each with its 95% interval from
+/// `centre`, do not overlap, and their centres differ by more than 5%
+/// (a difference too small to matter to a lab is not a change).
+pub fn changed(x: &[f64], centre: fn(&[f64]) -> Option<(f64, f64, f64)>) -> Option<Changed> {
+    let (a, b) = x.split_at(x.len() / 2);
+    let (first, second) = (centre(a)?, centre(b)?);
+    let apart = first.2 < second.1 || second.2 < first.1;
+    let big = (second.0 / first.0 - 1.0).abs() > 0.05;
+    (apart && big).then_some(Changed { first, second })
+}
+
+impl Changed {
+    /// `e` with its interval widened over both halves, and a note that
+    /// says the path changed, from what to what.
+    pub fn widen(&self, mut e: Estimate, fmt: impl Fn(f64) -> String) -> Estimate {
+        let (lo, hi) = (self.first.1.min(self.second.1), self.first.2.max(self.second.2));
+        e.low = e.low.map(|l| l.min(lo));
+        e.high = e.high.map(|h| h.max(hi));
+        let note = format!(
+            "the path changed while it was measured: {} in the first half, {} in the second; the interval spans both, and the lab gets the figure over the whole",
+            fmt(self.first.0),
+            fmt(self.second.0)
+        );
+        e.note = Some(match e.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+        e
+    }
 }
 
 /// The median of `x` and a 95% interval from its order statistics
@@ -273,7 +336,11 @@ pub fn fit_delay(rtt_ns: &[u64]) -> (Estimate, Estimate, JitterShape) {
         let why = format!("{} round trips came back; at least 6 are needed", x.len());
         return (Estimate::missing(method, why.clone()), Estimate::missing("", why), JitterShape::None);
     };
-    let delay = Estimate::new(m / 2.0, lo / 2.0, hi / 2.0, method);
+    let mut delay = Estimate::new(m / 2.0, lo / 2.0, hi / 2.0, method);
+    let in_order: Vec<f64> = rtt_ns.iter().map(|&v| v as f64 / 2e9).collect();
+    if let Some(c) = changed(&in_order, sorted_median_with_interval) {
+        delay = c.widen(delay, |s| format!("{:.3} ms one way", s * 1e3));
+    }
     let q = |p: f64| {
         let h = (x.len() - 1) as f64 * p;
         let (i, f) = (h.floor() as usize, h - h.floor());
@@ -772,6 +839,31 @@ mod tests {
         let normal_p99 = truth(0.5) + 2.326 * iqr / 1.349;
         assert!((normal_p99 - truth(0.99)).abs() > 0.3 * iqr);
         assert!(fit_table(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn a_path_that_changed_while_measured_is_said_and_its_interval_spans_both() {
+        // the round trip goes from 20 ms to 30 ms halfway through the probes
+        let mut g = Rng(3);
+        let rtts: Vec<u64> =
+            (0..1000).map(|k| ((if k < 500 { 0.020 } else { 0.030 } + 2e-4 * g.normal()) * 1e9) as u64).collect();
+        let (d, _, _) = fit_delay(&rtts);
+        let note = d.note.clone().unwrap_or_default();
+        assert!(
+            note.contains("changed while it was measured") && note.contains("9.99") && note.contains("15.00"),
+            "{note}"
+        );
+        assert!(d.covers(0.0101) && d.covers(0.0149), "{d:?}");
+        // a steady path says nothing of the kind
+        let steady: Vec<u64> = (0..1000).map(|_| ((0.020 + 2e-4 * g.normal()) * 1e9) as u64).collect();
+        assert!(fit_delay(&steady).0.note.is_none());
+        // the rate halves: said, and the interval covers both
+        let rates: Vec<f64> = (0..30).map(|k| if k < 15 { 200e6 } else { 100e6 } + 1e6 * g.normal()).collect();
+        let r = fit_rate(&rates, 0.3, 1e9);
+        assert!(r.note.as_deref().is_some_and(|n| n.contains("changed")), "{r:?}");
+        assert!(r.covers(101e6) && r.covers(199e6), "{r:?}");
+        let steady: Vec<f64> = (0..30).map(|_| 200e6 + 1e6 * g.normal()).collect();
+        assert!(fit_rate(&steady, 0.3, 1e9).note.is_none());
     }
 
     #[test]
