@@ -266,6 +266,9 @@ fn sorted_median_with_interval(x: &[f64]) -> Option<(f64, f64, f64)> {
     median_with_interval(&v)
 }
 
+/// A centre of samples and its 95% interval: (centre, low, high).
+pub type Centre = fn(&[f64]) -> Option<(f64, f64, f64)>;
+
 /// A figure that changed while it was measured: its first and second
 /// halves' centres and intervals.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -278,7 +281,7 @@ pub struct Changed {
 /// of `x` (in the order measured), each with its 95% interval from
 /// `centre`, do not overlap, and their centres differ by more than 5%
 /// (a difference too small to matter to a lab is not a change).
-pub fn changed(x: &[f64], centre: fn(&[f64]) -> Option<(f64, f64, f64)>) -> Option<Changed> {
+pub fn changed(x: &[f64], centre: Centre) -> Option<Changed> {
     let (a, b) = x.split_at(x.len() / 2);
     let (first, second) = (centre(a)?, centre(b)?);
     let apart = first.2 < second.1 || second.2 < first.1;

@@ -71,6 +71,7 @@ pub struct LabCloneArgs {
     /// rate, delay, queue and MTU its TCP data shows; what it cannot show is left empty, with why.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["host", "verify"])]
     pub from_capture: Option<std::path::PathBuf>,
+    /// The agent's control port.
     #[arg(short = 'p', long, default_value_t = gridperf_core::wire::DEFAULT_PORT)]
     pub port: u16,
     /// The time budget for all the probes, 20s to 600s.

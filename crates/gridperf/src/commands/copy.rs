@@ -236,13 +236,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                         Some((profile, sets)) => {
                             let net = crate::runner::Network::Lab { profile: profile.clone(), sets: sets.clone() };
                             // the lab's agent takes files from the lab's own addresses only
-                            let args = [
-                                "--root".to_string(),
-                                root.display().to_string(),
-                                "--allow".to_string(),
-                                "10.77.0.0/16".to_string(),
-                            ];
-                            let prepared = net.prepare_serving("run", None, crate::agent::Faults::default(), &args)?;
+                            let serving = crate::lab::run::Serving { root: Some(root) };
+                            let prepared =
+                                net.prepare_serving("run", None, crate::agent::Faults::default(), &serving)?;
                             let t = prepared.target.clone();
                             _lab = Some(prepared);
                             (t, net.name())

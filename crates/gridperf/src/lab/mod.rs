@@ -216,10 +216,16 @@ fn dir(name: &str) -> PathBuf {
     run_dir().join(format!("lab-{name}"))
 }
 
+/// Every lab host's address is in 10.77.0.0/16 (the lab's own: inside the
+/// lab only), `LAB_NET` / `LAB_PREFIX`.
+pub const LAB_NET: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 0);
+pub const LAB_PREFIX: u8 = 16;
+
 /// The hosts of a lab: names, namespaces and addresses (10.77.1.i on the A
-/// side, 10.77.2.i on the B side, all in 10.77.0.0/16, inside the lab only).
+/// side, 10.77.2.i on the B side, all in [`LAB_NET`]).
 pub fn hosts(name: &str, (na, nb): (usize, usize)) -> Vec<Host> {
     let mut out = Vec::new();
+    let [n0, n1, ..] = LAB_NET.octets();
     for (side, n, letter, net) in [(Side::A, na, 'a', 1u8), (Side::B, nb, 'b', 2u8)] {
         for i in 1..=n {
             let hname = if na == 1 && nb == 1 { letter.to_string() } else { format!("{letter}{i}") };
@@ -227,7 +233,7 @@ pub fn hosts(name: &str, (na, nb): (usize, usize)) -> Vec<Host> {
                 netns: format!("gp-{name}-{hname}"),
                 ns_inode: None,
                 name: hname,
-                addr: Ipv4Addr::new(10, 77, net, i as u8),
+                addr: Ipv4Addr::new(n0, n1, net, i as u8),
                 side,
             });
         }

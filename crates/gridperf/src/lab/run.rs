@@ -171,11 +171,11 @@ impl LabRun {
     /// Brings up `spec`, starts `gridperf serve --once` on host b, waits
     /// until it listens, and moves the calling thread into host a.
     pub fn start(spec: LabSpec) -> Result<LabRun> {
-        Self::start_serving(spec, &[])
+        Self::start_serving(spec, &Serving::default())
     }
 
-    /// The same, with more arguments for the agent (a copy's `--root DIR`).
-    pub fn start_serving(spec: LabSpec, agent_args: &[String]) -> Result<LabRun> {
+    /// The same, the agent serving `serving` too (a copy's destination).
+    pub fn start_serving(spec: LabSpec, serving: &Serving) -> Result<LabRun> {
         let name = spec.name.clone();
         let (mut run, st) = LabRun::bring_up(spec)?;
         let host = |side: Side| st.hosts.iter().find(|h| h.side == side).cloned();
@@ -183,7 +183,7 @@ impl LabRun {
             return Err(Error::internal("the lab has no hosts a and b"));
         };
         run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
-        run.child = Some(start_agent_with(&b, gridperf_core::wire::DEFAULT_PORT, agent_args)?);
+        run.child = Some(start_agent_with(&b, gridperf_core::wire::DEFAULT_PORT, &serving.agent_args())?);
         run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
@@ -191,6 +191,29 @@ impl LabRun {
         );
         gridperf_sys::netns_enter(&a.netns).map_err(|e| Error::internal(format!("entering {}: {e}", a.netns)))?;
         Ok(run)
+    }
+}
+
+/// What a lab's own agent serves beyond tests.
+#[derive(Debug, Clone, Default)]
+pub struct Serving {
+    /// Files under this directory (a copy's destination), to and from the
+    /// lab's own addresses only.
+    pub root: Option<std::path::PathBuf>,
+}
+
+impl Serving {
+    /// The agent's arguments for it.
+    fn agent_args(&self) -> Vec<String> {
+        match &self.root {
+            None => Vec::new(),
+            Some(root) => vec![
+                "--root".into(),
+                root.display().to_string(),
+                "--allow".into(),
+                format!("{}/{}", super::LAB_NET, super::LAB_PREFIX),
+            ],
+        }
     }
 }
 
@@ -202,7 +225,7 @@ pub fn start_agent(host: &super::Host, port: u16) -> Result<std::process::Child>
 }
 
 /// The same, with more arguments for the agent.
-pub fn start_agent_with(host: &super::Host, port: u16, extra: &[String]) -> Result<std::process::Child> {
+fn start_agent_with(host: &super::Host, port: u16, extra: &[String]) -> Result<std::process::Child> {
     let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
     let extra = extra.to_vec();
     let mut child = gridperf_sys::in_netns(&host.netns, move || {

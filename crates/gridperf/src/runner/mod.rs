@@ -111,21 +111,21 @@ impl Network {
     /// `watched` is a lab the run crosses without having brought it up
     /// (`gridperf lab exec`); `faults` go to a local agent (test seams).
     pub fn prepare(&self, prefix: &str, watched: Option<String>, faults: Faults) -> Result<Prepared> {
-        self.prepare_serving(prefix, watched, faults, &[])
+        self.prepare_serving(prefix, watched, faults, &crate::lab::run::Serving::default())
     }
 
-    /// The same; a lab's agent gets `agent_args` too (a copy's `--root DIR`).
+    /// The same; a lab's agent serves `serving` too (a copy's destination).
     pub fn prepare_serving(
         &self,
         prefix: &str,
         watched: Option<String>,
         faults: Faults,
-        agent_args: &[String],
+        serving: &crate::lab::run::Serving,
     ) -> Result<Prepared> {
         match self {
             Network::Lab { profile, sets } => {
                 let name = format!("{prefix}{}", std::process::id() % 100_000);
-                let run = LabRun::start_serving(spec_for(&name, profile, sets)?, agent_args)?;
+                let run = LabRun::start_serving(spec_for(&name, profile, sets)?, serving)?;
                 Ok(Prepared {
                     target: Target { agent: Endpoint::Remote(run.agent), lab: Some(run.name.clone()), own: true },
                     notes: vec![format!("across lab {} ({})", run.name, run.description)],
