@@ -77,6 +77,8 @@ pub struct SchedSample {
     /// Each CPU's steal (its virtual CPU not running: the hypervisor ran
     /// something else), ns, at the resolution of /proc/stat (a clock tick).
     pub steal_ns: Vec<u64>,
+    /// All CPUs' idle time together, ns, at the same resolution.
+    pub idle_ns: u64,
 }
 
 impl SchedProbe {
@@ -110,11 +112,24 @@ impl SchedProbe {
         }
         if let Some(f) = &self.stat {
             if let Ok(n) = f.read_at(&mut self.buf, 0) {
-                out.steal_ns = parse_steal(&String::from_utf8_lossy(&self.buf[..n]), self.ticks_per_s);
+                let text = String::from_utf8_lossy(&self.buf[..n]);
+                out.steal_ns = parse_steal(&text, self.ticks_per_s);
+                out.idle_ns = parse_idle(&text, self.ticks_per_s);
             }
         }
         out
     }
+}
+
+/// All CPUs' idle time together from /proc/stat's text (the `cpu` line's
+/// fourth figure, in clock ticks), ns.
+pub fn parse_idle(stat: &str, ticks_per_s: u64) -> u64 {
+    stat.lines()
+        .find(|l| l.split_whitespace().next() == Some("cpu"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000 / ticks_per_s.max(1))
 }
 
 /// Each CPU's steal from /proc/stat's text (`cpuN user nice system idle

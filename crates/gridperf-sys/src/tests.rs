@@ -5,6 +5,9 @@ fn steal_is_read_per_cpu_in_nanoseconds() {
                 cpu1 298739 69 64051 542191 2917 0 11947 131 0 0\nintr 1 2 3\n";
     assert_eq!(parse_steal(stat, 100), vec![1_080_000_000, 1_310_000_000]);
     assert_eq!(parse_steal("cpu0 1 2 3\n", 100), vec![0], "a short line: no steal column, none counted");
+    // idle: the all-CPUs line's fourth figure, not a CPU's
+    assert_eq!(parse_idle(stat, 100), 10_989_960_000_000);
+    assert_eq!(parse_idle("cpu0 1 2 3 4\n", 100), 0, "no all-CPUs line: none counted");
 }
 
 #[test]
