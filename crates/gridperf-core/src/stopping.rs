@@ -147,7 +147,7 @@ pub fn t_quantile(alpha: f64, df: f64) -> f64 {
 }
 
 /// ln Gamma(x), x > 0 (Lanczos, g = 7, n = 9: 15 digits).
-fn ln_gamma(x: f64) -> f64 {
+pub(crate) fn ln_gamma(x: f64) -> f64 {
     const G: [f64; 9] = [
         0.999_999_999_999_809_9,
         676.520_368_121_885_1,

@@ -551,53 +551,23 @@ fn clone_table(points: &[PointRow]) -> String {
         return h;
     };
     h.push_str("<table><tr><th>fitted</th><th>a -> b</th><th>b -> a</th></tr>");
-    let est = |e: &gridperf_core::clone::Estimate, f: &dyn Fn(f64) -> String| match (e.value, e.low, e.high) {
-        (None, _, _) => format!("not measured: {}", e.note.clone().unwrap_or_default()),
-        (Some(v), Some(lo), Some(hi)) => format!("{} [{} .. {}]", f(v), f(lo), f(hi)),
-        (Some(v), _, None) => format!("at least {}", f(v)),
-        (Some(v), None, Some(hi)) => format!("{} [.. {}]", f(v), f(hi)),
-    };
-    let bps = |v: f64| gridperf_core::units::fmt_bps(v);
-    let secs = |v: f64| gridperf_core::units::fmt_ns(v * 1e9);
-    let pct = |v: f64| format!("{:.4}%", v * 100.0);
-    let num = |v: f64| format!("{v:.1}");
-    let bytes = |v: f64| gridperf_core::units::fmt_bytes(v.max(0.0).round() as u64);
-    let (ab, ba) = (&f.profile.ab, &f.profile.ba);
-    type Row<'a> =
-        (&'a str, &'a gridperf_core::clone::Estimate, &'a gridperf_core::clone::Estimate, &'a dyn Fn(f64) -> String);
-    let rows: [Row; 7] = [
-        ("rate", &ab.rate_bps, &ba.rate_bps, &bps),
-        ("one-way delay", &ab.delay_s, &ba.delay_s, &secs),
-        ("jitter (sigma)", &ab.jitter_s, &ba.jitter_s, &secs),
-        ("loss", &ab.loss, &ba.loss, &pct),
-        ("loss burst (packets)", &ab.burst, &ba.burst, &num),
-        ("queue", &ab.queue_bytes, &ba.queue_bytes, &bytes),
-        ("MTU", &ab.mtu, &ba.mtu, &num),
-    ];
-    for (name, a, b, f) in rows {
-        let _ = write!(h, "<tr><td>{name}</td><td>{}</td><td>{}</td></tr>", escape(&est(a, f)), escape(&est(b, f)));
+    for (name, a, b, fmt) in super::lab::clone_fields(&f) {
+        let (a, b) = (super::lab::shown(a, &fmt), super::lab::shown(b, &fmt));
+        let _ = write!(h, "<tr><td>{name}</td><td>{}</td><td>{}</td></tr>", escape(&a), escape(&b));
     }
     h.push_str("</table>\n");
     let verify: Vec<gridperf_core::clone::Compared> =
         of("clone-verify").filter_map(|v| serde_json::from_value(v).ok()).collect();
     if !verify.is_empty() {
         h.push_str("<table><tr><th>measured the same way</th><th>real path</th><th>clone</th><th>error</th></tr>");
-        let show = |unit: &str, v: Option<f64>| match (unit, v) {
-            (_, None) => "-".to_string(),
-            ("bps", Some(v)) => bps(v),
-            ("s", Some(v)) => secs(v),
-            ("fraction", Some(v)) => pct(v),
-            ("bytes", Some(v)) => bytes(v),
-            (_, Some(v)) => format!("{v}"),
-        };
-        for c in &verify {
+        for c in super::lab::verify_cells(&verify) {
             let _ = write!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&c.what),
-                escape(&show(&c.unit, c.real)),
-                escape(&show(&c.unit, c.clone)),
-                c.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0))
+                escape(&c[0]),
+                escape(&c[1]),
+                escape(&c[2]),
+                escape(&c[3])
             );
         }
         h.push_str("</table>\n");

@@ -260,42 +260,70 @@ pub fn calibration(points: &[Point]) -> String {
     out
 }
 
+/// An estimate in a cell: its value and 95% interval in `fmt`'s unit,
+/// "at least" for a lower bound, "not measured" for none.
+pub fn shown(e: &gridperf_core::clone::Estimate, fmt: &dyn Fn(f64) -> String) -> String {
+    match (e.value, e.low, e.high) {
+        (None, _, _) => "not measured".into(),
+        (Some(v), Some(l), Some(h)) if l == h => fmt(v),
+        (Some(v), Some(l), Some(h)) => format!("{} [{} .. {}]", fmt(v), fmt(l), fmt(h)),
+        (Some(v), Some(_), None) => format!("at least {}", fmt(v)),
+        (Some(v), _, _) => fmt(v),
+    }
+}
+
+/// A clone's fitted fields, each with its two directions' estimates and its unit.
+pub type CloneField<'a> =
+    (&'static str, &'a gridperf_core::clone::Estimate, &'a gridperf_core::clone::Estimate, fn(f64) -> String);
+
+/// The fields `lab clone` prints and the report tabulates, in order.
+pub fn clone_fields(f: &gridperf_core::clone::CloneFile) -> [CloneField<'_>; 7] {
+    let (ab, ba) = (&f.profile.ab, &f.profile.ba);
+    [
+        ("rate", &ab.rate_bps, &ba.rate_bps, |v| fmt_bps(v)),
+        ("one-way delay", &ab.delay_s, &ba.delay_s, |v| fmt_ns(v * 1e9)),
+        ("jitter (sigma)", &ab.jitter_s, &ba.jitter_s, |v| fmt_ns(v * 1e9)),
+        ("loss", &ab.loss, &ba.loss, |v| format!("{:.4}%", v * 100.0)),
+        ("loss burst", &ab.burst, &ba.burst, |v| format!("{v:.1} pkt")),
+        ("queue", &ab.queue_bytes, &ba.queue_bytes, |v| gridperf_core::units::fmt_bytes(v.max(0.0).round() as u64)),
+        ("MTU", &ab.mtu, &ba.mtu, |v| format!("{v:.0}")),
+    ]
+}
+
+/// The cells of `--verify`'s rows: what, the real path's figure, the
+/// clone's, and the clone's error.
+pub fn verify_cells(rows: &[gridperf_core::clone::Compared]) -> Vec<[String; 4]> {
+    let fmt = |unit: &str, v: Option<f64>| match (unit, v) {
+        (_, None) => "-".to_string(),
+        ("bps", Some(v)) => fmt_bps(v),
+        ("s", Some(v)) => fmt_ns(v * 1e9),
+        ("fraction", Some(v)) => format!("{:.4}%", v * 100.0),
+        ("bytes", Some(v)) => gridperf_core::units::fmt_bytes(v.round() as u64),
+        (_, Some(v)) => format!("{v}"),
+    };
+    rows.iter()
+        .map(|r| {
+            [
+                r.what.clone(),
+                fmt(&r.unit, r.real),
+                fmt(&r.unit, r.clone),
+                r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
+            ]
+        })
+        .collect()
+}
+
 /// `lab clone`: each field of each direction with its 95% interval, then
 /// how each was found and what limits it.
 pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
-    use gridperf_core::clone::Estimate;
     let mut out = String::new();
     match f.seconds {
         Some(s) => writeln!(out, "path to {} ({}), cloned in {s:.0} s", f.source.host, f.source.date),
         None => writeln!(out, "path to {} ({}), from {}", f.source.host, f.source.date, f.source.from),
     }
     .ok();
-    let shown = |e: &Estimate, fmt: &dyn Fn(f64) -> String| -> String {
-        match (e.value, e.low, e.high) {
-            (None, _, _) => "not measured".into(),
-            (Some(v), Some(l), Some(h)) if l == h => fmt(v),
-            (Some(v), Some(l), Some(h)) => format!("{} [{} .. {}]", fmt(v), fmt(l), fmt(h)),
-            (Some(v), Some(_), None) => format!("at least {}", fmt(v)),
-            (Some(v), _, _) => fmt(v),
-        }
-    };
-    let bps = |v: f64| fmt_bps(v);
-    let secs = |v: f64| fmt_ns(v * 1e9);
-    let pct = |v: f64| format!("{:.4}%", v * 100.0);
-    let pkts = |v: f64| format!("{v:.1} pkt");
-    let bytes = |v: f64| gridperf_core::units::fmt_bytes(v.round() as u64);
-    let plain = |v: f64| format!("{v:.0}");
     let (ab, ba) = (&f.profile.ab, &f.profile.ba);
-    type Field<'a> = (&'a str, &'a Estimate, &'a Estimate, &'a dyn Fn(f64) -> String);
-    let rows: [Field; 7] = [
-        ("rate", &ab.rate_bps, &ba.rate_bps, &bps),
-        ("one-way delay", &ab.delay_s, &ba.delay_s, &secs),
-        ("jitter (sigma)", &ab.jitter_s, &ba.jitter_s, &secs),
-        ("loss", &ab.loss, &ba.loss, &pct),
-        ("loss burst", &ab.burst, &ba.burst, &pkts),
-        ("queue", &ab.queue_bytes, &ba.queue_bytes, &bytes),
-        ("MTU", &ab.mtu, &ba.mtu, &plain),
-    ];
+    let rows = clone_fields(f);
     let cells: Vec<(String, String, String)> =
         rows.iter().map(|(n, a, b, fmt)| (n.to_string(), shown(a, fmt), shown(b, fmt))).collect();
     let w0 = cells.iter().map(|c| c.0.len()).max().unwrap_or(0).max(5);
@@ -338,25 +366,7 @@ pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
 /// `lab clone --verify`: the real path beside its clone.
 pub fn clone_verify(rows: &[gridperf_core::clone::Compared]) -> String {
     let mut out = String::new();
-    let fmt = |unit: &str, v: Option<f64>| match (unit, v) {
-        (_, None) => "-".to_string(),
-        ("bps", Some(v)) => fmt_bps(v),
-        ("s", Some(v)) => fmt_ns(v * 1e9),
-        ("fraction", Some(v)) => format!("{:.4}%", v * 100.0),
-        ("bytes", Some(v)) => gridperf_core::units::fmt_bytes(v.round() as u64),
-        (_, Some(v)) => format!("{v}"),
-    };
-    let cells: Vec<[String; 4]> = rows
-        .iter()
-        .map(|r| {
-            [
-                r.what.clone(),
-                fmt(&r.unit, r.real),
-                fmt(&r.unit, r.clone),
-                r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
-            ]
-        })
-        .collect();
+    let cells = verify_cells(rows);
     let head = ["", "real path", "clone", "error"].map(String::from);
     let w: Vec<usize> =
         (0..4).map(|k| cells.iter().map(|c| c[k].len()).chain([head[k].len()]).max().unwrap_or(0)).collect();
