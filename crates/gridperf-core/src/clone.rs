@@ -21,7 +21,7 @@ use crate::labcfg::{self, JitterDist, LabSettings, QueueSpec};
 use serde::{Deserialize, Serialize};
 
 /// The schema of `lab clone --json` and of a profile file.
-pub const SCHEMA: &str = "gridperf.clone/1";
+pub const SCHEMA: &str = crate::model::CLONE_SCHEMA;
 
 /// One fitted figure: its value (None when the probes could not give one),
 /// its 95% interval, and how it was found.

@@ -39,6 +39,8 @@ pub const FANOUT_SCHEMA: &str = "gridperf.fanout/1";
 pub const TUNE_SCHEMA: &str = "gridperf.tune/2";
 /// `gridperf trace --json`: a capture's TCP connections.
 pub const TRACE_SCHEMA: &str = "gridperf.trace/1";
+/// `lab clone --json`, and a profile file.
+pub const CLONE_SCHEMA: &str = "gridperf.clone/1";
 /// `gridperf survey --json`: the conclusions per network.
 pub const SURVEY_SCHEMA: &str = "gridperf.survey/1";
 /// `gridperf runs list --json`: the stored runs.
@@ -116,7 +118,7 @@ impl Measure {
             Measure::Fanout => FANOUT_SCHEMA,
             Measure::Copy => COPY_SCHEMA,
             Measure::Trace => TRACE_SCHEMA,
-            Measure::Clone => crate::clone::SCHEMA,
+            Measure::Clone => CLONE_SCHEMA,
         }
     }
 }

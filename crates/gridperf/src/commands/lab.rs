@@ -193,7 +193,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             if let Some(w) = lab::calibrate::advice_for(&spec) {
                 eprintln!("gridperf: warning: {w}");
             }
-            let st = lab::up(*spec)?;
+            let st = lab::up(lab::calibrate::without_floor(*spec)?)?;
             match out.format {
                 Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": null }))?,
                 _ => out.print(&render::lab::status(&st, None))?,

@@ -441,6 +441,26 @@ pub fn floor_ns(spec: &LabSpec) -> Result<f64> {
     quantile_sorted(&rtts, 0.5).ok_or_else(|| Error::measurement("no round trip came back across the lab's bare twin"))
 }
 
+/// A measured path's lab with the lab's own round trip taken off its
+/// delays (half each way, none below zero; see [`LabSpec::measured`]).
+pub fn without_floor(mut spec: LabSpec) -> Result<LabSpec> {
+    if !spec.measured || spec.loopback {
+        return Ok(spec);
+    }
+    let floor = floor_ns(&spec)?;
+    let half = (floor / 2.0).round() as u64;
+    let links = [&mut spec.ab, &mut spec.ba].into_iter().chain(spec.paths.iter_mut().flat_map(|(a, b)| [a, b]));
+    for l in links {
+        l.delay_ns = l.delay_ns.saturating_sub(half);
+    }
+    spec.description.push_str(&format!(
+        ", the lab's own round trip ({}, measured) taken off the measured delays",
+        gridperf_core::units::fmt_ns(floor)
+    ));
+    spec.measured = false;
+    Ok(spec)
+}
+
 fn bring_up(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64) -> Result<super::LabState> {
     bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::None)
 }

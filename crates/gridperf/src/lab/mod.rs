@@ -151,8 +151,9 @@ pub struct LabSpec {
     pub paths: Vec<(LinkConfig, LinkConfig)>,
     /// The delays are a real path's, measured (a profile file from `lab
     /// clone`): that measurement holds its hosts' own round trip already,
-    /// so [`up`] takes the lab's own (measured on a bare twin of the lab)
-    /// off them, half each way, and says so in the description.
+    /// so [`calibrate::without_floor`] takes the lab's own (measured on a
+    /// bare twin of the lab) off them, half each way, and says so in the
+    /// description (`lab up` and a `--lab` run call it before [`up`]).
     #[serde(default)]
     pub measured: bool,
 }
@@ -383,23 +384,6 @@ fn clean(name: &str, hosts_guess: &[Host]) {
     let _ = std::fs::remove_dir_all(dir(name));
 }
 
-/// A measured path's lab with the lab's own round trip taken off its
-/// delays (half each way, none below zero; see [`LabSpec::measured`]).
-fn without_floor(mut spec: LabSpec) -> Result<LabSpec> {
-    let floor = calibrate::floor_ns(&spec)?;
-    let half = (floor / 2.0).round() as u64;
-    let links = [&mut spec.ab, &mut spec.ba].into_iter().chain(spec.paths.iter_mut().flat_map(|(a, b)| [a, b]));
-    for l in links {
-        l.delay_ns = l.delay_ns.saturating_sub(half);
-    }
-    spec.description.push_str(&format!(
-        ", the lab's own round trip ({}, measured) taken off the measured delays",
-        gridperf_core::units::fmt_ns(floor)
-    ));
-    spec.measured = false;
-    Ok(spec)
-}
-
 /// Watches a lab's emulator over a run: its health before, and on
 /// [`LabWatch::record`] what it says of itself over the run.
 pub struct LabWatch {
@@ -518,7 +502,6 @@ pub fn up(spec: LabSpec) -> Result<LabState> {
     check_name(&spec.name)?;
     check_memory(&spec)?;
     may_make("lab up", !spec.loopback)?;
-    let spec = if spec.measured && !spec.loopback { without_floor(spec)? } else { spec };
     if let Some(s) = state(&spec.name) {
         if emulator_alive(s.pid) {
             return Err(Error::usage(format!(

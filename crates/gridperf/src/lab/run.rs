@@ -155,7 +155,7 @@ impl LabRun {
         if let Some(w) = super::calibrate::advice_for(&spec) {
             eprintln!("gridperf: warning: {w}");
         }
-        let st = super::up(spec)?;
+        let st = super::up(super::calibrate::without_floor(spec)?)?;
         let run = LabRun {
             name,
             agent: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
