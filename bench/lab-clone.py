@@ -67,7 +67,7 @@ def one(gp, name, h, budget, max_rate):
         time.sleep(1.0)
         t0 = time.monotonic()
         o = run([gp, "lab", "exec", "--name", name, "a", "--", gp, "lab", "clone", "10.77.2.1", "--time", budget,
-                 "--max-rate", max_rate, "--verify", "--json"], timeout=900)
+                 "--max-rate", max_rate, "--verify", "--json", "--no-store"], timeout=900)
         wall = time.monotonic() - t0
         if o.returncode != 0:
             return {"error": f"clone exit {o.returncode}: " + o.stderr.strip().splitlines()[-1]}
