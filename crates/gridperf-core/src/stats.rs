@@ -132,6 +132,20 @@ pub enum Warning {
     Irregular { point: String, why: String, retries: u32 },
 }
 
+/// What to do about an INVALID lab run, from what held its emulator up
+/// (the emulator's words, see the binary's `HeldBy::words`).
+pub fn lab_invalid_advice(why: &str) -> &'static str {
+    let outside = why.contains("outside gridperf") || why.contains("(injected)");
+    let others = why.contains("other tasks");
+    match (outside, others) {
+        (true, false) => "The cause lay outside gridperf: run it again (a survey or sweep measures such points again by itself).",
+        (_, true) => {
+            "Other programs held the CPUs: close them (or `echo 19 > /proc/self/autogroup` in their shell), then run it again; see gridperf lab status."
+        }
+        _ => "Rerun with less load, or see gridperf lab status.",
+    }
+}
+
 impl Warning {
     /// The warning, in words (what to do about it: [`advice`], which
     /// depends on the run).
@@ -156,7 +170,8 @@ impl Warning {
                 if *retries > 0 { format!(" (measured {} times)", retries + 1) } else { String::new() }
             ),
             Warning::LabInvalid { why } => format!(
-                "INVALID: the lab's emulator did not keep up during this run ({why}); its figures are not the emulated network's. Rerun with less load, or see gridperf lab status."
+                "INVALID: the lab's emulator did not keep up during this run ({why}); its figures are not the emulated network's. {}",
+                lab_invalid_advice(why)
             ),
         }
     }

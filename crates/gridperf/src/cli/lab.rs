@@ -29,6 +29,17 @@ pub enum LabCommand {
     Status(LabStatusArgs),
     /// Run a command on a lab host: gridperf lab exec a -- CMD ARGS...
     Exec(LabExecArgs),
+    /// Stop the whole lab (its emulator and every process of its hosts) for a while, as a hypervisor
+    /// pausing the machine would: to see what a pause does to a run, and how the run is judged.
+    #[command(after_help = "Examples:\n  \
+        gridperf lab pause --for 30ms                       one 30 ms pause of the default lab\n  \
+        gridperf lab pause --name x --for 20ms --times 3 --every 1s\n\n\
+        Each pause is written to the lab's state directory first, so the emulator lays the hold-up at\n\
+        lab pause's door. The rule: packets that fell due while the whole lab was paused are not the\n\
+        emulator's lag (no host ran to read them sooner); the pause's time is, as it is time the link\n\
+        carried nothing. A run is INVALID when its pauses and other hold-ups took more than 1% of it, or\n\
+        one pause lasted 200 ms or more (TCP's retransmission timers ran out meanwhile).")]
+    Pause(LabPauseArgs),
     /// The built-in profiles: the source documents' networks.
     Profiles(LabProfilesArgs),
     /// Measure the lab's fidelity on this machine: rate error, added delay error, queue bound, emulator CPU.
@@ -184,6 +195,21 @@ pub struct LabStatusArgs {
     pub name: String,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LabPauseArgs {
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// How long each pause lasts: 1ms to 10s.
+    #[arg(long = "for", value_name = "DURATION", default_value = "30ms")]
+    pub length: String,
+    /// How many pauses.
+    #[arg(long, default_value_t = 1)]
+    pub times: u32,
+    /// From the start of one pause to the start of the next.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    pub every: String,
 }
 
 #[derive(Args)]
@@ -389,6 +415,24 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
             LabCommand::Down(a) => Opts::Down { name: a.name },
             LabCommand::Status(a) => Opts::Status { name: a.name },
             LabCommand::Exec(a) => Opts::Exec { name: a.name, host: a.host, command: a.command },
+            LabCommand::Pause(a) => {
+                let length = super::duration(&a.length, "--for")?;
+                let every = super::duration(&a.every, "--every")?;
+                let ms = std::time::Duration::from_millis;
+                if !(ms(1)..=ms(10_000)).contains(&length) {
+                    return Err(Error::usage(format!("--for {}: a pause lasts 1ms to 10s", a.length)));
+                }
+                if !(1..=1000).contains(&a.times) {
+                    return Err(Error::usage(format!("--times {}: 1 to 1000 pauses", a.times)));
+                }
+                if a.times > 1 && every <= length {
+                    return Err(Error::usage(format!(
+                        "--every {} is not longer than --for {}: the lab must run between pauses",
+                        a.every, a.length
+                    )));
+                }
+                Opts::Pause { name: a.name, length, times: a.times, every }
+            }
             LabCommand::Profiles(_) => Opts::Profiles,
             LabCommand::Emulator(a) => Opts::Emulator { name: a.name },
             LabCommand::Clone(a) if a.from_run.is_some() => {

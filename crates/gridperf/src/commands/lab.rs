@@ -24,6 +24,13 @@ pub enum Opts {
         command: Vec<String>,
     },
     Profiles,
+    /// Stop the whole lab `times` times for `length`, `every` apart.
+    Pause {
+        name: String,
+        length: std::time::Duration,
+        times: u32,
+        every: std::time::Duration,
+    },
     Calibrate {
         rates: Vec<u64>,
         delays: Vec<u64>,
@@ -215,6 +222,15 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                 "gridperf lab: {name} {}",
                 if was { "is down" } else { "was not up; cleaned what it left" }
             ));
+        }
+        Opts::Pause { name, length, times, every } => {
+            for k in 0..times {
+                if k > 0 {
+                    std::thread::sleep(every.saturating_sub(length));
+                }
+                let n = lab::pause(&name, length)?;
+                out.note(&format!("gridperf lab: {name} paused for {length:?}: {n} processes stopped and resumed"));
+            }
         }
         Opts::Status { name } => {
             let st = lab::running(&name)?;

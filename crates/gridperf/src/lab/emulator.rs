@@ -35,6 +35,11 @@ pub const LAG_LIMIT_NS: u64 = 10_000_000;
 /// is this. (A single hold-up of 10 ms no longer voids an 8 s run: on a
 /// VM whose CPUs the hypervisor takes for tens of ms, every run had one.)
 pub const HELD_UP_PER: u64 = 100;
+/// A whole-lab pause this long or longer distorts any TCP run across it:
+/// TCP's minimum retransmission timeout (Linux's TCP_RTO_MIN, 200 ms) runs
+/// out while nothing moves, and on resume the senders retransmit and cut
+/// their windows for a loss the path did not make.
+pub const PAUSE_RTO_NS: u64 = 200_000_000;
 
 /// Which side of the bottleneck a host is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,8 +105,18 @@ pub struct Health {
     pub very_late_packets: u64,
     #[serde(default)]
     pub long_stalls: u64,
-    /// Packets written more than LAG_THRESHOLD_NS late.
+    /// Packets written more than LAG_THRESHOLD_NS late, but for those that
+    /// fell due while the whole lab was paused.
     pub late_packets: u64,
+    /// Packets late because they fell due while the whole lab was paused
+    /// (the hypervisor pausing the machine, or `lab pause`): the hosts were
+    /// stopped as well, so no host could have read them sooner. They do not
+    /// count against the emulator's lag; the pause's time does (held_up_ns).
+    #[serde(default)]
+    pub paused_late_packets: u64,
+    /// Whole-lab pauses of PAUSE_RTO_NS or longer.
+    #[serde(default)]
+    pub rto_pauses: u64,
     /// How long the emulator was held up (woke more than LAG_THRESHOLD_NS
     /// later than it asked) while packets waited on it, summed, ns.
     #[serde(default)]
@@ -170,6 +185,10 @@ pub struct HeldBy {
     /// Neither: the emulator was not runnable (stopped by a signal, or held
     /// in the kernel).
     pub not_running: HoldUps,
+    /// The whole lab, the emulator and every process of its hosts, was
+    /// stopped by `gridperf lab pause` (a pause injected to test the rule).
+    #[serde(default)]
+    pub lab_paused: HoldUps,
 }
 
 impl HeldBy {
@@ -179,6 +198,7 @@ impl HeldBy {
             cpu_stolen: self.cpu_stolen.minus(&b.cpu_stolen),
             other_tasks: self.other_tasks.minus(&b.other_tasks),
             not_running: self.not_running.minus(&b.not_running),
+            lab_paused: self.lab_paused.minus(&b.lab_paused),
         }
     }
 
@@ -189,6 +209,7 @@ impl HeldBy {
             (self.cpu_stolen, "by the hypervisor taking the emulator's CPU (steal; outside gridperf)"),
             (self.other_tasks, "by other tasks holding the CPUs (the emulator waited to run)"),
             (self.not_running, "with the emulator not running (stopped by a signal, or held in the kernel)"),
+            (self.lab_paused, "by `gridperf lab pause` stopping the whole lab (injected)"),
         ]
         .iter()
         .filter(|(h, _)| h.count > 0)
@@ -234,6 +255,34 @@ pub enum Cause {
     CpuStolen,
     OtherTasks,
     NotRunning,
+    /// `gridperf lab pause` stopped the whole lab (see [`paused_by_lab`]).
+    LabPaused,
+}
+
+impl Cause {
+    /// The emulator and the lab's hosts were all stopped together: nothing
+    /// in the lab could have seen a packet sooner (see [`Health::paused_late_packets`]).
+    pub fn whole_lab(self) -> bool {
+        matches!(self, Cause::MachinePaused | Cause::LabPaused)
+    }
+}
+
+/// The file in a lab's directory where `gridperf lab pause` writes each
+/// pause before it stops the lab: a line `START_NS END_NS` each, on
+/// CLOCK_MONOTONIC.
+pub const PAUSES_FILE: &str = "pauses";
+
+/// Whether a recorded pause (lines of [`PAUSES_FILE`]) covers at least half
+/// of the hold-up from `from_ns` to `to_ns` (CLOCK_MONOTONIC).
+pub fn paused_by_lab(pauses: &str, from_ns: u64, to_ns: u64) -> bool {
+    let held = to_ns.saturating_sub(from_ns);
+    pauses.lines().any(|l| {
+        let mut it = l.split_whitespace().map(|w| w.parse::<u64>());
+        match (it.next(), it.next()) {
+            (Some(Ok(s)), Some(Ok(e))) => e.min(to_ns).saturating_sub(s.max(from_ns)).saturating_mul(2) >= held,
+            _ => false,
+        }
+    })
 }
 
 /// How often the emulator reads its probe between hold-ups.
@@ -355,6 +404,8 @@ impl Health {
             access: self.access.clone(),
             max_lag_ns: if self.max_lag_ns > before.max_lag_ns { self.max_lag_ns } else { 0 },
             late_packets: self.late_packets.saturating_sub(before.late_packets),
+            paused_late_packets: self.paused_late_packets.saturating_sub(before.paused_late_packets),
+            rto_pauses: self.rto_pauses.saturating_sub(before.rto_pauses),
             held_up_ns: self.held_up_ns.saturating_sub(before.held_up_ns),
             held_by: self.held_by.minus(&before.held_by),
             very_late_packets: self.very_late_packets.saturating_sub(before.very_late_packets),
@@ -413,6 +464,14 @@ impl Health {
                 self.long_stalls,
                 LAG_LIMIT_NS / 1_000_000,
                 self.held_by.words()
+            ));
+        }
+        if self.rto_pauses > 0 {
+            why.push(format!(
+                "the whole lab was paused {} time(s) for {} ms or more at once: TCP's retransmission timers ran out \
+                 meanwhile, a loss the path did not make",
+                self.rto_pauses,
+                PAUSE_RTO_NS / 1_000_000
             ));
         }
         if self.undecided_drops > 0 {
@@ -495,6 +554,7 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
 /// every `report_every`. The TUN devices must have been made with offloads
 /// (each packet behind a virtio-net header).
 pub fn run(
+    pauses: Option<&std::path::Path>,
     mut ports: Vec<Port>,
     bottleneck: &[(LinkConfig, LinkConfig)],
     seed: u64,
@@ -575,6 +635,9 @@ pub fn run(
     let mut pace = Pace::default();
     let mut backlog = false;
     let mut last_packet: u64 = 0;
+    // the last whole-lab pause, on the emulator's clock: packets falling
+    // due within it are the pause's, not the emulator's lag
+    let mut paused: (u64, u64) = (0, 0);
     // what held the emulator up, read across each long hold-up
     let mut probe = gridperf_sys::SchedProbe::for_this_thread();
     let mut probed = probe.sample();
@@ -633,11 +696,24 @@ pub fn run(
             health.long_stalls += 1;
             let now_probe = probe.sample();
             let h = &mut health.held_by;
-            match held_by(&probed, &now_probe, overslept, probe.tick_ns()) {
+            let mono = gridperf_sys::monotonic_ns();
+            let injected = pauses
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .is_some_and(|text| paused_by_lab(&text, mono.saturating_sub(overslept), mono));
+            let cause =
+                if injected { Cause::LabPaused } else { held_by(&probed, &now_probe, overslept, probe.tick_ns()) };
+            match cause {
                 Cause::MachinePaused => h.machine_paused.add(overslept),
                 Cause::CpuStolen => h.cpu_stolen.add(overslept),
                 Cause::OtherTasks => h.other_tasks.add(overslept),
                 Cause::NotRunning => h.not_running.add(overslept),
+                Cause::LabPaused => h.lab_paused.add(overslept),
+            }
+            if cause.whole_lab() {
+                paused = (now_after - overslept, now_after);
+                if overslept >= PAUSE_RTO_NS {
+                    health.rto_pauses += 1;
+                }
             }
             probed = now_probe;
             probed_at = now_after;
@@ -763,7 +839,11 @@ pub fn run(
             health.max_lag_ns = health.max_lag_ns.max(lag);
             health.lag_hist[lag_bucket(lag)] += 1;
             if lag > LAG_THRESHOLD_NS {
-                health.late_packets += 1;
+                if (paused.0..=paused.1).contains(&due) {
+                    health.paused_late_packets += 1;
+                } else {
+                    health.late_packets += 1;
+                }
             }
             if lag > LAG_LIMIT_NS {
                 health.very_late_packets += 1;
@@ -903,6 +983,46 @@ mod tests {
         let why = run(100).invalid_because().expect("invalid");
         assert!(why.contains("held up for 100 ms of the run's 8.0 s") && why.contains("outside gridperf"), "{why}");
         assert_eq!(run(100).held_up_note(), None, "an invalid run has its reason, not a note");
+    }
+
+    /// The pause rule: packets that fell due while the whole lab was paused
+    /// are not the emulator's lag; the pause's time is; a pause of TCP's
+    /// minimum retransmission timeout or more voids the run whatever its share.
+    #[test]
+    fn a_whole_lab_pause_is_judged_by_its_time_not_by_the_packets_it_held() {
+        let run = |late: u64, paused_late: u64, held_ms: u64, rto_pauses: u64| Health {
+            links: [Counters { delivered: 100_000, ..Counters::default() }, Counters::default()],
+            late_packets: late,
+            paused_late_packets: paused_late,
+            long_stalls: 3,
+            held_up_ns: held_ms * MS,
+            held_by: HeldBy { lab_paused: held(3, held_ms * MS), ..HeldBy::default() },
+            rto_pauses,
+            uptime_s: 10.0,
+            ..Health::default()
+        };
+        // 3 x 20 ms in 10 s held 5 000 packets (5%): the pause's, so valid
+        assert_eq!(run(20, 5_000, 60, 0).invalid_because(), None);
+        // the same packets late with the hosts running: the emulator's lag
+        let why = run(5_020, 0, 60, 0).invalid_because().expect("5% late is the emulator's");
+        assert!(why.contains("5020 of 100000 packets"), "{why}");
+        // 150 ms of pauses in 10 s: the rate is off by 1.5%
+        let why = run(0, 5_000, 150, 0).invalid_because().expect("1.5% of the time");
+        assert!(why.contains("held up for 150 ms") && why.contains("(injected)"), "{why}");
+        // one 250 ms pause in 30 s: a small share, but TCP's timers ran out
+        let long = Health { uptime_s: 30.0, ..run(0, 1_000, 250, 1) };
+        let why = long.invalid_because().expect("a pause past TCP's RTO");
+        assert!(why.contains("200 ms or more at once"), "{why}");
+    }
+
+    #[test]
+    fn a_recorded_pause_explains_a_hold_up_it_covers_half_of() {
+        let pauses = "1000 2000\n5000 5100\ngarbage\n";
+        assert!(paused_by_lab(pauses, 1100, 1900), "inside a pause");
+        assert!(paused_by_lab(pauses, 900, 1900), "mostly inside");
+        assert!(!paused_by_lab(pauses, 1900, 3000), "a tenth inside: another cause");
+        assert!(!paused_by_lab(pauses, 3000, 4000), "between the pauses");
+        assert!(!paused_by_lab("", 1100, 1900), "no pause recorded");
     }
 
     #[test]

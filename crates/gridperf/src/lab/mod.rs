@@ -609,6 +609,56 @@ pub fn down(name: &str) -> Result<bool> {
     Ok(was_up)
 }
 
+/// Stops the whole lab for `length`, as a hypervisor pausing the machine
+/// stops it: the emulator and every process in the lab's hosts get SIGSTOP,
+/// then SIGCONT (each, whatever happens between). The pause is written to
+/// the lab's [`emulator::PAUSES_FILE`] first, so the emulator knows the
+/// hold-up for what it was. The hosts' kernels run on (a hypervisor's pause
+/// stops them too): their timers fire, and what their sockets hold goes to
+/// the TUN devices. Returns how many processes were stopped.
+pub fn pause(name: &str, length: Duration) -> Result<usize> {
+    check_name(name)?;
+    let st = running(name)?;
+    let me = std::process::id();
+    let mut pids = vec![st.pid];
+    for h in &st.hosts {
+        let found = match (gridperf_sys::netns_pids(&h.netns), h.ns_inode) {
+            (Ok(p), _) => p,
+            (Err(_), Some(inode)) => gridperf_sys::netns_inode_pids(inode).unwrap_or_default(),
+            (Err(e), None) => return Err(Error::internal(format!("lab {name}: host {}'s processes: {e}", h.name))),
+        };
+        pids.extend(found.into_iter().filter(|&p| p != me));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    let start = gridperf_sys::monotonic_ns();
+    let line = format!("{start} {}\n", start + length.as_nanos() as u64);
+    let file = dir(name).join(emulator::PAUSES_FILE);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()))
+        .map_err(|e| Error::internal(format!("writing {}: {e}", file.display())))?;
+    /// Resumes every stopped process when dropped: no path out of pause leaves one stopped.
+    struct Resume(Vec<u32>);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            for &p in &self.0 {
+                let _ = gridperf_sys::signal(p, libc::SIGCONT);
+            }
+        }
+    }
+    let mut stopped = Resume(Vec::new());
+    for p in pids {
+        if gridperf_sys::signal(p, libc::SIGSTOP).is_ok() {
+            stopped.0.push(p);
+        }
+    }
+    std::thread::sleep(length);
+    Ok(stopped.0.len())
+}
+
 /// Runs a command on a lab host (in its namespace); returns its exit status.
 pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::ExitStatus> {
     let st = running(name)?;
@@ -832,7 +882,8 @@ fn build_and_run(
     write_atomic(&d.join("state.json"), &state)?;
     eprintln!("gridperf lab emulator: {} up, pid {}", spec.name, std::process::id());
     let hpath = d.join("health.json");
-    let health = emulator::run(ports, &spec.bottleneck(), spec.seed, stop, Duration::from_millis(250), &mut |h| {
+    let pauses = d.join(emulator::PAUSES_FILE);
+    let health = emulator::run(Some(&pauses), ports, &spec.bottleneck(), spec.seed, stop, Duration::from_millis(250), &mut |h| {
         let _ = write_atomic(&hpath, h);
     })
     .map_err(|e| Error::internal(format!("emulator: {e}")))?;

@@ -1605,6 +1605,66 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
     assert!(err.contains("with the emulator not running (stopped by a signal"), "{err}");
 }
 
+/// Issue 33, the pause rule: `gridperf lab pause` stops the whole lab (the
+/// emulator and every process of its hosts), as a hypervisor pausing the
+/// machine does. What fell due meanwhile is the pause's, not the emulator's
+/// lag: a 30 ms pause in a 6 s stream leaves it valid, the pause noted and
+/// its late packets counted apart. One of 250 ms outlasts TCP's minimum
+/// retransmission timeout: INVALID, and the reason says so.
+#[test]
+fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
+    if !privileged("a_whole_lab_pause_is_judged_by_what_it_did_to_the_run") {
+        return;
+    }
+    let mut lab = Lab::up("pause", &["--profile", "man", "--set", "loss=0"]);
+    let stream = |lab: &Lab| lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", "cubic", "--json", "--no-store"]);
+    let pause = |name: String, after: Duration, length: &'static str| {
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            run(&["lab", "pause", "--name", &name, "--for", length])
+        })
+    };
+    // natural hold-ups of a busy machine may add to it: tried again while
+    // INVALID, three times in all
+    let mut valid = None;
+    for _ in 0..3 {
+        lab.serve_on_b();
+        let p = pause(lab.name.clone(), Duration::from_secs(2), "30ms");
+        let o = stream(&lab);
+        let paused = p.join().expect("the pauser");
+        assert!(paused.status.success(), "lab pause: {}", stderr(&paused));
+        if let Some(mut a) = lab.agent.take() {
+            let _ = a.wait();
+        }
+        if o.status.code() != Some(4) {
+            valid = Some(o);
+            break;
+        }
+    }
+    let o = valid.expect("a valid run in three");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
+    let env = &v["runs"][0]["env"];
+    let notes = env["notes"].to_string();
+    assert!(notes.contains("by `gridperf lab pause` stopping the whole lab (injected)"), "{notes}");
+    let emu = &env["lab"]["emulator"];
+    let paused_late = emu["paused_late_packets"].as_u64().expect("paused late packets");
+    assert!(paused_late > 0, "packets fell due in the pause and are counted as its: {emu}");
+    // one pause of 250 ms: TCP's timers ran out
+    lab.serve_on_b();
+    let p = pause(lab.name.clone(), Duration::from_secs(2), "250ms");
+    let o = stream(&lab);
+    assert!(p.join().expect("the pauser").status.success());
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("paused 1 time(s) for 200 ms or more at once"), "{err}");
+    assert!(err.contains("The cause lay outside gridperf: run it again"), "{err}");
+    // nothing is left stopped: the lab carries a run again
+    lab.serve_on_b();
+    let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("udp", "50", &[]));
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// Issue 32: the survey exited 0 with 4 of its 5 networks INVALID. A
 /// network whose runs stay INVALID (its emulator held up 40 ms of every
 /// 200, again and again) makes the survey exit 4, after everything is
