@@ -129,9 +129,14 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
         }
         let _ = writeln!(
             out,
-            "  worst lag behind schedule {}, late packets {}, stalls {}, drops the model did not decide {} (+{} at the TUN queues), unroutable {}",
+            "  worst lag behind schedule {}, late packets {}{}, stalls {}, drops the model did not decide {} (+{} at the TUN queues), unroutable {}",
             fmt_ns(h.max_lag_ns as f64),
             h.late_packets,
+            if h.paused_late_packets > 0 {
+                format!(" (+{} that fell due while the whole lab was paused)", h.paused_late_packets)
+            } else {
+                String::new()
+            },
             h.stalls,
             h.undecided_drops,
             h.tun_drops,
