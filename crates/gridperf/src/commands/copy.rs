@@ -74,7 +74,7 @@ fn dest_names(dest: &str, many: bool) -> (String, Option<String>) {
 /// What a copy runs: one agent and this host, or host pairs of agents.
 enum Work {
     Direct(Target, Job),
-    Pairs(crate::engines::copy_pairs::Pairs),
+    Pairs(crate::engines::copy::pairs::Pairs),
 }
 
 /// Where a listed file (`p`, from the named source's parent) goes beneath
@@ -158,7 +158,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             };
             let mut dests = vec![(*addr, host.clone(), path.clone())];
             dests.extend(o.dests_more.iter().filter_map(remote));
-            let pairs = crate::engines::copy_pairs::Pairs {
+            let pairs = crate::engines::copy::pairs::Pairs {
                 sources: o.sources.iter().filter_map(remote).collect(),
                 dests,
                 place: place_beneath,
@@ -335,7 +335,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         };
         match work {
             Work::Direct(target, job) => crate::engines::copy::run(&target, &o.copy, job, &mut watch),
-            Work::Pairs(pairs) => crate::engines::copy_pairs::run(pairs, &o.copy, &mut watch),
+            Work::Pairs(pairs) => crate::engines::copy::pairs::run(pairs, &o.copy, &mut watch),
         }
     };
     bar.finish_and_clear();

@@ -7,7 +7,6 @@
 
 pub mod clone;
 pub mod copy;
-pub mod copy_pairs;
 pub mod echo;
 pub mod fanout;
 pub mod rtt;

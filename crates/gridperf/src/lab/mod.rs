@@ -883,9 +883,17 @@ fn build_and_run(
     eprintln!("gridperf lab emulator: {} up, pid {}", spec.name, std::process::id());
     let hpath = d.join("health.json");
     let pauses = d.join(emulator::PAUSES_FILE);
-    let health = emulator::run(Some(&pauses), ports, &spec.bottleneck(), spec.seed, stop, Duration::from_millis(250), &mut |h| {
-        let _ = write_atomic(&hpath, h);
-    })
+    let health = emulator::run(
+        Some(&pauses),
+        ports,
+        &spec.bottleneck(),
+        spec.seed,
+        stop,
+        Duration::from_millis(250),
+        &mut |h| {
+            let _ = write_atomic(&hpath, h);
+        },
+    )
     .map_err(|e| Error::internal(format!("emulator: {e}")))?;
     let _ = write_atomic(&hpath, &health);
     eprintln!("gridperf lab emulator: {} down after {:.1} s", spec.name, health.uptime_s);
