@@ -1,7 +1,7 @@
 //! `gridperf copy`'s arguments.
 
 use super::{buffer, duration, rate};
-use crate::commands::copy::{End, Opts};
+use crate::commands::copy::{AgentPath, End, Opts, Shape};
 use crate::engines::copy::CopyOptions;
 use crate::error::{Error, Result};
 use crate::runner::{resolve_family, Deadlines};
@@ -153,6 +153,55 @@ pub fn ends(s: &str, port: u16) -> Result<Vec<End>> {
     Ok(vec![end(s, port)?])
 }
 
+/// Which way the copy goes, from its ends: local sources are a push,
+/// sources on one agent into a local path a pull, agents on both sides a
+/// copy between agents. Mixed sources, sources on several agents into a
+/// local path, several destinations without agents on both sides, and a
+/// lab for anything but two local paths are refused, saying what is valid.
+pub fn shape(sources: Vec<End>, dest: End, dests_more: Vec<End>, lab: bool) -> Result<Shape> {
+    let remote = |e: &End| match e {
+        End::Remote { addr, host, path } => Some((*addr, host.clone(), path.clone())),
+        End::Local(_) => None,
+    };
+    let agents: Vec<AgentPath> = sources.iter().filter_map(remote).collect();
+    if lab && !(matches!(dest, End::Local(_)) && agents.is_empty()) {
+        return Err(Error::usage(
+            "--lab copies between two local paths: the lab's agent writes beneath the destination, this host sends",
+        ));
+    }
+    if !dests_more.is_empty() && !matches!(dest, End::Remote { .. }) {
+        return Err(Error::usage("several destinations are for host pairs: name agents on both sides"));
+    }
+    if agents.is_empty() {
+        let paths = sources.into_iter().filter_map(|s| if let End::Local(p) = s { Some(p) } else { None }).collect();
+        return Ok(Shape::Push { sources: paths, dest });
+    }
+    match dest {
+        End::Remote { .. } => {
+            if agents.len() != sources.len() {
+                return Err(Error::usage(
+                    "mixed sources: a copy between agents takes HOST:PATH sources only (a1:PATH,a2:PATH for pairs)",
+                ));
+            }
+            let dests = std::iter::once(&dest).chain(&dests_more).filter_map(remote).collect();
+            Ok(Shape::Pairs { sources: agents, dests })
+        }
+        End::Local(dest) => {
+            if agents.len() != sources.len() {
+                return Err(Error::usage("mixed sources: give local files (a push) or HOST:PATH (a pull), not both"));
+            }
+            let addr = agents[0].0;
+            if agents.iter().any(|(a, ..)| *a != addr) {
+                return Err(Error::usage("sources on several agents: one agent per copy"));
+            }
+            for (_, _, p) in &agents {
+                gridperf_core::copy::check_relative(p).map_err(Error::usage)?;
+            }
+            Ok(Shape::Pull { addr, paths: agents.into_iter().map(|(_, _, p)| p).collect(), dest })
+        }
+    }
+}
+
 /// HOST:PATH (or [v6]:PATH) on an agent, else a local path.
 pub fn end(s: &str, port: u16) -> Result<End> {
     let local = || End::Local(s.into());
@@ -223,10 +272,16 @@ impl TryFrom<CopyArgs> for Opts {
             dests.truncate(1);
         }
         let dest = dests.remove(0);
+        let words = |e: &End| match e {
+            End::Local(p) => p.display().to_string(),
+            End::Remote { host, path, .. } => format!("{host}:{path}"),
+        };
+        let source_words = all_sources.iter().map(words).collect::<Vec<_>>().join(" ");
+        let dest_words = words(&dest);
         Ok(Opts {
-            sources: all_sources,
-            dest,
-            dests_more: dests,
+            shape: shape(all_sources, dest, dests, a.lab.is_some())?,
+            source_words,
+            dest_words,
             copy: CopyOptions {
                 streams,
                 auto,
@@ -273,6 +328,36 @@ impl TryFrom<CopyArgs> for Opts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ends_make_the_shape_or_are_refused_saying_what_is_valid() {
+        let local = |p: &str| End::Local(p.into());
+        let agent = |port: u16, p: &str| End::Remote {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            host: format!("h{port}"),
+            path: p.into(),
+        };
+        let refused = |s: Result<Shape>| s.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(matches!(shape(vec![local("a"), local("b")], local("d/"), vec![], true), Ok(Shape::Push { .. })));
+        assert!(matches!(shape(vec![local("a")], agent(1, "x"), vec![], false), Ok(Shape::Push { .. })));
+        let pull = shape(vec![agent(1, "x"), agent(1, "y")], local("d"), vec![], false);
+        assert!(matches!(pull, Ok(Shape::Pull { ref paths, .. }) if paths == &["x", "y"]), "{pull:?}");
+        let pairs = shape(vec![agent(1, "x"), agent(2, "x")], agent(3, "d"), vec![agent(4, "d")], false);
+        assert!(matches!(pairs, Ok(Shape::Pairs { ref dests, .. }) if dests.len() == 2), "{pairs:?}");
+        assert!(
+            refused(shape(vec![agent(1, "x")], local("d"), vec![], true)).contains("--lab copies between two local")
+        );
+        assert!(refused(shape(vec![local("a")], local("d"), vec![local("e")], false)).contains("for host pairs"));
+        assert!(refused(shape(vec![local("a"), agent(1, "x")], local("d"), vec![], false)).contains("mixed sources"));
+        assert!(refused(shape(vec![local("a"), agent(1, "x")], agent(2, "d"), vec![], false))
+            .contains("HOST:PATH sources only"));
+        assert!(refused(shape(vec![agent(1, "x"), agent(2, "y")], local("d"), vec![], false))
+            .contains("one agent per copy"));
+        assert!(
+            !refused(shape(vec![agent(1, "../x")], local("d"), vec![], false)).is_empty(),
+            "a path out of the root"
+        );
+    }
 
     #[test]
     fn parallel_is_a_count_auto_or_bounds() {
