@@ -1,6 +1,6 @@
 //! Fuzzing what the binary crate reads from the network or a scheduler, as
 //! gridperf-core's fuzz tests do (its `fuzzing` harness, bounded in time by
-//! FUZZ_SECONDS, default 3): the metrics port's HTTP head and query, and
+//! FUZZ_SECONDS, default 3): the metrics port's probe query and scrape-timeout header, and
 //! the JSON pScheduler hands the tool's methods. Corpus in `fuzz/corpus/`.
 
 use gridperf::commands::{exporter, pscheduler};
@@ -11,13 +11,29 @@ fn here() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// What the metrics port still reads by hand once hyper has parsed the
+/// request: the probe's query (its target checked against the site's
+/// blocks and names) and Prometheus' scrape-timeout header. Input: the
+/// query, a newline, the header's value.
 #[test]
-fn metrics_http_heads() {
+fn metrics_queries_and_headers() {
     fuzzing::fuzz(here(), "http-head", |b| {
-        if let Ok(r) = exporter::parse_head(b) {
-            let _ = exporter::scrape_timeout(&r.headers);
-            // lossy UTF-8: an invalid byte becomes U+FFFD, 3 bytes
-            assert!(r.path.len() <= 3 * b.len());
+        let cfg = exporter::ProbeConfig {
+            modules: Default::default(),
+            targets: vec!["10.0.0.0/8".into(), "fd00::/8".into(), "far.example:5301".into()],
+        };
+        let (query, header) = match b.iter().position(|&c| c == b'\n') {
+            Some(k) => (&b[..k], &b[k + 1..]),
+            None => (b, &b[..0]),
+        };
+        for (k, v) in form_urlencoded::parse(query) {
+            if k == "target" {
+                let _ = cfg.allows(&v);
+            }
+        }
+        let h = vec![("x-prometheus-scrape-timeout-seconds".to_string(), String::from_utf8_lossy(header).into_owned())];
+        if let Some(t) = exporter::scrape_timeout(&h) {
+            assert!(t > std::time::Duration::ZERO && t <= exporter::MAX_SCRAPE_TIMEOUT, "{t:?}");
         }
     });
 }
@@ -47,17 +63,9 @@ fn write_the_corpus() {
         std::fs::create_dir_all(&d).expect("corpus dir");
         std::fs::write(d.join(name), bytes).expect("seed");
     };
-    write("http-head", "metrics", b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
-    write(
-        "http-head",
-        "probe",
-        b"GET /probe?target=10.0.0.1%3A5301&module=rtt HTTP/1.1\r\nX-Prometheus-Scrape-Timeout-Seconds: 9.5\r\n\r\n",
-    );
-    write(
-        "http-head",
-        "big-timeout",
-        b"GET /probe?module=x HTTP/1.1\r\nX-Prometheus-Scrape-Timeout-Seconds: 2e19\r\n\r\n",
-    );
+    write("http-head", "v4", b"target=10.0.0.1%3A5301&module=rtt\n9.5");
+    write("http-head", "v6", b"target=%5Bfd00%3A%3A1%5D%3A5301&module=rtt\n10");
+    write("http-head", "name", b"target=far.example%3A5301\n2e19");
     for (name, doc) in [
         (
             "throughput",

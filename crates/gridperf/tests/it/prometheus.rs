@@ -156,6 +156,40 @@ fn probes_are_refused_outside_the_config_and_bounded_by_max_tests() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The metrics port's HTTP is hyper's: a client that sends half a head and
+/// falls silent is closed after the 5 s head deadline, a head beyond 8 KiB
+/// is refused, and only GET is answered.
+#[test]
+fn the_metrics_port_closes_a_silent_client_and_answers_only_get() {
+    let d = tmpdir("http");
+    let (_a, m, _) = exporter(&d, None, &[]);
+    let mut s = TcpStream::connect(("127.0.0.1", m)).expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n").expect("half a head");
+    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let t0 = Instant::now();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_secs(4) && took < Duration::from_secs(15), "closed after {took:?}");
+    let mut big = TcpStream::connect(("127.0.0.1", m)).expect("connect");
+    big.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let head = format!("GET /metrics HTTP/1.1\r\nX-Long: {}\r\n\r\n", "a".repeat(16_000));
+    let _ = big.write_all(head.as_bytes());
+    let mut text = String::new();
+    let _ = big.read_to_string(&mut text);
+    assert!(!text.starts_with("HTTP/1.1 200"), "a 16 kB head: {text}");
+    let mut post = TcpStream::connect(("127.0.0.1", m)).expect("connect");
+    post.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    post.write_all(b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").expect("post");
+    let mut text = String::new();
+    post.read_to_string(&mut text).expect("read");
+    assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+    assert!(text.contains("only GET is served"), "{text}");
+    let (code, body) = get(m, "/metrics", &[]);
+    assert_eq!(code, 200, "{body}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn a_bad_probe_config_is_refused_before_the_agent_starts() {
     let d = tmpdir("badcfg");
