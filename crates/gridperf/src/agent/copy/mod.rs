@@ -1,0 +1,315 @@
+//! The agent's side of a copy (`gridperf copy HOST:PATH ...`), beneath its
+//! root (`serve --root`): a push writes there (partial files renamed into
+//! place when every block is verified), a pull reads from there. The
+//! client's file list, the needs and the outcome go on the control
+//! channel in parts; the blocks on the data connections
+//! (`datapath::copy`).
+
+use super::data::{self, accept_all};
+use super::reply::{new_token, send_error, wire_code, Fail};
+use super::Shared;
+use crate::datapath::copy::{self as dp, BlockQueue, SourceFile, StreamWork};
+use crate::{ctl, host};
+use gridperf_core::seal;
+use gridperf_core::wire::{
+    self, chunk_files, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode,
+    MAX_COPY_FILES,
+};
+use std::fs::File;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+mod read;
+mod source;
+mod write;
+
+/// Runs a copy for a client whose request was checked.
+pub(super) fn run(
+    shared: &Shared,
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    spec: &CopySpec,
+    session_secret: Option<&[u8; 32]>,
+) -> Result<(), Fail> {
+    if let Some(why) = refusal(shared, peer, spec) {
+        return Err(send_error(ctl, ErrorCode::Refused, why));
+    }
+    let root_path = shared.cfg.root.as_ref().ok_or_else(|| "no root".to_string())?;
+    let root: OwnedFd = File::open(root_path).map_err(|e| format!("the root {}: {e}", root_path.display()))?.into();
+    if spec.direction == CopyDirection::Send {
+        return source::run(shared, ctl, peer, spec, &root);
+    }
+    let o = open(ctl, peer, spec, session_secret)?;
+    let list = read_list(ctl, spec.files, shared.cfg.max_idle)?;
+    if spec.direction == CopyDirection::Push {
+        write::run(shared, ctl, spec, &root, &list, o)
+    } else {
+        read::run(shared, ctl, peer, spec, &root, &list, o)
+    }
+}
+
+/// Why this agent will not take part in the copy, if it will not: no
+/// root, a read-only root asked to take files, files from beyond loopback
+/// without keys or an allow-list (so for sending to another agent the
+/// client names), or no encryption where the operator asks for it.
+fn refusal(shared: &Shared, peer: SocketAddr, spec: &CopySpec) -> Option<String> {
+    let push = spec.direction == CopyDirection::Push;
+    let third_party_source = spec.direction == CopyDirection::Send;
+    if shared.cfg.root.is_none() {
+        return Some(
+            "this agent moves no files: its operator may give it a directory with `gridperf serve --root DIR`".into(),
+        );
+    }
+    if push && shared.cfg.read_only {
+        return Some("this agent's root is read-only (serve --read-only): pull from it, never push".into());
+    }
+    if (push || third_party_source)
+        && shared.cfg.auth.is_none()
+        && shared.cfg.allow.is_empty()
+        && !peer.ip().to_canonical().is_loopback()
+    {
+        return Some(
+            "this agent takes files only from loopback without keys or an allow-list: its operator may require keys \
+             with `serve --auth FILE`, or name the clients with `serve --allow CIDR`"
+                .into(),
+        );
+    }
+    if shared.cfg.encrypt && spec.encrypt.is_none() {
+        return Some("this agent moves files only encrypted (serve --encrypt): give copy --encrypt".into());
+    }
+    None
+}
+
+/// A push's or a pull's data side, opened: the listener, who may connect
+/// to it and with what token, this end's record, the copy's keys.
+pub(super) struct Opened {
+    listener: std::net::TcpListener,
+    /// Who may open data connections: the client, or a copy between
+    /// agents' source agents.
+    senders: Vec<std::net::IpAddr>,
+    token: u64,
+    agent: gridperf_core::model::EndInfo,
+    keys: Option<seal::CopyKeys>,
+}
+
+/// Opens the data listener, says ready, and (--encrypt) takes part in the
+/// key agreement right after.
+fn open(
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    spec: &CopySpec,
+    session_secret: Option<&[u8; 32]>,
+) -> Result<Opened, Fail> {
+    // a third-party copy's destination takes the data from the source agents
+    let mut senders: Vec<std::net::IpAddr> = Vec::new();
+    for a in &spec.senders {
+        senders.push(a.parse::<std::net::IpAddr>().map_err(|e| format!("sender {a}: {e}"))?.to_canonical());
+    }
+    if senders.is_empty() {
+        senders.push(peer.ip().to_canonical());
+    }
+    let local_ip = ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical();
+    // room in the backlog for every connection that may run at once, and as many waiting
+    let listener = data::listener(local_ip, spec.window, spec.window, spec.live_connections() as i32 * 2)
+        .map_err(|e| format!("data listener: {e}"))?;
+    let token = new_token(peer);
+    let agent = host::end_info(None, false);
+    data::ready(ctl, Some(&listener), Vec::new(), token, agent.clone())?;
+    let keys = match &spec.encrypt {
+        None => None,
+        Some(theirs) => {
+            let theirs = gridperf_core::auth::unhex(theirs)
+                .ok_or_else(|| "an encryption key that is not 32 bytes of hex".to_string())?;
+            let mine = seal::Exchange::new()?;
+            let public = gridperf_core::auth::hex(&mine.public());
+            let keys = match mine.agree(&theirs, false, session_secret) {
+                Ok(k) => k,
+                Err(e) => return Err(send_error(ctl, ErrorCode::BadMessage, e)),
+            };
+            wire::write_msg(ctl, &AgentMsg::CopyKey { public }).map_err(|e| e.to_string())?;
+            Some(keys)
+        }
+    };
+    Ok(Opened { listener, senders, token, agent, keys })
+}
+
+/// The first data connections, in order of their numbers, each tuned
+/// (and greeted, from a source agent); then step-ready: the client may
+/// start. Its stream-go may come before the connections (it does not wait
+/// for step-ready).
+fn take_first(shared: &Shared, ctl: &mut TcpStream, spec: &CopySpec, o: &Opened) -> Result<Vec<TcpStream>, Fail> {
+    let third_party = !spec.senders.is_empty();
+    let until = Instant::now() + shared.cfg.control_timeout;
+    // a third-party destination's sources number theirs from their own bases
+    let first = if third_party { spec.connections.max(spec.streams) } else { spec.streams };
+    let mut fits = |h: &DataHello, got: &[data::Conn]| {
+        h.kind == DataKind::Copy && h.index < first && !got.iter().any(|(g, _)| g.index == h.index)
+    };
+    let mut conns =
+        accept_all(&o.listener, ctl, &o.senders, o.token, spec.streams as usize, until, &shared.stop, true, &mut fits)?;
+    conns.sort_by_key(|(h, _)| h.index);
+    let mut out = Vec::new();
+    for (_, s) in conns {
+        if let Some(cc) = &spec.congestion {
+            if let Err(e) = gridperf_sys::set_tcp_congestion(&s, cc) {
+                return Err(send_error(ctl, ErrorCode::Unsupported, format!("TCP_CONGESTION {cc}: {e}")));
+            }
+        }
+        tune_socket(&s, spec);
+        if third_party {
+            write::welcome(&s, o.token).map_err(|e| format!("a source agent's data connection: {e}"))?;
+        }
+        out.push(s);
+    }
+    wire::write_msg(ctl, &AgentMsg::StepReady).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// The copy's congestion control and pacing on a data connection the agent took.
+fn tune_socket(s: &TcpStream, spec: &CopySpec) {
+    dp::no_delay(s);
+    if let Some(cc) = &spec.congestion {
+        let _ = gridperf_sys::set_tcp_congestion(s, cc);
+    }
+    if let Some(p) = spec.pacing_bps {
+        let _ = gridperf_sys::set_max_pacing_rate(s, p / 8);
+    }
+}
+
+/// A sending agent's end of a copy (a pull, a third-party source): the
+/// queue's stop is the copy's error; else what changed, its streams and
+/// events, then the client's finish.
+pub(super) fn sent(
+    ctl: &mut TcpStream,
+    idle: std::time::Duration,
+    agent: gridperf_core::model::EndInfo,
+    sources: &[SourceFile],
+    queue: &BlockQueue,
+    pool: dp::PoolOut,
+) -> Result<(), Fail> {
+    if let Some(why) = queue.stopped() {
+        return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+    }
+    let mut changed: Vec<u32> =
+        sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
+    changed.extend(queue.failed().iter().map(|(f, _)| *f));
+    let sent = AgentMsg::CopySent {
+        changed,
+        streams: streams_of(&pool.works),
+        events: pool.events,
+        tail_blocks: queue.tail_sent(),
+    };
+    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
+    finish(ctl, idle, agent)
+}
+/// A sending agent's pool, as the request asks: the most connections over
+/// the copy, and the plan.
+pub(super) fn pool_plan(spec: &CopySpec) -> (u32, dp::PoolPlan) {
+    let budget = spec.connections.max(spec.streams);
+    let plan = dp::PoolPlan {
+        start: spec.streams,
+        auto: spec.auto,
+        restart: spec.restart,
+        tail: spec.tail,
+        connections: budget,
+        restart_caveat: host::ssthresh_cached(),
+    };
+    (budget, plan)
+}
+/// What the client named, beneath the root, expanded into files (what
+/// cannot be read is logged and left out; a name that is not there ends the copy).
+pub(super) fn sources_of(
+    shared: &Shared,
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    root: &OwnedFd,
+    list: &[CopyFile],
+) -> Result<(Vec<SourceFile>, Vec<dp::Skipped>), Fail> {
+    let mut sources: Vec<SourceFile> = Vec::new();
+    let mut skipped: Vec<dp::Skipped> = Vec::new();
+    for f in list {
+        let room = MAX_COPY_FILES as usize - sources.len();
+        match dp::expand(root, &f.path, room) {
+            Ok((found, skip)) => {
+                sources.extend(found);
+                for (path, why) in &skip {
+                    shared.log.line(&format!("gridperf serve: {peer}: copy skips {}: {why}", wire::printable(path)));
+                }
+                // the client hears of them too (the last of the list, at most as many as files)
+                skipped.extend(skip.into_iter().take(MAX_COPY_FILES as usize));
+            }
+            Err(e) => return Err(send_error(ctl, ErrorCode::Refused, format!("{}: {e}", wire::printable(&f.path)))),
+        }
+    }
+    skipped.truncate(1000);
+    Ok((sources, skipped))
+}
+/// The files this end will send, in CopySources parts, and what it left
+/// out of the directories it listed (in the last part).
+pub(super) fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile], skipped: Vec<dp::Skipped>) -> Result<(), Fail> {
+    let parts = chunk_files(infos);
+    let n = parts.len().max(1);
+    let mut skipped = Some(skipped);
+    for k in 0..n {
+        let files = parts.get(k).cloned().unwrap_or_default();
+        let last = k + 1 == n;
+        let skipped = if last { skipped.take().unwrap_or_default() } else { Vec::new() };
+        wire::write_msg(ctl, &AgentMsg::CopySources { files, last, skipped }).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+/// The streams that ended well, for the client's verdict.
+fn streams_of(works: &[std::io::Result<StreamWork>]) -> Vec<StreamWork> {
+    works.iter().filter_map(|w| w.as_ref().ok().cloned()).collect()
+}
+
+/// Waits for StreamGo.
+fn go(ctl: &mut TcpStream, shared: &Shared) -> Result<(), Fail> {
+    match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
+        Ok(ClientMsg::StreamGo) => Ok(()),
+        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
+        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected stream-go, got {other:?}"))),
+        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for stream-go: {e}"))),
+    }
+}
+
+/// Waits for Finish, answers with the agent's record.
+fn finish(ctl: &mut TcpStream, idle: std::time::Duration, agent: gridperf_core::model::EndInfo) -> Result<(), Fail> {
+    match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+        Ok(ClientMsg::Finish) => wire::write_msg(ctl, &AgentMsg::Report { agent }).map_err(|e| e.to_string().into()),
+        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
+        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected finish, got {other:?}"))),
+        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for finish: {e}"))),
+    }
+}
+
+/// The client's file list: `count` entries in CopyFiles parts.
+fn read_list(ctl: &mut TcpStream, count: u32, idle: std::time::Duration) -> Result<Vec<CopyFile>, Fail> {
+    let mut list = Vec::new();
+    while list.len() < count as usize {
+        match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
+            Ok(ClientMsg::CopyFiles { files }) if !files.is_empty() && list.len() + files.len() <= count as usize => {
+                list.extend(files)
+            }
+            Ok(ClientMsg::CopyFiles { files }) => {
+                return Err(send_error(
+                    ctl,
+                    ErrorCode::BadMessage,
+                    format!("a list of {} more files after {}: the request said {count}", files.len(), list.len()),
+                ))
+            }
+            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
+            Ok(other) => {
+                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-files, got {other:?}")))
+            }
+            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for the file list: {e}"))),
+        }
+    }
+    for f in &list {
+        if let Err(why) = gridperf_core::copy::check_relative(&f.path) {
+            return Err(send_error(ctl, ErrorCode::Refused, format!("{why}: nothing was touched")));
+        }
+    }
+    Ok(list)
+}
