@@ -1,6 +1,7 @@
 //! The sending end's pool of connections: restarts, -P auto, the tail.
 
 use super::*;
+use gridperf_core::pool::ConnWindow;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
@@ -98,7 +99,7 @@ pub fn send_pool(
     event: &(dyn Fn(&gridperf_core::model::CopyEvent) + Sync),
 ) -> PoolOut {
     use gridperf_core::model::CopyEvent;
-    use gridperf_core::pool::{AutoStreams, Change, ConnWindow, Decision, Restarts};
+    use gridperf_core::pool::{AutoStreams, Change, Decision, Restarts};
     let t0 = Instant::now();
     let budget = plan.connections.min(moved.len() as u32);
     let mut works: Vec<Option<io::Result<StreamWork>>> = Vec::new();
@@ -143,29 +144,18 @@ pub fn send_pool(
             // is the copy's: waiting out the tick was up to 100 ms of it)
             std::thread::park_timeout(POOL_TICK);
             // the connections that ended
-            let mut k = 0;
-            while k < live.len() {
-                if !live[k].ended.load(Ordering::SeqCst) && !live[k].handle.is_finished() {
-                    k += 1;
-                    continue;
-                }
-                let l = live.swap_remove(k);
-                let r = l.handle.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked")));
-                let r = r.map(|mut w| {
-                    w.slot = l.slot;
-                    w
-                });
+            for (id, r) in reap(&mut live) {
                 if let Err(e) = &r {
                     if !queue.done() {
                         let why = format!("{e} (its unacknowledged blocks went back to the queue)");
                         last_error = Some(e.to_string());
-                        note(&mut events, "broken", Some(l.id), None, why);
+                        note(&mut events, "broken", Some(id), None, why);
                     }
                 }
-                if works.len() <= l.id as usize {
-                    works.resize_with(l.id as usize + 1, || None);
+                if works.len() <= id as usize {
+                    works.resize_with(id as usize + 1, || None);
                 }
-                works[l.id as usize] = Some(r);
+                works[id as usize] = Some(r);
             }
             if queue.done() {
                 if live.is_empty() {
@@ -178,11 +168,7 @@ pub fn send_pool(
                 if since.elapsed() >= 2 * POOL_TICK {
                     for l in &live {
                         if !l.ctl.cancel.load(Ordering::SeqCst) {
-                            l.ctl
-                                .close("closed at the end: its last blocks arrived first on another connection".into());
-                            if let Some(s) = lock(&l.sock).as_ref() {
-                                let _ = s.shutdown(std::net::Shutdown::Both);
-                            }
+                            l.close("closed at the end: its last blocks arrived first on another connection".into());
                         }
                     }
                 }
@@ -218,58 +204,7 @@ pub fn send_pool(
                     l.hist.pop_front();
                 }
             }
-            let views: Vec<ConnWindow> = live
-                .iter()
-                .filter_map(|l| {
-                    let (a, b) = (l.hist.front()?, l.hist.back()?);
-                    let dt = b.0.duration_since(a.0).as_secs_f64();
-                    if dt <= 0.0 {
-                        return None;
-                    }
-                    let (ta, tb) = (a.2.as_ref(), b.2.as_ref());
-                    let retrans = match (ta, tb) {
-                        (Some(x), Some(y)) => y.total_retrans.saturating_sub(x.total_retrans),
-                        _ => 0,
-                    };
-                    let clock = match (ta, tb) {
-                        (Some(x), Some(y)) if y.busy_us > x.busy_us => {
-                            let lim = (y.rwnd_limited_us + y.sndbuf_limited_us)
-                                .saturating_sub(x.rwnd_limited_us + x.sndbuf_limited_us);
-                            lim as f64 / (y.busy_us - x.busy_us) as f64
-                        }
-                        _ => 0.0,
-                    };
-                    // the kernel's clocks run only when a send finds the window
-                    // shut (a paced sender rarely does): the samples show the
-                    // data in flight reaching the receiver's window, as
-                    // stream's verdict reads them
-                    let tcp: Vec<&gridperf_core::flow::TcpSample> =
-                        l.hist.iter().skip(1).filter_map(|h| h.2.as_ref()).collect();
-                    let at_window = tcp
-                        .iter()
-                        .filter(|t| {
-                            t.snd_wnd > 0 && u64::from(t.unacked) * u64::from(t.mss) * 100 >= u64::from(t.snd_wnd) * 85
-                        })
-                        .count();
-                    let sampled = if tcp.is_empty() { 0.0 } else { at_window as f64 / tcp.len() as f64 };
-                    let buffer_limited = clock.max(sampled).min(1.0);
-                    // TCP's own count of bytes acknowledged: blocks are acknowledged
-                    // whole, a few a window on a slow connection
-                    let bytes = match (ta, tb) {
-                        (Some(x), Some(y)) => y.bytes_acked.saturating_sub(x.bytes_acked),
-                        _ => b.1.saturating_sub(a.1),
-                    };
-                    Some(ConnWindow {
-                        id: l.id,
-                        slot: l.slot,
-                        age_ns: l.started.elapsed().as_nanos() as u64,
-                        rate_bps: bytes as f64 * 8.0 / dt,
-                        retrans,
-                        buffer_limited,
-                        replaces: l.replaces,
-                    })
-                })
-                .collect();
+            let views: Vec<ConnWindow> = live.iter().filter_map(Live::window).collect();
             if plan.tail {
                 queue.set_slow(gridperf_core::pool::tail_holders(&views));
             }
@@ -282,10 +217,7 @@ pub fn send_pool(
                         if let Some(pos) = live.iter().position(|l| l.id == id) {
                             let slot = live[pos].slot;
                             let rate = views.iter().find(|v| v.id == id).map_or(0.0, |v| v.rate_bps);
-                            live[pos].ctl.close(format!("restarted: {why}"));
-                            if let Some(s) = lock(&live[pos].sock).as_ref() {
-                                let _ = s.shutdown(std::net::Shutdown::Both);
-                            }
+                            live[pos].close(format!("restarted: {why}"));
                             live.push(spawn(next_id, slot, Some((id, rate)), tail));
                             let why = match &plan.restart_caveat {
                                 Some(c) if restarts.count() == 1 => format!("{why}; {c}"),
@@ -304,26 +236,7 @@ pub fn send_pool(
                 }
             }
             if let Some(a) = auto.as_mut() {
-                let youngest = live.iter().map(|l| l.started.elapsed()).min().unwrap_or_default();
-                let rate: f64 = views.iter().map(|v| v.rate_bps).sum();
-                let retrans: u32 = views.iter().map(|v| v.retrans).sum();
-                let buffer_limited = if views.is_empty() {
-                    0.0
-                } else {
-                    views.iter().map(|v| v.buffer_limited).sum::<f64>() / views.len() as f64
-                };
-                let n = live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).count() as u32;
-                let w = gridperf_core::pool::PoolWindow {
-                    now_ns,
-                    window_ns,
-                    live: n,
-                    youngest_ns: youngest.as_nanos() as u64,
-                    rate_bps: rate,
-                    retrans,
-                    buffer_limited,
-                    pending,
-                };
-                match a.decide(&w) {
+                match a.decide(&pool_window(&live, &views, now_ns, window_ns, pending)) {
                     Some(Change::Add { n, why }) => {
                         let mut opened = Vec::new();
                         for _ in 0..n {
@@ -343,10 +256,7 @@ pub fn send_pool(
                         if let Some(l) =
                             live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).max_by_key(|l| l.started)
                         {
-                            l.ctl.close(format!("removed by -P auto: {why}"));
-                            if let Some(s) = lock(&l.sock).as_ref() {
-                                let _ = s.shutdown(std::net::Shutdown::Both);
-                            }
+                            l.close(format!("removed by -P auto: {why}"));
                             note(&mut events, "remove", Some(l.id), None, why);
                         }
                     }
@@ -357,4 +267,108 @@ pub fn send_pool(
     });
     let works = works.into_iter().flatten().collect();
     PoolOut { works, events }
+}
+
+/// The connections that ended, out of `live`: each one's number and result.
+fn reap(live: &mut Vec<Live<'_>>) -> Vec<(u32, io::Result<StreamWork>)> {
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k < live.len() {
+        if !live[k].ended.load(Ordering::SeqCst) && !live[k].handle.is_finished() {
+            k += 1;
+            continue;
+        }
+        let l = live.swap_remove(k);
+        let r = l.handle.join().unwrap_or_else(|_| Err(io::Error::other("a stream panicked")));
+        out.push((
+            l.id,
+            r.map(|mut w| {
+                w.slot = l.slot;
+                w
+            }),
+        ));
+    }
+    out
+}
+
+/// The pool over the last window, for -P auto: its connections still
+/// running, the youngest one's age, their rate, retransmissions, and how
+/// much of the time they were bound by a window or a send buffer.
+fn pool_window(
+    live: &[Live<'_>],
+    views: &[ConnWindow],
+    now_ns: u64,
+    window_ns: u64,
+    pending: bool,
+) -> gridperf_core::pool::PoolWindow {
+    let youngest = live.iter().map(|l| l.started.elapsed()).min().unwrap_or_default();
+    let buffer_limited =
+        if views.is_empty() { 0.0 } else { views.iter().map(|v| v.buffer_limited).sum::<f64>() / views.len() as f64 };
+    gridperf_core::pool::PoolWindow {
+        now_ns,
+        window_ns,
+        live: live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).count() as u32,
+        youngest_ns: youngest.as_nanos() as u64,
+        rate_bps: views.iter().map(|v| v.rate_bps).sum(),
+        retrans: views.iter().map(|v| v.retrans).sum(),
+        buffer_limited,
+        pending,
+    }
+}
+
+impl Live<'_> {
+    /// Closes this connection for `why`, waking it from a blocked write.
+    fn close(&self, why: String) {
+        self.ctl.close(why);
+        if let Some(s) = lock(&self.sock).as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// This connection over the last window: its rate (TCP's own count of
+    /// bytes acknowledged: blocks are acknowledged whole, a few a window on
+    /// a slow connection), retransmissions, and how much of the time it
+    /// was bound by a window or a send buffer. None before two samples.
+    fn window(&self) -> Option<ConnWindow> {
+        let (a, b) = (self.hist.front()?, self.hist.back()?);
+        let dt = b.0.duration_since(a.0).as_secs_f64();
+        if dt <= 0.0 {
+            return None;
+        }
+        let (ta, tb) = (a.2.as_ref(), b.2.as_ref());
+        let retrans = match (ta, tb) {
+            (Some(x), Some(y)) => y.total_retrans.saturating_sub(x.total_retrans),
+            _ => 0,
+        };
+        let clock = match (ta, tb) {
+            (Some(x), Some(y)) if y.busy_us > x.busy_us => {
+                let lim =
+                    (y.rwnd_limited_us + y.sndbuf_limited_us).saturating_sub(x.rwnd_limited_us + x.sndbuf_limited_us);
+                lim as f64 / (y.busy_us - x.busy_us) as f64
+            }
+            _ => 0.0,
+        };
+        // the kernel's clocks run only when a send finds the window shut (a
+        // paced sender rarely does): the samples show the data in flight
+        // reaching the receiver's window, as stream's verdict reads them
+        let tcp: Vec<&gridperf_core::flow::TcpSample> = self.hist.iter().skip(1).filter_map(|h| h.2.as_ref()).collect();
+        let at_window = tcp
+            .iter()
+            .filter(|t| t.snd_wnd > 0 && u64::from(t.unacked) * u64::from(t.mss) * 100 >= u64::from(t.snd_wnd) * 85)
+            .count();
+        let sampled = if tcp.is_empty() { 0.0 } else { at_window as f64 / tcp.len() as f64 };
+        let bytes = match (ta, tb) {
+            (Some(x), Some(y)) => y.bytes_acked.saturating_sub(x.bytes_acked),
+            _ => b.1.saturating_sub(a.1),
+        };
+        Some(ConnWindow {
+            id: self.id,
+            slot: self.slot,
+            age_ns: self.started.elapsed().as_nanos() as u64,
+            rate_bps: bytes as f64 * 8.0 / dt,
+            retrans,
+            buffer_limited: clock.max(sampled).min(1.0),
+            replaces: self.replaces,
+        })
+    }
 }
