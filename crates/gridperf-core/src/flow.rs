@@ -158,6 +158,9 @@ pub struct Verdict {
 /// Reads the verdict from a sender's TCP_INFO timeline (first and last
 /// samples give the cumulative counters over the run; the timeline gives the
 /// RTT and window).
+// Long by design: the limits a sender can meet, tried in their order of
+// precedence over one set of counters, the first that held the stream back
+// long enough being its verdict.
 pub fn verdict(samples: &[TcpSample], ctx: &VerdictContext) -> Verdict {
     let min_rtt_us =
         min_nonzero(samples.iter().map(|s| s.min_rtt_us)).or_else(|| min_nonzero(samples.iter().map(|s| s.srtt_us)));

@@ -329,6 +329,10 @@ impl Analyzer {
     }
 
     /// Takes a segment seen at `t` (ns).
+    // Long by design: one segment's effect on its connection, in the order
+    // tcptrace applies them (the connection found or begun, then this end's
+    // data, then its acknowledgment and window of the peer's), on one borrow
+    // of the two ends.
     pub fn segment(&mut self, t: i64, s: &Segment) {
         let (Some(src), Some(dst)) = (s.src, s.dst) else { return };
         let start = *self.start.get_or_insert(t);

@@ -277,6 +277,9 @@ fn fmt_bytes(n: u64) -> String {
 /// What each setting caps a single stream at on `path`, which binds, and
 /// what to set. `app_buffer` is the SO_RCVBUF / SO_SNDBUF an application
 /// asks for (iperf's -w), if any.
+// Long by design: one row per setting (receive and send buffers, window
+// scaling, timestamps and SACK, congestion control, MTU), in the order the
+// advice prints them, each row's cap against the same path.
 pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advice {
     let bdp = path.bdp_bytes();
     let (share, share_why) = share_of(h);

@@ -204,6 +204,7 @@ fn show_clone(f: &gridperf_core::clone::CloneFile, file: Option<&std::path::Path
 }
 
 /// Runs a lab command; `lab exec` returns the exit status of what it ran.
+// Long by design: one arm per `lab` subcommand, each a few lines over lab::.
 pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
     match o {
         Opts::Up(spec) => {

@@ -253,6 +253,9 @@ fn waits_on_delay(net: &Network) -> bool {
     }
 }
 
+// Long by design: one network's survey in its order (its runs, a look at
+// the CPUs, the rtt and transfer options that follow from both, then the
+// measurements), each step commented, on one set of locals.
 fn survey_network(
     db: &std::path::Path,
     spec: &SurveySpec,

@@ -195,6 +195,8 @@ fn drain_all(
 }
 
 /// The server's part of one repetition.
+// Long by design: one arm per variant of the benchmark, each the server's
+// whole repetition as the variant's description reads.
 fn server(
     variant: Variant,
     conns: &mut [TcpStream],

@@ -102,6 +102,87 @@ fn share(total: u64, rounds: u32, round: u32) -> u64 {
     total / r + u64::from(k < total % r)
 }
 
+/// One step's exchanges of `size` bytes over `proto`: `count` of them, or
+/// for `budget` (at most MAX_SAMPLES kept); into `g`. Losses in a row
+/// beyond what the path can explain end the run, as a failed exchange does.
+fn exchanges(
+    r: &mut super::echo::EchoTest,
+    idx: usize,
+    proto: Proto,
+    size: u64,
+    g: &mut Gathered,
+    count: u64,
+    budget: Option<std::time::Duration>,
+) -> Result<()> {
+    let late_before = r.pingers[idx].late;
+    let (mut sent, mut in_a_row) = (0u64, 0u64);
+    let end = budget.map(|d| Instant::now() + d);
+    loop {
+        let more = match end {
+            Some(end) => Instant::now() < end && g.samples.len() < MAX_SAMPLES,
+            None => sent < count,
+        };
+        if !more {
+            break;
+        }
+        sent += 1;
+        match r.pingers[idx].exchange(size as usize) {
+            Ok(Outcome::Rtt(ns)) => {
+                if g.samples.len() < MAX_SAMPLES {
+                    g.samples.push(ns);
+                }
+                in_a_row = 0;
+            }
+            Ok(Outcome::Lost) => {
+                g.lost += 1;
+                in_a_row += 1;
+                r.lost_in_a_row(proto, size, in_a_row)?;
+            }
+            Err(e) => return Err(r.fail(proto, size, g.warmed + g.sent + sent, e)),
+        }
+    }
+    g.sent += sent;
+    g.late += r.pingers[idx].late - late_before;
+    Ok(())
+}
+
+/// A measured point, its warnings added to `warnings`.
+fn point(
+    proto: Proto,
+    size: u64,
+    g: Gathered,
+    irregular: Option<Irregular>,
+    attempt: u32,
+    opts: &RttOptions,
+    warnings: &mut Vec<Warning>,
+) -> RttPoint {
+    let summary = Summary::from_samples(&g.samples);
+    let label = format!("{proto} {size} B");
+    if let Some(s) = &summary {
+        warnings.extend(stats::check(&label, s));
+    }
+    if g.lost > 0 {
+        warnings.push(Warning::Lost { point: label.clone(), lost: g.lost, sent: g.sent });
+    }
+    if let Some(why) = &irregular {
+        warnings.push(Warning::Irregular { point: label, why: why.describe(), retries: attempt });
+    }
+    RttPoint {
+        proto,
+        size_bytes: size,
+        summary,
+        warmup: g.warmed,
+        sent: g.sent,
+        lost: g.lost,
+        late: g.late,
+        samples_ns: opts.keep_samples.then_some(g.samples),
+        server: Some(g.server),
+        rounds_ns: if opts.rounds.max(1) > 1 { g.rounds } else { Vec::new() },
+        irregular,
+        retries: attempt,
+    }
+}
+
 /// As [`run`], leaving out the points `skip` names (already measured), and
 /// handing each point to `on_point` as soon as it is measured (the store
 /// writes it there); an error from `on_point` ends the run.
@@ -161,36 +242,8 @@ pub fn run_with(
                         r.warm_exchange(idx, proto, size, g.warmed)?;
                         g.warmed += 1;
                     }
-                    let late_before = r.pingers[idx].late;
                     let from = g.samples.len();
-                    let (mut sent, mut in_a_row) = (0u64, 0u64);
-                    let end = budget.map(|d| Instant::now() + d);
-                    loop {
-                        let more = match end {
-                            Some(end) => Instant::now() < end && g.samples.len() < MAX_SAMPLES,
-                            None => sent < count,
-                        };
-                        if !more {
-                            break;
-                        }
-                        sent += 1;
-                        match r.pingers[idx].exchange(size as usize) {
-                            Ok(Outcome::Rtt(ns)) => {
-                                if g.samples.len() < MAX_SAMPLES {
-                                    g.samples.push(ns);
-                                }
-                                in_a_row = 0;
-                            }
-                            Ok(Outcome::Lost) => {
-                                g.lost += 1;
-                                in_a_row += 1;
-                                r.lost_in_a_row(proto, size, in_a_row)?;
-                            }
-                            Err(e) => return Err(r.fail(proto, size, g.warmed + g.sent + sent, e)),
-                        }
-                    }
-                    g.sent += sent;
-                    g.late += r.pingers[idx].late - late_before;
+                    exchanges(&mut r, idx, proto, size, g, count, budget)?;
                     g.rounds.push(stats::median_u64(&g.samples[from..]).unwrap_or(f64::NAN));
                     // the next step of this size, told to the agent with this
                     // one's end (a round trip less on a long path): the next
@@ -227,31 +280,7 @@ pub fn run_with(
             break got.into_iter().zip(irregular).collect::<Vec<_>>();
         };
         for (proto, (g, irregular)) in protos.iter().zip(measured) {
-            let summary = Summary::from_samples(&g.samples);
-            let label = format!("{proto} {size} B");
-            if let Some(s) = &summary {
-                warnings.extend(stats::check(&label, s));
-            }
-            if g.lost > 0 {
-                warnings.push(Warning::Lost { point: label.clone(), lost: g.lost, sent: g.sent });
-            }
-            if let Some(why) = &irregular {
-                warnings.push(Warning::Irregular { point: label, why: why.describe(), retries: attempt });
-            }
-            out.push(RttPoint {
-                proto: *proto,
-                size_bytes: size,
-                summary,
-                warmup: g.warmed,
-                sent: g.sent,
-                lost: g.lost,
-                late: g.late,
-                samples_ns: opts.keep_samples.then_some(g.samples),
-                server: Some(g.server),
-                rounds_ns: if rounds > 1 { g.rounds } else { Vec::new() },
-                irregular,
-                retries: attempt,
-            });
+            out.push(point(*proto, size, g, irregular, attempt, opts, &mut warnings));
             if let Some(p) = out.last() {
                 on_point(p)?;
             }

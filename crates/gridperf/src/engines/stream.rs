@@ -154,6 +154,9 @@ fn connect_tcp(addr: SocketAddr, spec: &StreamSpec, sending: bool, within: Durat
     Ok(s)
 }
 
+// Long by design: one run's conversation in its order (the request, the
+// data connections, go, the intervals, the end and the verdict), each step
+// commented, over one session.
 fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mut OnInterval) -> Result<StreamRun> {
     let spec = &opts.spec;
     let proto = spec.validate(&host::limits()).map_err(Error::usage)?;

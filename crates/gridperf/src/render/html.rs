@@ -580,6 +580,8 @@ fn run_title(run: &RunRow) -> String {
 }
 
 /// The whole report; also every chart as (file name, SVG) for --svg-dir.
+// Long by design: the report's sections in the order a reader meets them,
+// each a few lines over the one analysis.
 pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)>) {
     let analysis = analyse(runs);
     let mut svgs: Vec<(String, String)> = Vec::new();

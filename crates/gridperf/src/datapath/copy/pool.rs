@@ -89,6 +89,9 @@ impl Drop for Ended {
 /// counts each one's acknowledged bytes. `event` hears each event as it
 /// happens. Returns when every block is acknowledged, or the copy stopped,
 /// or every connection failed (then the queue is stopped with why).
+// Long by design: the pool's loop holds the thread scope its connections
+// are spawned in (a restart and -P auto spawn from inside it); what it
+// judges is in `Live::window`, `pool_window` and gridperf_core::pool.
 pub fn send_pool(
     files: &[SourceFile],
     block: u64,

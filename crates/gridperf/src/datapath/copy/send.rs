@@ -80,6 +80,9 @@ type InFlight = (Mutex<VecDeque<(u32, u64, u64)>>, Condvar);
 /// queue, when the pool closes it (`ctl`) or it fails (then the error);
 /// at the end, a connection still holding blocks that another delivered
 /// first (the tail) is reset rather than made to finish sending them.
+// Long by design: the writer, its TCP_INFO sampler and its
+// acknowledgment reader run in one thread scope and share its locals (the
+// blocks in flight, the stop flags); the writer's loop is the rest.
 pub fn send_stream(
     index: u32,
     files: &[SourceFile],

@@ -197,6 +197,9 @@ impl SinkFile {
     /// source's), a partial another copy holds is refused, and a new
     /// partial file takes its whole size at once (a full disk is said now).
     /// Returns the file and the blocks it needs.
+    // Long by design: the destination's cases in the order they are decided
+    // (partial of this source, finished, another copy's, new), each a
+    // refusal or the blocks needed, on one open directory.
     pub fn prepare(
         root: &Arc<OwnedFd>,
         rel: &str,
