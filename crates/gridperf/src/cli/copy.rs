@@ -68,13 +68,8 @@ pub struct CopyArgs {
     /// Cap each stream at RATE (SO_MAX_PACING_RATE), bits per second: 500M.
     #[arg(long, value_name = "RATE")]
     pub pacing: Option<String>,
-    /// Copy across a lab of this profile, brought up for the copy (both paths local: the lab's agent on host b
-    /// writes beneath the destination, this host sends from host a): cern-icepp is the CERN-Tokyo path.
-    #[arg(long, value_name = "PROFILE")]
-    pub lab: Option<String>,
-    /// Override one field of the --lab profile: rate=1G, rtt=270ms, loss=0.001% (repeat).
-    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
-    pub lab_sets: Vec<String>,
+    #[command(flatten)]
+    pub across: super::LabArgs,
     /// Go on with an interrupted copy: partial files are hashed again block by block against their journal
     /// (always; a size is never trusted), and a destination an earlier run finished (its size and time the
     /// source's) is kept instead of refused.
@@ -279,7 +274,7 @@ impl TryFrom<CopyArgs> for Opts {
         let source_words = all_sources.iter().map(words).collect::<Vec<_>>().join(" ");
         let dest_words = words(&dest);
         Ok(Opts {
-            shape: shape(all_sources, dest, dests, a.lab.is_some())?,
+            shape: shape(all_sources, dest, dests, a.across.lab.is_some())?,
             source_words,
             dest_words,
             copy: CopyOptions {
@@ -313,11 +308,11 @@ impl TryFrom<CopyArgs> for Opts {
             json_stream: a.json_stream,
             fault_flip_block: a.fault_flip_block,
             verbose: a.verbose,
-            lab: match a.lab {
+            lab: match a.across.lab {
                 Some(p) => {
                     // checked before anything is brought up
-                    crate::lab::run::spec_for("check", &p, &a.lab_sets)?;
-                    Some((p, a.lab_sets))
+                    crate::lab::run::spec_for("check", &p, &a.across.sets)?;
+                    Some((p, a.across.sets))
                 }
                 None => None,
             },

@@ -80,14 +80,8 @@ pub struct EchoArgs {
     /// Run both ends in a new private network namespace whose loopback has this MTU (only without HOST).
     #[arg(long, value_name = "BYTES")]
     pub loopback_mtu: Option<u32>,
-    /// Run across a lab of this profile (gridperf lab profiles) or profile file (lab clone --out), brought up for the run and taken down
-    /// after it: the agent on host b, the client on host a (only without HOST).
-    #[arg(long, value_name = "PROFILE")]
-    pub lab: Option<String>,
-    /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1%; or give
-    /// both hosts a per-namespace sysctl: net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
-    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
-    pub lab_sets: Vec<String>,
+    #[command(flatten)]
+    pub across: super::LabArgs,
     #[command(flatten)]
     pub store: super::StoreArgs,
     /// Print JSON (schema documented in docs/json.md) instead of a table (iperf3's -J).
@@ -255,13 +249,8 @@ pub struct StreamArgs {
     /// Wait up to DURATION in the agent's queue when it is busy (default: fail at once).
     #[arg(long, value_name = "DURATION")]
     pub queue: Option<String>,
-    /// Run across a lab of this profile (or a lab clone profile file), brought up for the run: agent on host b, client on host a.
-    #[arg(long, value_name = "PROFILE")]
-    pub lab: Option<String>,
-    /// Override one field of the --lab profile: rate=1G, rtt=20ms, loss=1%; or give both hosts a
-    /// per-namespace sysctl, e.g. a 2.6.9 kernel's buffers: net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
-    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
-    pub lab_sets: Vec<String>,
+    #[command(flatten)]
+    pub across: super::LabArgs,
     /// Print JSON (schema in docs/json.md) instead of the table (iperf3's -J).
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -328,13 +317,8 @@ pub struct FanoutArgs {
     pub csv: bool,
     #[command(flatten)]
     pub store: super::StoreArgs,
-    /// Across a lab of this profile: the server on host a1, one consumer per host on the far side.
-    #[arg(long, value_name = "PROFILE")]
-    pub lab: Option<String>,
-    /// Override one field of the --lab profile: rate=1G, rtt=20ms; or a per-namespace sysctl of every host:
-    /// net.ipv4.tcp_rmem="4096 87380 174760" (repeat).
-    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
-    pub lab_sets: Vec<String>,
+    #[command(flatten)]
+    pub across: super::LabArgs,
     /// With --lab: hosts on each side, 1xM (default 1 x the most --nodes, at most 8).
     #[arg(long, value_name = "1xM", requires = "lab")]
     pub hosts: Option<String>,
@@ -403,7 +387,7 @@ fn echo(a: &EchoArgs) -> Result<(Place, EchoOptions)> {
             None => Duration::ZERO,
         },
     };
-    let network = network(&a.host, a.port, family(a.ipv4, a.ipv6), &a.lab, &a.lab_sets)?;
+    let network = network(&a.host, a.port, family(a.ipv4, a.ipv6), &a.across.lab, &a.across.sets)?;
     match (&network, a.loopback_mtu, a.fault_drop_udp) {
         (Network::Lab { .. }, Some(_), _) | (Network::Lab { .. }, _, Some(_)) => {
             return Err(Error::usage("--lab takes neither --loopback-mtu nor --fault-drop-udp"))
@@ -608,7 +592,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
                 None => Duration::ZERO,
             },
         };
-        let network = network(&a.host, a.port, family(a.ipv4, a.ipv6), &a.lab, &a.lab_sets)?;
+        let network = network(&a.host, a.port, family(a.ipv4, a.ipv6), &a.across.lab, &a.across.sets)?;
         if a.fault_break_stream.is_some() && network != Network::Local {
             return Err(Error::usage("--fault-break-stream works only with the local agent"));
         }
@@ -781,11 +765,11 @@ impl TryFrom<FanoutArgs> for commands::fanout::Opts {
             agents: a.agents.iter().map(|h| resolve(h, DEFAULT_PORT)).collect::<Result<_>>()?,
             deadlines: None,
         };
-        if !opts.agents.is_empty() && a.lab.is_some() {
+        if !opts.agents.is_empty() && a.across.lab.is_some() {
             return Err(Error::usage("--agents and --lab: give one; the lab places its own consumers"));
         }
         crate::engines::fanout::validate(&opts)?;
-        let lab = match &a.lab {
+        let lab = match &a.across.lab {
             None => None,
             Some(profile) => {
                 let most = opts.nodes.iter().copied().max().unwrap_or(1).min(8) as usize;
@@ -793,8 +777,8 @@ impl TryFrom<FanoutArgs> for commands::fanout::Opts {
                     Some(h) => parse_hosts(h)?,
                     None => (1, most),
                 };
-                crate::lab::run::spec_with_hosts("check", profile, &a.lab_sets, hosts)?;
-                Some(commands::fanout::Lab { profile: profile.clone(), sets: a.lab_sets.clone(), hosts })
+                crate::lab::run::spec_with_hosts("check", profile, &a.across.sets, hosts)?;
+                Some(commands::fanout::Lab { profile: profile.clone(), sets: a.across.sets.clone(), hosts })
             }
         };
         Ok(commands::fanout::Opts { fanout: opts, lab, store: a.store.choice(), format: format(a.json, a.csv) })

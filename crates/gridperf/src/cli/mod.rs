@@ -202,14 +202,14 @@ impl Command {
         use crate::lab::Namespaces;
         let own = |yes: bool| if yes { Namespaces::Own } else { Namespaces::None };
         match self {
-            Command::Rtt(a) => own(a.echo.lab.is_some() || a.echo.loopback_mtu.is_some()),
-            Command::Transfer(a) => own(a.echo.lab.is_some() || a.echo.loopback_mtu.is_some()),
+            Command::Rtt(a) => own(a.echo.across.lab.is_some() || a.echo.loopback_mtu.is_some()),
+            Command::Transfer(a) => own(a.echo.across.lab.is_some() || a.echo.loopback_mtu.is_some()),
             // a sweep over profiles (and every preset) brings labs up without --lab
-            Command::Stream(a) => own(a.lab.is_some()
+            Command::Stream(a) => own(a.across.lab.is_some()
                 || a.preset.is_some()
                 || a.sweep.iter().any(|s| s.trim_start().starts_with("profile="))),
-            Command::Fanout(a) => own(a.lab.is_some()),
-            Command::Copy(a) => own(a.lab.is_some()),
+            Command::Fanout(a) => own(a.across.lab.is_some()),
+            Command::Copy(a) => own(a.across.lab.is_some()),
             Command::Tune(a) => a.in_lab.clone().map_or(Namespaces::None, Namespaces::OfLab),
             Command::Survey(_) => Namespaces::Own,
             Command::Lab(lab::LabCommand::Up(_) | lab::LabCommand::Calibrate(_)) => Namespaces::Own,
@@ -457,6 +457,21 @@ pub fn peer_habit(command: Option<&str>, arg: &str) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// A lab brought up for the run, as every command that can run across one takes it.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LabArgs {
+    /// Run across a lab of this profile (gridperf lab profiles) or profile file (lab clone --out), brought up
+    /// for the run and taken down after it, also on an error or Ctrl-C: this end on host a (a1), the far end
+    /// on host b (b1.., one per consumer for fanout; a copy's agent writes beneath its local destination).
+    #[arg(long, value_name = "PROFILE")]
+    pub lab: Option<String>,
+    /// Override one field of the --lab profile, as lab up --set takes it: rate=1G, rtt=20ms, loss=1%; or give
+    /// every host a per-namespace sysctl, e.g. a 2.6.9 kernel's buffers: net.ipv4.tcp_rmem="4096 87380 174760"
+    /// (repeat).
+    #[arg(long = "lab-set", value_name = "FIELD=VALUE", requires = "lab")]
+    pub sets: Vec<String>,
 }
 
 /// Where a measurement's results go, as every measuring command takes it.
