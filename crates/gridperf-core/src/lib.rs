@@ -20,26 +20,14 @@
 //! - [`capture`]: pcap and pcapng read as a stream, frames decoded to TCP segments, pcap written;
 //! - [`trace`]: a capture's TCP connections over time, and `stream`'s verdict from them.
 
+pub mod analysis;
 pub mod auth;
 pub mod capture;
-pub mod clone;
-pub mod compare;
 pub mod copy;
-pub mod emu;
-pub mod flow;
 pub mod fuzzing;
-pub mod gso;
-pub mod labcfg;
+pub mod lab;
 pub mod model;
-pub mod plan;
-pub mod pool;
-pub mod seal;
-pub mod shape;
-pub mod stats;
-pub mod stopping;
-pub mod survey;
+pub mod rng;
 pub mod svg;
-pub mod trace;
-pub mod tune;
 pub mod units;
 pub mod wire;

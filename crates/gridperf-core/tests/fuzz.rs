@@ -79,15 +79,15 @@ fn user_figures() {
         let s = String::from_utf8_lossy(b);
         let _ = gridperf_core::units::parse_bytes(&s, "x");
         let _ = gridperf_core::units::parse_duration_ns(&s, "x");
-        let _ = gridperf_core::labcfg::parse_rate_bps(&s);
-        let _ = gridperf_core::labcfg::parse_loss(&s);
-        let _ = gridperf_core::labcfg::parse_queue(&s);
-        let _ = gridperf_core::plan::parse_sizes(&s);
-        let _ = gridperf_core::plan::parse_protos(&s);
+        let _ = gridperf_core::lab::cfg::parse_rate_bps(&s);
+        let _ = gridperf_core::lab::cfg::parse_loss(&s);
+        let _ = gridperf_core::lab::cfg::parse_queue(&s);
+        let _ = gridperf_core::model::plan::parse_sizes(&s);
+        let _ = gridperf_core::model::plan::parse_protos(&s);
         let _ = s.parse::<Cidr>();
-        if let Ok(p) = gridperf_core::labcfg::profile("man") {
+        if let Ok(p) = gridperf_core::lab::cfg::profile("man") {
             let mut set = p.settings();
-            let _ = gridperf_core::labcfg::apply_set(&mut set, &s);
+            let _ = gridperf_core::lab::cfg::apply_set(&mut set, &s);
         }
     });
 }
@@ -106,7 +106,7 @@ fn captures() {
     // pcap and pcapng as a stream, each frame decoded, the TCP segments traced
     fuzz("capture", |b| {
         let Ok(mut r) = gridperf_core::capture::CaptureReader::new(b) else { return };
-        let mut an = gridperf_core::trace::Analyzer::new(100_000_000);
+        let mut an = gridperf_core::capture::trace::Analyzer::new(100_000_000);
         let mut data = Vec::new();
         let mut frames = 0;
         while let Some(f) = r.next_frame_into(&mut data) {
@@ -144,14 +144,14 @@ fn copy_frames() {
 #[test]
 fn udp_stream_headers() {
     fuzz("udp-header", |b| {
-        if let Some((stream, seq, t)) = gridperf_core::flow::decode_udp_header(b) {
+        if let Some((stream, seq, t)) = gridperf_core::analysis::flow::decode_udp_header(b) {
             let mut again = b.to_vec();
-            gridperf_core::flow::encode_udp_header(&mut again, stream, seq, t);
-            assert_eq!(gridperf_core::flow::decode_udp_header(&again), Some((stream, seq, t)));
+            gridperf_core::analysis::flow::encode_udp_header(&mut again, stream, seq, t);
+            assert_eq!(gridperf_core::analysis::flow::decode_udp_header(&again), Some((stream, seq, t)));
         }
-        let mut t = gridperf_core::flow::SeqTracker::new();
+        let mut t = gridperf_core::analysis::flow::SeqTracker::new();
         for chunk in b.chunks(24) {
-            if let Some((_, seq, send)) = gridperf_core::flow::decode_udp_header(chunk) {
+            if let Some((_, seq, send)) = gridperf_core::analysis::flow::decode_udp_header(chunk) {
                 t.record(seq, chunk.len() as u64, send, send.wrapping_add(1000));
             }
         }
@@ -163,7 +163,7 @@ fn udp_stream_headers() {
 #[test]
 #[ignore]
 fn write_the_corpus() {
-    use gridperf_core::plan::Proto;
+    use gridperf_core::model::plan::Proto;
     use gridperf_core::wire::{
         DataKind, Direction, EchoSpec, ErrorCode, FanoutSpec, StepRequest, StreamSpec, Test, TestRequest,
     };
@@ -333,7 +333,7 @@ fn write_the_corpus() {
     {
         let mut b = vec![0u8; 64];
         for (k, seq) in [0u64, 1, u64::MAX].into_iter().enumerate() {
-            gridperf_core::flow::encode_udp_header(&mut b, k as u32, seq, 1_000_000_007);
+            gridperf_core::analysis::flow::encode_udp_header(&mut b, k as u32, seq, 1_000_000_007);
             write("udp-header", format!("{k:02}"), &b);
         }
     }

@@ -76,8 +76,8 @@ impl From<WireError> for Error {
     }
 }
 
-impl From<gridperf_core::plan::PlanError> for Error {
-    fn from(e: gridperf_core::plan::PlanError) -> Error {
+impl From<gridperf_core::model::plan::PlanError> for Error {
+    fn from(e: gridperf_core::model::plan::PlanError) -> Error {
         Error::usage(e.to_string())
     }
 }

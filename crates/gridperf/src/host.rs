@@ -3,9 +3,9 @@
 //! run. `lab` and `tune` both read and set settings through here.
 
 use crate::error::{Error, Result};
+use gridperf_core::analysis::tune;
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{Applied, EndInfo, SocketInfo};
-use gridperf_core::plan::Proto;
-use gridperf_core::tune;
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 

@@ -1,8 +1,8 @@
 //! The echo tests' results: round-trip time (`rtt`) and transfer time (`transfer`).
 
 use super::Environment;
-use crate::plan::Proto;
-use crate::stats::{Summary, Warning};
+use crate::analysis::stats::{Summary, Warning};
+use crate::model::plan::Proto;
 use serde::{Deserialize, Serialize};
 
 /// What the agent did during one point.
@@ -52,7 +52,7 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
     /// For rtt: a size stops before `rounds` once its protocols are told
-    /// apart or shown tied ([`crate::stopping`]; the quick survey's).
+    /// apart or shown tied ([`crate::analysis::stopping`]; the quick survey's).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_early: bool,
 }
@@ -85,7 +85,7 @@ pub struct RttPoint {
     /// when it still did not after the retries: such a point is left out
     /// of the conclusions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub irregular: Option<crate::shape::Irregular>,
+    pub irregular: Option<crate::analysis::shape::Irregular>,
     /// How many times the point was measured again because it was irregular.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,

@@ -2,7 +2,7 @@
 //! study): per point the repetitions' times, the document's bandwidth, or
 //! the evidence of a deadlock.
 
-use crate::stats::Summary;
+use crate::analysis::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -183,7 +183,7 @@ mod tests {
             size: 256,
             repetitions: 5,
             times_ns: vec![median_ns as u64; 5],
-            time: crate::stats::Summary::from_samples(&[median_ns as u64; 5]),
+            time: crate::analysis::stats::Summary::from_samples(&[median_ns as u64; 5]),
             bandwidth_bps: None,
             deadlock: None,
             error: None,

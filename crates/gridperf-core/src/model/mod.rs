@@ -8,6 +8,7 @@
 mod copy;
 mod echo;
 mod fanout;
+pub mod plan;
 mod stream;
 mod sweep;
 mod trace;
@@ -21,7 +22,7 @@ pub use sweep::*;
 pub use trace::*;
 pub use tune::*;
 
-use crate::plan::Proto;
+use crate::model::plan::Proto;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,7 +1,7 @@
 //! Bulk throughput's results (`stream`): both ends' figures per stream.
 
 use super::{Environment, SocketInfo};
-use crate::stats::Warning;
+use crate::analysis::stats::Warning;
 use serde::{Deserialize, Serialize};
 
 /// What one end did on one stream, as that end measured it.
@@ -30,7 +30,7 @@ pub struct StreamEnd {
     pub broken: Option<String>,
     pub socket: SocketInfo,
     /// UDP receiver: sequence accounting.
-    pub udp: Option<crate::flow::SeqStats>,
+    pub udp: Option<crate::analysis::flow::SeqStats>,
     /// UDP sender: datagrams sent, and sends that failed (no buffer space).
     pub datagrams: Option<u64>,
     pub send_errors: u64,
@@ -38,7 +38,7 @@ pub struct StreamEnd {
     /// the kernel did by copying after all (always, on loopback and veth).
     pub zerocopy: Option<ZeroCopyFigures>,
     /// The last TCP_INFO sample of the stream's socket.
-    pub tcp_last: Option<crate::flow::TcpSample>,
+    pub tcp_last: Option<crate::analysis::flow::TcpSample>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -63,10 +63,10 @@ pub struct StreamResult {
     /// time it lasted, when the stream ended within it).
     pub interval_bps: Vec<f64>,
     pub retransmits: Option<u32>,
-    pub verdict: Option<crate::flow::Verdict>,
+    pub verdict: Option<crate::analysis::flow::Verdict>,
     /// The sender's TCP_INFO timeline.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub timeline: Vec<crate::flow::TcpSample>,
+    pub timeline: Vec<crate::analysis::flow::TcpSample>,
     pub broken: Option<String>,
 }
 

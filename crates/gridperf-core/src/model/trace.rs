@@ -106,7 +106,7 @@ pub struct TraceDirection {
     #[serde(default)]
     pub series_interval_s: f64,
     /// In `stream`'s words, from the capture alone.
-    pub verdict: Option<crate::flow::Verdict>,
+    pub verdict: Option<crate::analysis::flow::Verdict>,
 }
 
 /// One interval of a direction.

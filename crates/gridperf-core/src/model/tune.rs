@@ -1,10 +1,10 @@
 //! `gridperf tune`'s results: each end's settings and advice, what caps a
 //! stream each way, what the probes measured, and what `--apply` did. The
-//! arithmetic that fills them is in [`crate::tune`].
+//! arithmetic that fills them is in [`crate::analysis::tune`].
 
-use crate::tune;
+use crate::analysis::tune;
 /// Defined beside the arithmetic that fills them (no circle with it).
-pub use crate::tune::{DirectionCap, EndAdvice, ShareProbe};
+pub use crate::analysis::tune::{DirectionCap, EndAdvice, ShareProbe};
 use serde::{Deserialize, Serialize};
 
 /// What `--apply` did with one line on one host.

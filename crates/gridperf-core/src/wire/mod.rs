@@ -324,7 +324,7 @@ pub enum AgentMsg {
     /// After a stream test: part of the agent's TCP_INFO timeline of one stream.
     StreamSamples {
         index: u32,
-        samples: Vec<crate::flow::TcpSample>,
+        samples: Vec<crate::analysis::flow::TcpSample>,
     },
     /// After a stream test: part of the intervals of one of the agent's
     /// streams (bytes per interval), in order, before StreamDone, whose ends

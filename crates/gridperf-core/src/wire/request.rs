@@ -7,8 +7,8 @@
 //! user typed.
 
 use super::ErrorCode;
+use crate::model::plan::Proto;
 use crate::model::Measure;
-use crate::plan::Proto;
 use serde::{Deserialize, Serialize};
 
 /// Socket buffers (SO_SNDBUF / SO_RCVBUF) a request may ask for: 1 byte to 1 GiB.

@@ -142,7 +142,7 @@ pub fn test_memory(test: &gridperf_core::wire::Test) -> u64 {
     let kernel = |b: Option<u64>| 2 * b.unwrap_or(0);
     match test {
         Test::Rtt(e) | Test::Transfer(e) => {
-            let files = if e.protos.contains(&gridperf_core::plan::Proto::Sendfile) { e.max_size } else { 0 };
+            let files = if e.protos.contains(&gridperf_core::model::plan::Proto::Sendfile) { e.max_size } else { 0 };
             let sockets = e.protos.len() as u64 * (kernel(e.sndbuf) + kernel(e.rcvbuf));
             e.max_size.max(65_536) + files + sockets
         }
@@ -150,7 +150,7 @@ pub fn test_memory(test: &gridperf_core::wire::Test) -> u64 {
             let n = s.layout().len() as u64;
             let time_ms = s.omit_ms.saturating_add(s.duration_ms).saturating_add(s.linger_ms);
             let samples = (time_ms / s.sample_ms.max(1)).min(MAX_SAMPLES as u64)
-                * std::mem::size_of::<gridperf_core::flow::TcpSample>() as u64;
+                * std::mem::size_of::<gridperf_core::analysis::flow::TcpSample>() as u64;
             let intervals = time_ms / s.interval_ms.max(1) * 8;
             let (snd, rcv) = s.buffers(None);
             // a sender's pattern (and its file), a receiver's 128 KiB reads

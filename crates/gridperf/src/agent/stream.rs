@@ -140,7 +140,7 @@ fn stream_both(
 ) -> Result<Vec<gridperf_core::model::SocketInfo>, Fail> {
     if shared.cfg.faults.flood_stream_samples {
         // the test seam: samples until the client gives up (or a minute)
-        let chunk = vec![gridperf_core::flow::TcpSample::default(); 2_000];
+        let chunk = vec![gridperf_core::analysis::flow::TcpSample::default(); 2_000];
         let until = Instant::now() + Duration::from_secs(60);
         while Instant::now() < until {
             if wire::write_msg(ctl, &AgentMsg::StreamSamples { index: 0, samples: chunk.clone() }).is_err() {

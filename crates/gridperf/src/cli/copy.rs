@@ -123,14 +123,14 @@ pub fn parse_parallel(p: &str) -> Result<(u32, Option<(u32, u32)>)> {
         || Error::usage(format!("-P {p}: give a number of streams from 1 to {max}, auto, or MIN..MAX (e.g. 2..32)"));
     let count = |s: &str| s.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(bad);
     match p.trim() {
-        "auto" => Ok((gridperf_core::pool::AutoStreams::start(1, 16), Some((1, 16)))),
+        "auto" => Ok((gridperf_core::copy::pool::AutoStreams::start(1, 16), Some((1, 16)))),
         r => match r.split_once("..") {
             Some((lo, hi)) => {
                 let (lo, hi) = (count(lo)?, count(hi)?);
                 if lo > hi {
                     return Err(bad());
                 }
-                Ok((gridperf_core::pool::AutoStreams::start(lo, hi), Some((lo, hi))))
+                Ok((gridperf_core::copy::pool::AutoStreams::start(lo, hi), Some((lo, hi))))
             }
             None => Ok((count(r)?, None)),
         },

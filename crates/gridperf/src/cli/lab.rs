@@ -247,17 +247,17 @@ pub struct LabProfilesArgs {
 /// Each direction's settings (a to b, b to a) from the profile, profile
 /// file or nothing, with the flags and --set overrides on both, and the
 /// settings in words.
-type Both = (gridperf_core::labcfg::LabSettings, gridperf_core::labcfg::LabSettings, String);
+type Both = (gridperf_core::lab::cfg::LabSettings, gridperf_core::lab::cfg::LabSettings, String);
 
 fn lab_settings(a: &LabUpArgs) -> Result<Both> {
-    use gridperf_core::labcfg;
+    use gridperf_core::lab::cfg;
     let (mut s, mut s_ba, mut words) = match (&a.profile, &a.profile_file) {
         (Some(p), _) => {
-            let prof = labcfg::profile(p).map_err(lab_error)?;
+            let prof = cfg::profile(p).map_err(lab_error)?;
             (prof.settings(), prof.settings(), vec![format!("profile {} ({})", prof.name, prof.source)])
         }
         (None, Some(f)) => crate::lab::run::profile_file(f)?,
-        (None, None) => (labcfg::LabSettings::default(), labcfg::LabSettings::default(), Vec::new()),
+        (None, None) => (cfg::LabSettings::default(), cfg::LabSettings::default(), Vec::new()),
     };
     let mut sets: Vec<String> = Vec::new();
     for (field, v) in [
@@ -279,8 +279,8 @@ fn lab_settings(a: &LabUpArgs) -> Result<Both> {
     }
     sets.extend(a.sets.iter().cloned());
     for set in &sets {
-        labcfg::apply_set(&mut s, set).map_err(lab_error)?;
-        labcfg::apply_set(&mut s_ba, set).map_err(lab_error)?;
+        cfg::apply_set(&mut s, set).map_err(lab_error)?;
+        cfg::apply_set(&mut s_ba, set).map_err(lab_error)?;
         words.push(set.clone());
     }
     Ok((s, s_ba, words.join(", ")))
@@ -290,14 +290,14 @@ impl TryFrom<LabUpArgs> for LabSpec {
     type Error = Error;
     fn try_from(a: LabUpArgs) -> Result<LabSpec> {
         let (settings, settings_ba, mut description) = lab_settings(&a)?;
-        let direction = |base: &gridperf_core::labcfg::LabSettings,
+        let direction = |base: &gridperf_core::lab::cfg::LabSettings,
                          sets: &[String],
                          tag: &str,
                          description: &mut String|
          -> Result<_> {
             let mut s = base.clone();
             for set in sets {
-                gridperf_core::labcfg::apply_set(&mut s, set).map_err(lab_error)?;
+                gridperf_core::lab::cfg::apply_set(&mut s, set).map_err(lab_error)?;
                 description.push_str(&format!(", {tag} {set}"));
             }
             if s.mtu != settings.mtu {
@@ -310,11 +310,11 @@ impl TryFrom<LabUpArgs> for LabSpec {
             direction(&settings_ba, &a.sets_ba, "b->a", &mut description)?,
         );
         let (ab, ba) = (ab_set.link_config().map_err(lab_error)?, ba_set.link_config().map_err(lab_error)?);
-        let n_paths = gridperf_core::labcfg::parse_paths(&a.paths.to_string()).map_err(lab_error)?;
+        let n_paths = gridperf_core::lab::cfg::parse_paths(&a.paths.to_string()).map_err(lab_error)?;
         let own = a
             .path_sets
             .iter()
-            .map(|p| gridperf_core::labcfg::parse_path_set(p).map_err(lab_error))
+            .map(|p| gridperf_core::lab::cfg::parse_path_set(p).map_err(lab_error))
             .collect::<Result<Vec<_>>>()?;
         let paths_ab = crate::lab::run::paths_of(&ab_set, n_paths, &own)?;
         let paths_ba = crate::lab::run::paths_of(&ba_set, n_paths, &own)?;
@@ -325,7 +325,8 @@ impl TryFrom<LabUpArgs> for LabSpec {
             }
         }
         let loopback = a.profile.as_deref() == Some("loopback");
-        if loopback && (ab != gridperf_core::emu::LinkConfig::default() || ab != ba || a.hosts != "1x1" || n_paths > 1)
+        if loopback
+            && (ab != gridperf_core::lab::emu::LinkConfig::default() || ab != ba || a.hosts != "1x1" || n_paths > 1)
         {
             return Err(Error::usage(
                 "the loopback profile has no link to shape and two hosts on one lo: only --mtu applies to it",
@@ -348,12 +349,12 @@ impl TryFrom<LabUpArgs> for LabSpec {
                     )));
                 }
             }
-            let mut s = gridperf_core::labcfg::LabSettings::default();
+            let mut s = gridperf_core::lab::cfg::LabSettings::default();
             for f in fields.split(',').filter(|f| !f.trim().is_empty()) {
                 if f.trim().starts_with("mtu=") {
                     return Err(Error::usage("--access: the MTU is the hosts' own: set it with --mtu"));
                 }
-                gridperf_core::labcfg::apply_set(&mut s, f.trim()).map_err(lab_error)?;
+                gridperf_core::lab::cfg::apply_set(&mut s, f.trim()).map_err(lab_error)?;
             }
             description.push_str(&format!(", access {spec}"));
             access.push((host, s.link_config().map_err(lab_error)?));
@@ -447,7 +448,7 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
                 if !(std::time::Duration::from_secs(20)..=std::time::Duration::from_secs(600)).contains(&budget) {
                     return Err(Error::usage(format!("--time {}: the budget takes 20s to 600s", a.time)));
                 }
-                let max_rate_bps = gridperf_core::labcfg::parse_rate_bps(&a.max_rate).map_err(lab_error)?;
+                let max_rate_bps = gridperf_core::lab::cfg::parse_rate_bps(&a.max_rate).map_err(lab_error)?;
                 let addr = crate::runner::resolve(&host, a.port)?;
                 let deadlines = crate::runner::Deadlines {
                     connect: std::time::Duration::from_secs(5),
@@ -471,12 +472,12 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
                 let rates: Vec<u64> = a
                     .rates
                     .split(',')
-                    .map(|r| gridperf_core::labcfg::parse_rate_bps(r.trim()).map_err(lab_error))
+                    .map(|r| gridperf_core::lab::cfg::parse_rate_bps(r.trim()).map_err(lab_error))
                     .collect::<Result<_>>()?;
                 let delays: Vec<u64> = a
                     .delays
                     .split(',')
-                    .map(|d| gridperf_core::labcfg::parse_delay_ns(d.trim()).map_err(lab_error))
+                    .map(|d| gridperf_core::lab::cfg::parse_delay_ns(d.trim()).map_err(lab_error))
                     .collect::<Result<_>>()?;
                 if !(1.0..=60.0).contains(&a.seconds) {
                     return Err(Error::usage("--seconds takes 1 to 60"));

@@ -13,8 +13,8 @@ use crate::engines::transfer::{self, TransferOptions, PAPER_TOTAL};
 use crate::error::{Error, Result};
 use crate::runner::{resolve, resolve_family, Deadlines, Family, Network};
 use clap::Args;
+use gridperf_core::model::plan::{check_limits, parse_protos, parse_sizes};
 use gridperf_core::model::Variant;
-use gridperf_core::plan::{check_limits, parse_protos, parse_sizes};
 use gridperf_core::units::{parse_bytes, parse_duration_ns};
 use gridperf_core::wire::{Direction, StreamSpec, DEFAULT_PORT, MAX_TIMEOUT_MS};
 use std::time::Duration;
@@ -655,7 +655,7 @@ pub fn parse_axis(s: &str) -> Result<commands::sweep::Axis> {
                     out.push("auto".into());
                     continue;
                 }
-                let sizes = gridperf_core::plan::parse_sizes(v).map_err(|e| bad(v, e.to_string()))?;
+                let sizes = gridperf_core::model::plan::parse_sizes(v).map_err(|e| bad(v, e.to_string()))?;
                 out.extend(sizes.iter().map(u64::to_string));
             }
             out
@@ -663,7 +663,7 @@ pub fn parse_axis(s: &str) -> Result<commands::sweep::Axis> {
         "pacing" => {
             for v in &items {
                 if *v != "0" && *v != "off" {
-                    gridperf_core::labcfg::parse_rate_bps(v).map_err(|e| bad(v, e.to_string()))?;
+                    gridperf_core::lab::cfg::parse_rate_bps(v).map_err(|e| bad(v, e.to_string()))?;
                 }
             }
             items.iter().map(|v| v.to_string()).collect()
@@ -705,16 +705,16 @@ pub fn parse_axis(s: &str) -> Result<commands::sweep::Axis> {
         }
         "profile" => {
             for v in &items {
-                gridperf_core::labcfg::profile(v).map_err(|e| bad(v, e.to_string()))?;
+                gridperf_core::lab::cfg::profile(v).map_err(|e| bad(v, e.to_string()))?;
             }
             items.iter().map(|v| v.to_string()).collect()
         }
         lab => {
             // a lab field: as `lab up --set` takes it, checked on a profile's settings
-            let prof = gridperf_core::labcfg::profile("man").map_err(|e| Error::internal(e.to_string()))?;
+            let prof = gridperf_core::lab::cfg::profile("man").map_err(|e| Error::internal(e.to_string()))?;
             for v in &items {
                 let mut set = prof.settings();
-                gridperf_core::labcfg::apply_set(&mut set, &format!("{lab}={v}")).map_err(|e| {
+                gridperf_core::lab::cfg::apply_set(&mut set, &format!("{lab}={v}")).map_err(|e| {
                     Error::usage(format!(
                         "--sweep {lab}={v}: {e} (stream's settings to sweep are {}; the lab's, any field of lab up --set)",
                         commands::sweep::STREAM_FIELDS.join(", ")

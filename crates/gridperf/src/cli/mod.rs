@@ -381,7 +381,7 @@ pub fn rate(s: &str, what: &str) -> Result<u64> {
     if s.trim_start().starts_with('-') {
         return Err(Error::usage(format!("{what} {s}: a rate cannot be negative")));
     }
-    gridperf_core::labcfg::parse_rate_bps(s).map_err(|e| Error::usage(format!("{what}: {e}")))
+    gridperf_core::lab::cfg::parse_rate_bps(s).map_err(|e| Error::usage(format!("{what}: {e}")))
 }
 
 /// A socket buffer size: 1 byte to 1 GiB.
@@ -426,7 +426,7 @@ pub fn parse_hosts(s: &str) -> Result<(usize, usize)> {
     Ok((a, b))
 }
 
-pub fn lab_error(e: gridperf_core::labcfg::LabError) -> Error {
+pub fn lab_error(e: gridperf_core::lab::cfg::LabError) -> Error {
     Error::usage(e.to_string())
 }
 

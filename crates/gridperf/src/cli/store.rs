@@ -7,8 +7,8 @@ use crate::error::{Error, Result};
 use crate::runner::{resolve, Network};
 use crate::store::RunFilter;
 use clap::{Args, Subcommand};
+use gridperf_core::model::plan::{check_limits, parse_protos, parse_sizes};
 use gridperf_core::model::Measure;
-use gridperf_core::plan::{check_limits, parse_protos, parse_sizes};
 use gridperf_core::wire::DEFAULT_PORT;
 
 #[derive(Args)]
@@ -163,7 +163,7 @@ impl TryFrom<SurveyArgs> for commands::survey::Opts {
                     None => DOCUMENT_PROFILES.iter().map(|s| s.to_string()).collect(),
                 };
                 for name in &list {
-                    gridperf_core::labcfg::profile(name).map_err(lab_error)?;
+                    gridperf_core::lab::cfg::profile(name).map_err(lab_error)?;
                 }
                 list.into_iter().map(|profile| Network::Lab { profile, sets: Vec::new() }).collect()
             }

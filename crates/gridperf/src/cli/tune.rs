@@ -92,7 +92,7 @@ impl TryFrom<TuneArgs> for Opts {
             }
             (None, Some(name), _) => Source::InLab(name.clone()),
             (None, None, Some(p)) => {
-                gridperf_core::labcfg::profile(p).map_err(super::lab_error)?;
+                gridperf_core::lab::cfg::profile(p).map_err(super::lab_error)?;
                 Source::Profile(p.clone())
             }
             (None, None, None) => {

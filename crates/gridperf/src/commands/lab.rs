@@ -66,9 +66,9 @@ pub enum Opts {
 
 /// A profile fitted from stored run `id`: a stream run's TCP streams, or
 /// an rtt run's round trips.
-fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone::CloneFile> {
+fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::lab::clone::CloneFile> {
     use crate::error::Error;
-    use gridperf_core::clone;
+    use gridperf_core::lab::clone;
     if !crate::store::Store::exists(db) {
         return Err(Error::usage(format!("--from-run {id}: no store at {}", crate::store::shown(db))));
     }
@@ -132,7 +132,7 @@ fn clone_from_run(db: &std::path::Path, id: i64) -> Result<gridperf_core::clone:
 /// side by side (`report` draws them).
 fn store_clone(
     store: &crate::store::StoreChoice,
-    f: &gridperf_core::clone::CloneFile,
+    f: &gridperf_core::lab::clone::CloneFile,
     clone_rtts: &[u64],
     watch: Option<crate::lab::LabWatch>,
     started: f64,
@@ -180,14 +180,18 @@ fn store_clone(
 }
 
 /// Writes a clone's profile file.
-fn write_profile(f: &gridperf_core::clone::CloneFile, path: &std::path::Path) -> Result<()> {
+fn write_profile(f: &gridperf_core::lab::clone::CloneFile, path: &std::path::Path) -> Result<()> {
     let text = serde_json::to_string_pretty(f).map_err(|e| crate::error::Error::internal(e.to_string()))?;
     std::fs::write(path, text + "\n")
         .map_err(|e| crate::error::Error::usage(format!("cannot write the profile to {}: {e}", path.display())))
 }
 
 /// Prints a clone (its JSON, or its table and where its file went).
-fn show_clone(f: &gridperf_core::clone::CloneFile, file: Option<&std::path::Path>, out: &mut Output) -> Result<()> {
+fn show_clone(
+    f: &gridperf_core::lab::clone::CloneFile,
+    file: Option<&std::path::Path>,
+    out: &mut Output,
+) -> Result<()> {
     match out.format {
         Format::Json => out.json(f)?,
         _ => {
@@ -246,7 +250,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             return Ok(Some(st.code().unwrap_or(1)));
         }
         Opts::Profiles => {
-            let profiles = gridperf_core::labcfg::profiles();
+            let profiles = gridperf_core::lab::cfg::profiles();
             match out.format {
                 Format::Json => {
                     let rows: Vec<serde_json::Value> = profiles
@@ -302,7 +306,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                     let _ = std::fs::remove_file(&own);
                 }
                 let measured = measured?;
-                f.verify = gridperf_core::clone::compare(&f, &measured);
+                f.verify = gridperf_core::lab::clone::compare(&f, &measured);
                 if let Some(path) = &file {
                     write(&f, path)?;
                 }
@@ -326,11 +330,11 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             let bar = out.byte_bar();
             let report = super::trace::analyse(&file, std::time::Duration::from_millis(100), None, Some(&bar))?;
             bar.finish_and_clear();
-            let (profile, notes) = gridperf_core::clone::fit_from_trace(&report)
+            let (profile, notes) = gridperf_core::lab::clone::fit_from_trace(&report)
                 .map_err(|e| crate::error::Error::measurement(format!("lab clone --from-capture: {e}")))?;
-            let f = gridperf_core::clone::CloneFile {
-                schema: gridperf_core::clone::SCHEMA.into(),
-                source: gridperf_core::clone::Source {
+            let f = gridperf_core::lab::clone::CloneFile {
+                schema: gridperf_core::lab::clone::SCHEMA.into(),
+                source: gridperf_core::lab::clone::Source {
                     host: report.connections.first().map(|c| c.b.clone()).unwrap_or_default(),
                     date: format!("{}Z", render::utc(report.start_unix_s).replace(' ', "T")),
                     version: env!("CARGO_PKG_VERSION").into(),

@@ -26,8 +26,8 @@ use crate::engines::Progress;
 use crate::error::{Error, Result};
 use crate::runner::{Network, Prepared};
 use crate::store::{NewRun, Recorder, StoreChoice, Stored};
+use gridperf_core::analysis::stats::Warning;
 use gridperf_core::model::{Environment, Measure};
-use gridperf_core::stats::Warning;
 use gridperf_core::units::fmt_bytes;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -138,7 +138,7 @@ impl Output {
     /// said once with its count of `points` (every one when `verbose`),
     /// then what to do about them.
     pub fn warnings(&mut self, warnings: &[Warning], points: usize, verbose: bool) {
-        for line in gridperf_core::stats::summarize(warnings, points, verbose) {
+        for line in gridperf_core::analysis::stats::summarize(warnings, points, verbose) {
             self.note(&format!("gridperf: warning: {line}"));
         }
     }

@@ -122,7 +122,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
 pub fn in_document_order(mut runs: Vec<crate::store::RunRow>) -> Vec<crate::store::RunRow> {
     // the store lists runs newest first, and `load` draws them oldest
     // first: the profiles' order reversed here comes out right there
-    let order: Vec<String> = gridperf_core::labcfg::profiles().into_iter().map(|p| p.name.to_string()).collect();
+    let order: Vec<String> = gridperf_core::lab::cfg::profiles().into_iter().map(|p| p.name.to_string()).collect();
     runs.sort_by_key(|r| std::cmp::Reverse(order.iter().position(|p| *p == r.network).unwrap_or(order.len())));
     runs
 }

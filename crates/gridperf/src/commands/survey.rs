@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::render;
 use crate::runner::{Deadlines, Network};
 use crate::store::{NewRun, Recorder, RunFilter, Store};
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::Measure;
-use gridperf_core::plan::Proto;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -59,7 +59,7 @@ pub struct Outcome {
 
 /// The one-way delay and rate a profile sets (for time budgets).
 fn profile_path(profile: &str) -> (Duration, Option<u64>) {
-    match gridperf_core::labcfg::profile(profile).ok().and_then(|p| p.settings().link_config().ok()) {
+    match gridperf_core::lab::cfg::profile(profile).ok().and_then(|p| p.settings().link_config().ok()) {
         Some(l) => (Duration::from_nanos(l.delay_ns), l.rate_bps),
         None => (Duration::ZERO, None),
     }
@@ -84,7 +84,7 @@ fn rounds_for(budget: Duration, rtt: Duration) -> u32 {
 /// at least 25 ms (a hundred exchanges on a LAN; on a long path the one
 /// exchange is the round's median: its delay is the lab's, steady to a
 /// fraction of a percent). Its sizes stop once their best protocol is
-/// settled ([`gridperf_core::stopping`]), after 3 to [`QUICK_ROUNDS`]
+/// settled ([`gridperf_core::analysis::stopping`]), after 3 to [`QUICK_ROUNDS`]
 /// rounds.
 fn quick_step(rtt: Duration) -> Duration {
     rtt.max(Duration::from_millis(25))
@@ -110,7 +110,7 @@ pub const BESIDE_RTT: Duration = Duration::from_millis(50);
 
 /// Rounds per point of a full survey, at most and at least.
 pub const MAX_ROUNDS: u32 = 6;
-pub const MIN_ROUNDS: u32 = gridperf_core::compare::MIN_ROUNDS as u32;
+pub const MIN_ROUNDS: u32 = gridperf_core::analysis::compare::MIN_ROUNDS as u32;
 /// Times a size is measured again while one of its points is irregular.
 pub const RETRIES: u32 = 2;
 
@@ -285,7 +285,7 @@ fn survey_network(
     let (one_way, rate, mtu) = match net {
         Network::Lab { profile, .. } => {
             let (d, r) = profile_path(profile);
-            let mtu = gridperf_core::labcfg::profile(profile).ok().map(|p| p.settings().mtu);
+            let mtu = gridperf_core::lab::cfg::profile(profile).ok().map(|p| p.settings().mtu);
             (d, r, if profile == "loopback" { Some(65536) } else { mtu })
         }
         // this host's lo, whose MTU the MTU multiples are of

@@ -120,7 +120,7 @@ pub fn apply(base: &Opts, point: &[(String, String)]) -> Result<Opts> {
             "pacing" => {
                 spec.pacing_bps = match v.as_str() {
                     "0" | "off" => None,
-                    r => Some(gridperf_core::labcfg::parse_rate_bps(r).map_err(|e| Error::usage(e.to_string()))?),
+                    r => Some(gridperf_core::lab::cfg::parse_rate_bps(r).map_err(|e| Error::usage(e.to_string()))?),
                 }
             }
             "gap" => {
@@ -194,9 +194,9 @@ pub fn delay_pacing(delay_us: u64, rate_bps: u64, mtu: u32) -> u64 {
 /// (or --expect's rate and 1500 bytes off the lab).
 fn link_of(o: &Opts) -> Result<(u64, u32)> {
     if let Network::Lab { profile, sets } = &o.place.network {
-        let mut s = gridperf_core::labcfg::profile(profile).map_err(|e| Error::usage(e.to_string()))?.settings();
+        let mut s = gridperf_core::lab::cfg::profile(profile).map_err(|e| Error::usage(e.to_string()))?.settings();
         for set in sets.iter().filter(|s| !s.trim_start().starts_with("net.")) {
-            gridperf_core::labcfg::apply_set(&mut s, set).map_err(|e| Error::usage(e.to_string()))?;
+            gridperf_core::lab::cfg::apply_set(&mut s, set).map_err(|e| Error::usage(e.to_string()))?;
         }
         if let Some(r) = o.nic_rate_bps.or(s.rate_bps) {
             return Ok((r, s.mtu));
@@ -404,7 +404,7 @@ fn reference(o: &Opts) -> (Option<u64>, Option<u64>, Option<u64>) {
     let mut rtt = None;
     let mut window = o.stream.spec.window;
     if let Network::Lab { profile, sets } = &o.place.network {
-        if let Ok(p) = gridperf_core::labcfg::profile(profile) {
+        if let Ok(p) = gridperf_core::lab::cfg::profile(profile) {
             let mut s = p.settings();
             let max = |name: &str| {
                 sets.iter()
@@ -414,7 +414,7 @@ fn reference(o: &Opts) -> (Option<u64>, Option<u64>, Option<u64>) {
             };
             let (r, w) = (max("net.ipv4.tcp_rmem="), max("net.ipv4.tcp_wmem="));
             for set in sets.iter().filter(|s| !s.trim_start().starts_with("net.")) {
-                let _ = gridperf_core::labcfg::apply_set(&mut s, set);
+                let _ = gridperf_core::lab::cfg::apply_set(&mut s, set);
             }
             link = s.rate_bps.or(link);
             rtt = Some(s.delay_ns * 2);
@@ -470,7 +470,7 @@ fn point_of(settings: &[(String, String)], r: &StreamReport) -> SweepPoint {
     SweepPoint {
         settings: settings.to_vec(),
         best_bps: runs_bps.iter().copied().reduce(f64::max),
-        median_bps: gridperf_core::stats::median(&runs_bps),
+        median_bps: gridperf_core::analysis::stats::median(&runs_bps),
         runs_bps,
         verdicts,
         invalid: invalid(r),

@@ -5,9 +5,9 @@ use super::Format;
 use super::Output;
 use crate::error::{Error, Result};
 use crate::render;
+use gridperf_core::capture::trace::Analyzer;
 use gridperf_core::capture::{decode, link_name, CaptureError, CaptureReader, Skip};
 use gridperf_core::model::{TraceReport, TraceSkipped, TRACE_SCHEMA};
-use gridperf_core::trace::Analyzer;
 use std::time::Duration;
 
 /// What `gridperf trace` runs, checked.

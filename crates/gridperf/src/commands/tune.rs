@@ -10,8 +10,8 @@ use crate::host;
 use crate::lab::Host;
 use crate::render;
 use crate::runner::Deadlines;
+use gridperf_core::analysis::tune::{directions, with_shares, Record, TunePath};
 use gridperf_core::model::{EndAdvice, Measured, TuneView, TUNE_SCHEMA};
-use gridperf_core::tune::{directions, with_shares, Record, TunePath};
 use gridperf_core::units::{fmt_bps, fmt_ns};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -143,7 +143,7 @@ fn path(o: &Opts, out: &mut Output) -> Result<Path> {
         Source::Host(addr) => from_host(o, *addr, kernel, out),
         Source::InLab(name) => from_lab(o, name, kernel),
         Source::Profile(p) => {
-            let prof = gridperf_core::labcfg::profile(p).map_err(|e| Error::usage(e.to_string()))?;
+            let prof = gridperf_core::lab::cfg::profile(p).map_err(|e| Error::usage(e.to_string()))?;
             let link = prof.settings().link_config().map_err(|e| Error::usage(e.to_string()))?;
             let rate = link.rate_bps.ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
             Ok(Path {

@@ -6,7 +6,7 @@
 pub mod copy;
 pub mod stream;
 
-use gridperf_core::plan::Proto;
+use gridperf_core::model::plan::Proto;
 use gridperf_core::wire::{DataHello, HELLO_LEN};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};

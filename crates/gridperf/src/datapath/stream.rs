@@ -5,9 +5,9 @@
 //! the agent from `agent::stream`.
 
 use crate::host;
-use gridperf_core::flow::{self, SeqTracker, TcpSample};
+use gridperf_core::analysis::flow::{self, SeqTracker, TcpSample};
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{SocketInfo, StreamEnd, ZeroCopyFigures};
-use gridperf_core::plan::Proto;
 use gridperf_core::wire::{StreamSpec, MAX_SAMPLES};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream, UdpSocket};

@@ -1,15 +1,15 @@
 //! `gridperf lab clone`'s probes: round trips of small UDP messages, then
 //! each direction in turn (the agent sends for b -> a), a UDP stream that
 //! overruns the path for its rate and queue, and one paced at a quarter of
-//! that rate for its loss. The fitting is `gridperf_core::clone`'s.
+//! that rate for its loss. The fitting is `gridperf_core::lab::clone`'s.
 
 use super::stream;
 use super::{rtt, EchoOptions};
 use crate::error::{Error, Result};
 use crate::runner::{again_if_invalid, Deadlines, Target};
-use gridperf_core::clone::{self, CloneFile, Direction, Estimate, Profile, Source};
+use gridperf_core::lab::clone::{self, CloneFile, Direction, Estimate, Profile, Source};
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::StreamResult;
-use gridperf_core::plan::Proto;
 use gridperf_core::units::fmt_bps;
 use gridperf_core::wire::{self, StreamSpec};
 use std::time::{Duration, Instant};
@@ -72,7 +72,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     let table = (shape == clone::JitterShape::RightSkewed).then(|| clone::fit_table(&samples)).flatten();
     let mut sorted = samples.clone();
     sorted.sort_unstable();
-    let q = |p| gridperf_core::stats::quantile_sorted(&sorted, p).map(|ns| ns / 1e9);
+    let q = |p| gridperf_core::analysis::stats::quantile_sorted(&sorted, p).map(|ns| ns / 1e9);
     let measured = clone::Measured {
         rtt_p50_s: q(0.5),
         rtt_p95_s: q(0.95),
@@ -242,7 +242,8 @@ fn first(streams: Vec<StreamResult>) -> Result<StreamResult> {
 /// second; the first stream's later transit samples (the queue full); and
 /// a note on the load.
 fn rate_of(streams: &[StreamResult], offered: f64, secs: f64) -> (Estimate, Vec<i64>, Option<String>) {
-    let udp: Vec<&gridperf_core::flow::SeqStats> = streams.iter().filter_map(|s| s.receiver.udp.as_ref()).collect();
+    let udp: Vec<&gridperf_core::analysis::flow::SeqStats> =
+        streams.iter().filter_map(|s| s.receiver.udp.as_ref()).collect();
     if udp.is_empty() {
         return (Estimate::missing("", "the receivers kept no sequence numbers"), Vec::new(), None);
     }
@@ -280,7 +281,7 @@ fn rate_of(streams: &[StreamResult], offered: f64, secs: f64) -> (Estimate, Vec<
 /// A receiver's transit samples with their first datagram's transit added
 /// back: the receive clock minus the send clock, comparable across the
 /// streams and runs between the same two hosts.
-fn absolute(u: &gridperf_core::flow::SeqStats) -> Vec<i64> {
+fn absolute(u: &gridperf_core::analysis::flow::SeqStats) -> Vec<i64> {
     let first = u.transit_first_ns.unwrap_or(0);
     u.transit_ns.iter().map(|t| t.saturating_add(first)).collect()
 }

@@ -8,9 +8,9 @@ use crate::datapath::{is_wait, pattern, read_full, sendfile_full, write_full, wr
 use crate::error::{Error, Result};
 use crate::host;
 use crate::runner::{Deadlines, Opened, Target};
+use gridperf_core::analysis::stats::Warning;
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{Environment, Settings, SocketInfo};
-use gridperf_core::plan::Proto;
-use gridperf_core::stats::Warning;
 use gridperf_core::wire::{DataHello, DataKind, EchoSpec, Test};
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};

@@ -20,8 +20,8 @@
 use crate::datapath::write_hello;
 use crate::error::{Error, Result};
 use crate::runner::{Deadlines, Session, Target};
+use gridperf_core::analysis::stats::Summary;
 use gridperf_core::model::{bandwidth_bps, Blocked, Deadlock, FanoutPoint, Queued, Variant};
-use gridperf_core::stats::Summary;
 use gridperf_core::wire::{DataHello, DataKind, FanoutSpec, Test};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

@@ -5,10 +5,10 @@
 use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
 use crate::runner::Target;
+use gridperf_core::analysis::shape::{self, Irregular};
+use gridperf_core::analysis::stats::{self, Summary, Warning};
+use gridperf_core::model::plan::{interleave, Proto};
 use gridperf_core::model::{RttPoint, RttReport, Settings, StepFigures, RTT_SCHEMA};
-use gridperf_core::plan::{interleave, Proto};
-use gridperf_core::shape::{self, Irregular};
-use gridperf_core::stats::{self, Summary, Warning};
 use std::time::{Duration, Instant};
 
 /// At most this many samples are kept per point (80 MB of u64).
@@ -37,7 +37,7 @@ pub struct RttOptions {
     pub retries: u32,
     /// Stop a size before `rounds` once every pair of its protocols is told
     /// apart or shown tied, at the stated error rate
-    /// ([`gridperf_core::stopping::Rule`]); never before three rounds.
+    /// ([`gridperf_core::analysis::stopping::Rule`]); never before three rounds.
     pub stop_early: bool,
 }
 
@@ -190,7 +190,7 @@ pub fn run_with(
     target: &Target,
     opts: &RttOptions,
     progress: &mut dyn FnMut(Progress),
-    skip: &dyn Fn(gridperf_core::plan::Proto, u64) -> bool,
+    skip: &dyn Fn(gridperf_core::model::plan::Proto, u64) -> bool,
     on_point: &mut dyn FnMut(&RttPoint) -> Result<()>,
 ) -> Result<RttReport> {
     let mut r = start(gridperf_core::model::Measure::Rtt, target, &opts.echo)?;
@@ -205,7 +205,7 @@ pub fn run_with(
         }
     }
     let rounds = opts.rounds.max(1);
-    let rule = opts.stop_early.then(|| gridperf_core::stopping::Rule::quick(rounds as usize));
+    let rule = opts.stop_early.then(|| gridperf_core::analysis::stopping::Rule::quick(rounds as usize));
     let mut out: Vec<RttPoint> = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
     let mut preheated: Vec<Proto> = Vec::new();

@@ -13,10 +13,10 @@ use crate::datapath::write_hello;
 use crate::error::{Error, Result};
 use crate::host;
 use crate::runner::{Deadlines, Target};
-use gridperf_core::flow::{self, TcpSample, VerdictContext};
+use gridperf_core::analysis::flow::{self, TcpSample, VerdictContext};
+use gridperf_core::analysis::stats::Warning;
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{Environment, StreamEnd, StreamReport, StreamResult, StreamRun};
-use gridperf_core::plan::Proto;
-use gridperf_core::stats::Warning;
 use gridperf_core::wire::{AgentMsg, DataHello, DataKind, StreamSpec, Test};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) 
         runs.push(run_once(target, opts, r, on_interval)?);
     }
     let totals: Vec<f64> = runs.iter().map(|r| r.up_bps.unwrap_or(0.0) + r.down_bps.unwrap_or(0.0)).collect();
-    let median = gridperf_core::stats::median(&totals);
+    let median = gridperf_core::analysis::stats::median(&totals);
     let best = totals.iter().copied().reduce(f64::max);
     let worst = totals.iter().copied().reduce(f64::min);
     let spread = match (worst, best, median) {

@@ -6,9 +6,9 @@
 use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
 use crate::runner::Target;
+use gridperf_core::analysis::stats::{self, Summary, Warning};
+use gridperf_core::model::plan::interleave;
 use gridperf_core::model::{Settings, TransferPoint, TransferReport, TRANSFER_SCHEMA};
-use gridperf_core::plan::interleave;
-use gridperf_core::stats::{self, Summary, Warning};
 use std::time::Instant;
 
 /// The first document's total: 1024 x 1000 bytes.
@@ -45,7 +45,7 @@ pub fn run_with(
     target: &Target,
     opts: &TransferOptions,
     progress: &mut dyn FnMut(Progress),
-    skip: &dyn Fn(gridperf_core::plan::Proto, u64) -> bool,
+    skip: &dyn Fn(gridperf_core::model::plan::Proto, u64) -> bool,
     on_point: &mut dyn FnMut(&TransferPoint) -> Result<()>,
 ) -> Result<TransferReport> {
     let mut r = start(gridperf_core::model::Measure::Transfer, target, &opts.echo)?;

@@ -2,14 +2,14 @@
 //! and the agent's record of its settings), its bottleneck rate (a UDP
 //! stream), and how much of each end's buffers becomes window or data in
 //! flight (TCP streams with one end's buffer set). The arithmetic is in
-//! `gridperf_core::tune`; reading and setting settings in `host`.
+//! `gridperf_core::analysis::tune`; reading and setting settings in `host`.
 
 use crate::error::{Error, Result};
 use crate::lab::emulator::Side;
 use crate::lab::Host;
 use crate::runner::{Deadlines, Target};
+use gridperf_core::analysis::tune::{self, HostSettings};
 use gridperf_core::model::{Measured, ShareProbe};
-use gridperf_core::tune::{self, HostSettings};
 
 /// Runs TCP ping-pong probes of 1 byte to an agent: the path's RTT, the
 /// agent's record (its settings, read where it runs), and the path MTU the
@@ -22,7 +22,7 @@ pub fn probe(
     let opts = rtt::RttOptions::counted(
         EchoOptions {
             warmup_time: std::time::Duration::from_millis(200),
-            ..EchoOptions::plain(vec![gridperf_core::plan::Proto::Tcp], vec![1], deadlines)
+            ..EchoOptions::plain(vec![gridperf_core::model::plan::Proto::Tcp], vec![1], deadlines)
         },
         50,
         5,
@@ -129,7 +129,7 @@ pub fn probe_shares(
     deadlines: Deadlines,
     dir: gridperf_core::wire::Direction,
     (recv_buf, send_buf): (u64, u64),
-    path: gridperf_core::tune::TunePath,
+    path: gridperf_core::analysis::tune::TunePath,
     congestion: Option<&str>,
 ) -> Result<ShareProbe> {
     let mut p = ShareProbe {
@@ -139,7 +139,8 @@ pub fn probe_shares(
     // past the first half second (slow start), and no later than the
     // senders stopped: the samples after that see the last bytes acked and
     // then nothing, and read a rate 3% low (seen at 35 ms in the lab)
-    let settled = |t: &gridperf_core::flow::TcpSample| t.t_ns >= 500_000_000 && t.t_ns <= PROBE_MS * 1_000_000;
+    let settled =
+        |t: &gridperf_core::analysis::flow::TcpSample| t.t_ns >= 500_000_000 && t.t_ns <= PROBE_MS * 1_000_000;
 
     let r = run_probe(target, deadlines, probe_spec(dir, None, Some(recv_buf), congestion.map(str::to_string)))?;
     // an agent older than the buffer fields ignores them: its buffer was autotuned
@@ -167,7 +168,7 @@ pub fn probe_shares(
     // the rate after slow start, over the whole settled part and window by
     // window: what this buffer let through on this path, and how much that
     // wandered
-    let rate = |a: &gridperf_core::flow::TcpSample, b: &gridperf_core::flow::TcpSample| {
+    let rate = |a: &gridperf_core::analysis::flow::TcpSample, b: &gridperf_core::analysis::flow::TcpSample| {
         (b.t_ns > a.t_ns).then(|| b.bytes_acked.saturating_sub(a.bytes_acked) as f64 * 8e9 / (b.t_ns - a.t_ns) as f64)
     };
     // over windows of 250 ms or four RTTs, whichever is longer: a TCP_INFO
@@ -185,13 +186,13 @@ pub fn probe_shares(
         }
     }
     rates.sort_unstable();
-    let rate_q = |q: f64| gridperf_core::stats::quantile_sorted(&rates, q);
+    let rate_q = |q: f64| gridperf_core::analysis::stats::quantile_sorted(&rates, q);
     let steady_bps = rate_q(0.5).or_else(|| match (settled.first(), settled.last()) {
         (Some(f), Some(l)) => rate(f, l),
         _ => None,
     });
     p.send_probe_bps = steady_bps.or(Some(r.throughput_bps));
-    let in_flight = |t: &gridperf_core::flow::TcpSample| u64::from(t.unacked) * u64::from(t.mss);
+    let in_flight = |t: &gridperf_core::analysis::flow::TcpSample| u64::from(t.unacked) * u64::from(t.mss);
     let at_window = settled.iter().filter(|t| t.snd_wnd > 0 && in_flight(t) * 100 >= u64::from(t.snd_wnd) * 85).count();
     // held back by the send buffer, as stream's verdict reads it: the
     // kernel's sndbuf-limited clock ran at least a fifth of the busy time,
@@ -212,8 +213,9 @@ pub fn probe_shares(
         _ => 0.0,
     };
     let held = clock.max(marked);
-    p.in_flight_median = gridperf_core::stats::median_u64(&settled.iter().map(|t| in_flight(t)).collect::<Vec<_>>())
-        .map(|m| m.round() as u64);
+    p.in_flight_median =
+        gridperf_core::analysis::stats::median_u64(&settled.iter().map(|t| in_flight(t)).collect::<Vec<_>>())
+            .map(|m| m.round() as u64);
     // the model's RTT: a share x buffer / the path's RTT is then the
     // probe's own rate, the cap this buffer has on this path
     let path_rtt_s = Some(path.rtt_ns as f64 / 1e9).filter(|r| *r > 0.0);
@@ -274,7 +276,7 @@ pub fn probe_both_ways(
     target: &Target,
     deadlines: Deadlines,
     ends: (&HostSettings, &HostSettings),
-    path: gridperf_core::tune::TunePath,
+    path: gridperf_core::analysis::tune::TunePath,
     congestion: Option<&str>,
     say: &dyn Fn(&str),
 ) -> Result<Vec<ShareProbe>> {
@@ -306,7 +308,7 @@ pub fn probe_in_lab(
     hosts: &[Host],
     deadlines: Deadlines,
     ends: (HostSettings, HostSettings),
-    path: gridperf_core::tune::TunePath,
+    path: gridperf_core::analysis::tune::TunePath,
     congestion: Option<String>,
     say: Say,
 ) -> Result<Vec<ShareProbe>> {

@@ -20,8 +20,8 @@
 
 use super::{emulator::Health, LabSpec};
 use crate::error::{Error, Result};
-use gridperf_core::emu::{Jitter, LinkConfig, QueueLimit};
-use gridperf_core::stats::quantile_sorted;
+use gridperf_core::analysis::stats::quantile_sorted;
+use gridperf_core::lab::emu::{Jitter, LinkConfig, QueueLimit};
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -394,7 +394,7 @@ fn probe_many(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, sockets: usi
 /// The delay table calibration checks: an exponential's quantiles (mean
 /// `mean_ns`) at every 1%, the last point keeping its bin's mean.
 fn exponential_table(mean_ns: f64) -> Vec<i64> {
-    let n = gridperf_core::emu::TABLE_POINTS;
+    let n = gridperf_core::lab::emu::TABLE_POINTS;
     let q = |p: f64| -(1.0 - p).ln() * mean_ns;
     let mut t: Vec<i64> = (0..n - 1).map(|k| q(k as f64 / (n - 1) as f64).round() as i64).collect();
     // the top 1%'s mean is its start plus the mean (memoryless): the last point keeps it
@@ -412,7 +412,7 @@ pub fn floor_ns(spec: &LabSpec) -> Result<f64> {
     let bare = |l: &LinkConfig| LinkConfig {
         delay_ns: 0,
         jitter: Jitter::None,
-        loss: gridperf_core::emu::Loss::None,
+        loss: gridperf_core::lab::emu::Loss::None,
         ..l.clone()
     };
     let st = super::up(LabSpec {
@@ -590,7 +590,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         .iter()
         .filter_map(|&p| {
             let got = quantile_sorted(&drawn, p)? - baseline - 2.0 * delay_ns as f64;
-            Some((p, got - gridperf_core::emu::table_quantile(&table, p)))
+            Some((p, got - gridperf_core::lab::emu::table_quantile(&table, p)))
         })
         .collect();
 

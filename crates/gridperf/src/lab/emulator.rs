@@ -1,12 +1,12 @@
 //! The emulator: one process holding every host's TUN descriptor. It reads
 //! each IP packet a host sends, runs it through the link model of its
-//! direction (`gridperf_core::emu`), and writes it to the destination host's
+//! direction (`gridperf_core::lab::emu`), and writes it to the destination host's
 //! TUN when the model says it is due. It watches itself: how late it wrote
 //! each packet against the model's schedule, and every packet it could not
 //! deliver that the model did not decide to drop.
 
-use gridperf_core::emu::{flow_path, Counters, Link, LinkConfig, Verdict};
-use gridperf_core::gso::{self, VnetHdr, VNET_HDR_LEN};
+use gridperf_core::lab::emu::{flow_path, Counters, Link, LinkConfig, Verdict};
+use gridperf_core::lab::gso::{self, VnetHdr, VNET_HDR_LEN};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::fs::File;

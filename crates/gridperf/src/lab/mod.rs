@@ -22,7 +22,7 @@ pub mod run;
 
 use crate::error::{Error, Result};
 use emulator::{Health, Port, Side};
-use gridperf_core::emu::LinkConfig;
+use gridperf_core::lab::emu::LinkConfig;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -163,7 +163,7 @@ pub struct LabSpec {
 /// cannot have its own.
 pub fn host_sysctl(line: &str) -> Result<(String, String)> {
     let (k, v) = crate::host::split_line(line)?;
-    if gridperf_core::tune::per_namespace(&k) == Some(false) {
+    if gridperf_core::analysis::tune::per_namespace(&k) == Some(false) {
         return Err(Error::usage(format!(
             "{k}: global on Linux, not per network namespace; a lab host cannot have its own"
         )));

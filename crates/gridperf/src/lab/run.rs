@@ -4,7 +4,7 @@
 
 use super::{LabSpec, Side};
 use crate::error::{Error, Result};
-use gridperf_core::labcfg;
+use gridperf_core::lab::cfg;
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
@@ -32,12 +32,12 @@ pub fn spec_for(name: &str, profile: &str, sets: &[String]) -> Result<LabSpec> {
 
 /// The same, with `hosts` on each side of the bottleneck (a dumbbell).
 pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize, usize)) -> Result<LabSpec> {
-    let lab_err = |e: labcfg::LabError| Error::usage(e.to_string());
+    let lab_err = |e: cfg::LabError| Error::usage(e.to_string());
     let (mut s, mut s_ba, mut words, label) = if is_profile_file(profile) {
         let (ab, ba, words) = profile_file(std::path::Path::new(profile))?;
         (ab, ba, words, profile.to_string())
     } else {
-        let prof = labcfg::profile(profile).map_err(lab_err)?;
+        let prof = cfg::profile(profile).map_err(lab_err)?;
         let words = vec![format!("profile {} ({})", prof.name, prof.source)];
         (prof.settings(), prof.settings(), words, prof.name.to_string())
     };
@@ -51,12 +51,12 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         if set_.starts_with("net.") {
             sysctls.push(super::host_sysctl(set)?);
         } else if let Some(n) = set_.strip_prefix("paths=") {
-            n_paths = labcfg::parse_paths(n).map_err(lab_err)?;
+            n_paths = cfg::parse_paths(n).map_err(lab_err)?;
         } else if let Some(p) = set_.strip_prefix("path").filter(|p| p.starts_with(|c: char| c.is_ascii_digit())) {
-            own.push(labcfg::parse_path_set(p).map_err(lab_err)?);
+            own.push(cfg::parse_path_set(p).map_err(lab_err)?);
         } else {
-            labcfg::apply_set(&mut s, set).map_err(lab_err)?;
-            labcfg::apply_set(&mut s_ba, set).map_err(lab_err)?;
+            cfg::apply_set(&mut s, set).map_err(lab_err)?;
+            cfg::apply_set(&mut s_ba, set).map_err(lab_err)?;
         }
         words.push(set.clone());
     }
@@ -64,7 +64,7 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
     let link_ba = s_ba.link_config().map_err(lab_err)?;
     let paths = paths_of(&s, n_paths, &own)?;
     let paths_ba = paths_of(&s_ba, n_paths, &own)?;
-    if loopback && link != gridperf_core::emu::LinkConfig::default() {
+    if loopback && link != gridperf_core::lab::emu::LinkConfig::default() {
         return Err(Error::usage("the loopback profile has no link to shape: only mtu= applies to it"));
     }
     let mtu_given = sets.iter().any(|s| s.trim_start().starts_with("mtu="));
@@ -94,11 +94,11 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
 
 /// Both directions from a profile file (`lab clone`'s), every field checked
 /// before anything is brought up; the hosts' one MTU is the smaller of the two.
-pub fn profile_file(path: &std::path::Path) -> Result<(labcfg::LabSettings, labcfg::LabSettings, Vec<String>)> {
+pub fn profile_file(path: &std::path::Path) -> Result<(cfg::LabSettings, cfg::LabSettings, Vec<String>)> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
-    let f =
-        gridperf_core::clone::CloneFile::parse(&text).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
-    let bad = |e: gridperf_core::clone::ProfileError| Error::usage(format!("{}: {e}", path.display()));
+    let f = gridperf_core::lab::clone::CloneFile::parse(&text)
+        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let bad = |e: gridperf_core::lab::clone::ProfileError| Error::usage(format!("{}: {e}", path.display()));
     let (mut ab, mut w_ab) = f.profile.ab.settings("ab").map_err(bad)?;
     let (mut ba, w_ba) = f.profile.ba.settings("ba").map_err(bad)?;
     let mtu = ab.mtu.min(ba.mtu);
@@ -128,11 +128,11 @@ pub fn is_profile_file(profile: &str) -> bool {
 /// The bottleneck's parallel paths from the link's settings (each direction
 /// alike), or none for one path; path settings without paths=N are refused.
 pub fn paths_of(
-    link: &labcfg::LabSettings,
+    link: &cfg::LabSettings,
     n: usize,
     own: &[(usize, Vec<String>)],
-) -> Result<Vec<gridperf_core::emu::LinkConfig>> {
-    let lab_err = |e: labcfg::LabError| Error::usage(e.to_string());
+) -> Result<Vec<gridperf_core::lab::emu::LinkConfig>> {
+    let lab_err = |e: cfg::LabError| Error::usage(e.to_string());
     if n == 1 {
         if let Some((k, _)) = own.first() {
             return Err(Error::usage(format!(
@@ -142,7 +142,7 @@ pub fn paths_of(
         }
         return Ok(Vec::new());
     }
-    labcfg::split_paths(link, n, own).map_err(lab_err)?.iter().map(|p| p.link_config().map_err(lab_err)).collect()
+    cfg::split_paths(link, n, own).map_err(lab_err)?.iter().map(|p| p.link_config().map_err(lab_err)).collect()
 }
 
 impl LabRun {

@@ -16,8 +16,8 @@
 
 use super::survey::{analyse, curves, threshold_words, NetworkAnalysis};
 use crate::store::{PointRow, RunRow};
+use gridperf_core::analysis::survey::{Curve, ThresholdKind};
 use gridperf_core::model::{FanoutPoint, Measure, StreamResult};
-use gridperf_core::survey::{Curve, ThresholdKind};
 use gridperf_core::svg::{self, escape, proto_color, Chart, Series, SeriesPoint};
 use std::fmt::Write;
 
@@ -54,7 +54,7 @@ fn time_unit(top_ns: f64) -> (f64, &'static str) {
 }
 
 /// "tcp jump", "udp slower", "tcp faster": a threshold's mark.
-fn mark(t: &gridperf_core::survey::Threshold) -> String {
+fn mark(t: &gridperf_core::analysis::survey::Threshold) -> String {
     let what = match t.kind {
         ThresholdKind::Jump => "jump",
         ThresholdKind::SlopeUp => "slower per byte",
@@ -546,7 +546,8 @@ fn clone_charts(slug: &str, run: &RunRow, points: &[PointRow]) -> Vec<(String, C
 fn clone_table(points: &[PointRow]) -> String {
     let of = |proto: &'static str| points.iter().filter(move |p| p.proto == proto).map(|p| p.figures.clone());
     let mut h = String::new();
-    let Some(f) = of("clone-profile").find_map(|v| serde_json::from_value::<gridperf_core::clone::CloneFile>(v).ok())
+    let Some(f) =
+        of("clone-profile").find_map(|v| serde_json::from_value::<gridperf_core::lab::clone::CloneFile>(v).ok())
     else {
         return h;
     };
@@ -556,7 +557,7 @@ fn clone_table(points: &[PointRow]) -> String {
         let _ = write!(h, "<tr><td>{name}</td><td>{}</td><td>{}</td></tr>", escape(&a), escape(&b));
     }
     h.push_str("</table>\n");
-    let verify: Vec<gridperf_core::clone::Compared> =
+    let verify: Vec<gridperf_core::lab::clone::Compared> =
         of("clone-verify").filter_map(|v| serde_json::from_value(v).ok()).collect();
     if !verify.is_empty() {
         h.push_str("<table><tr><th>measured the same way</th><th>real path</th><th>clone</th><th>error</th></tr>");
@@ -628,7 +629,7 @@ pub fn render(runs: &[(RunRow, Vec<PointRow>)]) -> (String, Vec<(String, String)
          means no difference beyond that was shown. The interval comes from the rounds each point was measured in \
          (the protocols taking turns). A size left out carries no claim, and no range spans it; a network marked \
          INVALID was measured through an emulator that fell behind: its rows are not the network's.</p>",
-        (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
+        (gridperf_core::analysis::compare::NEGLIGIBLE * 100.0) as u32
     );
 
     h.push_str("<h2 id=\"thresholds\">Thresholds</h2>\n<table><tr><th>network</th><th>MTU</th><th>change</th></tr>\n");

@@ -7,8 +7,8 @@ use crate::lab::LabState;
 use gridperf_core::units::{fmt_bps, fmt_ns};
 use std::fmt::Write;
 
-fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
-    use gridperf_core::emu::{Jitter, Loss, QueueLimit};
+fn link_words(l: &gridperf_core::lab::emu::LinkConfig) -> String {
+    use gridperf_core::lab::emu::{Jitter, Loss, QueueLimit};
     let mut w = Vec::new();
     w.push(match l.rate_bps {
         Some(r) => fmt_bps(r as f64),
@@ -21,7 +21,7 @@ fn link_words(l: &gridperf_core::emu::LinkConfig) -> String {
         Jitter::Normal { sigma_ns } => w.push(format!("jitter sigma {} normal", fmt_ns(*sigma_ns as f64))),
         Jitter::Exponential { mean_ns } => w.push(format!("jitter mean {} exponential", fmt_ns(*mean_ns as f64))),
         Jitter::Table { q_ns } => {
-            let q = |p| super::fmt_signed_ns(gridperf_core::emu::table_quantile(q_ns, p));
+            let q = |p| super::fmt_signed_ns(gridperf_core::lab::emu::table_quantile(q_ns, p));
             w.push(format!("jitter table p5 {} p50 {} p95 {}", q(0.05), q(0.5), q(0.95)))
         }
     }
@@ -173,15 +173,15 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
 }
 
 /// `lab profiles`.
-pub fn profiles(profiles: &[gridperf_core::labcfg::Profile]) -> String {
+pub fn profiles(profiles: &[gridperf_core::lab::cfg::Profile]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{:<13}{:>14}{:>11}{:>16}{:>10}  source", "profile", "rate", "RTT", "queue", "loss");
     for p in profiles {
         let queue = match p.queue {
-            gridperf_core::labcfg::QueueSpec::Unlimited => "-".to_string(),
-            gridperf_core::labcfg::QueueSpec::Packets(n) => format!("{n} pkt"),
-            gridperf_core::labcfg::QueueSpec::Bytes(b) => format!("{b} B"),
-            gridperf_core::labcfg::QueueSpec::Bdp(x) => format!("{x} BDP"),
+            gridperf_core::lab::cfg::QueueSpec::Unlimited => "-".to_string(),
+            gridperf_core::lab::cfg::QueueSpec::Packets(n) => format!("{n} pkt"),
+            gridperf_core::lab::cfg::QueueSpec::Bytes(b) => format!("{b} B"),
+            gridperf_core::lab::cfg::QueueSpec::Bdp(x) => format!("{x} BDP"),
         };
         let _ = writeln!(
             out,
@@ -267,7 +267,7 @@ pub fn calibration(points: &[Point]) -> String {
 
 /// An estimate in a cell: its value and 95% interval in `fmt`'s unit,
 /// "at least" for a lower bound, "not measured" for none.
-pub fn shown(e: &gridperf_core::clone::Estimate, fmt: &dyn Fn(f64) -> String) -> String {
+pub fn shown(e: &gridperf_core::lab::clone::Estimate, fmt: &dyn Fn(f64) -> String) -> String {
     match (e.value, e.low, e.high) {
         (None, _, _) => "not measured".into(),
         (Some(v), Some(l), Some(h)) if l == h => fmt(v),
@@ -279,10 +279,10 @@ pub fn shown(e: &gridperf_core::clone::Estimate, fmt: &dyn Fn(f64) -> String) ->
 
 /// A clone's fitted fields, each with its two directions' estimates and its unit.
 pub type CloneField<'a> =
-    (&'static str, &'a gridperf_core::clone::Estimate, &'a gridperf_core::clone::Estimate, fn(f64) -> String);
+    (&'static str, &'a gridperf_core::lab::clone::Estimate, &'a gridperf_core::lab::clone::Estimate, fn(f64) -> String);
 
 /// The fields `lab clone` prints and the report tabulates, in order.
-pub fn clone_fields(f: &gridperf_core::clone::CloneFile) -> [CloneField<'_>; 7] {
+pub fn clone_fields(f: &gridperf_core::lab::clone::CloneFile) -> [CloneField<'_>; 7] {
     let (ab, ba) = (&f.profile.ab, &f.profile.ba);
     [
         ("rate", &ab.rate_bps, &ba.rate_bps, |v| fmt_bps(v)),
@@ -297,7 +297,7 @@ pub fn clone_fields(f: &gridperf_core::clone::CloneFile) -> [CloneField<'_>; 7] 
 
 /// The cells of `--verify`'s rows: what, the real path's figure, the
 /// clone's, and the clone's error.
-pub fn verify_cells(rows: &[gridperf_core::clone::Compared]) -> Vec<[String; 4]> {
+pub fn verify_cells(rows: &[gridperf_core::lab::clone::Compared]) -> Vec<[String; 4]> {
     let fmt = |unit: &str, v: Option<f64>| match (unit, v) {
         (_, None) => "-".to_string(),
         ("bps", Some(v)) => fmt_bps(v),
@@ -320,7 +320,7 @@ pub fn verify_cells(rows: &[gridperf_core::clone::Compared]) -> Vec<[String; 4]>
 
 /// `lab clone`: each field of each direction with its 95% interval, then
 /// how each was found and what limits it.
-pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
+pub fn clone(f: &gridperf_core::lab::clone::CloneFile) -> String {
     let mut out = String::new();
     match f.seconds {
         Some(s) => writeln!(out, "path to {} ({}), cloned in {s:.0} s", f.source.host, f.source.date),
@@ -337,11 +337,11 @@ pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
     for (n, a, b) in &cells {
         let _ = writeln!(out, "{n:<w0$}  {a:<w1$}  {b}");
     }
-    let shape = |d: &gridperf_core::clone::Direction| {
+    let shape = |d: &gridperf_core::lab::clone::Direction| {
         let s = match d.jitter_shape {
-            gridperf_core::clone::JitterShape::None => "no jitter",
-            gridperf_core::clone::JitterShape::Normal => "normal",
-            gridperf_core::clone::JitterShape::RightSkewed => "right-skewed",
+            gridperf_core::lab::clone::JitterShape::None => "no jitter",
+            gridperf_core::lab::clone::JitterShape::Normal => "normal",
+            gridperf_core::lab::clone::JitterShape::RightSkewed => "right-skewed",
         };
         format!("{s}{}", if d.reorders { ", reorders" } else { ", in order" })
     };
@@ -369,7 +369,7 @@ pub fn clone(f: &gridperf_core::clone::CloneFile) -> String {
 }
 
 /// `lab clone --verify`: the real path beside its clone.
-pub fn clone_verify(rows: &[gridperf_core::clone::Compared]) -> String {
+pub fn clone_verify(rows: &[gridperf_core::lab::clone::Compared]) -> String {
     let mut out = String::new();
     let cells = verify_cells(rows);
     let head = ["", "real path", "clone", "error"].map(String::from);

@@ -53,8 +53,8 @@ impl Csv {
 /// trailing zeros; empty for none.
 /// A summary's cells, in the CSVs' order: min, q1, median, q3, (p99,)
 /// max, mean, stddev; empty cells for no summary.
-pub fn summary_cells(m: Option<&gridperf_core::stats::Summary>, p99: bool) -> Vec<String> {
-    let f = |g: fn(&gridperf_core::stats::Summary) -> f64| ns_cell(m.map(g));
+pub fn summary_cells(m: Option<&gridperf_core::analysis::stats::Summary>, p99: bool) -> Vec<String> {
+    let f = |g: fn(&gridperf_core::analysis::stats::Summary) -> f64| ns_cell(m.map(g));
     let mut out = vec![f(|m| m.min_ns), f(|m| m.q1_ns), f(|m| m.median_ns), f(|m| m.q3_ns)];
     if p99 {
         out.push(f(|m| m.p99_ns));

@@ -67,10 +67,10 @@ pub fn headline(r: &RunRow, points: &[PointRow]) -> String {
             })
         }
         Some(Measure::Clone) => {
-            let f = figures_of::<gridperf_core::clone::CloneFile>(points, "clone-profile").into_iter().next();
-            let verify: Vec<gridperf_core::clone::Compared> = figures_of(points, "clone-verify");
+            let f = figures_of::<gridperf_core::lab::clone::CloneFile>(points, "clone-profile").into_iter().next();
+            let verify: Vec<gridperf_core::lab::clone::Compared> = figures_of(points, "clone-verify");
             f.map(|f| {
-                let rate = |d: &gridperf_core::clone::Direction| d.rate_bps.value.map_or("-".into(), fmt_bps);
+                let rate = |d: &gridperf_core::lab::clone::Direction| d.rate_bps.value.map_or("-".into(), fmt_bps);
                 let rtt = f.profile.ab.delay_s.value.zip(f.profile.ba.delay_s.value).map(|(a, b)| (a + b) * 1e9);
                 let mut w = format!(
                     "a -> b {}, b -> a {}, RTT {}",
@@ -185,8 +185,8 @@ fn points_table(r: &RunRow, points: &[PointRow]) -> String {
         Some(Measure::Copy) => Some(copy_files_table(points)),
         Some(Measure::Trace) => Some(trace_table(points)),
         Some(Measure::Clone) => {
-            figures_of::<gridperf_core::clone::CloneFile>(points, "clone-profile").into_iter().next().map(|f| {
-                let verify: Vec<gridperf_core::clone::Compared> = figures_of(points, "clone-verify");
+            figures_of::<gridperf_core::lab::clone::CloneFile>(points, "clone-profile").into_iter().next().map(|f| {
+                let verify: Vec<gridperf_core::lab::clone::Compared> = figures_of(points, "clone-verify");
                 let mut t = super::lab::clone(&f);
                 if !verify.is_empty() {
                     t.push_str("\nthe real path and its clone, measured the same way:\n");
@@ -297,9 +297,9 @@ fn significance(p: &PointRow, q: &PointRow) -> String {
             .map(|r| r.iter().filter_map(|v| v.as_f64()).collect())
             .unwrap_or_default()
     };
-    let d = gridperf_core::compare::unpaired(&rounds(p), &rounds(q)).or_else(|| {
+    let d = gridperf_core::analysis::compare::unpaired(&rounds(p), &rounds(q)).or_else(|| {
         let (sa, sb) = (p.samples.as_deref().unwrap_or_default(), q.samples.as_deref().unwrap_or_default());
-        gridperf_core::compare::bootstrap(sa, sb, p.size ^ 0x5EED)
+        gridperf_core::analysis::compare::bootstrap(sa, sb, p.size ^ 0x5EED)
     });
     match d {
         Some(d) if d.significant() => format!("yes ({:+.1}..{:+.1}%)", d.lo * 100.0, d.hi * 100.0),
@@ -371,7 +371,7 @@ pub fn compare(ra: &RunRow, a: &[PointRow], rb: &RunRow, b: &[PointRow]) -> Stri
             out,
             "significant: the 95% interval of the change (Welch's, on the points' round medians; else a bootstrap of their\n\
              samples) lies wholly beyond {}%; ?: the points kept neither",
-            (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
+            (gridperf_core::analysis::compare::NEGLIGIBLE * 100.0) as u32
         );
     }
     out

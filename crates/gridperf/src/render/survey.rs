@@ -3,8 +3,10 @@
 //! from the stored rtt runs. The report draws the same analysis.
 
 use crate::store::{PointRow, RunRow};
+use gridperf_core::analysis::survey::{
+    best_protocol_with, thresholds, BestRange, Curve, CurvePoint, Threshold, ThresholdKind,
+};
 use gridperf_core::model::Measure;
-use gridperf_core::survey::{best_protocol_with, thresholds, BestRange, Curve, CurvePoint, Threshold, ThresholdKind};
 use gridperf_core::units::{fmt_bytes, fmt_ns};
 use std::fmt::Write;
 
@@ -72,7 +74,8 @@ pub struct Excluded {
 
 /// Why a stored point's median does not describe it, if it does not.
 pub fn irregular(p: &PointRow) -> Option<String> {
-    let why: gridperf_core::shape::Irregular = serde_json::from_value(p.figures.get("irregular")?.clone()).ok()?;
+    let why: gridperf_core::analysis::shape::Irregular =
+        serde_json::from_value(p.figures.get("irregular")?.clone()).ok()?;
     let retries = p.figures.get("retries").and_then(|r| r.as_u64()).unwrap_or(0);
     Some(if retries > 0 { format!("{}, measured {} times", why.describe(), retries + 1) } else { why.describe() })
 }
@@ -183,7 +186,10 @@ pub fn best_words(b: &BestRange) -> String {
 /// interval 20.1 .. 24.7%)", or what a tie means.
 pub fn margin_words(b: &BestRange) -> String {
     if b.tie {
-        let none = format!("no difference beyond {}% shown (95%)", (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32);
+        let none = format!(
+            "no difference beyond {}% shown (95%)",
+            (gridperf_core::analysis::compare::NEGLIGIBLE * 100.0) as u32
+        );
         return match (&b.over, b.interval) {
             (Some(o), Some((lo, hi))) => format!(
                 "{none}; {o} {:.1}% slower (95% interval{} {:.1} .. {:.1}%)",
@@ -315,7 +321,7 @@ pub fn best_table_text(all: &[NetworkAnalysis]) -> String {
          from second to second. A tie means no difference beyond that was shown, not that there is none. A size\n\
          left out (a median does not describe it) carries no claim, and no range spans it. A network marked\n\
          INVALID was measured through an emulator that fell behind: its rows are not the network's.",
-        (gridperf_core::compare::NEGLIGIBLE * 100.0) as u32
+        (gridperf_core::analysis::compare::NEGLIGIBLE * 100.0) as u32
     );
     out
 }

@@ -66,16 +66,16 @@ const X_FIELDS: &[(&str, &str)] = &[
 
 /// A setting's value as a number in the x axis' unit; None if it is not one.
 fn numeric(field: &str, v: &str) -> Option<f64> {
-    use gridperf_core::labcfg;
+    use gridperf_core::lab::cfg;
     match field {
         "delay" | "gap" => v.trim_end_matches("us").parse().ok(),
         "pacing" if v == "0" || v == "off" => Some(0.0),
-        "pacing" => labcfg::parse_rate_bps(v).ok().map(|b| b as f64 / 1e6),
-        "rtt" => labcfg::parse_rtt_ns(v).ok().map(|ns| ns as f64 / 1e6),
+        "pacing" => cfg::parse_rate_bps(v).ok().map(|b| b as f64 / 1e6),
+        "rtt" => cfg::parse_rtt_ns(v).ok().map(|ns| ns as f64 / 1e6),
         "w" => v.parse::<f64>().ok().map(|b| b / 1_048_576.0),
         "length" => v.parse::<f64>().ok().map(|b| b / 1024.0),
         "P" => v.parse().ok(),
-        "loss" => labcfg::parse_loss(v).ok().map(|l| l * 100.0),
+        "loss" => cfg::parse_loss(v).ok().map(|l| l * 100.0),
         _ => None,
     }
 }

@@ -6,8 +6,8 @@
 use crate::error::{Error, Result};
 use crate::host;
 use gridperf_core::auth;
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{EndInfo, StepFigures};
-use gridperf_core::plan::Proto;
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, Test, TestRequest};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;

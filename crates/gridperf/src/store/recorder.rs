@@ -309,9 +309,9 @@ impl Stored for gridperf_core::model::CopyEvent {
 
 /// A clone's profile as fitted (`lab clone`): its file without the
 /// comparison, which has points of its own.
-impl Stored for gridperf_core::clone::CloneFile {
+impl Stored for gridperf_core::lab::clone::CloneFile {
     fn row(&self) -> PointRow {
-        let fitted = gridperf_core::clone::CloneFile { verify: Vec::new(), ..self.clone() };
+        let fitted = gridperf_core::lab::clone::CloneFile { verify: Vec::new(), ..self.clone() };
         PointRow {
             proto: "clone-profile".into(),
             size: 0,
@@ -326,7 +326,7 @@ impl Stored for gridperf_core::clone::CloneFile {
 }
 
 /// One figure of `lab clone --verify`: the real path's and the clone's.
-impl Stored for gridperf_core::clone::Compared {
+impl Stored for gridperf_core::lab::clone::Compared {
     fn row(&self) -> PointRow {
         PointRow {
             proto: "clone-verify".into(),
@@ -352,7 +352,7 @@ impl Stored for CloneRtt<'_> {
     fn row(&self) -> PointRow {
         let mut v = self.samples_ns.to_vec();
         v.sort_unstable();
-        let q = |p| gridperf_core::stats::quantile_sorted(&v, p);
+        let q = |p| gridperf_core::analysis::stats::quantile_sorted(&v, p);
         PointRow {
             proto: "clone-rtt".into(),
             size: 64,

@@ -7,8 +7,8 @@ use gridperf::engines::rtt::{self, RttOptions};
 use gridperf::error::Kind;
 use gridperf::runner::Session;
 use gridperf::runner::Target;
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::Measure;
-use gridperf_core::plan::Proto;
 use gridperf_core::wire::{
     self, AgentMsg, ClientMsg, DataHello, DataKind, EchoSpec, ErrorCode, Test, TestRequest, PROTOCOL_VERSION,
 };

@@ -4,8 +4,8 @@ use crate::{faults, opts, TestAgent};
 use gridperf::engines::rtt::{self, RttOptions};
 use gridperf::engines::transfer::{self, TransferOptions};
 use gridperf::runner::Target;
-use gridperf_core::plan::Proto;
-use gridperf_core::stats::Summary;
+use gridperf_core::analysis::stats::Summary;
+use gridperf_core::model::plan::Proto;
 use std::time::Duration;
 
 fn rtt_opts(protos: &[Proto], sizes: &[u64], iterations: u64) -> RttOptions {
@@ -91,7 +91,7 @@ fn udp_losses_are_counted_and_the_run_goes_on() {
         assert_eq!(p.server.as_ref().expect("figures").dropped_on_purpose, 20);
         assert_eq!(p.late, 0);
     }
-    assert!(r.warnings.iter().any(|w| matches!(w, gridperf_core::stats::Warning::Lost { lost: 20, .. })));
+    assert!(r.warnings.iter().any(|w| matches!(w, gridperf_core::analysis::stats::Warning::Lost { lost: 20, .. })));
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn pinned_ends_are_recorded() {
         .expect("rtt");
     assert_eq!(r.env.client.pinned_cpus, Some(vec![0]));
     assert_eq!(r.env.server.as_ref().expect("agent").pinned_cpus, Some(vec![0]));
-    assert!(!r.warnings.iter().any(|w| matches!(w, gridperf_core::stats::Warning::Unpinned)));
+    assert!(!r.warnings.iter().any(|w| matches!(w, gridperf_core::analysis::stats::Warning::Unpinned)));
 }
 
 #[test]

@@ -1227,7 +1227,10 @@ fn assert_slow_by_the_rule(e: &serde_json::Value) {
     let (rate, rest) = why.split_once(" against its peers' median ").unwrap_or(("nan", "nan"));
     let (rate, median) = (num(rate), num(rest));
     assert!(rate.is_finite() && median.is_finite(), "a restart without its figures: {e}");
-    assert!(rate - 0.05 < (median + 0.05) * gridperf_core::pool::SLOW_FRACTION, "a restart of a stream not slow: {e}");
+    assert!(
+        rate - 0.05 < (median + 0.05) * gridperf_core::copy::pool::SLOW_FRACTION,
+        "a restart of a stream not slow: {e}"
+    );
 }
 
 #[test]

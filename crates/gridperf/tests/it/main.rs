@@ -45,7 +45,7 @@ mod trace;
 use gridperf::agent::{Agent, AgentConfig, Faults, StopHandle};
 use gridperf::engines::EchoOptions;
 use gridperf::runner::Deadlines;
-use gridperf_core::plan::Proto;
+use gridperf_core::model::plan::Proto;
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -3,12 +3,12 @@
 //! (`snapshots/`). A change of form shows here as a diff; review it, then
 //! accept it with `INSTA_UPDATE=always cargo test --test it render`.
 
+use gridperf_core::analysis::stats::{Summary, Warning};
+use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{
     EndInfo, Environment, RttPoint, RttReport, Settings, SocketInfo, StepFigures, StreamEnd, StreamReport,
     StreamResult, StreamRun, TransferPoint, TransferReport,
 };
-use gridperf_core::plan::Proto;
-use gridperf_core::stats::{Summary, Warning};
 use std::collections::BTreeMap;
 
 fn socket(proto: Proto) -> SocketInfo {
@@ -177,9 +177,9 @@ fn transfer_report() -> TransferReport {
     }
 }
 
-fn timeline(cwnd0: u32) -> Vec<gridperf_core::flow::TcpSample> {
+fn timeline(cwnd0: u32) -> Vec<gridperf_core::analysis::flow::TcpSample> {
     (0..12u64)
-        .map(|k| gridperf_core::flow::TcpSample {
+        .map(|k| gridperf_core::analysis::flow::TcpSample {
             t_ns: k * 100_000_000,
             cwnd: cwnd0 + 10 * k as u32,
             ssthresh: 2_147_483_647,
@@ -238,9 +238,9 @@ fn stream_spec(proto: &str, streams: u32) -> gridperf_core::wire::StreamSpec {
 
 fn tcp_stream(index: u32, bytes: u64, cwnd0: u32) -> StreamResult {
     let timeline = timeline(cwnd0);
-    let verdict = gridperf_core::flow::verdict(
+    let verdict = gridperf_core::analysis::flow::verdict(
         &timeline,
-        &gridperf_core::flow::VerdictContext {
+        &gridperf_core::analysis::flow::VerdictContext {
             throughput_bps: bytes as f64 * 8.0 / 2.0,
             elapsed_ns: 2_000_000_000,
             path_rate_bps: Some(10_000_000_000),
@@ -273,8 +273,8 @@ fn stream_run(streams: Vec<StreamResult>) -> StreamRun {
     StreamRun {
         up_bps: Some(rates.iter().sum()),
         down_bps: None,
-        slowest_over_fastest: gridperf_core::flow::slowest_over_fastest(&rates),
-        jain: gridperf_core::flow::jain(&rates),
+        slowest_over_fastest: gridperf_core::analysis::flow::slowest_over_fastest(&rates),
+        jain: gridperf_core::analysis::flow::jain(&rates),
         client_cpu_ns: 1_400_000_000,
         agent_cpu_ns: 700_000_000,
         cpu_ns_per_byte: Some(0.352),
@@ -302,7 +302,7 @@ fn stream_report(runs: Vec<StreamRun>) -> StreamReport {
 
 fn udp_report() -> StreamReport {
     let mut receiver = stream_end(0, false, 249_000_000, Proto::Udp);
-    receiver.udp = Some(gridperf_core::flow::SeqStats {
+    receiver.udp = Some(gridperf_core::analysis::flow::SeqStats {
         received: 169_100,
         bytes: 249_000_000,
         reordered: 3,
@@ -461,8 +461,8 @@ fn fanout_table_csv_json() {
 }
 
 mod tune_fixture {
+    pub use gridperf_core::analysis::tune::{directions, Record};
     pub use gridperf_core::model::{Applied, EndAdvice, Measured, ShareProbe, TuneView};
-    pub use gridperf_core::tune::{directions, Record};
 }
 
 fn sysctls(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -489,7 +489,7 @@ fn old_kernel() -> BTreeMap<String, String> {
 
 fn tune_view() -> tune_fixture::TuneView {
     use tune_fixture::*;
-    let path = gridperf_core::tune::TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 };
+    let path = gridperf_core::analysis::tune::TunePath { rate_bps: 1_000_000_000, rtt_ns: 35_000_000 };
     let mut here = Record::new("this host", old_kernel(), Some("2.6.9".into()), Some(1500));
     here.share = Some(0.65);
     let mut modern = old_kernel();
@@ -564,13 +564,13 @@ mod lab_fixture {
 
 fn lab_state() -> lab_fixture::LabState {
     use lab_fixture::*;
-    let mut s = gridperf_core::labcfg::profile("man").expect("man").settings();
-    gridperf_core::labcfg::apply_set(&mut s, "jitter=1ms").expect("jitter");
+    let mut s = gridperf_core::lab::cfg::profile("man").expect("man").settings();
+    gridperf_core::lab::cfg::apply_set(&mut s, "jitter=1ms").expect("jitter");
     let ab = s.link_config().expect("link");
-    gridperf_core::labcfg::apply_set(&mut s, "loss=1%").expect("loss");
+    gridperf_core::lab::cfg::apply_set(&mut s, "loss=1%").expect("loss");
     let ba = s.link_config().expect("link");
-    let mut access = gridperf_core::labcfg::LabSettings::default();
-    gridperf_core::labcfg::apply_set(&mut access, "rate=100M").expect("access");
+    let mut access = gridperf_core::lab::cfg::LabSettings::default();
+    gridperf_core::lab::cfg::apply_set(&mut access, "rate=100M").expect("access");
     let spec = LabSpec {
         name: "default".into(),
         hosts: (2, 1),
@@ -593,7 +593,7 @@ fn lab_state() -> lab_fixture::LabState {
 fn health(late: u64) -> lab_fixture::Health {
     use lab_fixture::*;
     let mut h = Health { uptime_s: 12.5, late_packets: late, max_lag_ns: 2_500_000, ..Health::default() };
-    h.links[0] = gridperf_core::emu::Counters {
+    h.links[0] = gridperf_core::lab::emu::Counters {
         arrived: 10_000,
         arrived_bytes: 15_000_000,
         delivered: 9_990,
@@ -603,7 +603,7 @@ fn health(late: u64) -> lab_fixture::Health {
         max_queue_packets: 17,
         max_queue_bytes: 25_500,
     };
-    h.links[1] = gridperf_core::emu::Counters { arrived: 5_000, delivered: 4_950, lost: 50, ..h.links[0] };
+    h.links[1] = gridperf_core::lab::emu::Counters { arrived: 5_000, delivered: 4_950, lost: 50, ..h.links[0] };
     h.lag_hist = vec![9_000, 900, 50, 30, 10, 5, 4, 1];
     h.access = vec![AccessCounters { host: "a2".into(), ..Default::default() }];
     h
@@ -622,7 +622,7 @@ fn lab_status_profiles_calibration() {
         pid: 7,
     };
     insta::assert_snapshot!("lab_status_loopback", render::lab::status(&lo, None));
-    insta::assert_snapshot!("lab_profiles", render::lab::profiles(&gridperf_core::labcfg::profiles()));
+    insta::assert_snapshot!("lab_profiles", render::lab::profiles(&gridperf_core::lab::cfg::profiles()));
     let p = Point {
         rate_bps: 100_000_000,
         delay_ns: 25_000_000,

@@ -10,7 +10,7 @@ use super::reply::{new_token, send_error, wire_code, Fail};
 use super::Shared;
 use crate::datapath::copy::{self as dp, BlockQueue, SourceFile, StreamWork};
 use crate::{ctl, host};
-use gridperf_core::seal;
+use gridperf_core::copy::seal;
 use gridperf_core::wire::{
     self, chunk_files, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode,
     MAX_COPY_FILES,

@@ -1,6 +1,6 @@
 //! One data connection and its sealing: how a frame is sealed, read and opened.
 
-use gridperf_core::seal::{Sealer, TAG_LEN};
+use gridperf_core::copy::seal::{Sealer, TAG_LEN};
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -32,7 +32,7 @@ impl Crypt {
     }
 
     /// From a copy's keys, for stream `index` at the end that sends the blocks (`sending`) or writes them.
-    pub fn of(keys: Option<&gridperf_core::seal::CopyKeys>, index: u32, sending: bool) -> Option<Crypt> {
+    pub fn of(keys: Option<&gridperf_core::copy::seal::CopyKeys>, index: u32, sending: bool) -> Option<Crypt> {
         keys.map(|k| {
             let (out, inn) = k.stream(index, sending);
             Crypt { out, inn }

@@ -1,7 +1,7 @@
 //! The sending end's pool of connections: restarts, -P auto, the tail.
 
 use super::*;
-use gridperf_core::pool::ConnWindow;
+use gridperf_core::copy::pool::ConnWindow;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
@@ -16,7 +16,7 @@ pub struct PoolPlan {
     pub start: u32,
     /// `-P auto`: the fewest and the most at once; None keeps `start`.
     pub auto: Option<(u32, u32)>,
-    /// Restart a slow connection (gridperf_core::pool's rules).
+    /// Restart a slow connection (gridperf_core::copy::pool's rules).
     pub restart: bool,
     /// Send the last blocks again on idle connections.
     pub tail: bool,
@@ -55,7 +55,7 @@ struct Live<'s> {
     /// Set as its thread returns (or unwinds), just before it wakes the pool.
     ended: Arc<AtomicBool>,
     /// (when, bytes acknowledged, TCP_INFO) over the last window.
-    hist: VecDeque<(Instant, u64, Option<gridperf_core::flow::TcpSample>)>,
+    hist: VecDeque<(Instant, u64, Option<gridperf_core::analysis::flow::TcpSample>)>,
 }
 
 /// Held by a worker thread; dropped as it returns or unwinds: marks it
@@ -91,7 +91,7 @@ impl Drop for Ended {
 /// or every connection failed (then the queue is stopped with why).
 // Long by design: the pool's loop holds the thread scope its connections
 // are spawned in (a restart and -P auto spawn from inside it); what it
-// judges is in `Live::window`, `pool_window` and gridperf_core::pool.
+// judges is in `Live::window`, `pool_window` and gridperf_core::copy::pool.
 pub fn send_pool(
     files: &[SourceFile],
     block: u64,
@@ -101,8 +101,8 @@ pub fn send_pool(
     moved: &[AtomicU64],
     event: &(dyn Fn(&gridperf_core::model::CopyEvent) + Sync),
 ) -> PoolOut {
+    use gridperf_core::copy::pool::{AutoStreams, Change, Decision, Restarts};
     use gridperf_core::model::CopyEvent;
-    use gridperf_core::pool::{AutoStreams, Change, Decision, Restarts};
     let t0 = Instant::now();
     let budget = plan.connections.min(moved.len() as u32);
     let mut works: Vec<Option<io::Result<StreamWork>>> = Vec::new();
@@ -188,7 +188,7 @@ pub fn send_pool(
                 .iter()
                 .filter_map(|l| l.hist.back().and_then(|h| h.2.as_ref()).map(|t| f64::from(t.srtt_us)))
                 .collect();
-            let srtt_us = gridperf_core::stats::median(&srtts).unwrap_or(0.0);
+            let srtt_us = gridperf_core::analysis::stats::median(&srtts).unwrap_or(0.0);
             let window = MIN_WINDOW.max(Duration::from_micros((srtt_us * f64::from(WINDOW_RTTS)) as u64));
             if plan.tail {
                 let t = TAIL_MIN.max(Duration::from_micros((srtt_us * 4.0) as u64));
@@ -209,7 +209,7 @@ pub fn send_pool(
             }
             let views: Vec<ConnWindow> = live.iter().filter_map(Live::window).collect();
             if plan.tail {
-                queue.set_slow(gridperf_core::pool::tail_holders(&views));
+                queue.set_slow(gridperf_core::copy::pool::tail_holders(&views));
             }
             let now_ns = t0.elapsed().as_nanos() as u64;
             let window_ns = window.as_nanos() as u64;
@@ -303,11 +303,11 @@ fn pool_window(
     now_ns: u64,
     window_ns: u64,
     pending: bool,
-) -> gridperf_core::pool::PoolWindow {
+) -> gridperf_core::copy::pool::PoolWindow {
     let youngest = live.iter().map(|l| l.started.elapsed()).min().unwrap_or_default();
     let buffer_limited =
         if views.is_empty() { 0.0 } else { views.iter().map(|v| v.buffer_limited).sum::<f64>() / views.len() as f64 };
-    gridperf_core::pool::PoolWindow {
+    gridperf_core::copy::pool::PoolWindow {
         now_ns,
         window_ns,
         live: live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).count() as u32,
@@ -354,7 +354,8 @@ impl Live<'_> {
         // the kernel's clocks run only when a send finds the window shut (a
         // paced sender rarely does): the samples show the data in flight
         // reaching the receiver's window, as stream's verdict reads them
-        let tcp: Vec<&gridperf_core::flow::TcpSample> = self.hist.iter().skip(1).filter_map(|h| h.2.as_ref()).collect();
+        let tcp: Vec<&gridperf_core::analysis::flow::TcpSample> =
+            self.hist.iter().skip(1).filter_map(|h| h.2.as_ref()).collect();
         let at_window = tcp
             .iter()
             .filter(|t| t.snd_wnd > 0 && u64::from(t.unacked) * u64::from(t.mss) * 100 >= u64::from(t.snd_wnd) * 85)

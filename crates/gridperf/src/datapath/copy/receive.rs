@@ -1,10 +1,10 @@
 //! The writing end's connections: blocks in, verified and written, acknowledgments out.
 
 use super::*;
+use gridperf_core::copy::seal::TAG_LEN;
 use gridperf_core::copy::{
     block_count, block_cv, block_len, Ack, AckStatus, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER,
 };
-use gridperf_core::seal::TAG_LEN;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,7 +115,7 @@ pub struct ReceiveSet<'scope, 'env> {
     block: u64,
     idle: Duration,
     window: Option<u64>,
-    keys: Option<&'env gridperf_core::seal::CopyKeys>,
+    keys: Option<&'env gridperf_core::copy::seal::CopyKeys>,
     /// Bytes verified, by connection number.
     moved: &'env [AtomicU64],
     running: Vec<std::thread::ScopedJoinHandle<'scope, io::Result<StreamWork>>>,
@@ -131,7 +131,7 @@ impl<'scope, 'env> ReceiveSet<'scope, 'env> {
         block: u64,
         idle: Duration,
         window: Option<u64>,
-        keys: Option<&'env gridperf_core::seal::CopyKeys>,
+        keys: Option<&'env gridperf_core::copy::seal::CopyKeys>,
         moved: &'env [AtomicU64],
     ) -> Self {
         ReceiveSet {

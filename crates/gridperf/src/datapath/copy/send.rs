@@ -1,8 +1,8 @@
 //! One sending connection: blocks from the queue out, acknowledgments in.
 
 use super::*;
+use gridperf_core::copy::seal::TAG_LEN;
 use gridperf_core::copy::{block_cv, block_len, Ack, AckStatus, BlockHeader, ACK_LEN, FRAME_HEADER};
-use gridperf_core::seal::TAG_LEN;
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::TcpStream;
@@ -49,8 +49,12 @@ const MAX_TCP_SAMPLES: usize = 4096;
 
 /// The sending end's verdict on one stream from its TCP_INFO samples, as
 /// `stream` reads them (None with fewer than two, or when they say nothing).
-fn tcp_verdict(samples: &[gridperf_core::flow::TcpSample], bytes: u64, window: Option<u64>) -> Option<String> {
-    use gridperf_core::flow::{verdict, Limit, VerdictContext};
+fn tcp_verdict(
+    samples: &[gridperf_core::analysis::flow::TcpSample],
+    bytes: u64,
+    window: Option<u64>,
+) -> Option<String> {
+    use gridperf_core::analysis::flow::{verdict, Limit, VerdictContext};
     let (first, last) = (samples.first()?, samples.last()?);
     let elapsed_ns = last.t_ns.saturating_sub(first.t_ns);
     if samples.len() < 2 || elapsed_ns == 0 {

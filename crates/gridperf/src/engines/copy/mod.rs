@@ -153,7 +153,7 @@ pub(crate) struct Conn<'a> {
     pub port: u16,
     pub token: u64,
     pub o: &'a CopyOptions,
-    pub keys: Option<&'a gridperf_core::seal::CopyKeys>,
+    pub keys: Option<&'a gridperf_core::copy::seal::CopyKeys>,
     pub counters: &'a [AtomicU64],
 }
 
@@ -184,7 +184,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         return Err(Error::usage("--split static is for a push (this host sends)"));
     }
     let exchange = if o.encrypt {
-        Some(gridperf_core::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
+        Some(gridperf_core::copy::seal::Exchange::new().map_err(|e| Error::internal(format!("--encrypt: {e}")))?)
     } else {
         None
     };
@@ -252,9 +252,9 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
 /// --encrypt: the agent's half of the key agreement, or nothing is sent.
 fn agree(
     session: &mut crate::runner::Session,
-    x: gridperf_core::seal::Exchange,
+    x: gridperf_core::copy::seal::Exchange,
     o: &CopyOptions,
-) -> Result<gridperf_core::seal::CopyKeys> {
+) -> Result<gridperf_core::copy::seal::CopyKeys> {
     let theirs = match session.next(o.deadlines.control)? {
         AgentMsg::CopyKey { public } => gridperf_core::auth::unhex(&public)
             .ok_or_else(|| net("the agent's encryption key is not 32 bytes of hex: nothing was sent"))?,
@@ -272,16 +272,16 @@ fn agree(
 }
 
 /// The report's words for the data connections' encryption.
-fn encryption_words(k: &gridperf_core::seal::CopyKeys) -> String {
+fn encryption_words(k: &gridperf_core::copy::seal::CopyKeys) -> String {
     if k.authenticated {
         format!(
             "{} (bound to the session's key: no one without it can read or alter the data)",
-            gridperf_core::seal::CIPHER
+            gridperf_core::copy::seal::CIPHER
         )
     } else {
         format!(
             "{} (no key: safe from eavesdroppers, not from a man in the middle; serve --auth and --key bind it)",
-            gridperf_core::seal::CIPHER
+            gridperf_core::copy::seal::CIPHER
         )
     }
 }

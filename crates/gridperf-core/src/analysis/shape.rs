@@ -220,7 +220,7 @@ pub fn irregular(samples: &[u64]) -> Option<Irregular> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emu::Rng;
+    use crate::rng::Rng;
 
     /// n samples around `center` ns with relative spread `rel` (log-normal).
     fn around(rng: &mut Rng, n: usize, center: f64, rel: f64) -> Vec<u64> {

@@ -5,15 +5,15 @@
 //!
 //! Everything here works on points already measured: each point's median
 //! and quartiles, and (when it was measured in rounds) its round medians,
-//! or its samples, from which [`crate::compare`] gives a difference its
+//! or its samples, from which [`crate::analysis::compare`] gives a difference its
 //! 95% interval. A protocol is best only where it is faster than the others
 //! beyond that interval and beyond 5% (`compare::NEGLIGIBLE`); a threshold is reported only where
 //! it stands out of the points' own noise, and only with slopes a message
 //! can have (a byte never costs less than nothing). Points whose median
-//! does not describe them ([`crate::shape`]) are left out, and listed.
+//! does not describe them ([`crate::analysis::shape`]) are left out, and listed.
 //! Nothing is measured or printed here.
 
-use crate::compare::{self, Difference};
+use crate::analysis::compare::{self, Difference};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -107,7 +107,7 @@ impl Curve {
 
 /// The median of values (NaN-free); 0 for none.
 fn median(values: &[f64]) -> f64 {
-    crate::stats::median(values).unwrap_or(0.0)
+    crate::analysis::stats::median(values).unwrap_or(0.0)
 }
 
 // ---------------------------------------------------------------------------
@@ -889,7 +889,7 @@ mod tests {
     /// round) and by its own noise of `rel`.
     fn rounds_point(size: u64, median: f64, drift: &[f64], rel: f64, seed: &mut u64) -> CurvePoint {
         let rounds: Vec<f64> = drift.iter().map(|k| median * k * (1.0 + rel * noise(seed))).collect();
-        let m = crate::stats::median(&rounds).unwrap_or(median);
+        let m = crate::analysis::stats::median(&rounds).unwrap_or(median);
         CurvePoint { rounds_ns: rounds, ..CurvePoint::new(size, m, m * 0.97, m * 1.03) }
     }
 

@@ -6,7 +6,7 @@
 //! (scaled by the window scale its SYN carried), RTT samples (a segment's
 //! first transmission to the ACK that covers it; Karn's rule), the
 //! retransmissions by kind, zero windows, and the data in flight when a
-//! loss was answered. The verdict is `stream`'s ([`crate::flow::verdict`]),
+//! loss was answered. The verdict is `stream`'s ([`crate::analysis::flow::verdict`]),
 //! fed samples built from the capture.
 //!
 //! Memory and time are bounded whatever the capture's size: per connection
@@ -18,8 +18,8 @@
 //! [`MAX_RTT_SAMPLES`] (then every other one), the smallest RTT kept as it
 //! comes (no scan per interval), and at most [`MAX_LOSSES`] losses' windows.
 
+use crate::analysis::flow::{TcpSample, VerdictContext};
 use crate::capture::{Segment, ACK, FIN, RST, SYN};
-use crate::flow::{TcpSample, VerdictContext};
 use crate::model::{TraceConn, TraceDirection, TracePoint};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -655,7 +655,7 @@ fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
         }
         // a verdict needs a transfer: a control connection's few messages tell nothing
         let verdict = (samples.len() >= 2 && side.segments >= MIN_VERDICT_SEGMENTS).then(|| {
-            let mut v = crate::flow::verdict(
+            let mut v = crate::analysis::flow::verdict(
                 &samples,
                 &VerdictContext {
                     throughput_bps: throughput,
@@ -663,7 +663,7 @@ fn summarize(c: &mut Conn, i: usize, start: i64, interval: i64) -> TraceConn {
                     ..VerdictContext::default()
                 },
             );
-            if v.limit == crate::flow::Limit::Application {
+            if v.limit == crate::analysis::flow::Limit::Application {
                 v.text += " (from a capture: a sender held back by its send buffer looks the same)";
             }
             v

@@ -17,7 +17,7 @@
 //! Every estimate carries a 95% interval and the method that gave it; one
 //! the probes could not give is `None`, with the reason, never a guess.
 
-use crate::labcfg::{self, JitterDist, LabSettings, QueueSpec};
+use crate::lab::cfg::{self, JitterDist, LabSettings, QueueSpec};
 use serde::{Deserialize, Serialize};
 
 /// The schema of `lab clone --json` and of a profile file.
@@ -231,7 +231,7 @@ pub fn fit_rate(ip_bps: &[f64], lost: f64, offered: f64) -> Estimate {
     }
     let mean = ip_bps.iter().sum::<f64>() / n as f64;
     let var = ip_bps.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let half = crate::stopping::t_quantile(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
+    let half = crate::analysis::stopping::t_quantile(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
     if lost < 0.02 {
         return Estimate { value: Some(mean), low: Some(mean - half), high: None, method: method.into(), note: None }
             .with_note(format!(
@@ -255,7 +255,7 @@ fn mean_with_interval(x: &[f64]) -> Option<(f64, f64, f64)> {
     }
     let mean = x.iter().sum::<f64>() / n as f64;
     let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let half = crate::stopping::t_quantile(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
+    let half = crate::analysis::stopping::t_quantile(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
     Some((mean, mean - half, mean + half))
 }
 
@@ -316,7 +316,7 @@ fn median_with_interval(x: &[f64]) -> Option<(f64, f64, f64)> {
     if n < 6 {
         return None;
     }
-    let m = crate::stats::median(x)?;
+    let m = crate::analysis::stats::median(x)?;
     let half = Z95 * (n as f64).sqrt() / 2.0;
     let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
     let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
@@ -402,7 +402,7 @@ pub fn fit_delay(rtt_ns: &[u64]) -> (Estimate, Estimate, JitterShape) {
 /// from its p95 to its end would be too heavy otherwise). Needs at least 6
 /// round trips; None for a spread with no right skew (a normal's).
 pub fn fit_table(rtt_ns: &[u64]) -> Option<Vec<f64>> {
-    const N: usize = crate::emu::TABLE_POINTS;
+    const N: usize = crate::lab::emu::TABLE_POINTS;
     let mut x: Vec<f64> = rtt_ns.iter().map(|&v| v as f64 / 1e9).collect();
     if x.len() < 6 {
         return None;
@@ -457,7 +457,7 @@ fn gamma_p(a: f64, x: f64) -> f64 {
     if x <= 0.0 {
         return 0.0;
     }
-    let front = (-x + a * x.ln() - crate::stopping::ln_gamma(a)).exp();
+    let front = (-x + a * x.ln() - crate::analysis::stopping::ln_gamma(a)).exp();
     if x < a + 1.0 {
         let (mut sum, mut del, mut ap) = (1.0 / a, 1.0 / a, a);
         for _ in 0..500 {
@@ -658,7 +658,7 @@ impl Direction {
             Ok(v)
         };
         let mut words = Vec::new();
-        let rate = check("rate_bps", &self.rate_bps, 1.0, labcfg::MAX_RATE_BPS as f64, "1 to 100e9 bits per second")?;
+        let rate = check("rate_bps", &self.rate_bps, 1.0, cfg::MAX_RATE_BPS as f64, "1 to 100e9 bits per second")?;
         let delay = check("delay_s", &self.delay_s, 0.0, 10.0, "0 to 10 seconds")?;
         let jitter = match self.jitter_s.value {
             None => 0.0,
@@ -786,10 +786,10 @@ mod tests {
         let (d, _, shape) = fit_delay(&rtts);
         assert_eq!(shape, JitterShape::RightSkewed);
         let t = fit_table(&rtts).expect("enough round trips");
-        assert_eq!(t.len(), crate::emu::TABLE_POINTS);
+        assert_eq!(t.len(), crate::lab::emu::TABLE_POINTS);
         assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
         // the lab's two draws, one each way, against the round trips measured
-        let lab = crate::emu::Jitter::Table { q_ns: table_ns(&t).expect("valid") };
+        let lab = crate::lab::emu::Jitter::Table { q_ns: table_ns(&t).expect("valid") };
         let mut g = Rng(9);
         let base = 2.0 * d.value.expect("some");
         let mut sums: Vec<f64> = (0..40_000)
@@ -843,7 +843,7 @@ mod tests {
     fn loss_and_bursts_come_back_from_a_gilbert_elliott_sequence() {
         // the lab's own model: 0.5% loss in bursts of 3
         let s = LabSettings { loss: 0.005, loss_burst: Some(3.0), ..LabSettings::default() };
-        let crate::emu::Loss::GilbertElliott { p_gb, p_bg, .. } = s.loss_model().expect("some") else { panic!() };
+        let crate::lab::emu::Loss::GilbertElliott { p_gb, p_bg, .. } = s.loss_model().expect("some") else { panic!() };
         let mut g = Rng(11);
         let (mut bad, mut lost, mut gaps, n) = (false, 0u64, 0u64, 400_000u64);
         for _ in 0..n {

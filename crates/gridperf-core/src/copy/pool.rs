@@ -89,7 +89,7 @@ pub struct Restarts {
 
 /// The median of some rates, NaN for none (the code base's one median).
 fn median(v: Vec<f64>) -> f64 {
-    crate::stats::median(&v).unwrap_or(f64::NAN)
+    crate::analysis::stats::median(&v).unwrap_or(f64::NAN)
 }
 
 fn mbit(bps: f64) -> String {

@@ -8,6 +8,8 @@
 //! pcapng drafts; both are small enough that reading them here keeps the
 //! time resolution (pcapng's if_tsresol) and the truncation exact.
 
+pub mod trace;
+
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

@@ -2,7 +2,7 @@
 //! stopping rule.
 //!
 //! A survey point is measured in rounds, the protocols of a size in turn
-//! within each round ([`crate::compare`]). The full survey spends a fixed
+//! within each round ([`crate::analysis::compare`]). The full survey spends a fixed
 //! time on every point. The quick survey looks after each round from
 //! [`Rule::min_rounds`] on and stops a size once every pair of its
 //! protocols is settled:
@@ -19,7 +19,7 @@
 //! below simulates many points with known differences and counts how often
 //! a point stopped this way names the wrong winner.
 
-use crate::compare::{self, NEGLIGIBLE};
+use crate::analysis::compare::{self, NEGLIGIBLE};
 
 /// Where a pair of protocols stands after the rounds so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,8 +221,8 @@ fn incomplete_beta(x: f64, a: f64, b: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::{paired, t95};
-    use crate::emu::Rng;
+    use crate::analysis::compare::{paired, t95};
+    use crate::rng::Rng;
 
     #[test]
     fn the_t_quantile_is_the_table_and_beyond() {

@@ -23,7 +23,7 @@
 //! (median over 217 points), 3.6% at the 90th percentile; with 2% the
 //! second survey found "udp 2.1% faster" where the first found a tie.
 
-use crate::emu::Rng;
+use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 
 /// The interval's confidence.
@@ -165,8 +165,8 @@ pub fn bootstrap(a: &[u64], b: &[u64], seed: u64) -> Option<Difference> {
     if a.len() < 5 || b.len() < 5 {
         return None;
     }
-    let ma = crate::stats::median_in_place(&mut a.to_vec());
-    let mb = crate::stats::median_in_place(&mut b.to_vec());
+    let ma = crate::analysis::stats::median_in_place(&mut a.to_vec());
+    let mb = crate::analysis::stats::median_in_place(&mut b.to_vec());
     if ma <= 0.0 {
         return None;
     }
@@ -174,7 +174,7 @@ pub fn bootstrap(a: &[u64], b: &[u64], seed: u64) -> Option<Difference> {
     let mut draw = |src: &[u64], buf: &mut Vec<u64>| {
         buf.clear();
         buf.extend((0..src.len()).map(|_| src[(rng.next_u64() % src.len() as u64) as usize]));
-        crate::stats::median_in_place(buf)
+        crate::analysis::stats::median_in_place(buf)
     };
     let (mut ba, mut bb) = (Vec::with_capacity(a.len()), Vec::with_capacity(b.len()));
     let mut ratios: Vec<f64> = (0..BOOTSTRAP)

@@ -6,7 +6,7 @@
 //! sizes follow dd (see [`crate::units`]); `delay_ns` is one way, and the same
 //! [`LabSettings`] serves both directions for now.
 
-use crate::emu::{Jitter, LinkConfig, Loss, QueueLimit};
+use crate::lab::emu::{Jitter, LinkConfig, Loss, QueueLimit};
 use crate::units::{parse_bytes, parse_duration_ns, UnitError};
 use thiserror::Error;
 

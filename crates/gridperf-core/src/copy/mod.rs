@@ -10,6 +10,9 @@
 //! value can be computed alone (`hazmat::set_input_offset`) and the
 //! values merged into the root hash in BLAKE3's own tree order.
 
+pub mod pool;
+pub mod seal;
+
 use blake3::hazmat::{merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode};
 use serde::{Deserialize, Serialize};
 
