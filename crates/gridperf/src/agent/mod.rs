@@ -552,17 +552,24 @@ pub struct LocalAgent {
 
 impl LocalAgent {
     pub fn start(faults: Faults) -> io::Result<LocalAgent> {
-        Self::with(AgentConfig { faults, ..AgentConfig::default() })
+        Self::serving(AgentConfig { faults, bind: Self::loopback_port(), ..AgentConfig::default() })
     }
 
     /// An agent of this process whose copies read and write beneath `root`
     /// (a local copy: the destination directory).
     pub fn with_root(root: std::path::PathBuf) -> io::Result<LocalAgent> {
-        Self::with(AgentConfig { root: Some(root), ..AgentConfig::default() })
+        Self::serving(AgentConfig { root: Some(root), bind: Self::loopback_port(), ..AgentConfig::default() })
     }
 
-    fn with(cfg: AgentConfig) -> io::Result<LocalAgent> {
-        let cfg = AgentConfig { bind: vec![SocketAddr::from(([127, 0, 0, 1], 0))], log: false, ..cfg };
+    /// 127.0.0.1, a port of its own.
+    pub fn loopback_port() -> Vec<SocketAddr> {
+        vec![SocketAddr::from(([127, 0, 0, 1], 0))]
+    }
+
+    /// An agent of this process as `cfg` sets it up (where `cfg.bind` says),
+    /// its log off; the tests' agents are these.
+    pub fn serving(cfg: AgentConfig) -> io::Result<LocalAgent> {
+        let cfg = AgentConfig { log: false, ..cfg };
         let agent = Agent::bind(cfg)?;
         let addr = agent.local_addrs()[0];
         let stop = agent.stop_handle();

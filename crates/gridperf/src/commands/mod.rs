@@ -121,6 +121,19 @@ impl Output {
         self.print(&crate::render::json(v))
     }
 
+    /// A result, the one way every command prints one: JSON, the CSV (the
+    /// table where it has none), or the table, as the format asks.
+    pub fn render<R: crate::render::Render>(&mut self, r: &R) -> Result<()> {
+        match self.format {
+            Format::Json => self.json(r),
+            Format::Csv => match r.csv() {
+                Some(csv) => self.print(&csv),
+                None => self.print(&r.table()),
+            },
+            Format::Table => self.print(&r.table()),
+        }
+    }
+
     /// Says something on stderr ("gridperf: ..."): warnings, where a run was stored.
     pub fn note(&mut self, text: &str) {
         let text = &gridperf_core::wire::printable_lines(text);

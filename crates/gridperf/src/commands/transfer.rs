@@ -3,7 +3,6 @@
 use super::{echo_measure, lab_valid, Format, Output, Place};
 use crate::engines::transfer::{self, TransferOptions};
 use crate::error::{Error, Result};
-use crate::render;
 use crate::store::StoreChoice;
 use gridperf_core::model::Measure;
 
@@ -33,11 +32,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         },
         |r| &r.env,
     )?;
-    match out.format {
-        Format::Json => out.json(&r)?,
-        Format::Csv => out.print(&render::transfer::csv(&r))?,
-        Format::Table => out.print(&render::transfer::table(&r))?,
-    }
+    out.render(&r)?;
     out.warnings(&r.warnings, r.points.len(), o.verbose);
     lab_valid(&r.env)?;
     if r.points.iter().any(|p| p.time.is_none()) {

@@ -48,6 +48,78 @@ impl Csv {
     }
 }
 
+/// A text table whose columns are declared once, beside [`Csv`]: each a
+/// heading, a width, and a side; the heading line and every row are
+/// aligned from that one declaration, so they cannot drift apart.
+pub struct TextTable {
+    cols: Vec<(&'static str, usize, Align)>,
+    gap: &'static str,
+    out: String,
+}
+
+/// Which side a column's cells keep to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+impl TextTable {
+    /// A table of these columns (heading, width, side), `gap` between
+    /// them; its heading line written.
+    pub fn new(cols: &[(&'static str, usize, Align)], gap: &'static str) -> TextTable {
+        let mut t = TextTable { cols: cols.to_vec(), gap, out: String::new() };
+        let names: Vec<&str> = cols.iter().map(|c| c.0).collect();
+        t.row(names);
+        t
+    }
+
+    /// A row: a cell per column, in their order (fewer: the row ends early).
+    pub fn row<I, T>(&mut self, cells: I)
+    where
+        I: IntoIterator<Item = T>,
+        T: std::fmt::Display,
+    {
+        self.row_then(cells, "");
+    }
+
+    /// A row of the first columns' cells, then `tail` (a point that has no
+    /// figures says why there).
+    pub fn row_then<I, T>(&mut self, cells: I, tail: &str)
+    where
+        I: IntoIterator<Item = T>,
+        T: std::fmt::Display,
+    {
+        let mut line = String::new();
+        for (k, (cell, (_, width, align))) in cells.into_iter().zip(&self.cols).enumerate() {
+            if k > 0 {
+                line.push_str(self.gap);
+            }
+            let _ = match align {
+                Align::Left => write!(line, "{cell:<width$}"),
+                Align::Right => write!(line, "{cell:>width$}"),
+            };
+        }
+        line.push_str(tail);
+        let _ = writeln!(self.out, "{line}");
+    }
+
+    pub fn text(self) -> String {
+        self.out
+    }
+}
+
+/// A result that prints itself each way a command offers it: JSON (its
+/// serde form, schema in docs/json.md), the table, and the CSV where the
+/// command has one. `Output::render` picks by the format asked for.
+pub trait Render: serde::Serialize {
+    fn table(&self) -> String;
+    /// None: this result has no CSV (the table is printed instead).
+    fn csv(&self) -> Option<String> {
+        None
+    }
+}
+
 /// A time in ns as CSV holds it: to a tenth of a nanosecond (the quantiles
 /// interpolate between samples; the clock itself counts whole ns), no
 /// trailing zeros; empty for none.

@@ -1,9 +1,8 @@
 //! `gridperf rtt`: the table (one row per point, times in units that fit) and the CSV.
 
-use super::{header, summary_cells, Csv};
+use super::{header, summary_cells, Csv, TextTable};
 use gridperf_core::model::{RttPoint, RttReport};
 use gridperf_core::units::{fmt_bytes, fmt_ns};
-use std::fmt::Write;
 
 /// The rtt table: one row per point, times in units that fit.
 pub fn table(r: &RttReport) -> String {
@@ -26,39 +25,48 @@ pub fn table(r: &RttReport) -> String {
 
 /// The table's rows (with their heading), for a run's points.
 pub fn rows(points: &[RttPoint]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "\n{:<9}{:>9}{:>9}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
-        "proto", "size", "count", "lost", "min", "q1", "median", "q3", "p99", "max", "mean", "stddev"
+    use super::Align::{Left, Right};
+    let time = |name| (name, 10, Right);
+    let mut t = TextTable::new(
+        &[
+            ("proto", 9, Left),
+            ("size", 9, Right),
+            ("count", 9, Right),
+            ("lost", 6, Right),
+            time("min"),
+            time("q1"),
+            time("median"),
+            time("q3"),
+            time("p99"),
+            time("max"),
+            time("mean"),
+            time("stddev"),
+        ],
+        "",
     );
     for p in points {
-        let size = fmt_bytes(p.size_bytes);
+        let head = [p.proto.name().to_string(), fmt_bytes(p.size_bytes)];
         match &p.summary {
             Some(m) => {
-                let _ = writeln!(
-                    out,
-                    "{:<9}{:>9}{:>9}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
-                    p.proto.name(),
-                    size,
-                    m.count,
-                    p.lost,
-                    fmt_ns(m.min_ns),
-                    fmt_ns(m.q1_ns),
-                    fmt_ns(m.median_ns),
-                    fmt_ns(m.q3_ns),
-                    fmt_ns(m.p99_ns),
-                    fmt_ns(m.max_ns),
-                    fmt_ns(m.mean_ns),
-                    fmt_ns(m.stddev_ns)
-                );
+                let times = [m.min_ns, m.q1_ns, m.median_ns, m.q3_ns, m.p99_ns, m.max_ns, m.mean_ns, m.stddev_ns];
+                let counts = [m.count.to_string(), p.lost.to_string()];
+                t.row(head.into_iter().chain(counts).chain(times.map(fmt_ns)));
             }
-            None => {
-                let _ = writeln!(out, "{:<9}{:>9}{:>9}{:>6}  no reply came back", p.proto.name(), size, 0, p.lost);
-            }
+            None => t.row_then(head.into_iter().chain(["0".into(), p.lost.to_string()]), "  no reply came back"),
         }
     }
-    out
+    format!("\n{}", t.text())
+}
+
+impl super::Render for RttReport {
+    fn table(&self) -> String {
+        table(self)
+    }
+
+    /// A row per point, or a row per sample when the samples were kept (--samples).
+    fn csv(&self) -> Option<String> {
+        Some(csv(self, self.points.iter().any(|p| p.samples_ns.is_some())))
+    }
 }
 
 /// The CSV: a row per point, or with `samples` a row per sample.

@@ -1,6 +1,6 @@
 //! `gridperf transfer`: the table and the CSV.
 
-use super::{header, summary_cells, whole_cell, Csv};
+use super::{header, summary_cells, whole_cell, Csv, TextTable};
 use gridperf_core::model::{TransferPoint, TransferReport};
 use gridperf_core::units::{fmt_bps, fmt_bytes, fmt_ns};
 use std::fmt::Write;
@@ -27,37 +27,43 @@ pub fn table(r: &TransferReport) -> String {
 
 /// The table's rows (with their heading), for a run's points.
 pub fn rows(points: &[TransferPoint]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "\n{:<9}{:>9}{:>10}{:>6}{:>11}{:>11}{:>11}{:>11}{:>16}",
-        "proto", "size", "messages", "lost", "min", "median", "max", "stddev", "rate (median)"
+    use super::Align::{Left, Right};
+    let time = |name| (name, 11, Right);
+    let mut t = TextTable::new(
+        &[
+            ("proto", 9, Left),
+            ("size", 9, Right),
+            ("messages", 10, Right),
+            ("lost", 6, Right),
+            time("min"),
+            time("median"),
+            time("max"),
+            time("stddev"),
+            ("rate (median)", 16, Right),
+        ],
+        "",
     );
     for p in points {
-        let size = fmt_bytes(p.size_bytes);
+        let head = [p.proto.name().to_string(), fmt_bytes(p.size_bytes), p.messages.to_string(), p.lost.to_string()];
         match &p.time {
-            Some(t) => {
-                let _ = writeln!(
-                    out,
-                    "{:<9}{:>9}{:>10}{:>6}{:>11}{:>11}{:>11}{:>11}{:>16}",
-                    p.proto.name(),
-                    size,
-                    p.messages,
-                    p.lost,
-                    fmt_ns(t.min_ns),
-                    fmt_ns(t.median_ns),
-                    fmt_ns(t.max_ns),
-                    fmt_ns(t.stddev_ns),
-                    p.rate_bps.map(fmt_bps).unwrap_or_default()
-                );
+            Some(m) => {
+                let times = [m.min_ns, m.median_ns, m.max_ns, m.stddev_ns].map(fmt_ns);
+                t.row(head.into_iter().chain(times).chain([p.rate_bps.map(fmt_bps).unwrap_or_default()]));
             }
-            None => {
-                let _ =
-                    writeln!(out, "{:<9}{:>9}{:>10}{:>6}  no run completed", p.proto.name(), size, p.messages, p.lost);
-            }
+            None => t.row_then(head, "  no run completed"),
         }
     }
-    out
+    format!("\n{}", t.text())
+}
+
+impl super::Render for TransferReport {
+    fn table(&self) -> String {
+        table(self)
+    }
+
+    fn csv(&self) -> Option<String> {
+        Some(csv(self))
+    }
 }
 
 /// The CSV: a row per point.

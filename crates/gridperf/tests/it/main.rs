@@ -42,12 +42,10 @@ mod stream;
 mod suite;
 mod trace;
 
-use gridperf::agent::{Agent, AgentConfig, Faults, StopHandle};
+use gridperf::agent::{AgentConfig, Faults};
 use gridperf::engines::EchoOptions;
 use gridperf::runner::Deadlines;
 use gridperf_core::model::plan::Proto;
-use std::net::SocketAddr;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// A home of this test run's own: every gridperf a test starts gets it
@@ -107,40 +105,30 @@ pub fn opts(protos: &[Proto], sizes: &[u64]) -> EchoOptions {
     )
 }
 
-/// An agent on 127.0.0.1 (random port) in a thread of this process.
-pub struct TestAgent {
-    pub addr: SocketAddr,
-    stop: StopHandle,
-    thread: Option<JoinHandle<std::io::Result<()>>>,
+/// An agent in a thread of this process: the library's own
+/// (`gridperf::agent::LocalAgent`), started as the tests want it.
+pub struct TestAgent(gridperf::agent::LocalAgent);
+
+impl std::ops::Deref for TestAgent {
+    type Target = gridperf::agent::LocalAgent;
+    fn deref(&self) -> &gridperf::agent::LocalAgent {
+        &self.0
+    }
 }
 
 impl TestAgent {
     pub fn start(cfg: AgentConfig) -> TestAgent {
-        let cfg = AgentConfig { log: false, ..cfg };
-        let agent = Agent::bind(cfg).expect("bind agent");
-        let addr = agent.local_addrs()[0];
-        let stop = agent.stop_handle();
-        let thread = Some(std::thread::spawn(move || agent.run()));
-        TestAgent { addr, stop, thread }
+        TestAgent(gridperf::agent::LocalAgent::serving(cfg).expect("bind agent"))
     }
 
     pub fn loopback() -> TestAgent {
-        TestAgent::start(AgentConfig { bind: vec!["127.0.0.1:0".parse().expect("addr")], ..AgentConfig::default() })
+        TestAgent::with(|_| {})
     }
 
     pub fn with(f: impl FnOnce(&mut AgentConfig)) -> TestAgent {
-        let mut cfg = AgentConfig { bind: vec!["127.0.0.1:0".parse().expect("addr")], ..AgentConfig::default() };
+        let mut cfg = AgentConfig { bind: gridperf::agent::LocalAgent::loopback_port(), ..AgentConfig::default() };
         f(&mut cfg);
         TestAgent::start(cfg)
-    }
-}
-
-impl Drop for TestAgent {
-    fn drop(&mut self) {
-        self.stop.stop();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
