@@ -17,6 +17,14 @@ pub fn set_thread_affinity(cpus: &[usize]) -> io::Result<()> {
     }
 }
 
+/// Sets the calling thread's nice value (a user may raise it, never lower
+/// it below where it is without CAP_SYS_NICE); threads it starts inherit it.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid and setpriority take plain integers.
+    let tid = unsafe { libc::gettid() };
+    cvt_i(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
+}
+
 /// The CPUs the calling thread may run on.
 pub fn thread_affinity() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data, filled by the kernel.
