@@ -1610,40 +1610,36 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
 
 /// Issue 33, the pause rule: `gridperf lab pause` stops the whole lab (the
 /// emulator and every process of its hosts), as a hypervisor pausing the
-/// machine does. What fell due meanwhile is the pause's, not the emulator's
-/// lag: a 30 ms pause in a 6 s stream leaves it valid, the pause noted and
-/// its late packets counted apart. One of 250 ms outlasts TCP's minimum
-/// retransmission timeout: INVALID, and the reason says so.
+/// machine does. Across baltic (1 Gbit/s x 20 ms): what fell due in a 30 ms
+/// pause is the pause's, not the emulator's lag, and a paced BBR stream
+/// loses only the pause's time: valid, the pause noted. A CUBIC stream's
+/// answer to the burst that follows overruns the queue (5-7% of the run
+/// lost, measured): INVALID, and the reason says so. One pause of 250 ms
+/// outlasts TCP's minimum retransmission timeout: INVALID.
 #[test]
 fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
     if !privileged("a_whole_lab_pause_is_judged_by_what_it_did_to_the_run") {
         return;
     }
-    let mut lab = Lab::up("pause", &["--profile", "man", "--set", "loss=0"]);
-    let stream = |lab: &Lab| lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", "cubic", "--json", "--no-store"]);
-    let pause = |name: String, after: Duration, length: &'static str| {
-        std::thread::spawn(move || {
-            std::thread::sleep(after);
-            run(&["lab", "pause", "--name", &name, "--for", length])
-        })
-    };
-    // natural hold-ups of a busy machine may add to it: tried again while
-    // INVALID, three times in all
-    let mut valid = None;
-    for _ in 0..3 {
+    let mut lab = Lab::up("pause", &["--profile", "baltic"]);
+    let paused_stream = |lab: &mut Lab, cc: &str, length: &'static str, times: &'static str| {
         lab.serve_on_b();
-        let p = pause(lab.name.clone(), Duration::from_secs(2), "30ms");
-        let o = stream(&lab);
+        let name = lab.name.clone();
+        let p = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            run(&["lab", "pause", "--name", &name, "--for", length, "--times", times, "--every", "1s"])
+        });
+        let o = lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", cc, "--json", "--no-store"]);
         let paused = p.join().expect("the pauser");
         assert!(paused.status.success(), "lab pause: {}", stderr(&paused));
         if let Some(mut a) = lab.agent.take() {
             let _ = a.wait();
         }
-        if o.status.code() != Some(4) {
-            valid = Some(o);
-            break;
-        }
-    }
+        o
+    };
+    // natural hold-ups of a busy machine may add to it: tried again while
+    // INVALID, three times in all
+    let valid = (0..3).map(|_| paused_stream(&mut lab, "bbr", "30ms", "1")).find(|o| o.status.code() != Some(4));
     let o = valid.expect("a valid run in three");
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
@@ -1653,11 +1649,15 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
     let emu = &env["lab"]["emulator"];
     let paused_late = emu["paused_late_packets"].as_u64().expect("paused late packets");
     assert!(paused_late > 0, "packets fell due in the pause and are counted as its: {emu}");
+    // CUBIC's burst after three pauses: a pause may find its window small
+    // and pass without a drop (measured: -0.3%), so up to three runs
+    let burst = (0..3)
+        .map(|_| paused_stream(&mut lab, "cubic", "20ms", "3"))
+        .find(|o| stderr(o).contains("in the round trip after a pause of the whole lab"));
+    let o = burst.expect("a burst that overran the queue, in three runs");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     // one pause of 250 ms: TCP's timers ran out
-    lab.serve_on_b();
-    let p = pause(lab.name.clone(), Duration::from_secs(2), "250ms");
-    let o = stream(&lab);
-    assert!(p.join().expect("the pauser").status.success());
+    let o = paused_stream(&mut lab, "bbr", "250ms", "1");
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("paused 1 time(s) for 200 ms or more at once"), "{err}");
