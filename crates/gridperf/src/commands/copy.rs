@@ -3,12 +3,10 @@
 //! a file beneath a `gridperf serve --root` agent's root; two local paths
 //! copy through an agent of this process rooted at the destination.
 
-use super::Format;
 use super::Output;
 use crate::agent::LocalAgent;
 use crate::engines::copy::{self as dp, CopyOptions, Job, SourceFile};
 use crate::error::{Error, Result};
-use crate::render;
 use crate::runner::Target;
 use crate::store::{NewRun, Recorder, StoreChoice};
 use gridperf_core::model::{CopyReport, Measure};
@@ -372,10 +370,8 @@ fn tell(o: &Opts, r: &CopyReport, out: &mut Output) -> Result<()> {
     if o.json_stream {
         let end = serde_json::json!({ "event": "end", "data": r });
         out.print(&format!("{end}\n"))?;
-    } else if out.format == Format::Json {
-        out.json(r)?;
     } else {
-        out.print(&render::copy::table(r))?;
+        out.render(r)?;
     }
     super::lab_valid(&r.env)?;
     let failed = r.files.iter().filter(|f| f.error.is_some()).count();

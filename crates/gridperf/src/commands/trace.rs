@@ -1,10 +1,8 @@
 //! `gridperf trace FILE`: a packet capture's TCP connections over time,
 //! and the same verdict `stream` gives from TCP_INFO, from the capture alone.
 
-use super::Format;
 use super::Output;
 use crate::error::{Error, Result};
-use crate::render;
 use gridperf_core::capture::trace::Analyzer;
 use gridperf_core::capture::{decode, link_name, CaptureError, CaptureReader, Skip};
 use gridperf_core::model::{TraceReport, TraceSkipped, TRACE_SCHEMA};
@@ -155,13 +153,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         out.note(&format!("gridperf trace: {e}"));
     }
     store(&o, &r, started, out)?;
-    if out.format == Format::Json {
-        out.json(&r)?;
-    } else if out.format == Format::Csv {
-        out.print(&render::trace::csv(&r))?;
-    } else {
-        out.print(&render::trace::table(&r))?;
-    }
+    out.render(&r)?;
     if r.connections.is_empty() {
         return Err(Error::measurement(format!(
             "no TCP connection in {} ({} frames: {} not TCP, {} cut short, {} fragments)",

@@ -113,3 +113,9 @@ pub fn table(r: &CopyReport) -> String {
     let _ = writeln!(out, "{}", r.verdict);
     out
 }
+
+impl super::Render for CopyReport {
+    fn table(&self) -> String {
+        table(self)
+    }
+}

@@ -153,3 +153,13 @@ pub fn csv(r: &TraceReport) -> String {
     }
     w.text()
 }
+
+impl super::Render for TraceReport {
+    fn table(&self) -> String {
+        table(self)
+    }
+
+    fn csv(&self) -> Option<String> {
+        Some(csv(self))
+    }
+}
