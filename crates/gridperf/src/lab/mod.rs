@@ -346,12 +346,19 @@ fn emulator_alive(pid: u32) -> bool {
 /// exec` started there): SIGTERM, then SIGKILL after a second. The
 /// namespace is found by its file while that is there (a name, or the
 /// emulator's descriptor), else by its inode.
+/// The processes in a host's namespace: found by its name, else (a
+/// rootless lab's, or a name already gone) by its inode; None when neither
+/// says.
+fn processes_in(netns: &str, ns_inode: Option<u64>) -> Option<Vec<u32>> {
+    match (gridperf_sys::netns_pids(netns), ns_inode) {
+        (Ok(p), _) => Some(p),
+        (Err(_), Some(inode)) => Some(gridperf_sys::netns_inode_pids(inode).unwrap_or_default()),
+        (Err(_), None) => None,
+    }
+}
+
 fn end_processes_in(netns: &str, ns_inode: Option<u64>, spare: Option<u32>) {
-    let pids = match (gridperf_sys::netns_pids(netns), ns_inode) {
-        (Ok(p), _) => p,
-        (Err(_), Some(inode)) => gridperf_sys::netns_inode_pids(inode).unwrap_or_default(),
-        (Err(_), None) => return,
-    };
+    let Some(pids) = processes_in(netns, ns_inode) else { return };
     let me = std::process::id();
     let pids: Vec<u32> = pids.into_iter().filter(|&p| p != me && Some(p) != spare).collect();
     for &p in &pids {
@@ -629,11 +636,8 @@ pub fn pause(name: &str, length: Duration) -> Result<usize> {
     let me = std::process::id();
     let mut pids = vec![st.pid];
     for h in &st.hosts {
-        let found = match (gridperf_sys::netns_pids(&h.netns), h.ns_inode) {
-            (Ok(p), _) => p,
-            (Err(_), Some(inode)) => gridperf_sys::netns_inode_pids(inode).unwrap_or_default(),
-            (Err(e), None) => return Err(Error::internal(format!("lab {name}: host {}'s processes: {e}", h.name))),
-        };
+        let found = processes_in(&h.netns, h.ns_inode)
+            .ok_or_else(|| Error::internal(format!("lab {name}: host {}'s processes cannot be found", h.name)))?;
         pids.extend(found.into_iter().filter(|&p| p != me));
     }
     pids.sort_unstable();

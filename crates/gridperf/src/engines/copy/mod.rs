@@ -158,11 +158,6 @@ pub(crate) struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    /// The first data connections, all at once.
-    fn connect(&self) -> Result<Vec<TcpStream>> {
-        connect(self.addr, self.port, self.token, self.o)
-    }
-
     /// Data connection `k`.
     fn connect_one(&self, k: u32) -> Result<TcpStream> {
         connect_one(self.addr, self.port, self.token, self.o, k)

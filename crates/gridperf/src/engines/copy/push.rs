@@ -34,7 +34,7 @@ pub(super) fn run(
     // the data connections open while the agent looks at the files:
     // a round trip less before the first block (270 ms at CERN-Tokyo)
     let (needs, first) = std::thread::scope(|scope| {
-        let opening = scope.spawn(|| c.connect());
+        let opening = scope.spawn(|| super::connect(c.addr, c.port, c.token, o));
         let needs = parts(session, o.deadlines.control + o.idle, "needs", |m| match m {
             AgentMsg::CopyNeeds { needs, last } => Ok((needs, last)),
             other => Err(format!("{other:?}")),
