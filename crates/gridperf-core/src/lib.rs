@@ -27,6 +27,7 @@ pub mod copy;
 pub mod fuzzing;
 pub mod lab;
 pub mod model;
+pub mod proto;
 pub mod rng;
 pub mod svg;
 pub mod units;

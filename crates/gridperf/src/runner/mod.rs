@@ -9,7 +9,7 @@
 
 mod session;
 
-pub use session::{default_key_path, load_client_key, set_client_key, Deadlines, Ready, Session};
+pub use session::{default_key_path, failure, load_client_key, set_client_key, Deadlines, Ready, Session};
 
 use crate::agent::{Faults, LocalAgent};
 use crate::error::{Error, Result};

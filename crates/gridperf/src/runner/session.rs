@@ -12,6 +12,16 @@ use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, Tes
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+/// The error a failed conversation (a [`gridperf_core::proto`] machine's) is to the user.
+pub fn failure(f: gridperf_core::proto::Failure) -> Error {
+    use gridperf_core::proto::Failure;
+    match f {
+        Failure::Agent { code, message } => refused(code, message),
+        Failure::Net(m) => Error::network(m),
+        Failure::Usage(m) => Error::usage(m),
+    }
+}
+
 fn refused(code: ErrorCode, message: String) -> Error {
     // the agent's words reach a terminal: shown, never obeyed
     let message = gridperf_core::wire::printable(&message);
@@ -304,6 +314,25 @@ impl Session {
         match self.recv_within(within)? {
             AgentMsg::Error { code, message } => Err(refused(code, message)),
             m => Ok(m),
+        }
+    }
+
+    /// The agent's next frame as it is (an error frame too) by `until`, or
+    /// `None` if nothing came by then: what a conversation's machine is handed.
+    pub fn frame_by(&mut self, until: std::time::Instant) -> Result<Option<AgentMsg>> {
+        self.welcome_if_due()?;
+        match crate::ctl::read_msg_by(&self.ctl, until) {
+            Ok(m) => Ok(Some(m)),
+            Err(wire::WireError::Timeout) => Ok(None),
+            Err(e) => Err(Error::network(format!("agent at {}: {e}", self.addr))),
+        }
+    }
+
+    /// Sends a conversation's frame: finish through [`Session::finish_ahead`] (the report is the machine's to read).
+    pub fn send_frame(&mut self, msg: &ClientMsg) -> Result<()> {
+        match msg {
+            ClientMsg::Finish => self.finish_ahead(),
+            m => self.send(m),
         }
     }
 

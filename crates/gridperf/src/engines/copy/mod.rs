@@ -5,6 +5,7 @@
 //! what partial files hold again), the data connections, the blocks, the
 //! outcome per file.
 
+mod converse;
 pub mod pairs;
 mod pull;
 mod push;
@@ -144,6 +145,8 @@ pub(crate) struct Moved {
     pub tail_blocks: u64,
     pub agent_streams: Vec<StreamWork>,
     pub resent: u64,
+    /// The agent's report of itself.
+    pub agent: gridperf_core::model::EndInfo,
 }
 
 /// What a push or a pull needs of the opened conversation: where the data
@@ -208,8 +211,7 @@ pub fn run(target: &Target, o: &CopyOptions, job: Job, watch: &mut Watch) -> Res
         }
     };
     let per_stream = per_stream(moved.works, moved.intervals, moved.seconds);
-    let agent = session.finish()?;
-    let env = opened.environment(client, Some(agent), Vec::new());
+    let env = opened.environment(client, Some(moved.agent), Vec::new());
     let bytes_moved: u64 = moved.files.iter().map(|f| f.moved).sum();
     let seconds = moved.seconds;
     Ok(CopyReport {
@@ -315,6 +317,12 @@ fn file_result(
         checksum: outcome.and_then(|x| x.checksum.clone()),
         error,
     }
+}
+
+/// How long the client waits for the agent in a copy's conversation.
+fn waits(o: &CopyOptions) -> gridperf_core::proto::copy::Waits {
+    use gridperf_core::proto::nanos;
+    gridperf_core::proto::copy::Waits { control: nanos(o.deadlines.control), list: nanos(o.deadlines.control + o.idle) }
 }
 
 /// A need's refusal, unless an earlier run finished the file (not an error).

@@ -1,15 +1,18 @@
 //! A pull: the agent sends what names beneath its root hold, this host
-//! writes beneath the destination directory. The names in parts, the
-//! agent's list (read while the data connections open), the needs this end
-//! works out, go, the blocks taken on connections the agent asks for,
-//! copy-sent, the files renamed here.
+//! writes beneath the destination directory. What is said when is
+//! [`proto::Pull`]'s; this file runs its tasks: the data connections
+//! (opened while the agent lists its files), the partial files prepared,
+//! the blocks taken on connections the agent asks for, the files renamed.
 
-use super::{drive, file_result, needed_bytes, net, parts, refusal, Conn, Moved, Watch};
+use super::converse::{converse, Acts, Clock, Tasks};
+use super::{drive, file_result, needed_bytes, net, refusal, Conn, Moved, Watch};
 use crate::datapath::copy::{self as dp, SinkFile, SinkRules, StreamWork};
 use crate::error::{Error, Result};
 use crate::runner::Session;
 use gridperf_core::model::CopyEvent;
-use gridperf_core::wire::{chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyFile, CopyNeed};
+use gridperf_core::proto::copy::{self as proto, Event, Task};
+use gridperf_core::proto::{Action, End, Input};
+use gridperf_core::wire::{CopyFile, CopyNeed};
 use std::net::TcpStream;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
@@ -29,70 +32,121 @@ pub(super) fn run(
     let o = c.o;
     let asked: Vec<CopyFile> =
         names.iter().map(|n| CopyFile { path: n.clone(), size: 0, mtime_ns: 0, digest: None, origin: None }).collect();
-    for part in chunk_files(&asked) {
-        session.tell(&ClientMsg::CopyFiles { files: part })?;
-    }
-    // the data connections open while the agent lists its files and this
-    // end prepares the partial files: a round trip less
-    let opening = std::thread::spawn({
-        let (o, addr, port, token) = (o.clone(), c.addr, c.port, c.token);
-        move || super::connect(addr, port, token, &o)
-    });
-    let mut skipped = Vec::new();
-    let list: Vec<CopyFile> = parts(session, o.deadlines.control + o.idle, "file list", |m| match m {
-        AgentMsg::CopySources { files, last, skipped: theirs } => {
-            skipped.extend(theirs);
-            Ok((files, last))
-        }
-        other => Err(format!("{other:?}")),
-    })?;
-    let local = placed(session, &list, place)?;
-    let rules = SinkRules { force: o.force, resume: o.resume, checksum: o.checksum, ..Default::default() };
-    let (sinks, needs) = dp::prepare_all(dest, &local, o.block, rules);
-    let chunks = chunk_needs(&needs);
-    let n = chunks.len();
-    for (k, part) in chunks.into_iter().enumerate() {
-        session.tell(&ClientMsg::CopyNeeds { needs: part, last: k + 1 == n })?;
-    }
-    let total = needed_bytes(&needs, &local, o.block);
-    // the agent may send as soon as it has taken the connections: go now,
-    // not after its step-ready (read below), a round trip less
-    session.go()?;
-    let socks = opening.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-    let fresh: Mutex<Vec<CopyEvent>> = Mutex::default();
-    let t0 = Instant::now();
-    let ((works, sent), end, intervals) =
-        drive(c.counters, total, watch, &fresh, |moved| receive(session, c, &sinks, socks, moved, &fresh));
-    let seconds = (end - t0).as_secs_f64();
-    let (changed, agent_streams, events, tail_blocks) = match sent {
-        Ok(AgentMsg::CopySent { changed, streams, events, tail_blocks }) => {
-            // the report comes while this end renames its files
-            session.finish_ahead()?;
-            (changed, streams, events, tail_blocks)
-        }
-        Ok(_) => return Err(net("expected the agent's copy-sent")),
-        Err(why) => {
-            let why = format!("the copy stopped: {why} (what arrived is kept partial: --resume goes on)");
-            session.abort(&why);
-            return Err(net(why));
-        }
+    let mut m = proto::Pull::new(asked, o.streams, c.counters.len() as u32, super::waits(o));
+    let clock = Clock::start();
+    let first = m.start(clock.now());
+    let mut work = Work {
+        c,
+        dest,
+        place,
+        watch,
+        opening: None,
+        socks: Vec::new(),
+        local: Vec::new(),
+        sinks: Vec::new(),
+        needs: Vec::new(),
+        got: None,
+        changed: Vec::new(),
     };
-    let files: Vec<_> = local
+    converse(session, &mut m, first, &clock, proto::Pull::wants_msg, o.deadlines.control + o.idle, &mut work)?;
+    let got = work.got.take().ok_or_else(|| net("the copy ended before the blocks came"))?;
+    let sent = m.take_sent().unwrap_or_default();
+    let files: Vec<_> = work
+        .local
         .iter()
         .enumerate()
-        .map(|(k, f)| finish_file(k as u32, f, &needs[k], sinks[k].as_ref(), &changed))
+        .map(|(k, f)| finish_file(k as u32, f, &work.needs[k], work.sinks[k].as_ref(), &work.changed))
         .collect();
     Ok(Moved {
         resent: files.iter().map(|f| f.resent).sum(),
         files,
-        skipped,
-        works,
-        intervals,
-        seconds,
-        events,
-        tail_blocks,
-        agent_streams,
+        skipped: m.take_skipped(),
+        works: got.works,
+        intervals: got.intervals,
+        seconds: got.seconds,
+        events: sent.events,
+        tail_blocks: sent.tail_blocks,
+        agent_streams: sent.streams,
+        agent: m.take_agent().unwrap_or_default(),
     })
+}
+
+/// What the blocks' receiving left for the report.
+struct Got {
+    works: Vec<std::io::Result<StreamWork>>,
+    intervals: Vec<Vec<u64>>,
+    seconds: f64,
+}
+
+/// A pull's tasks: the data connections (opened while the agent lists its
+/// files), the partial files prepared, the blocks taken, the files renamed.
+struct Work<'a, 'w> {
+    c: &'a Conn<'a>,
+    dest: &'a OwnedFd,
+    place: &'a dyn Fn(&str) -> String,
+    watch: &'a mut Watch<'w>,
+    opening: Option<std::thread::JoinHandle<Result<Vec<TcpStream>>>>,
+    socks: Vec<TcpStream>,
+    local: Vec<CopyFile>,
+    sinks: Vec<Option<SinkFile>>,
+    needs: Vec<CopyNeed>,
+    got: Option<Got>,
+    changed: Vec<u32>,
+}
+
+impl Tasks<proto::Pull> for Work<'_, '_> {
+    fn run(&mut self, t: Task, m: &mut proto::Pull, s: &mut Session, clock: &Clock) -> Result<Acts> {
+        let o = self.c.o;
+        match t {
+            Task::OpenData { .. } => {
+                let c = self.c;
+                let (o, addr, port, token) = (o.clone(), c.addr, c.port, c.token);
+                self.opening = Some(std::thread::spawn(move || super::connect(addr, port, token, &o)));
+                Ok(Vec::new())
+            }
+            Task::Prepare { list } => {
+                self.local = placed(s, &list, self.place)?;
+                let rules = SinkRules { force: o.force, resume: o.resume, checksum: o.checksum, ..Default::default() };
+                let (sinks, needs) = dp::prepare_all(self.dest, &self.local, o.block, rules);
+                self.sinks = sinks;
+                self.needs = needs.clone();
+                Ok(m.handle(Input::Event(Event::Prepared { needs }), clock.now()))
+            }
+            Task::Receive => self.receive(m, s, clock),
+            // the files are renamed after the conversation: the report comes meanwhile
+            Task::Finish { changed } => {
+                self.changed = changed;
+                Ok(Vec::new())
+            }
+            other => Err(net(format!("internal: a pull has no task {other:?} here"))),
+        }
+    }
+
+    fn wait(&mut self, m: &mut proto::Pull, clock: &Clock) -> Result<Acts> {
+        let opening = self.opening.take().ok_or_else(|| net("internal: a pull waits for nothing"))?;
+        self.socks = opening.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        Ok(m.handle(Input::Event(Event::DataOpened), clock.now()))
+    }
+}
+
+impl Work<'_, '_> {
+    /// The blocks, while the progress is told: the machine's answer once
+    /// the agent said every block is sent, or why the copy stopped.
+    fn receive(&mut self, m: &mut proto::Pull, s: &mut Session, clock: &Clock) -> Result<Acts> {
+        if let Some(opening) = self.opening.take() {
+            self.socks = opening.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        }
+        let c = self.c;
+        let total = needed_bytes(&self.needs, &self.local, c.o.block);
+        let socks = std::mem::take(&mut self.socks);
+        let sinks = &self.sinks;
+        let fresh: Mutex<Vec<CopyEvent>> = Mutex::default();
+        let t0 = Instant::now();
+        let ((works, acts), end, intervals) =
+            drive(c.counters, total, self.watch, &fresh, |moved| receive(s, m, clock, c, sinks, socks, moved, &fresh));
+        self.got = Some(Got { works, intervals, seconds: (end - t0).as_secs_f64() });
+        Ok(acts)
+    }
 }
 
 /// Where each of the agent's files goes here, its path checked as the
@@ -114,16 +168,21 @@ fn placed(session: &mut Session, list: &[CopyFile], place: &dyn Fn(&str) -> Stri
 }
 
 /// The agent sends; this end takes its connections as it asks for them (a
-/// restart's, -P auto's) until it says every block is sent: the streams'
-/// results, and the agent's copy-sent or why the copy stopped.
+/// restart's, -P auto's) until it says every block is sent. Each of the
+/// agent's frames goes to the machine; what it answers that is not a
+/// connection or a note ends the receiving: the streams' results, and the
+/// machine's actions (finish and the files' end, or why the copy stopped).
+#[allow(clippy::too_many_arguments)]
 fn receive(
     session: &mut Session,
+    m: &mut proto::Pull,
+    clock: &Clock,
     c: &Conn,
     sinks: &[Option<SinkFile>],
     socks: Vec<TcpStream>,
     moved: &[AtomicU64],
     fresh: &Mutex<Vec<CopyEvent>>,
-) -> (Vec<std::io::Result<StreamWork>>, std::result::Result<AgentMsg, String>) {
+) -> (Vec<std::io::Result<StreamWork>>, Acts) {
     let o = c.o;
     std::thread::scope(|scope| {
         let mut set = dp::ReceiveSet::new(scope, sinks, o.block, o.idle, o.window, c.keys, moved);
@@ -131,35 +190,45 @@ fn receive(
             set.start(k as u32, s);
         }
         let mut quiet_since = Instant::now();
-        let mut ready_seen = false;
-        let sent: std::result::Result<AgentMsg, String> = loop {
-            if let Some(e) = set.reap() {
-                break Err(format!("a stream here: {e}"));
-            }
-            if set.running() > 0 {
+        let rest: Acts = 'receiving: loop {
+            let failed = if let Some(e) = set.reap() {
+                Some(format!("a stream here: {e}"))
+            } else if set.running() > 0 {
                 quiet_since = Instant::now();
+                None
             } else if quiet_since.elapsed() > o.idle {
-                break Err(format!("no data connection and no word from the agent for {:?}", o.idle));
-            }
-            if !session.agent_gone_within(Duration::from_millis(100)) {
-                continue;
-            }
-            match session.next(o.deadlines.control) {
-                Ok(AgentMsg::CopyConnect { index }) if (index as usize) < moved.len() => match c.connect_one(index) {
-                    Ok(s) => set.start(index, s),
-                    // the agent's pool sees it never came, and goes on without it
-                    Err(e) => eprintln!("gridperf copy: data connection {index}: {e}"),
+                Some(format!("no data connection and no word from the agent for {:?}", o.idle))
+            } else {
+                None
+            };
+            let acts = match failed {
+                Some(why) => m.handle(Input::Event(Event::ReceiveFailed { why }), clock.now()),
+                None if !session.agent_gone_within(Duration::from_millis(100)) => continue,
+                None => match session.frame_by(Instant::now() + o.deadlines.control) {
+                    Ok(Some(msg)) => m.handle(Input::Msg(msg), clock.now()),
+                    Ok(None) => m.handle(Input::Deadline, clock.now()),
+                    Err(e) => m.handle(Input::Event(Event::ReceiveFailed { why: e.to_string() }), clock.now()),
                 },
-                Ok(AgentMsg::StepReady) if !ready_seen => ready_seen = true,
-                Ok(AgentMsg::CopyEvent { event }) => {
-                    fresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event)
+            };
+            let mut rest = Vec::new();
+            for a in acts {
+                match a {
+                    Action::Do(Task::Connect { index }) => match c.connect_one(index) {
+                        Ok(s) => set.start(index, s),
+                        // the agent's pool sees it never came, and goes on without it
+                        Err(e) => eprintln!("gridperf copy: data connection {index}: {e}"),
+                    },
+                    Action::Do(Task::Note { event }) => {
+                        fresh.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event)
+                    }
+                    other => rest.push(other),
                 }
-                Ok(m @ AgentMsg::CopySent { .. }) if ready_seen => break Ok(m),
-                Ok(other) => break Err(format!("expected the agent's copy-sent, got {other:?}")),
-                Err(e) => break Err(e.to_string()),
+            }
+            if !rest.is_empty() {
+                break 'receiving rest;
             }
         };
-        (set.finish(), sent)
+        (set.finish(), rest)
     })
 }
 

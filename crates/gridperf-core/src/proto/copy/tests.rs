@@ -1,0 +1,198 @@
+//! The copy's conversation, both ends against each other in virtual time.
+
+use super::{Pull, Push, Read, Waits, Write};
+use crate::proto::pair::{agent_info, Ended, Pair, Side, World};
+use crate::proto::{Failure, Nanos};
+use crate::wire::{CopyFile, ErrorCode};
+
+const MS: Nanos = 1_000_000;
+/// 400 ms round trips, as the lab test's long path.
+const LATENCY: Nanos = 200 * MS;
+
+fn waits() -> Waits {
+    Waits { control: 10_000 * MS, list: 40_000 * MS }
+}
+
+fn small() -> World {
+    World { files: vec![("a.dat".into(), 4096)], block: 1 << 20, rate_bps: 1_000_000_000 }
+}
+
+fn files(w: &World) -> Vec<CopyFile> {
+    w.files
+        .iter()
+        .map(|(p, s)| CopyFile { path: p.clone(), size: *s, mtime_ns: 0, digest: None, origin: None })
+        .collect()
+}
+
+fn names(w: &World) -> Vec<CopyFile> {
+    w.files
+        .iter()
+        .map(|(p, _)| CopyFile { path: p.clone(), size: 0, mtime_ns: 0, digest: None, origin: None })
+        .collect()
+}
+
+fn push(w: World, streams: u32, tweak: impl FnOnce(&mut Pair<Push, Write>)) -> (Pair<Push, Write>, Ended) {
+    let client = Push::new(files(&w), streams, waits());
+    let agent = Write::new(w.files.len() as u32, agent_info(), waits(), 3 * LATENCY);
+    Pair::run_with(client, agent, w, LATENCY, tweak, |c, now| c.start(now))
+}
+
+fn pull(w: World, streams: u32, tweak: impl FnOnce(&mut Pair<Pull, Read>)) -> (Pair<Pull, Read>, Ended) {
+    let client = Pull::new(names(&w), streams, 16, waits());
+    let agent = Read::new(w.files.len() as u32, w.block, agent_info(), waits(), 3 * LATENCY);
+    Pair::run_with(client, agent, w, LATENCY, tweak, |c, now| c.start(now))
+}
+
+/// Where the first frame whose words start with `what` went, by `side`.
+fn when(e: &Ended, side: Side, what: &str) -> Nanos {
+    e.log.iter().find(|(_, s, w)| *s == side && w.starts_with(what)).map(|x| x.0).unwrap_or_else(|| {
+        panic!("no {what} from {side:?} in {:#?}", e.log);
+    })
+}
+
+fn ok(e: &Ended) {
+    assert_eq!(e.client, Some(Ok(())), "the client: {:#?}", e.log);
+    assert_eq!(e.agent, Some(Ok(())), "the agent: {:#?}", e.log);
+}
+
+#[test]
+fn a_small_push_costs_five_round_trips() {
+    let (p, e) = push(small(), 4, |_| {});
+    ok(&e);
+    let rt = e.round_trips(LATENCY);
+    // 4 KiB at 1 Gbit/s adds 33 us to 2 s of round trips
+    assert!((5.0..5.001).contains(&rt), "a small push took {rt} round trips: {:#?}", e.log);
+    assert_eq!(p.client.outcomes().len(), 1);
+    assert_eq!(p.client.needs().len(), 1);
+}
+
+#[test]
+fn a_small_pull_costs_six_round_trips() {
+    let (p, e) = pull(small(), 4, |_| {});
+    ok(&e);
+    let rt = e.round_trips(LATENCY);
+    assert!((6.0..6.001).contains(&rt), "a small pull took {rt} round trips: {:#?}", e.log);
+    assert_eq!(p.client.list().len(), 1);
+}
+
+#[test]
+fn a_push_sends_stream_go_and_its_blocks_before_the_agent_is_ready() {
+    let (_, e) = push(small(), 2, |_| {});
+    ok(&e);
+    let go = when(&e, Side::Client, "StreamGo");
+    let ready = when(&e, Side::Agent, "StepReady");
+    // go leaves as the needs arrive and the connections are open; the
+    // agent says ready once it has taken them, half a round trip later
+    assert_eq!(go, 6 * LATENCY, "{:#?}", e.log);
+    assert_eq!(ready, 7 * LATENCY, "{:#?}", e.log);
+    // copy-done and finish go in one flight; the results and the report come back in one
+    assert_eq!(when(&e, Side::Client, "CopyDone"), when(&e, Side::Client, "Finish"));
+    assert_eq!(when(&e, Side::Agent, "CopyResults"), when(&e, Side::Agent, "Report"));
+}
+
+#[test]
+fn a_pull_sends_its_needs_and_stream_go_in_one_flight_and_finish_on_copy_sent() {
+    let (_, e) = pull(small(), 2, |_| {});
+    ok(&e);
+    assert_eq!(when(&e, Side::Client, "CopyNeeds"), when(&e, Side::Client, "StreamGo"));
+    // stream-go came before the agent took its connections: it sends at once
+    let ready = when(&e, Side::Agent, "StepReady");
+    assert!(when(&e, Side::Client, "StreamGo") + LATENCY <= ready, "{:#?}", e.log);
+    assert_eq!(when(&e, Side::Client, "Finish"), when(&e, Side::Agent, "CopySent") + LATENCY);
+}
+
+#[test]
+fn a_large_push_costs_its_transfer_time_beside_the_round_trips() {
+    // 1 GiB at 1 Gbit/s: 8.59 s more than the small push's 5 round trips
+    let w = World { files: vec![("big".into(), 1 << 30)], block: 1 << 20, rate_bps: 1_000_000_000 };
+    let (_, e) = push(w, 4, |_| {});
+    ok(&e);
+    let extra = e.at as f64 / 1e9 - 5.0 * 0.4;
+    assert!((extra - 8.5899).abs() < 0.001, "{extra} s beyond the round trips");
+}
+
+#[test]
+fn files_arrive_and_are_listed_in_parts_however_many() {
+    let many: Vec<(String, u64)> = (0..5000).map(|k| (format!("dir/file-with-a-long-name-{k:06}.dat"), 100)).collect();
+    let w = World { files: many, block: 1 << 20, rate_bps: 1_000_000_000 };
+    let (p, e) = push(w.clone(), 2, |_| {});
+    ok(&e);
+    assert_eq!(p.client.outcomes().len(), 5000);
+    assert!(e.log.iter().filter(|(_, s, w)| *s == Side::Client && w.starts_with("CopyFiles")).count() > 1);
+    let (p, e) = pull(w, 2, |_| {});
+    ok(&e);
+    assert_eq!(p.client.list().len(), 5000);
+}
+
+#[test]
+fn a_path_out_of_the_root_is_refused_before_anything_is_touched() {
+    let w = World { files: vec![("../etc/passwd".into(), 10)], block: 1 << 20, rate_bps: 1_000_000_000 };
+    let (_, e) = push(w, 1, |_| {});
+    match e.client {
+        Some(Err(Failure::Agent { code: ErrorCode::Refused, message })) => {
+            assert!(message.contains("nothing was touched"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(e.agent, Some(Err(_))));
+    assert!(!e.log.iter().any(|(_, _, w)| w.starts_with("CopyNeeds")), "{:#?}", e.log);
+}
+
+#[test]
+fn a_client_that_never_says_done_is_timed_out_and_says_what_it_waited_for() {
+    let (_, e) = push(small(), 1, |p| p.drop_client = Some("CopyDone"));
+    // finish came without copy-done: out of turn at the agent
+    match &e.agent {
+        Some(Err(Failure::Net(m))) => assert!(m.contains("expected copy-done, got Finish"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    match &e.client {
+        Some(Err(Failure::Agent { code: ErrorCode::BadMessage, message })) => {
+            assert!(message.contains("copy-done"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_silent_agent_ends_the_client_at_its_deadline() {
+    let (_, e) = push(small(), 1, |p| p.drop_client = Some("CopyFiles"));
+    match &e.client {
+        Some(Err(Failure::Net(m))) => assert!(m.contains("no needs from the agent"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // the client gave up at its list deadline: 40 s after it began
+    assert_eq!(e.at, 4 * LATENCY + waits().list);
+    // and the agent at its own, having told the client (who had gone) why
+    assert!(matches!(&e.agent, Some(Err(Failure::Net(m))) if m.contains("copy-files")), "{:?}", e.agent);
+}
+
+#[test]
+fn a_pull_whose_agent_stops_sending_ends_with_its_reason_and_an_abort() {
+    let (_, e) = pull(small(), 1, |p| p.stop_sending = Some("source changed".into()));
+    match &e.client {
+        Some(Err(Failure::Net(m))) => {
+            assert!(
+                m.starts_with("the copy stopped: the agent reported an error: the copy stopped: source changed"),
+                "{m}"
+            );
+            assert!(m.contains("--resume goes on"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.log.iter().any(|(_, s, w)| *s == Side::Client && w.starts_with("Abort")));
+}
+
+#[test]
+fn a_push_that_stops_waits_briefly_for_the_agents_words_then_aborts() {
+    let (_, e) = push(small(), 1, |p| p.stop_sending = Some("a block came back damaged".into()));
+    // the agent's step-ready came; then nothing: 2 s later the client aborts
+    match &e.client {
+        Some(Err(Failure::Net(m))) => assert!(m.contains("the copy stopped: a block came back damaged"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let abort = when(&e, Side::Client, "Abort");
+    assert!(abort >= 2_000 * MS, "{:#?}", e.log);
+    // the agent keeps every partial file and says the client gave up
+    assert!(matches!(&e.agent, Some(Err(Failure::Net(m))) if m.starts_with("client aborted")), "{:?}", e.agent);
+}

@@ -1,0 +1,93 @@
+//! The control conversation as state machines, without I/O.
+//!
+//! Each end of a conversation is an [`End`]: it is handed what arrived
+//! (a message, the end of a task it asked for, or its deadline) with the
+//! time, and answers with what to do: frames to send, tasks for its driver
+//! (open the data connections, run the pool of senders, rename the files),
+//! and whether the conversation ended, well or not. It keeps its own
+//! deadline. The drivers (`runner`, `engines/copy` and `agent/copy` in the
+//! binary crate) only move frames, run the tasks and fire deadlines; the
+//! data path stays plain blocking I/O in the tasks.
+//!
+//! What this buys: the order of the messages, the early stream-go and the
+//! round trips a copy costs are decided in one place, and tested in
+//! virtual time by [`pair`] (both ends against each other, with a one-way
+//! latency), not by timing a lab.
+//!
+//! - [`copy`]: a push and a pull, at the client and at the agent.
+
+pub mod copy;
+#[cfg(test)]
+pub mod pair;
+
+use crate::wire::ErrorCode;
+
+/// A point in time, in nanoseconds on a clock the driver chooses (the
+/// monotonic clock; virtual time in [`pair`]).
+pub type Nanos = u64;
+
+/// Nanoseconds of a duration (saturating).
+pub fn nanos(d: std::time::Duration) -> Nanos {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// What an end is handed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input<M, E> {
+    /// A message from the other end.
+    Msg(M),
+    /// A task this end asked for ended, or something happened to one.
+    Event(E),
+    /// The end's deadline passed.
+    Deadline,
+}
+
+/// What an end asks its driver to do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action<M, T> {
+    /// Send this frame on the control connection.
+    Send(M),
+    /// Start this task; what comes of it returns as an [`Input::Event`].
+    Do(T),
+    /// The conversation ended well.
+    Done,
+    /// The conversation ended in failure: anything to tell the other end
+    /// was sent before (an error frame, an abort).
+    Fail(Failure),
+}
+
+/// Why a conversation ended in failure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The agent said why (its error frame).
+    Agent { code: ErrorCode, message: String },
+    /// The other end broke the conversation, went quiet, or gave up: these words say how.
+    Net(String),
+    /// The user asked for what cannot be done.
+    Usage(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Agent { message, .. } => write!(f, "{message}"),
+            Failure::Net(m) | Failure::Usage(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+/// One end of a conversation.
+pub trait End {
+    /// What it receives.
+    type In;
+    /// What it sends.
+    type Out;
+    /// Its drivers' tasks.
+    type Task;
+    /// What comes of them.
+    type Event;
+    /// Takes what arrived at `now`; what to do.
+    fn handle(&mut self, input: Input<Self::In, Self::Event>, now: Nanos) -> Vec<Action<Self::Out, Self::Task>>;
+    /// When [`Input::Deadline`] is due, if this end is waiting for the other.
+    fn deadline(&self) -> Option<Nanos>;
+}
