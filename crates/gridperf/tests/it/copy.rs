@@ -817,21 +817,17 @@ fn json_stream_prints_a_line_a_second_then_the_result() {
 /// on it): sources rooted at `src` (storage they share), destinations at
 /// `dst` (or each its own, `dst` then `dst2`).
 fn four_agents(src: &Path, dst: &Path, dst2: &Path) -> (Vec<crate::Served>, String) {
-    // a port free on all four addresses at once (free on 127.0.0.1 alone,
-    // it was once taken on another by the time its agent bound it)
-    let port = (0..50)
-        .find_map(|_| {
-            let first = std::net::TcpListener::bind(("127.0.0.1", 0)).ok()?;
-            let port = first.local_addr().ok()?.port();
-            let rest: Option<Vec<_>> =
-                (2..=4).map(|i| std::net::TcpListener::bind((format!("127.0.0.{i}").as_str(), port)).ok()).collect();
-            rest.map(|_| port)
-        })
-        .expect("a port free on 127.0.0.1-4");
     let roots = [src, src, dst, dst2];
-    let agents = (0..4)
-        .map(|i| crate::serve_at(&format!("127.0.0.{}", i + 1), port, &["--root", roots[i].to_str().expect("p")]));
-    (agents.collect(), port.to_string())
+    agents_on(&roots)
+}
+
+/// An agent on 127.0.0.k (k from 1) for each root, all on one port.
+fn agents_on(roots: &[&Path]) -> (Vec<crate::Served>, String) {
+    let hosts: Vec<String> = (1..=roots.len()).map(|k| format!("127.0.0.{k}")).collect();
+    let agents: Vec<(&str, Vec<&str>)> =
+        hosts.iter().zip(roots).map(|(h, r)| (h.as_str(), vec!["--root", r.to_str().expect("p")])).collect();
+    let (served, port) = crate::serve_on_one_port(&agents);
+    (served, port.to_string())
 }
 
 #[test]
@@ -941,12 +937,7 @@ fn host_pairs_refuse_sources_that_differ_and_destinations_that_share_no_storage(
         std::fs::create_dir_all(p).expect("dst");
     }
     // sources with the same name and size, one byte apart: refused before any byte moves
-    let port2 = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind").local_addr().expect("addr").port();
-    let p2 = port2.to_string();
-    let _agents: Vec<crate::Served> = [("1", &src), ("2", &other), ("3", &dst), ("4", &dst2)]
-        .iter()
-        .map(|(i, root)| crate::serve_at(&format!("127.0.0.{i}"), port2, &["--root", root.to_str().expect("p")]))
-        .collect();
+    let (_agents, p2) = agents_on(&[&src, &other, &dst, &dst2]);
     let o = run(&["copy", "127.0.0.1:f.dat,127.0.0.2:f.dat", "127.0.0.3:f.dat", "--port", &p2, "--no-store"]);
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(stderr(&o).contains("the sources do not hold the same data"), "{}", stderr(&o));

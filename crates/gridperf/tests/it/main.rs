@@ -179,12 +179,18 @@ pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 /// Starts `gridperf serve` (the binary) on a free port of `host` (an IP
 /// address) and waits, at most 5 s, until it listens.
 pub fn serve_on(host: &str, extra: &[&str]) -> (Served, u16) {
-    let port = free_port_on(host.parse().expect("an IP address"));
-    (serve_at(host, port, extra), port)
+    let (mut one, port) = serve_on_one_port(&[(host, extra.to_vec())]);
+    (one.remove(0), port)
 }
 
 /// Starts `gridperf serve` on `host` and `port` and waits, at most 5 s, until it listens.
 pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
+    try_serve_at(host, port, extra)
+        .unwrap_or_else(|| panic!("the agent on {host}:{port} ended before it listened: the port taken meanwhile?"))
+}
+
+/// The same, or `None` if the agent ended before it listened (its port taken meanwhile).
+fn try_serve_at(host: &str, port: u16, extra: &[&str]) -> Option<Served> {
     let ip: std::net::IpAddr = host.parse().expect("an IP address");
     let p = port.to_string();
     let mut args = vec!["serve", "--bind", host, "--port", &p];
@@ -199,13 +205,35 @@ pub fn serve_at(host: &str, port: u16, extra: &[&str]) -> Served {
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect((ip, port)).is_err() {
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!("the agent on {host}:{port} ended before it listened ({status}): the port taken meanwhile?");
+        if let Ok(Some(_)) = child.0.try_wait() {
+            return None;
         }
         assert!(std::time::Instant::now() < deadline, "the agent did not start listening on {host}:{port}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    Some(child)
+}
+
+/// Agents on one port, each on its address with its own arguments: a port
+/// free on every address, tried again (at most 20 times) if another test
+/// took it on one of them between the look and the agents' binding.
+pub fn serve_on_one_port(agents: &[(&str, Vec<&str>)]) -> (Vec<Served>, u16) {
+    for _ in 0..20 {
+        let Some(port) = port_free_on_all(agents.iter().map(|a| a.0)) else { continue };
+        let started: Option<Vec<Served>> = agents.iter().map(|(host, extra)| try_serve_at(host, port, extra)).collect();
+        if let Some(all) = started {
+            return (all, port);
+        }
+    }
+    panic!("no port stayed free on {:?} for 20 tries", agents.iter().map(|a| a.0).collect::<Vec<_>>());
+}
+
+/// A port free, at this moment, on every one of `hosts`.
+fn port_free_on_all<'a>(mut hosts: impl Iterator<Item = &'a str>) -> Option<u16> {
+    let first = std::net::TcpListener::bind((hosts.next()?, 0)).ok()?;
+    let port = first.local_addr().ok()?.port();
+    let rest: Option<Vec<_>> = hosts.map(|h| std::net::TcpListener::bind((h, port)).ok()).collect();
+    rest.map(|_| port)
 }
 
 pub fn faults(drop_every: Option<u64>, delay_every: Option<u64>, delay: Duration) -> Faults {

@@ -108,6 +108,12 @@ impl Common {
         self.deadline = within.map(|w| now + w);
     }
 
+    /// Whether it waits for the client (a task of its driver reads the
+    /// client meanwhile: the writing end's copy-done while blocks come).
+    fn wants_msg(&self) -> bool {
+        matches!(self.state, State::List | State::Needs | State::Go | State::AwaitFinish)
+    }
+
     fn end(&mut self, out: Vec<AgentAction>) -> Vec<AgentAction> {
         if out.iter().any(|a| matches!(a, Action::Fail(_) | Action::Done)) {
             self.state = State::Over;
@@ -200,6 +206,11 @@ impl Write {
         Write { c, list: List { count, items: Vec::new() }, files: 0 }
     }
 
+    /// Whether it waits for the client's next message.
+    pub fn wants_msg(&self) -> bool {
+        self.c.wants_msg()
+    }
+
     /// Every file's number: kept partial, each one, when the copy ends early.
     fn all(&self) -> Vec<u32> {
         (0..self.files as u32).collect()
@@ -290,6 +301,11 @@ impl Read {
         let mut c = Common::new(agent, waits);
         c.wait(State::List, now, Some(waits.list));
         Read { c, list: List { count, items: Vec::new() }, block, files: Vec::new(), needs: Vec::new() }
+    }
+
+    /// Whether it waits for the client's next message.
+    pub fn wants_msg(&self) -> bool {
+        self.c.wants_msg()
     }
 
     /// The files this end sends, once expanded.

@@ -11,6 +11,7 @@ use super::Shared;
 use crate::datapath::copy::{self as dp, BlockQueue, SourceFile, StreamWork};
 use crate::{ctl, host};
 use gridperf_core::copy::seal;
+use gridperf_core::proto;
 use gridperf_core::wire::{
     self, chunk_files, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode,
     MAX_COPY_FILES,
@@ -20,6 +21,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
+mod converse;
 mod read;
 mod source;
 mod write;
@@ -41,11 +43,14 @@ pub(super) fn run(
         return source::run(shared, ctl, peer, spec, &root);
     }
     let o = open(ctl, peer, spec, session_secret)?;
-    let list = read_list(ctl, spec.files, shared.cfg.max_idle)?;
+    let waits = proto::copy::Waits {
+        control: proto::nanos(shared.cfg.control_timeout),
+        list: proto::nanos(shared.cfg.max_idle),
+    };
     if spec.direction == CopyDirection::Push {
-        write::run(shared, ctl, spec, &root, &list, o)
+        write::run(shared, ctl, spec, &root, o, waits)
     } else {
-        read::run(shared, ctl, peer, spec, &root, &list, o)
+        read::run(shared, ctl, peer, spec, &root, o, waits)
     }
 }
 
@@ -135,9 +140,9 @@ fn open(
 }
 
 /// The first data connections, in order of their numbers, each tuned
-/// (and greeted, from a source agent); then step-ready: the client may
-/// start. Its stream-go may come before the connections (it does not wait
-/// for step-ready).
+/// (and greeted, from a source agent). The client's stream-go may come
+/// before the connections (it does not wait for step-ready): it waits,
+/// unread, for the conversation.
 fn take_first(shared: &Shared, ctl: &mut TcpStream, spec: &CopySpec, o: &Opened) -> Result<Vec<TcpStream>, Fail> {
     let third_party = !spec.senders.is_empty();
     let until = Instant::now() + shared.cfg.control_timeout;
@@ -162,7 +167,6 @@ fn take_first(shared: &Shared, ctl: &mut TcpStream, spec: &CopySpec, o: &Opened)
         }
         out.push(s);
     }
-    wire::write_msg(ctl, &AgentMsg::StepReady).map_err(|e| e.to_string())?;
     Ok(out)
 }
 
@@ -188,20 +192,34 @@ pub(super) fn sent(
     queue: &BlockQueue,
     pool: dp::PoolOut,
 ) -> Result<(), Fail> {
+    let sent = match sent_event(sources, queue, pool) {
+        proto::copy::Event::Sent { changed, streams, events, tail_blocks } => {
+            AgentMsg::CopySent { changed, streams, events, tail_blocks }
+        }
+        _ => {
+            let why = queue.stopped().unwrap_or_default();
+            return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+        }
+    };
+    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
+    finish(ctl, idle, agent)
+}
+
+/// What a sending agent's pool came to: every block sent (what changed
+/// meanwhile, its streams and events), or why it stopped.
+pub(super) fn sent_event(sources: &[SourceFile], queue: &BlockQueue, pool: dp::PoolOut) -> proto::copy::Event {
     if let Some(why) = queue.stopped() {
-        return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+        return proto::copy::Event::Stopped { why };
     }
     let mut changed: Vec<u32> =
         sources.iter().enumerate().filter(|(_, s)| s.changed()).map(|(k, _)| k as u32).collect();
     changed.extend(queue.failed().iter().map(|(f, _)| *f));
-    let sent = AgentMsg::CopySent {
+    proto::copy::Event::Sent {
         changed,
         streams: streams_of(&pool.works),
         events: pool.events,
         tail_blocks: queue.tail_sent(),
-    };
-    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
-    finish(ctl, idle, agent)
+    }
 }
 /// A sending agent's pool, as the request asks: the most connections over
 /// the copy, and the plan.
@@ -262,16 +280,6 @@ pub(super) fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile], skipped: Vec
 /// The streams that ended well, for the client's verdict.
 fn streams_of(works: &[std::io::Result<StreamWork>]) -> Vec<StreamWork> {
     works.iter().filter_map(|w| w.as_ref().ok().cloned()).collect()
-}
-
-/// Waits for StreamGo.
-fn go(ctl: &mut TcpStream, shared: &Shared) -> Result<(), Fail> {
-    match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
-        Ok(ClientMsg::StreamGo) => Ok(()),
-        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
-        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected stream-go, got {other:?}"))),
-        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for stream-go: {e}"))),
-    }
 }
 
 /// Waits for Finish, answers with the agent's record.

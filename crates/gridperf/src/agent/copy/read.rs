@@ -3,60 +3,112 @@
 //! (restarts, the tail, -P auto), each further connection asked of the
 //! client.
 
-use super::{go, pool_plan, sent, sources_of, take_first, tell_sources, tune_socket, Opened};
+use super::converse::{converse, Acts, Clock, Tasks, Waiting};
+use super::{pool_plan, sent_event, sources_of, take_first, tune_socket, Opened};
 use crate::agent::data;
-use crate::agent::reply::{send_error, wire_code, Fail};
+use crate::agent::reply::Fail;
 use crate::agent::Shared;
-use crate::ctl;
 use crate::datapath::copy::{self as dp, BlockQueue, Crypt};
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, CopyFile, CopyNeed, CopySpec, DataHello, DataKind, ErrorCode};
+use gridperf_core::proto::copy::{self as proto, Event, Task};
+use gridperf_core::proto::{End, Input};
+use gridperf_core::wire::{self, AgentMsg, CopyFile, CopyNeed, CopySpec, DataHello, DataKind};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-/// The reading end: expand what was named, send the list, take the needs, send the blocks.
+/// The reading end: what is said when is [`proto::Read`]'s; this end
+/// expands what was named, takes the connections and sends the blocks.
 pub(super) fn run(
     shared: &Shared,
     ctl: &mut TcpStream,
     peer: SocketAddr,
     spec: &CopySpec,
     root: &OwnedFd,
-    list: &[CopyFile],
     o: Opened,
+    waits: proto::Waits,
 ) -> Result<(), Fail> {
-    let idle = shared.cfg.max_idle;
-    let (sources, skipped) = sources_of(shared, ctl, peer, root, list)?;
-    let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
-    tell_sources(ctl, &infos, skipped)?;
-    let needs = read_needs(ctl, &infos, spec.block, idle)?;
-    let socks = take_first(shared, ctl, spec, &o)?;
-    go(ctl, shared)?;
-    let queue = BlockQueue::new(&needs);
-    let first: Vec<u32> = (0..socks.len() as u32).collect();
-    let conns = PullConnections {
-        l: &o.listener,
-        ctl: std::sync::Mutex::new(ctl.try_clone().map_err(|e| e.to_string())?),
-        peer,
-        token: o.token,
-        spec,
-        within: shared.cfg.control_timeout,
-        arrived: std::sync::Mutex::new((socks.into_iter().enumerate().map(|(k, s)| (k as u32, s)).collect(), first)),
-    };
-    let (budget, plan) = pool_plan(spec);
-    let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
-    let keys = o.keys.as_ref();
-    let open = |k: u32| -> std::io::Result<dp::Link> {
-        let sock = conns.open(k)?;
-        Ok(dp::Link { sock, idle, crypt: Crypt::of(keys, k, true), window: spec.window })
-    };
-    let tell = |e: &gridperf_core::model::CopyEvent| {
-        let mut c = conns.ctl.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = wire::write_msg(&mut *c, &AgentMsg::CopyEvent { event: e.clone() });
-    };
-    let pool = dp::send_pool(&sources, spec.block, &queue, &plan, &open, &moved, &tell);
-    shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
-    sent(ctl, idle, o.agent, &sources, &queue, pool)
+    let clock = Clock::start();
+    let mut m = proto::Read::new(spec.files, spec.block, o.agent.clone(), waits, clock.now());
+    let mut work = Work { shared, peer, spec, root, o: &o, sources: Vec::new(), socks: Vec::new() };
+    converse(ctl, &mut m, &clock, shared.cfg.max_idle, &mut work)
+}
+
+impl Waiting for proto::Read {
+    fn wants_msg(&self) -> bool {
+        proto::Read::wants_msg(self)
+    }
+}
+
+/// A pull's tasks at the sending end.
+struct Work<'a> {
+    shared: &'a Shared,
+    peer: SocketAddr,
+    spec: &'a CopySpec,
+    root: &'a OwnedFd,
+    o: &'a Opened,
+    sources: Vec<dp::SourceFile>,
+    socks: Vec<TcpStream>,
+}
+
+impl Tasks<proto::Read> for Work<'_> {
+    fn run(&mut self, t: Task, m: &mut proto::Read, ctl: &mut TcpStream, clock: &Clock) -> Result<Acts, Fail> {
+        let event = match t {
+            Task::Expand { names } => {
+                let (sources, skipped) = sources_of(self.shared, ctl, self.peer, self.root, &names)?;
+                let files: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
+                self.sources = sources;
+                Event::Expanded { files, skipped }
+            }
+            Task::TakeData => {
+                self.socks = take_first(self.shared, ctl, self.spec, self.o)?;
+                Event::DataTaken
+            }
+            Task::SendBlocks { needs } => self.send(ctl, &needs)?,
+            other => return Err(Fail::Untold(format!("internal: a pull's sending end has no task {other:?}"))),
+        };
+        Ok(m.handle(Input::Event(event), clock.now()))
+    }
+}
+
+impl Work<'_> {
+    /// The blocks `needs` asks for over this end's pool (restarts, the tail,
+    /// -P auto), each further connection asked of the client: every block
+    /// acknowledged, or why the sending stopped.
+    fn send(&mut self, ctl: &mut TcpStream, needs: &[CopyNeed]) -> Result<Event, Fail> {
+        let (shared, spec, o) = (self.shared, self.spec, self.o);
+        let idle = shared.cfg.max_idle;
+        let socks = std::mem::take(&mut self.socks);
+        let queue = BlockQueue::new(needs);
+        let first: Vec<u32> = (0..socks.len() as u32).collect();
+        let conns = PullConnections {
+            l: &o.listener,
+            ctl: std::sync::Mutex::new(ctl.try_clone().map_err(|e| e.to_string())?),
+            peer: self.peer,
+            token: o.token,
+            spec,
+            within: shared.cfg.control_timeout,
+            arrived: std::sync::Mutex::new((
+                socks.into_iter().enumerate().map(|(k, s)| (k as u32, s)).collect(),
+                first,
+            )),
+        };
+        let (budget, plan) = pool_plan(spec);
+        let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
+        let keys = o.keys.as_ref();
+        let open = |k: u32| -> std::io::Result<dp::Link> {
+            let sock = conns.open(k)?;
+            Ok(dp::Link { sock, idle, crypt: Crypt::of(keys, k, true), window: spec.window })
+        };
+        // the pool's own frames (a connection asked for, what it did) go as they happen
+        let tell = |e: &gridperf_core::model::CopyEvent| {
+            let mut c = conns.ctl.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = wire::write_msg(&mut *c, &AgentMsg::CopyEvent { event: e.clone() });
+        };
+        let pool = dp::send_pool(&self.sources, spec.block, &queue, &plan, &open, &moved, &tell);
+        shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
+        Ok(sent_event(&self.sources, &queue, pool))
+    }
 }
 
 /// A pull's sending connections, as the agent's pool asks for them: the
@@ -106,40 +158,5 @@ impl PullConnections<'_> {
             std::io::ErrorKind::TimedOut,
             format!("the client did not open data connection {k} within {} s", self.within.as_secs()),
         ))
-    }
-}
-/// The client's needs (a pull): CopyNeeds parts until the last, each of a file in the list.
-fn read_needs(
-    ctl: &mut TcpStream,
-    files: &[CopyFile],
-    block: u64,
-    idle: std::time::Duration,
-) -> Result<Vec<CopyNeed>, Fail> {
-    let mut needs: Vec<CopyNeed> = Vec::new();
-    loop {
-        match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
-            Ok(ClientMsg::CopyNeeds { needs: part, last }) => {
-                for n in part {
-                    let blocks = files.get(n.file as usize).map(|f| gridperf_core::copy::block_count(f.size, block));
-                    let fits = blocks.is_some_and(|b| n.ranges.iter().all(|&(s, e)| s < e && e <= b));
-                    if !fits {
-                        return Err(send_error(
-                            ctl,
-                            ErrorCode::BadMessage,
-                            format!("a need of file {} beyond its blocks (or not in the list)", n.file),
-                        ));
-                    }
-                    needs.push(n);
-                }
-                if last {
-                    return Ok(needs);
-                }
-            }
-            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
-            Ok(other) => {
-                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-needs, got {other:?}")))
-            }
-            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for the needs: {e}"))),
-        }
     }
 }

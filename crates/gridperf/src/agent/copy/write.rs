@@ -3,56 +3,91 @@
 //! blocks taken on connections as they come, each file renamed into place
 //! once every block is verified.
 
-use super::{finish, go, streams_of, take_first, tune_socket, Opened};
+use super::converse::{converse, Acts, Clock, Tasks, Waiting};
+use super::{streams_of, take_first, tune_socket, Opened};
 use crate::agent::data;
 use crate::agent::reply::{send_error, Fail};
 use crate::agent::Shared;
 use crate::ctl;
 use crate::datapath::copy::{self as dp, SinkRules, StreamWork};
-use gridperf_core::wire::{self, chunk_needs, AgentMsg, ClientMsg, CopyFile, CopySpec, DataHello, DataKind, ErrorCode};
+use gridperf_core::proto::copy::{self as proto, Event, Task};
+use gridperf_core::proto::{Action, End, Input};
+use gridperf_core::wire::{self, ClientMsg, CopySpec, DataHello, DataKind, ErrorCode};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-/// The writing end: prepare every file, say what is needed, take the blocks.
+/// The writing end: what is said when is [`proto::Write`]'s; this end
+/// prepares every file, takes the blocks, renames what is whole.
 pub(super) fn run(
     shared: &Shared,
     ctl: &mut TcpStream,
     spec: &CopySpec,
     root: &OwnedFd,
-    list: &[CopyFile],
     o: Opened,
+    waits: proto::Waits,
 ) -> Result<(), Fail> {
-    let third_party = !spec.senders.is_empty();
-    let rules = SinkRules {
-        force: spec.force,
-        resume: spec.resume,
-        // the first destination computes the checksum, in order, reading back what others wrote
-        checksum: spec.checksum.filter(|_| !spec.join),
-        join: spec.join,
-        adopt: third_party && !spec.join,
-    };
-    let (files, needs) = dp::prepare_all(root, list, spec.block, rules);
-    let parts = chunk_needs(&needs);
-    let n = parts.len();
-    for (k, part) in parts.into_iter().enumerate() {
-        wire::write_msg(ctl, &AgentMsg::CopyNeeds { needs: part, last: k + 1 == n }).map_err(|e| e.to_string())?;
-    }
-    let socks = take_first(shared, ctl, spec, &o)?;
-    go(ctl, shared)?;
-    let (works, changed) = receive_all(shared, ctl, &o, spec, socks, &files)?;
-    let outcomes = finish_all(&files, &changed);
-    let chunks: Vec<Vec<wire::CopyOutcome>> = outcomes.chunks(2000).map(<[_]>::to_vec).collect();
-    let n = chunks.len().max(1);
-    for k in 0..n {
-        let files = chunks.get(k).cloned().unwrap_or_default();
-        let streams = if k + 1 == n { streams_of(&works) } else { Vec::new() };
-        wire::write_msg(ctl, &AgentMsg::CopyResults { files, last: k + 1 == n, streams }).map_err(|e| e.to_string())?;
-    }
-    let mut agent = o.agent;
+    let clock = Clock::start();
+    let mut agent = o.agent.clone();
     agent.sockets = Vec::new();
-    finish(ctl, shared.cfg.max_idle, agent)
+    let mut m = proto::Write::new(spec.files, agent, waits, clock.now());
+    let mut work = Work { shared, spec, root, o: &o, files: Vec::new(), socks: Vec::new(), works: Vec::new() };
+    converse(ctl, &mut m, &clock, shared.cfg.max_idle, &mut work)
+}
+
+impl Waiting for proto::Write {
+    fn wants_msg(&self) -> bool {
+        proto::Write::wants_msg(self)
+    }
+}
+
+/// A push's tasks at the writing end.
+struct Work<'a> {
+    shared: &'a Shared,
+    spec: &'a CopySpec,
+    root: &'a OwnedFd,
+    o: &'a Opened,
+    files: Vec<Option<dp::SinkFile>>,
+    socks: Vec<TcpStream>,
+    works: Vec<std::io::Result<StreamWork>>,
+}
+
+impl Tasks<proto::Write> for Work<'_> {
+    fn run(&mut self, t: Task, m: &mut proto::Write, ctl: &mut TcpStream, clock: &Clock) -> Result<Acts, Fail> {
+        let (shared, spec) = (self.shared, self.spec);
+        let event = match t {
+            Task::Prepare { list } => {
+                let third_party = !spec.senders.is_empty();
+                let rules = SinkRules {
+                    force: spec.force,
+                    resume: spec.resume,
+                    // the first destination computes the checksum, in order, reading back what others wrote
+                    checksum: spec.checksum.filter(|_| !spec.join),
+                    join: spec.join,
+                    adopt: third_party && !spec.join,
+                };
+                let (files, needs) = dp::prepare_all(self.root, &list, spec.block, rules);
+                self.files = files;
+                Event::Prepared { needs }
+            }
+            Task::TakeData => {
+                self.socks = take_first(shared, ctl, spec, self.o)?;
+                Event::DataTaken
+            }
+            Task::Receive => {
+                let socks = std::mem::take(&mut self.socks);
+                let (works, acts) = receive_all(shared, ctl, self.o, spec, socks, &self.files, m, clock)?;
+                self.works = works;
+                return Ok(acts);
+            }
+            Task::Finish { changed } => {
+                Event::Finished { outcomes: finish_all(&self.files, &changed), streams: streams_of(&self.works) }
+            }
+            other => return Err(Fail::Untold(format!("internal: a push's writing end has no task {other:?}"))),
+        };
+        Ok(m.handle(Input::Event(event), clock.now()))
+    }
 }
 
 /// The writing end's connections of a push: the first ones, then any the
@@ -62,7 +97,9 @@ pub(super) fn run(
 /// not an error here (the client sends its blocks again on another: a file
 /// is whole when every block is verified), but one that carried what was
 /// not sent (altered on the way, or not a block) ends the copy at once,
-/// every partial file kept.
+/// every partial file kept. The client's frames go to the machine: its
+/// answer ends the receiving.
+#[allow(clippy::too_many_arguments)]
 fn receive_all(
     shared: &Shared,
     ctl: &mut TcpStream,
@@ -70,6 +107,8 @@ fn receive_all(
     spec: &CopySpec,
     socks: Vec<TcpStream>,
     files: &[Option<dp::SinkFile>],
+    m: &mut proto::Write,
+    clock: &Clock,
 ) -> Result<Received, Fail> {
     let (l, senders, token, keys) = (&o.listener, &o.senders, o.token, o.keys.as_ref());
     let idle = shared.cfg.max_idle;
@@ -84,7 +123,7 @@ fn receive_all(
             set.start(k as u32, s);
         }
         let mut quiet_since = Instant::now();
-        let outcome: Result<Vec<u32>, Fail> = loop {
+        let outcome: Result<Acts, Fail> = loop {
             // what arrived was not what was sent: say so before the client asks, keep every partial file
             if let Some(e) = set.reap() {
                 set.shut();
@@ -137,15 +176,12 @@ fn receive_all(
                 continue;
             }
             match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
-                Ok(ClientMsg::CopyDone { changed }) => break Ok(changed),
-                Ok(ClientMsg::Abort { reason }) => {
-                    set.shut();
-                    finish_all(files, &(0..files.len() as u32).collect::<Vec<_>>());
-                    break Err(Fail::Told(format!("client aborted: {reason} (partial files kept for a resume)")));
-                }
-                Ok(other) => {
-                    set.shut();
-                    break Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-done, got {other:?}")));
+                Ok(msg) => {
+                    let acts = m.handle(Input::Msg(msg), clock.now());
+                    if acts.iter().any(|a| matches!(a, Action::Fail(_))) {
+                        set.shut();
+                    }
+                    break Ok(acts);
                 }
                 Err(e) => {
                     // the client vanished: what arrived stays, partial, for a resume
@@ -157,14 +193,14 @@ fn receive_all(
         // the client says done once every block is acknowledged: what its
         // connections still carry is not needed
         let works = set.finish();
-        outcome.map(|changed| (works, changed))
+        outcome.map(|acts| (works, acts))
     });
     shared.metrics.moved(0, moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum());
     received
 }
 
-/// The streams' results, and the files whose source changed (the client's copy-done).
-type Received = (Vec<std::io::Result<StreamWork>>, Vec<u32>);
+/// The streams' results, and the machine's answer to the client's frame that ended them.
+type Received = (Vec<std::io::Result<StreamWork>>, Acts);
 
 /// A third-party copy's destination greets a source agent's data
 /// connection with the token it carried: the source sends nothing until

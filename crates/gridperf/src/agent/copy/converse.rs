@@ -1,0 +1,78 @@
+//! The agent's driver of a copy's conversation
+//! ([`gridperf_core::proto::copy`]): it sends the machine's frames, runs
+//! its tasks and hands it the client's frames, or its deadline when
+//! nothing came by then. What to say when, and every refusal's words, are
+//! the machine's.
+
+use crate::agent::reply::{send_error, wire_code, Fail};
+use crate::ctl;
+use gridperf_core::proto::copy::{Event, Task};
+use gridperf_core::proto::{self, Action, End, Input, Nanos};
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, WireError};
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The conversation's clock: nanoseconds since it began.
+pub(super) struct Clock(Instant);
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock(Instant::now())
+    }
+    pub fn now(&self) -> Nanos {
+        proto::nanos(self.0.elapsed())
+    }
+    fn at(&self, n: Nanos) -> Instant {
+        self.0 + Duration::from_nanos(n)
+    }
+}
+
+/// What the agent's machine asks for.
+pub(super) type Acts = Vec<Action<AgentMsg, Task>>;
+
+/// A machine's tasks, as one kind of copy runs them at the agent.
+pub(super) trait Tasks<M> {
+    /// Runs a task; the machine's answer to what came of it.
+    fn run(&mut self, t: Task, m: &mut M, ctl: &mut TcpStream, clock: &Clock) -> Result<Acts, Fail>;
+}
+
+/// Whether the machine waits for the client (else every task it asked for has ended).
+pub(super) trait Waiting {
+    fn wants_msg(&self) -> bool;
+}
+
+/// Drives `m` to its end. A failure the machine decided was told to the
+/// client by the machine; a task's failure is the task's to tell.
+pub(super) fn converse<M>(
+    ctl: &mut TcpStream,
+    m: &mut M,
+    clock: &Clock,
+    longest: Duration,
+    tasks: &mut dyn Tasks<M>,
+) -> Result<(), Fail>
+where
+    M: End<In = ClientMsg, Out = AgentMsg, Task = Task, Event = Event> + Waiting,
+{
+    let mut queue: VecDeque<Action<AgentMsg, Task>> = VecDeque::new();
+    loop {
+        while let Some(a) = queue.pop_front() {
+            match a {
+                Action::Send(msg) => wire::write_msg(ctl, &msg).map_err(|e| e.to_string())?,
+                Action::Do(t) => queue.extend(tasks.run(t, m, ctl, clock)?),
+                Action::Done => return Ok(()),
+                Action::Fail(f) => return Err(Fail::Told(f.to_string())),
+            }
+        }
+        if !m.wants_msg() {
+            return Err(Fail::Untold("internal: the copy's conversation waits for nothing".into()));
+        }
+        let until = m.deadline().map_or_else(|| Instant::now() + longest, |d| clock.at(d));
+        let input = match ctl::read_msg_by::<ClientMsg>(ctl, until) {
+            Ok(msg) => Input::Msg(msg),
+            Err(WireError::Timeout) => Input::Deadline,
+            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("reading the client's next message: {e}"))),
+        };
+        queue.extend(m.handle(input, clock.now()));
+    }
+}
