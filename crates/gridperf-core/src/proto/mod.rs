@@ -31,6 +31,23 @@ pub fn nanos(d: std::time::Duration) -> Nanos {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
+/// A driver's clock for its machine: nanoseconds since the conversation began.
+pub struct Clock(std::time::Instant);
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock(std::time::Instant::now())
+    }
+    /// Now, on this clock.
+    pub fn now(&self) -> Nanos {
+        nanos(self.0.elapsed())
+    }
+    /// The instant `n` stands for.
+    pub fn at(&self, n: Nanos) -> std::time::Instant {
+        self.0 + std::time::Duration::from_nanos(n)
+    }
+}
+
 /// What an end is handed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input<M, E> {

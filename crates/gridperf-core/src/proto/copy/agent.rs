@@ -2,11 +2,11 @@
 //! Every refusal is told to the client, with what was wrong, before the
 //! conversation ends.
 
-use super::{net, shown, AgentAction, Event, Task, Waits};
+use super::{needs_in_parts, net, shown, AgentAction, Event, Task, Waits};
 use crate::copy::{block_count, check_relative};
 use crate::model::EndInfo;
 use crate::proto::{Action, End, Failure, Input, Nanos};
-use crate::wire::{chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyFile, CopyNeed, ErrorCode, MAX_COPY_FILES};
+use crate::wire::{chunk_files, AgentMsg, ClientMsg, CopyFile, CopyNeed, ErrorCode, MAX_COPY_FILES};
 
 /// Outcomes per results part.
 const RESULTS_PART: usize = 2000;
@@ -106,6 +106,27 @@ impl Common {
     fn wait(&mut self, state: State, now: Nanos, within: Option<Nanos>) {
         self.state = state;
         self.deadline = within.map(|w| now + w);
+    }
+
+    /// A part of the client's list; once whole, the work on it (`work`).
+    fn list(
+        &mut self,
+        list: &mut List,
+        m: ClientMsg,
+        now: Nanos,
+        work: impl FnOnce(Vec<CopyFile>) -> Task,
+    ) -> Vec<AgentAction> {
+        match list.take(m) {
+            Ok(None) => {
+                self.wait(State::List, now, Some(self.waits.list));
+                Vec::new()
+            }
+            Ok(Some(whole)) => {
+                self.wait(State::Working, now, None);
+                vec![Action::Do(work(whole))]
+            }
+            Err(refusal) => refusal,
+        }
     }
 
     /// Whether it waits for the client (a task of its driver reads the
@@ -226,26 +247,15 @@ impl End for Write {
     fn handle(&mut self, input: Input<ClientMsg, Event>, now: Nanos) -> Vec<AgentAction> {
         let out = match (self.c.state, input) {
             (State::Over, _) => return Vec::new(),
-            (State::List, Input::Msg(m)) => match self.list.take(m) {
-                Ok(None) => {
-                    self.c.wait(State::List, now, Some(self.c.waits.list));
-                    Vec::new()
-                }
-                Ok(Some(list)) => {
-                    self.files = list.len();
-                    self.c.wait(State::Working, now, None);
-                    vec![Action::Do(Task::Prepare { list })]
-                }
-                Err(refusal) => refusal,
-            },
+            (State::List, Input::Msg(m)) => {
+                let files = &mut self.files;
+                self.c.list(&mut self.list, m, now, |list| {
+                    *files = list.len();
+                    Task::Prepare { list }
+                })
+            }
             (State::Working, Input::Event(Event::Prepared { needs })) => {
-                let parts = chunk_needs(&needs);
-                let n = parts.len();
-                let mut out: Vec<AgentAction> = parts
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, needs)| Action::Send(AgentMsg::CopyNeeds { needs, last: k + 1 == n }))
-                    .collect();
+                let mut out = needs_in_parts(&needs, |needs, last| AgentMsg::CopyNeeds { needs, last });
                 out.push(Action::Do(Task::TakeData));
                 self.c.wait(State::Taking, now, None);
                 out
@@ -347,17 +357,7 @@ impl End for Read {
     fn handle(&mut self, input: Input<ClientMsg, Event>, now: Nanos) -> Vec<AgentAction> {
         let out = match (self.c.state, input) {
             (State::Over, _) => return Vec::new(),
-            (State::List, Input::Msg(m)) => match self.list.take(m) {
-                Ok(None) => {
-                    self.c.wait(State::List, now, Some(self.c.waits.list));
-                    Vec::new()
-                }
-                Ok(Some(names)) => {
-                    self.c.wait(State::Working, now, None);
-                    vec![Action::Do(Task::Expand { names })]
-                }
-                Err(refusal) => refusal,
-            },
+            (State::List, Input::Msg(m)) => self.c.list(&mut self.list, m, now, |names| Task::Expand { names }),
             (State::Working, Input::Event(Event::Expanded { files, skipped })) => {
                 let parts = chunk_files(&files);
                 let n = parts.len().max(1);

@@ -1,9 +1,9 @@
 //! The client's end of a push and of a pull.
 
-use super::{net, shown, ClientAction, Event, Parts, Task, Waits};
+use super::{list_and_open, needs_in_parts, net, shown, ClientAction, Event, Parts, Task, Waits};
 use crate::model::{CopyEvent, CopyStream, EndInfo};
 use crate::proto::{Action, End, Failure, Input, Nanos};
-use crate::wire::{chunk_files, chunk_needs, AgentMsg, ClientMsg, CopyFile, CopyNeed, CopyOutcome};
+use crate::wire::{AgentMsg, ClientMsg, CopyFile, CopyNeed, CopyOutcome};
 
 /// The words a client shows for the agent's error frame (shown, never obeyed).
 pub fn agent_failure(code: crate::wire::ErrorCode, message: &str) -> Failure {
@@ -72,11 +72,8 @@ impl Push {
     /// while the agent looks at the files (a round trip less before the
     /// first block).
     pub fn start(&mut self, now: Nanos) -> Vec<ClientAction> {
-        let mut out: Vec<ClientAction> =
-            chunk_files(&self.files).into_iter().map(|files| Action::Send(ClientMsg::CopyFiles { files })).collect();
-        out.push(Action::Do(Task::OpenData { count: self.streams }));
         self.deadline = Some(now + self.waits.list);
-        out
+        list_and_open(&self.files, self.streams)
     }
 
     /// Whether it waits for a message (else for a task).
@@ -303,11 +300,8 @@ impl Pull {
     /// The names in parts; the data connections open while the agent
     /// lists its files and this end prepares (a round trip less).
     pub fn start(&mut self, now: Nanos) -> Vec<ClientAction> {
-        let mut out: Vec<ClientAction> =
-            chunk_files(&self.names).into_iter().map(|files| Action::Send(ClientMsg::CopyFiles { files })).collect();
-        out.push(Action::Do(Task::OpenData { count: self.streams }));
         self.deadline = Some(now + self.waits.list);
-        out
+        list_and_open(&self.names, self.streams)
     }
 
     /// Whether it waits for a message (else for a task).
@@ -386,13 +380,7 @@ impl End for Pull {
                 self.fail(net(format!("expected the agent's file list, got {}", shown(&other))))
             }
             (PullState::Preparing, Input::Event(Event::Prepared { needs })) => {
-                let parts = chunk_needs(&needs);
-                let n = parts.len();
-                let mut out: Vec<ClientAction> = parts
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, needs)| Action::Send(ClientMsg::CopyNeeds { needs, last: k + 1 == n }))
-                    .collect();
+                let mut out = needs_in_parts(&needs, |needs, last| ClientMsg::CopyNeeds { needs, last });
                 // the agent may send as soon as it has taken the connections:
                 // go now, not after its step-ready, a round trip less
                 out.push(Action::Send(ClientMsg::StreamGo));

@@ -130,6 +130,23 @@ impl<T> Parts<T> {
     }
 }
 
+/// The needs in parts, each as the end's message (`last` on the final one).
+fn needs_in_parts<M>(needs: &[CopyNeed], msg: impl Fn(Vec<CopyNeed>, bool) -> M) -> Vec<Action<M, Task>> {
+    let parts = crate::wire::chunk_needs(needs);
+    let n = parts.len();
+    parts.into_iter().enumerate().map(|(k, part)| Action::Send(msg(part, k + 1 == n))).collect()
+}
+
+/// A client's first actions: its list in parts, and the first `streams`
+/// data connections opening while the agent looks at the list (a round
+/// trip less before the first block).
+fn list_and_open(files: &[CopyFile], streams: u32) -> Vec<ClientAction> {
+    let mut out: Vec<ClientAction> =
+        crate::wire::chunk_files(files).into_iter().map(|files| Action::Send(ClientMsg::CopyFiles { files })).collect();
+    out.push(Action::Do(Task::OpenData { count: streams }));
+    out
+}
+
 /// What the agent's words were, shown (never obeyed).
 fn shown<M: std::fmt::Debug>(m: &M) -> String {
     format!("{m:?}")

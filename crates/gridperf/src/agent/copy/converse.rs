@@ -7,26 +7,12 @@
 use crate::agent::reply::{send_error, wire_code, Fail};
 use crate::ctl;
 use gridperf_core::proto::copy::{Event, Task};
-use gridperf_core::proto::{self, Action, End, Input, Nanos};
+pub(crate) use gridperf_core::proto::Clock;
+use gridperf_core::proto::{Action, End, Input};
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, WireError};
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-/// The conversation's clock: nanoseconds since it began.
-pub(super) struct Clock(Instant);
-
-impl Clock {
-    pub fn start() -> Clock {
-        Clock(Instant::now())
-    }
-    pub fn now(&self) -> Nanos {
-        proto::nanos(self.0.elapsed())
-    }
-    fn at(&self, n: Nanos) -> Instant {
-        self.0 + Duration::from_nanos(n)
-    }
-}
 
 /// What the agent's machine asks for.
 pub(super) type Acts = Vec<Action<AgentMsg, Task>>;

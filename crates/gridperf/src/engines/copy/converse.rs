@@ -7,25 +7,11 @@
 use crate::error::Result;
 use crate::runner::{failure, Session};
 use gridperf_core::proto::copy::{Event, Task};
-use gridperf_core::proto::{self, Action, End, Input, Nanos};
+pub(crate) use gridperf_core::proto::Clock;
+use gridperf_core::proto::{Action, End, Input};
 use gridperf_core::wire::{AgentMsg, ClientMsg};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
-/// The conversation's clock: nanoseconds since it began.
-pub(crate) struct Clock(Instant);
-
-impl Clock {
-    pub fn start() -> Clock {
-        Clock(Instant::now())
-    }
-    pub fn now(&self) -> Nanos {
-        proto::nanos(self.0.elapsed())
-    }
-    pub fn at(&self, n: Nanos) -> Instant {
-        self.0 + Duration::from_nanos(n)
-    }
-}
 
 /// What the client's machine asks for.
 pub(crate) type Acts = Vec<Action<ClientMsg, Task>>;
