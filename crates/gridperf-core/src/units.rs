@@ -215,7 +215,7 @@ pub fn iso_duration_seconds(s: &str) -> Option<f64> {
     Some(total)
 }
 
-/// Seconds as an ISO 8601 duration: PT<seconds>S, never in exponent form.
+/// Seconds as an ISO 8601 duration: `PT<seconds>S`, never in exponent form.
 pub fn iso_duration(seconds: f64) -> String {
     let s = format!("{:.9}", seconds.max(0.0));
     let s = s.trim_end_matches('0').trim_end_matches('.');

@@ -11,19 +11,17 @@
 //!
 //! What this buys: the order of the messages, the early stream-go and the
 //! round trips a copy costs are decided in one place, and tested in
-//! virtual time by [`pair`] (both ends against each other, with a one-way
+//! virtual time by `copy::pair` (both ends against each other, with a one-way
 //! latency), not by timing a lab.
 //!
 //! - [`copy`]: a push and a pull, at the client and at the agent.
 
 pub mod copy;
-#[cfg(test)]
-pub mod pair;
 
 use crate::wire::ErrorCode;
 
 /// A point in time, in nanoseconds on a clock the driver chooses (the
-/// monotonic clock; virtual time in [`pair`]).
+/// monotonic clock; virtual time in `pair`).
 pub type Nanos = u64;
 
 /// Nanoseconds of a duration (saturating).

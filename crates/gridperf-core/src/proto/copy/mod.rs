@@ -15,10 +15,12 @@
 //!
 //! A small push costs 3 round trips here and a pull 4, and 2 more before
 //! (connecting, hello with the request behind it): 5 and 6 in all, counted
-//! by the tests in virtual time ([`super::pair`]).
+//! by the tests in virtual time (`pair.rs`).
 
 mod agent;
 mod client;
+#[cfg(test)]
+mod pair;
 #[cfg(test)]
 mod tests;
 

@@ -1,7 +1,7 @@
 //! The copy's conversation, both ends against each other in virtual time.
 
+use super::pair::{agent_info, Ended, Pair, Side, World};
 use super::{Pull, Push, Read, Waits, Write};
-use crate::proto::pair::{agent_info, Ended, Pair, Side, World};
 use crate::proto::{Failure, Nanos};
 use crate::wire::{CopyFile, ErrorCode};
 

@@ -9,9 +9,9 @@
 //! goes with the request behind it, the welcome comes with ready behind it
 //! (a round trip). The machines' own frames follow.
 
-use super::copy::{Event, Task};
-use super::{Action, End, Failure, Input, Nanos};
+use super::{Event, Task};
 use crate::model::{CopyStream, EndInfo};
+use crate::proto::{Action, End, Failure, Input, Nanos};
 use crate::wire::{AgentMsg, ClientMsg, CopyFile, CopyNeed, CopyOutcome};
 
 /// Which end.
