@@ -62,6 +62,8 @@ fn a_small_push_costs_five_round_trips() {
     let rt = e.round_trips(LATENCY);
     // 4 KiB at 1 Gbit/s adds 33 us to 2 s of round trips
     assert!((5.0..5.001).contains(&rt), "a small push took {rt} round trips: {:#?}", e.log);
+    // hello, welcome, files, needs, go, ready, done with finish, results with the report
+    assert_eq!(e.flights, 8, "{:#?}", e.log);
     assert_eq!(p.client.outcomes().len(), 1);
     assert_eq!(p.client.needs().len(), 1);
 }
@@ -72,6 +74,8 @@ fn a_small_pull_costs_six_round_trips() {
     ok(&e);
     let rt = e.round_trips(LATENCY);
     assert!((6.0..6.001).contains(&rt), "a small pull took {rt} round trips: {:#?}", e.log);
+    // hello, welcome, names, sources, needs with go, ready, copy-sent, finish, report
+    assert_eq!(e.flights, 9, "{:#?}", e.log);
     assert_eq!(p.client.list().len(), 1);
 }
 
