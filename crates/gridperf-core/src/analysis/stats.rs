@@ -126,7 +126,11 @@ pub enum Warning {
     /// Messages were lost (UDP).
     Lost { point: String, lost: u64, sent: u64 },
     /// The lab's emulator fell behind or dropped what its model did not: the run is invalid.
-    LabInvalid { why: String },
+    LabInvalid {
+        why: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<crate::model::LabCause>,
+    },
     /// The point's median does not describe it (two modes, a drift), also
     /// after measuring it again; conclusions leave it out.
     Irregular { point: String, why: String, retries: u32 },
@@ -134,19 +138,23 @@ pub enum Warning {
 
 /// What to do about an INVALID lab run, from what held its emulator up
 /// (the emulator's words, see the binary's `HeldBy::words`).
-pub fn lab_invalid_advice(why: &str) -> &'static str {
-    let outside = why.contains("outside gridperf") || why.contains("(injected)");
-    let others = why.contains("other tasks");
-    match (outside, others) {
-        (true, false) => "The cause lay outside gridperf: run it again (a survey or sweep measures such points again by itself).",
-        (_, true) => {
+pub fn lab_invalid_advice(cause: Option<crate::model::LabCause>) -> &'static str {
+    use crate::model::LabCause;
+    match cause {
+        Some(LabCause::Outside) => "The cause lay outside gridperf: run it again (a survey or sweep measures such points again by itself).",
+        Some(LabCause::OtherTasks) => {
             "Other programs held the CPUs: close them (or `echo 19 > /proc/self/autogroup` in their shell), then run it again; see gridperf lab status."
         }
-        _ => "Rerun with less load, or see gridperf lab status.",
+        Some(LabCause::Emulator) | None => "Rerun with less load, or see gridperf lab status.",
     }
 }
 
 impl Warning {
+    /// The INVALID warning a lab's record carries, if it does.
+    pub fn lab_invalid(lab: &crate::model::LabRecord) -> Option<Warning> {
+        lab.invalid.clone().map(|why| Warning::LabInvalid { why, cause: lab.cause })
+    }
+
     /// The warning, in words (what to do about it: [`advice`], which
     /// depends on the run).
     pub fn message(&self) -> String {
@@ -169,9 +177,9 @@ impl Warning {
                 "{point}: {why}{}; a median does not describe it, and conclusions leave it out",
                 if *retries > 0 { format!(" (measured {} times)", retries + 1) } else { String::new() }
             ),
-            Warning::LabInvalid { why } => format!(
+            Warning::LabInvalid { why, cause } => format!(
                 "INVALID: the lab's emulator did not keep up during this run ({why}); its figures are not the emulated network's. {}",
-                lab_invalid_advice(why)
+                lab_invalid_advice(*cause)
             ),
         }
     }

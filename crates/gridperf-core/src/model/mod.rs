@@ -272,6 +272,20 @@ impl MachineLoad {
     }
 }
 
+/// What made a lab run INVALID, for what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LabCause {
+    /// Outside gridperf: the hypervisor paused the machine or took the
+    /// emulator's CPU, or the lab was paused on purpose (`lab pause`).
+    Outside,
+    /// Other programs of this machine held the CPUs.
+    OtherTasks,
+    /// The emulator itself: it fell behind without being held, or a queue
+    /// it reads overflowed.
+    Emulator,
+}
+
 /// The emulated network a run crossed, and what the emulator says of itself
 /// over the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -283,6 +297,9 @@ pub struct LabRecord {
     pub emulator: serde_json::Value,
     /// Why the run is invalid, if the emulator fell behind or dropped what its model did not.
     pub invalid: Option<String>,
+    /// What made it invalid, as the advice needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<LabCause>,
     /// For a valid run: how long the emulator was held up, and by what
     /// (within the share a run may lose); it is among the run's notes too.
     #[serde(default, skip_serializing_if = "Option::is_none")]

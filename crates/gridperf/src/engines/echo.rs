@@ -214,8 +214,8 @@ impl EchoTest {
             warnings.push(Warning::Unpinned);
         }
         let env = self.finish()?;
-        if let Some(why) = env.lab.as_ref().and_then(|l| l.invalid.clone()) {
-            warnings.push(Warning::LabInvalid { why });
+        if let Some(w) = env.lab.as_ref().and_then(Warning::lab_invalid) {
+            warnings.push(w);
         }
         Ok(env)
     }

@@ -77,8 +77,8 @@ pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) 
     };
     let mut warnings = Vec::new();
     for r in &runs {
-        if let Some(why) = r.env.lab.as_ref().and_then(|l| l.invalid.clone()) {
-            warnings.push(Warning::LabInvalid { why });
+        if let Some(w) = r.env.lab.as_ref().and_then(Warning::lab_invalid) {
+            warnings.push(w);
         }
     }
     let notes = buffer_notes(&opts.spec, runs.first());

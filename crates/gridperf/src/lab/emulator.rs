@@ -510,6 +510,27 @@ impl Health {
         (!why.is_empty()).then(|| why.join("; "))
     }
 
+    /// What made the run INVALID, if it is: a pause of the whole machine or
+    /// lab, or a CPU the hypervisor took (outside gridperf); other tasks
+    /// holding the CPUs; else the emulator itself. Other tasks come first:
+    /// they are what the user can do something about.
+    pub fn invalid_cause(&self) -> Option<gridperf_core::model::LabCause> {
+        use gridperf_core::model::LabCause;
+        self.invalid_because()?;
+        let h = &self.held_by;
+        let held = (self.late_packets >= LATE_MIN || self.held_up_ns > 0) && self.long_stalls > 0;
+        let outside = (held && h.machine_paused.count + h.cpu_stolen.count + h.lab_paused.count > 0)
+            || self.rto_pauses > 0
+            || self.pause_burst_drops().is_some();
+        Some(if held && h.other_tasks.count > 0 {
+            LabCause::OtherTasks
+        } else if outside {
+            LabCause::Outside
+        } else {
+            LabCause::Emulator
+        })
+    }
+
     /// Whether the bursts after whole-lab pauses overran a queue: more than
     /// PAUSE_DROPS_MIN drops in the round trips after them, and more than
     /// twice what the queue dropped in as long elsewhere in the run (a
@@ -935,6 +956,7 @@ pub fn tun_file(fd: OwnedFd) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gridperf_core::model::LabCause;
 
     const MS: u64 = 1_000_000;
 
@@ -1013,6 +1035,8 @@ mod tests {
         assert!(why.contains("held up for 150 ms of the run's 8.0 s"), "{why}");
         assert!(why.contains("1 by other tasks holding the CPUs"), "{why}");
         assert!(!why.contains("not running"), "the earlier hold-up is not the run's: {why}");
+        assert_eq!(run.invalid_cause(), Some(LabCause::OtherTasks));
+        assert_eq!(before.since(&before).invalid_cause(), None);
         // and a run with no hold-up of its own stays valid, with nothing to note
         assert_eq!(before.since(&before).invalid_because(), None);
         assert_eq!(before.since(&before).held_up_note(), None);
@@ -1045,6 +1069,15 @@ mod tests {
         let why = run(100).invalid_because().expect("invalid");
         assert!(why.contains("held up for 100 ms of the run's 8.0 s") && why.contains("outside gridperf"), "{why}");
         assert_eq!(run(100).held_up_note(), None, "an invalid run has its reason, not a note");
+        assert_eq!(run(100).invalid_cause(), Some(LabCause::Outside));
+        assert_eq!(run(30).invalid_cause(), None);
+        // the same share held up by other tasks beside the machine's pause: the user's to act on
+        let both = Health {
+            held_by: HeldBy { other_tasks: held(1, 60 * MS), ..run(100).held_by },
+            long_stalls: 2,
+            ..run(100)
+        };
+        assert_eq!(both.invalid_cause(), Some(LabCause::OtherTasks));
     }
 
     /// The pause rule: packets that fell due while the whole lab was paused
@@ -1068,6 +1101,11 @@ mod tests {
         // the same packets late with the hosts running: the emulator's lag
         let why = run(5_020, 0, 60, 0).invalid_because().expect("5% late is the emulator's");
         assert!(why.contains("5020 of 100000 packets"), "{why}");
+        // late with the lab paused around it: a pause, outside gridperf's emulator
+        assert_eq!(run(5_020, 0, 60, 0).invalid_cause(), Some(LabCause::Outside));
+        // late with no hold-up at all: the emulator's own
+        let own = Health { long_stalls: 0, held_up_ns: 0, held_by: HeldBy::default(), ..run(5_020, 0, 0, 0) };
+        assert_eq!(own.invalid_cause(), Some(LabCause::Emulator));
         // 150 ms of pauses in 10 s: the rate is off by 1.5%
         let why = run(0, 5_000, 150, 0).invalid_because().expect("1.5% of the time");
         assert!(why.contains("held up for 150 ms") && why.contains("(injected)"), "{why}");
@@ -1075,6 +1113,7 @@ mod tests {
         let long = Health { uptime_s: 30.0, ..run(0, 1_000, 250, 1) };
         let why = long.invalid_because().expect("a pause past TCP's RTO");
         assert!(why.contains("200 ms or more at once"), "{why}");
+        assert_eq!(long.invalid_cause(), Some(LabCause::Outside));
     }
 
     /// The burst after a pause: judged against the queue's own drops.

@@ -417,14 +417,17 @@ impl LabWatch {
         std::thread::sleep(Duration::from_millis(300));
         let after = health(&self.name);
         let state = state(&self.name);
-        let (emulator, invalid, note) = match (&self.before, &after) {
+        let (emulator, invalid, cause, note) = match (&self.before, &after) {
             (Some(b), Some(a)) => {
                 let d = a.since(b);
-                (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because(), d.held_up_note())
+                (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because(), d.invalid_cause(), d.held_up_note())
             }
-            _ => {
-                (serde_json::Value::Null, Some(format!("the emulator of lab {:?} could not be read", self.name)), None)
-            }
+            _ => (
+                serde_json::Value::Null,
+                Some(format!("the emulator of lab {:?} could not be read", self.name)),
+                Some(gridperf_core::model::LabCause::Emulator),
+                None,
+            ),
         };
         gridperf_core::model::LabRecord {
             name: self.name,
@@ -432,6 +435,7 @@ impl LabWatch {
             description: state.map(|s| s.spec.description).unwrap_or_default(),
             emulator,
             invalid,
+            cause,
             note,
         }
     }
