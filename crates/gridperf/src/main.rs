@@ -2,59 +2,34 @@
 //! and map its error to an exit code. Each command's arguments become its
 //! checked options in `cli`; the workflows are in `commands`.
 
-use gridperf::cli::Command;
+use gridperf::cli::{Command, Formatted};
 use gridperf::commands::{self, Format, Output};
 use gridperf::error::{Error, Kind, Result};
 
 /// Runs a command; Some(code) when it ends with an exit status of its own (`lab exec`).
 fn dispatch(command: Command) -> Result<Option<i32>> {
-    fn go<A, O>(a: A, format: Format, run: fn(O, &mut Output) -> Result<()>) -> Result<Option<i32>>
+    // the one way a command's output format is chosen: its flags' group (cli::Formatted)
+    fn go<A: Formatted, O>(a: A, run: fn(O, &mut Output) -> Result<()>) -> Result<Option<i32>>
     where
         O: TryFrom<A, Error = Error>,
     {
-        run(O::try_from(a)?, &mut Output::stdout(format)).map(|()| None)
+        let mut out = Output::stdout(a.format());
+        run(O::try_from(a)?, &mut out).map(|()| None)
     }
     let table = Format::Table;
     match command {
-        Command::Serve(a) => go(*a, table, commands::serve::run),
-        Command::Rtt(a) => {
-            let f = gridperf::cli::format(a.echo.json, a.echo.csv);
-            go(a, f, commands::rtt::run)
-        }
-        Command::Transfer(a) => {
-            let f = gridperf::cli::format(a.echo.json, a.echo.csv);
-            go(a, f, commands::transfer::run)
-        }
-        Command::Stream(a) => {
-            let f = gridperf::cli::format(a.json, false);
-            go(*a, f, stream_or_sweep)
-        }
-        Command::Fanout(a) => {
-            let f = gridperf::cli::format(a.json, a.csv);
-            go(a, f, commands::fanout::run)
-        }
-        Command::Copy(a) => {
-            let f = gridperf::cli::format(a.json, false);
-            go(*a, f, commands::copy::run)
-        }
-        Command::Tune(a) => {
-            let f = gridperf::cli::format(a.json, false);
-            go(a, f, commands::tune::run)
-        }
-        Command::Trace(a) => {
-            let f = gridperf::cli::format(a.json, a.csv);
-            go(a, f, commands::trace::run)
-        }
-        Command::Survey(a) => {
-            let f = gridperf::cli::format(a.json, false);
-            go(a, f, commands::survey::run)
-        }
-        Command::Runs(c) => {
-            let f = c.format();
-            go(c, f, commands::runs::run)
-        }
-        Command::Report(a) => go(a, table, commands::report::run),
-        Command::Pscheduler(a) => go(a, table, commands::pscheduler::run),
+        Command::Serve(a) => go(*a, commands::serve::run),
+        Command::Rtt(a) => go(a, commands::rtt::run),
+        Command::Transfer(a) => go(a, commands::transfer::run),
+        Command::Stream(a) => go(*a, stream_or_sweep),
+        Command::Fanout(a) => go(a, commands::fanout::run),
+        Command::Copy(a) => go(*a, commands::copy::run),
+        Command::Tune(a) => go(a, commands::tune::run),
+        Command::Trace(a) => go(a, commands::trace::run),
+        Command::Survey(a) => go(a, commands::survey::run),
+        Command::Runs(c) => go(c, commands::runs::run),
+        Command::Report(a) => go(a, commands::report::run),
+        Command::Pscheduler(a) => go(a, commands::pscheduler::run),
         Command::Lab(c) => {
             let mut out = Output::stdout(c.format());
             commands::lab::run(commands::lab::Opts::try_from(c)?, &mut out)

@@ -9,6 +9,7 @@ use clap::Args;
 use std::time::Duration;
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print gridperf.copy/1 JSON (docs/json.md) instead of the table")))]
 pub struct CopyArgs {
     /// What to copy, then where: local paths, or HOST:PATH beneath a `gridperf serve --root DIR` agent's root
     /// ([v6addr]:PATH for IPv6). From here to there is a push, from there to here a pull; two local paths copy
@@ -100,9 +101,8 @@ pub struct CopyArgs {
     /// a time: one second's figure can exceed the link's rate by a block's worth).
     #[arg(short = 'v', long)]
     pub verbose: bool,
-    /// Print gridperf.copy/1 JSON (docs/json.md) instead of the table.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
     /// JSON lines on stdout while the copy runs, as iperf3's --json-stream: {"event":"interval","data":{t_s,
     /// bytes (per stream), bps}} each second, {"event":"restart"|"give-up"|"stop-restarts"|"add"|"remove"|
     /// "broken","data":{t_s, stream, new_stream, why}} as they happen, then {"event":"end","data":<gridperf.copy/1>}.

@@ -2,7 +2,7 @@
 //! overrides, each direction and access link checked, into the spec `lab
 //! up` brings up; the other subcommands' options.
 
-use super::{format, lab_error, parse_hosts};
+use super::{lab_error, parse_hosts, Formatted};
 use crate::commands::{self, Format};
 use crate::error::{Error, Result};
 use crate::lab::LabSpec;
@@ -62,6 +62,11 @@ pub enum LabCommand {
 }
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print the clone as JSON (gridperf.clone/1, the profile file's format: docs/json.md)")))]
+#[command(mut_arg("db", |a| a.help("The results store: where --from-run reads, and where a clone from probes is \
+    stored (a run of kind clone: the profile, the round trips and, with --verify, the comparison; `gridperf report` \
+    draws it). Else GRIDPERF_DB or the default")))]
+#[command(mut_arg("no_store", |a| a.help("Do not store the clone").conflicts_with_all(["from_run", "from_capture"])))]
 pub struct LabCloneArgs {
     /// The far end: a host running `gridperf serve`.
     #[arg(required_unless_present_any = ["from_capture", "from_run"])]
@@ -71,14 +76,8 @@ pub struct LabCloneArgs {
     /// given back as it was (with --out: its profile file again); see `runs list`.
     #[arg(long, value_name = "ID", conflicts_with_all = ["host", "verify", "from_capture"])]
     pub from_run: Option<i64>,
-    /// The results store: where --from-run reads, and where a clone from probes is stored (a run of
-    /// kind clone: the profile, the round trips and, with --verify, the comparison; `gridperf report`
-    /// draws it). Else GRIDPERF_DB or the default.
-    #[arg(long, value_name = "PATH|DSN")]
-    pub db: Option<std::path::PathBuf>,
-    /// Do not store the clone.
-    #[arg(long, conflicts_with_all = ["db", "from_run", "from_capture"])]
-    pub no_store: bool,
+    #[command(flatten)]
+    pub store: super::StoreArgs,
     /// Fit from a packet capture (pcap or pcapng, e.g. `stream --capture`'s) instead of probes: the
     /// rate, delay, queue and MTU its TCP data shows; what it cannot show is left empty, with why.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["host", "verify"])]
@@ -102,9 +101,8 @@ pub struct LabCloneArgs {
     /// both, and print the real path and the clone side by side with the clone's errors.
     #[arg(long)]
     pub verify: bool,
-    /// Print the clone as JSON (gridperf.clone/1, the profile file's format: docs/json.md).
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Args)]
@@ -185,16 +183,16 @@ pub struct LabUpArgs {
     /// --sysctl net.ipv4.tcp_rmem="4096 87380 174760" (repeat). Global ones are refused.
     #[arg(long = "sysctl", value_name = "NAME=VALUE")]
     pub sysctls: Vec<String>,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Args)]
 pub struct LabStatusArgs {
     #[arg(long, default_value = "default")]
     pub name: String,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Args)]
@@ -234,14 +232,14 @@ pub struct LabCalibrateArgs {
     /// Seconds of overload per point for the rate and queue measurements.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Args)]
 pub struct LabProfilesArgs {
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 /// Each direction's settings (a to b, b to a) from the profile, profile
@@ -393,15 +391,15 @@ impl TryFrom<LabUpArgs> for LabSpec {
     }
 }
 
-impl LabCommand {
+impl Formatted for LabCommand {
     /// The output format the subcommand asks for.
-    pub fn format(&self) -> Format {
+    fn format(&self) -> Format {
         match self {
-            LabCommand::Up(a) => format(a.json, false),
-            LabCommand::Status(a) => format(a.json, false),
-            LabCommand::Profiles(a) => format(a.json, false),
-            LabCommand::Calibrate(a) => format(a.json, false),
-            LabCommand::Clone(a) => format(a.json, false),
+            LabCommand::Up(a) => a.print.format(),
+            LabCommand::Status(a) => a.print.format(),
+            LabCommand::Profiles(a) => a.print.format(),
+            LabCommand::Calibrate(a) => a.print.format(),
+            LabCommand::Clone(a) => a.print.format(),
             _ => Format::Table,
         }
     }
@@ -437,7 +435,7 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
             LabCommand::Profiles(_) => Opts::Profiles,
             LabCommand::Emulator(a) => Opts::Emulator { name: a.name },
             LabCommand::Clone(a) if a.from_run.is_some() => {
-                Opts::CloneRun { db: super::db_path(&a.db), id: a.from_run.unwrap_or_default(), out: a.out }
+                Opts::CloneRun { db: super::db_path(&a.store.db), id: a.from_run.unwrap_or_default(), out: a.out }
             }
             LabCommand::Clone(a) if a.from_capture.is_some() => {
                 Opts::CloneCapture { file: a.from_capture.unwrap_or_default(), out: a.out }
@@ -465,7 +463,7 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
                     out: a.out,
                     verify: a.verify,
                     watched: super::watched_lab(),
-                    store: crate::store::StoreChoice::new(a.db, a.no_store),
+                    store: a.store.choice(),
                 }
             }
             LabCommand::Calibrate(a) => {

@@ -2,7 +2,7 @@
 //! shared flags), `stream`, `fanout`; each turned into its command's
 //! checked options.
 
-use super::{buffer, duration, format, parse_cpus, parse_hosts, positive_seconds, rate, seconds_or, watched_lab};
+use super::{buffer, duration, parse_cpus, parse_hosts, positive_seconds, rate, seconds_or, watched_lab};
 use crate::agent::Faults;
 use crate::commands::{self, Place};
 use crate::engines::echo::EchoOptions;
@@ -84,12 +84,8 @@ pub struct EchoArgs {
     pub across: super::LabArgs,
     #[command(flatten)]
     pub store: super::StoreArgs,
-    /// Print JSON (schema documented in docs/json.md) instead of a table (iperf3's -J).
-    #[arg(short = 'J', long, conflicts_with = "csv")]
-    pub json: bool,
-    /// Print CSV instead of a table.
-    #[arg(long)]
-    pub csv: bool,
+    #[command(flatten)]
+    pub print: super::FormatArgs,
     /// List every warning, each point's (by default a kind that came up more than 3 times is said once, counted).
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -251,9 +247,8 @@ pub struct StreamArgs {
     pub queue: Option<String>,
     #[command(flatten)]
     pub across: super::LabArgs,
-    /// Print JSON (schema in docs/json.md) instead of the table (iperf3's -J).
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
     #[command(flatten)]
     pub store: super::StoreArgs,
     /// Test seam: the local agent resets stream 0's connection after this many bytes.
@@ -287,6 +282,7 @@ pub struct StreamArgs {
 }
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print gridperf.fanout/1 JSON (docs/json.md) instead of the table")))]
 pub struct FanoutArgs {
     /// original, drain, nodelay, drain-thread (a list), or all.
     #[arg(long, default_value = "all")]
@@ -309,12 +305,8 @@ pub struct FanoutArgs {
     /// SO_SNDBUF and SO_RCVBUF on every socket (the kernel doubles it); small buffers deadlock sooner.
     #[arg(short = 'w', long, value_name = "SIZE")]
     pub window: Option<String>,
-    /// Print gridperf.fanout/1 JSON (docs/json.md) instead of the table.
-    #[arg(short = 'J', long, conflicts_with = "csv")]
-    pub json: bool,
-    /// Print CSV instead of the table.
-    #[arg(long)]
-    pub csv: bool,
+    #[command(flatten)]
+    pub print: super::FormatArgs,
     #[command(flatten)]
     pub store: super::StoreArgs,
     #[command(flatten)]
@@ -465,7 +457,6 @@ impl TryFrom<RttArgs> for commands::rtt::Opts {
                 stop_early: false,
             },
             store: a.echo.store.choice(),
-            format: format(a.echo.json, a.echo.csv),
             verbose: a.echo.verbose,
         })
     }
@@ -498,7 +489,6 @@ impl TryFrom<TransferArgs> for commands::transfer::Opts {
             place,
             transfer: TransferOptions { echo, total, repeat: a.repeat, warmup_runs: a.warmup_runs },
             store: a.echo.store.choice(),
-            format: format(a.echo.json, a.echo.csv),
             verbose: a.echo.verbose,
         })
     }
@@ -781,7 +771,7 @@ impl TryFrom<FanoutArgs> for commands::fanout::Opts {
                 Some(commands::fanout::Lab { profile: profile.clone(), sets: a.across.sets.clone(), hosts })
             }
         };
-        Ok(commands::fanout::Opts { fanout: opts, lab, store: a.store.choice(), format: format(a.json, a.csv) })
+        Ok(commands::fanout::Opts { fanout: opts, lab, store: a.store.choice() })
     }
 }
 

@@ -512,6 +512,78 @@ pub fn format(json: bool, csv: bool) -> crate::commands::Format {
     }
 }
 
+/// How a command with a table, JSON and CSV prints its results; each
+/// command names its own schema in `--help` (`mut_arg("json", ...)`).
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct FormatArgs {
+    /// Print JSON (its schema in docs/json.md) instead of the table (iperf3's -J).
+    #[arg(short = 'J', long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print CSV instead of the table.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+/// How a command with a table and JSON prints its results.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct JsonArgs {
+    /// Print JSON (its schema in docs/json.md) instead of the table (iperf3's -J).
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+/// The format a command's arguments ask for: the one way it is chosen (`main`).
+pub trait Formatted {
+    fn format(&self) -> crate::commands::Format;
+}
+
+impl Formatted for FormatArgs {
+    fn format(&self) -> crate::commands::Format {
+        format(self.json, self.csv)
+    }
+}
+
+impl Formatted for JsonArgs {
+    fn format(&self) -> crate::commands::Format {
+        format(self.json, false)
+    }
+}
+
+/// Each command's format, from its flattened group.
+macro_rules! formatted_by {
+    ($($t:ty => $($field:ident).+;)*) => {$(
+        impl Formatted for $t {
+            fn format(&self) -> crate::commands::Format {
+                self.$($field).+.format()
+            }
+        }
+    )*};
+}
+
+formatted_by! {
+    measure::RttArgs => echo.print;
+    measure::TransferArgs => echo.print;
+    measure::StreamArgs => print;
+    measure::FanoutArgs => print;
+    copy::CopyArgs => print;
+    tune::TuneArgs => print;
+    trace::TraceArgs => print;
+    store::SurveyArgs => print;
+}
+
+/// The commands that print only their table (or a page, a pScheduler document).
+macro_rules! table_only {
+    ($($t:ty),*) => {$(
+        impl Formatted for $t {
+            fn format(&self) -> crate::commands::Format {
+                crate::commands::Format::Table
+            }
+        }
+    )*};
+}
+
+table_only!(serve::ServeArgs, store::ReportArgs, PschedulerArgs);
+
 #[cfg(test)]
 mod tests {
     use super::first_sentence;

@@ -1,7 +1,7 @@
 //! The store's commands: `survey` (the main job, every point stored),
 //! `runs` and `report`; each turned into its checked options.
 
-use super::{db_path, duration, format, lab_error};
+use super::{db_path, duration, format, lab_error, Formatted};
 use crate::commands::{self, survey::SurveySpec};
 use crate::error::{Error, Result};
 use crate::runner::{resolve, Network};
@@ -12,6 +12,7 @@ use gridperf_core::model::Measure;
 use gridperf_core::wire::DEFAULT_PORT;
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print the conclusions as gridperf.survey/1 JSON (docs/json.md) instead of the tables")))]
 pub struct SurveyArgs {
     /// Survey a real path instead of the lab: HOST[:PORT] of a `gridperf serve`, or `local` (loopback, no lab).
     pub host: Option<String>,
@@ -41,9 +42,8 @@ pub struct SurveyArgs {
     /// The agent's control port (with HOST).
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// Print the conclusions as gridperf.survey/1 JSON (docs/json.md) instead of the tables.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Subcommand)]
@@ -70,6 +70,7 @@ pub struct DbArg {
 }
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print gridperf.runs/1 JSON (docs/json.md), each run with its headline figure")))]
 pub struct RunsListArgs {
     #[command(flatten)]
     pub db: DbArg,
@@ -88,19 +89,18 @@ pub struct RunsListArgs {
     /// Only the runs of this sweep (stream --sweep).
     #[arg(long)]
     pub sweep: Option<i64>,
-    /// Print gridperf.runs/1 JSON (docs/json.md), each run with its headline figure.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print the run and its points as JSON")))]
 pub struct RunsOneArgs {
     #[command(flatten)]
     pub db: DbArg,
     pub id: i64,
-    /// Print the run and its points as JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 #[derive(Args)]
@@ -217,12 +217,12 @@ impl TryFrom<RunsCommand> for commands::runs::Opts {
     }
 }
 
-impl RunsCommand {
+impl Formatted for RunsCommand {
     /// The output format the subcommand asks for.
-    pub fn format(&self) -> commands::Format {
+    fn format(&self) -> commands::Format {
         match self {
-            RunsCommand::List(a) => format(a.json, false),
-            RunsCommand::Show(a) | RunsCommand::Delete(a) => format(a.json, false),
+            RunsCommand::List(a) => a.print.format(),
+            RunsCommand::Show(a) | RunsCommand::Delete(a) => a.print.format(),
             RunsCommand::Compare(_) => format(false, false),
             RunsCommand::Export(a) => format(a.format == "json", a.format == "csv"),
         }

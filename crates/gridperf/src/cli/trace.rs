@@ -6,6 +6,8 @@ use crate::error::{Error, Result};
 use clap::Args;
 
 #[derive(Args)]
+#[command(mut_arg("json", |a| a.help("Print gridperf.trace/1 JSON (docs/json.md) instead of the table")))]
+#[command(mut_arg("csv", |a| a.help("Print the time series as CSV: a row per connection, direction and interval")))]
 pub struct TraceArgs {
     /// A packet capture: pcap or pcapng (tcpdump -w, dumpcap, tshark -w, `gridperf stream --capture`), of
     /// Ethernet (VLAN tags too), Linux cooked (SLL, SLL2), raw IP or loopback frames, IPv4 or IPv6; read as a
@@ -17,12 +19,8 @@ pub struct TraceArgs {
     /// Only the connections with this endpoint (ADDR, ADDR:PORT or :PORT).
     #[arg(long, value_name = "ENDPOINT")]
     pub filter: Option<String>,
-    /// Print gridperf.trace/1 JSON (docs/json.md) instead of the table.
-    #[arg(short = 'J', long, conflicts_with = "csv")]
-    pub json: bool,
-    /// Print the time series as CSV: a row per connection, direction and interval.
-    #[arg(long)]
-    pub csv: bool,
+    #[command(flatten)]
+    pub print: super::FormatArgs,
     #[command(flatten)]
     pub store: super::StoreArgs,
 }

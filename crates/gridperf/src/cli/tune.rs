@@ -10,6 +10,7 @@ use gridperf_core::wire::DEFAULT_PORT;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("far_end").args(["host", "in_lab"])))]
+#[command(mut_arg("json", |a| a.help("Print gridperf.tune/2 JSON (docs/json.md) instead of the table (iperf3's -J)")))]
 pub struct TuneArgs {
     /// A `gridperf serve` agent at the far end: the RTT is measured with TCP probes, its settings read over the
     /// control channel, and both ends tuned.
@@ -56,9 +57,8 @@ pub struct TuneArgs {
     /// Write this host's changes as a sysctl.d file (for a lab, --apply sets them in its hosts).
     #[arg(long, value_name = "FILE", conflicts_with = "in_lab")]
     pub write_sysctl: Option<std::path::PathBuf>,
-    /// Print gridperf.tune/2 JSON (docs/json.md) instead of the table (iperf3's -J).
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: super::JsonArgs,
 }
 
 impl TryFrom<TuneArgs> for Opts {

@@ -1,7 +1,7 @@
 //! `gridperf fanout`: the many-to-one sweep, on loopback, to agents, or
 //! across a lab dumbbell brought up for it; every point stored as it ends.
 
-use super::{lab_valid, Format, Output};
+use super::{lab_valid, Output};
 use crate::engines::fanout::{self, FanoutOptions, Place as FanoutPlace};
 use crate::error::{Error, Result};
 use crate::lab::emulator::Side;
@@ -29,7 +29,6 @@ pub struct Opts {
     pub fanout: FanoutOptions,
     pub lab: Option<Lab>,
     pub store: StoreChoice,
-    pub format: Format,
 }
 
 /// Where the sweep's points are stored: the lab's profile, "loopback" for
@@ -137,19 +136,14 @@ pub fn run(mut o: Opts, out: &mut Output) -> Result<()> {
     if let Some(e) = store_err {
         return Err(e);
     }
-    match out.format {
-        Format::Json => {
-            let notes = gridperf_core::model::nagle_notes(&points);
-            out.json(&FanoutReport {
-                schema: FANOUT_SCHEMA.into(),
-                buffer: opts.buffer,
-                repeat: opts.repeat,
-                points,
-                notes,
-            })?
-        }
-        Format::Csv => out.print(&render::fanout::csv(&points))?,
-        Format::Table => out.print(&render::fanout::table(&points, &sweep(opts)))?,
-    }
+    let report = FanoutReport {
+        schema: FANOUT_SCHEMA.into(),
+        buffer: opts.buffer,
+        repeat: opts.repeat,
+        notes: gridperf_core::model::nagle_notes(&points),
+        points,
+    };
+    let shown = render::Shown::new(&report, || render::fanout::table(&report.points, &sweep(opts)));
+    out.render(&shown.csv(|| render::fanout::csv(&report.points)))?;
     lab_valid(&env)
 }

@@ -192,17 +192,12 @@ fn show_clone(
     file: Option<&std::path::Path>,
     out: &mut Output,
 ) -> Result<()> {
-    match out.format {
-        Format::Json => out.json(f)?,
-        _ => {
-            out.print(&render::lab::clone(f))?;
-            if let Some(path) = file {
-                out.note(&format!(
-                    "gridperf lab clone: profile written to {p}; bring it up with: gridperf lab up --profile-file {p}",
-                    p = path.display()
-                ));
-            }
-        }
+    out.render(&render::Shown::new(f, || render::lab::clone(f)))?;
+    if let (Some(path), false) = (file, out.format == Format::Json) {
+        out.note(&format!(
+            "gridperf lab clone: profile written to {p}; bring it up with: gridperf lab up --profile-file {p}",
+            p = path.display()
+        ));
     }
     Ok(())
 }
@@ -216,10 +211,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                 eprintln!("gridperf: warning: {w}");
             }
             let st = lab::up(lab::calibrate::without_floor(*spec)?)?;
-            match out.format {
-                Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": null }))?,
-                _ => out.print(&render::lab::status(&st, None))?,
-            }
+            let doc = serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": null });
+            out.render(&render::Shown::new(&doc, || render::lab::status(&st, None)))?;
         }
         Opts::Down { name } => {
             let was = lab::down(&name)?;
@@ -240,10 +233,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
         Opts::Status { name } => {
             let st = lab::running(&name)?;
             let health = lab::health(&name);
-            match out.format {
-                Format::Json => out.json(&serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": health }))?,
-                _ => out.print(&render::lab::status(&st, health.as_ref()))?,
-            }
+            let doc = serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": health });
+            out.render(&render::Shown::new(&doc, || render::lab::status(&st, health.as_ref())))?;
         }
         Opts::Exec { name, host, command } => {
             let st = lab::exec(&name, &host, &command)?;
@@ -251,22 +242,18 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
         }
         Opts::Profiles => {
             let profiles = gridperf_core::lab::cfg::profiles();
-            match out.format {
-                Format::Json => {
-                    let rows: Vec<serde_json::Value> = profiles
-                        .iter()
-                        .map(|p| {
-                            serde_json::json!({
-                                "name": p.name, "rate_bps": p.rate_bps, "rtt_ns": p.rtt_ns,
-                                "queue": format!("{:?}", p.queue), "loss": p.loss, "mtu": p.mtu,
-                                "source": p.source, "assumptions": p.assumptions,
-                            })
-                        })
-                        .collect();
-                    out.json(&serde_json::json!({ "schema": LAB_PROFILES_SCHEMA, "profiles": rows }))?
-                }
-                _ => out.print(&render::lab::profiles(&profiles))?,
-            }
+            let rows: Vec<serde_json::Value> = profiles
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "name": p.name, "rate_bps": p.rate_bps, "rtt_ns": p.rtt_ns,
+                        "queue": format!("{:?}", p.queue), "loss": p.loss, "mtu": p.mtu,
+                        "source": p.source, "assumptions": p.assumptions,
+                    })
+                })
+                .collect();
+            let doc = serde_json::json!({ "schema": LAB_PROFILES_SCHEMA, "profiles": rows });
+            out.render(&render::Shown::new(&doc, || render::lab::profiles(&profiles)))?;
         }
         Opts::Emulator { name } => lab::emulator_main(&name)?,
         Opts::Clone { addr, opts, out: file, verify, watched, store } => {
@@ -368,10 +355,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                 }
                 Err(e) => eprintln!("gridperf lab calibrate: warning: not kept: {e}"),
             }
-            match out.format {
-                Format::Json => out.json(&serde_json::json!({ "schema": LAB_CALIBRATION_SCHEMA, "points": points }))?,
-                _ => out.print(&render::lab::calibration(&points))?,
-            }
+            let doc = serde_json::json!({ "schema": LAB_CALIBRATION_SCHEMA, "points": points });
+            out.render(&render::Shown::new(&doc, || render::lab::calibration(&points)))?;
         }
     }
     Ok(None)

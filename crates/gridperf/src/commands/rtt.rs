@@ -1,6 +1,6 @@
 //! `gridperf rtt`: round-trip time per protocol and message size.
 
-use super::{echo_measure, lab_valid, Format, Output, Place};
+use super::{echo_measure, lab_valid, Output, Place};
 use crate::engines::rtt::{self, RttOptions};
 use crate::error::{Error, Result};
 use crate::store::StoreChoice;
@@ -12,7 +12,6 @@ pub struct Opts {
     pub place: Place,
     pub rtt: RttOptions,
     pub store: StoreChoice,
-    pub format: Format,
     /// Every warning listed, not summarised.
     pub verbose: bool,
 }

@@ -36,28 +36,24 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
                 };
                 with_points.push((r, points));
             }
-            match out.format {
-                Format::Json => {
-                    let runs: Vec<serde_json::Value> = with_points
-                        .iter()
-                        .map(|(r, p)| {
-                            let mut v = serde_json::to_value(r).unwrap_or_default();
-                            v["headline"] = json!(render::runs::headline(r, p));
-                            v
-                        })
-                        .collect();
-                    out.json(&json!({ "schema": RUNS_SCHEMA, "runs": runs }))
-                }
-                _ => out.print(&render::runs::list(&with_points)),
-            }
+            let runs: Vec<serde_json::Value> = with_points
+                .iter()
+                .map(|(r, p)| {
+                    let mut v = serde_json::to_value(r).unwrap_or_default();
+                    v["headline"] = json!(render::runs::headline(r, p));
+                    v
+                })
+                .collect();
+            let doc = json!({ "schema": RUNS_SCHEMA, "runs": runs });
+            let shown = render::Shown::new(&doc, || render::runs::list(&with_points));
+            out.render(&shown)
         }
         Opts::Show { db, id } => {
             let store = Store::open_existing(&db)?;
             let (run, points) = (store.run(id)?, store.points(id)?);
-            match out.format {
-                Format::Json => out.json(&json!({ "schema": RUN_SCHEMA, "run": run, "points": points })),
-                _ => out.print(&render::runs::show(&run, &points)),
-            }
+            let doc = json!({ "schema": RUN_SCHEMA, "run": run, "points": points });
+            let shown = render::Shown::new(&doc, || render::runs::show(&run, &points));
+            out.render(&shown)
         }
         Opts::Compare { db, a, b } => {
             let store = Store::open_existing(&db)?;

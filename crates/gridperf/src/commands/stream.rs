@@ -47,11 +47,7 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         std::fs::write(path, render::stream::timeline(&r, path.extension().is_some_and(|e| e == "csv")))
             .map_err(|e| Error::usage(format!("--timeline {}: {e}", path.display())))?;
     }
-    if out.format == Format::Json {
-        out.json(&r)?;
-    } else {
-        out.print(&render::stream::table(&r, o.best, o.units))?;
-    }
+    out.render(&render::Shown::new(&r, || render::stream::table(&r, o.best, o.units)))?;
     out.warnings(&r.warnings, r.runs.iter().map(|run| run.streams.len()).sum(), false);
     for run in &r.runs {
         lab_valid(&run.env)?;

@@ -4,7 +4,7 @@
 //! as it is measured; then the report and the best-protocol table. An
 //! interrupted survey goes on with `--resume`, skipping the stored points.
 
-use super::{Format, Output};
+use super::Output;
 use crate::engines::rtt::{self, RttOptions};
 use crate::engines::transfer::{self, TransferOptions};
 use crate::engines::{EchoOptions, Progress};
@@ -614,30 +614,29 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     std::fs::write(&o.output, html).map_err(|e| Error::usage(format!("-o {}: {e}", o.output.display())))?;
     crate::host::give_back(&o.output);
     let analysis = render::survey::analyse(&runs);
-    if out.format == Format::Json {
-        let failed: Vec<_> =
-            outcome.failed.iter().map(|(net, why)| serde_json::json!({ "network": net, "why": why })).collect();
-        out.json(&serde_json::json!({
-            "schema": gridperf_core::model::SURVEY_SCHEMA,
-            "survey": outcome.survey,
-            "db": store.shown(),
-            "report": o.output,
-            "seconds": started.elapsed().as_secs_f64(),
-            "networks": analysis,
-            "failed": failed,
-        }))?;
-    } else {
-        out.print(&format!(
-            "gridperf survey {} ({} networks, {:.0} s), stored in {}\n\n{}\n{}\nreport: {}\n",
+    let failed: Vec<_> =
+        outcome.failed.iter().map(|(net, why)| serde_json::json!({ "network": net, "why": why })).collect();
+    let seconds = started.elapsed().as_secs_f64();
+    let doc = serde_json::json!({
+        "schema": gridperf_core::model::SURVEY_SCHEMA,
+        "survey": outcome.survey,
+        "db": store.shown(),
+        "report": o.output,
+        "seconds": seconds,
+        "networks": analysis,
+        "failed": failed,
+    });
+    out.render(&render::Shown::new(&doc, || {
+        format!(
+            "gridperf survey {} ({} networks, {seconds:.0} s), stored in {}\n\n{}\n{}\nreport: {}\n",
             outcome.survey,
             o.spec.networks.len(),
-            started.elapsed().as_secs_f64(),
             store.shown(),
             render::survey::best_table_text(&analysis),
             render::survey::thresholds_text(&analysis),
             o.output.display()
-        ))?;
-    }
+        )
+    }))?;
     for (net, why) in &outcome.failed {
         out.note(&format!("gridperf survey: {net} was not measured: {why}"));
     }

@@ -308,18 +308,15 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
     if let (Some(s), Some(id)) = (&store, sweep_id) {
         s.finish_sweep(id, if failed > 0 { "incomplete" } else { "done" })?;
     }
-    if out.format == Format::Json {
-        out.json(&serde_json::json!({
-            "schema": SWEEP_SCHEMA,
-            "sweep_id": sweep_id,
-            "preset": o.preset,
-            "axes": o.sweep,
-            "repeat": o.stream.repeat,
-            "points": rows
-        }))?;
-    } else {
-        out.print(&crate::render::sweep::table(&o.sweep, &rows, o.best))?;
-    }
+    let doc = serde_json::json!({
+        "schema": SWEEP_SCHEMA,
+        "sweep_id": sweep_id,
+        "preset": o.preset,
+        "axes": o.sweep,
+        "repeat": o.stream.repeat,
+        "points": rows
+    });
+    out.render(&crate::render::Shown::new(&doc, || crate::render::sweep::table(&o.sweep, &rows, o.best)))?;
     if let Some(id) = sweep_id {
         out.note(&format!("gridperf: stored as sweep {id}: gridperf report --sweep {id} draws it"));
     }

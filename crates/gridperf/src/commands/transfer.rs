@@ -1,6 +1,6 @@
 //! `gridperf transfer`: the first document's Table 1, the time to move a total in messages of each size.
 
-use super::{echo_measure, lab_valid, Format, Output, Place};
+use super::{echo_measure, lab_valid, Output, Place};
 use crate::engines::transfer::{self, TransferOptions};
 use crate::error::{Error, Result};
 use crate::store::StoreChoice;
@@ -12,7 +12,6 @@ pub struct Opts {
     pub place: Place,
     pub transfer: TransferOptions,
     pub store: StoreChoice,
-    pub format: Format,
     /// Every warning listed, not summarised.
     pub verbose: bool,
 }

@@ -270,8 +270,6 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         }
         view.after = Some(directions(&advise_all(&again), p, app));
     }
-    if out.format == Format::Json {
-        return out.json(&view);
-    }
-    out.print(&render::tune::text(&view))
+    let shown = render::Shown::new(&view, || render::tune::text(&view));
+    out.render(&shown)
 }

@@ -120,6 +120,42 @@ pub trait Render: serde::Serialize {
     }
 }
 
+/// A result whose JSON is a document and whose table (and CSV) are drawn
+/// only when printed so: the way a command whose table needs more than its
+/// document (its options, a stored sweep) prints through [`Render`].
+pub struct Shown<'a, T: serde::Serialize> {
+    doc: &'a T,
+    table: Box<dyn Fn() -> String + 'a>,
+    csv: Option<Box<dyn Fn() -> String + 'a>>,
+}
+
+impl<'a, T: serde::Serialize> Shown<'a, T> {
+    pub fn new(doc: &'a T, table: impl Fn() -> String + 'a) -> Shown<'a, T> {
+        Shown { doc, table: Box::new(table), csv: None }
+    }
+
+    /// With a CSV of its own.
+    pub fn csv(mut self, csv: impl Fn() -> String + 'a) -> Shown<'a, T> {
+        self.csv = Some(Box::new(csv));
+        self
+    }
+}
+
+impl<T: serde::Serialize> serde::Serialize for Shown<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.doc.serialize(s)
+    }
+}
+
+impl<T: serde::Serialize> Render for Shown<'_, T> {
+    fn table(&self) -> String {
+        (self.table)()
+    }
+    fn csv(&self) -> Option<String> {
+        self.csv.as_ref().map(|c| c())
+    }
+}
+
 /// A time in ns as CSV holds it: to a tenth of a nanosecond (the quantiles
 /// interpolate between samples; the clock itself counts whole ns), no
 /// trailing zeros; empty for none.

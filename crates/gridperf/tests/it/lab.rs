@@ -558,7 +558,10 @@ fn jitter_spreads_the_round_trip_as_configured() {
     }
     // uniform +-2 ms each way, reordering allowed: a round trip is 20 ms
     // plus the sum of two uniform draws, whose standard deviation is
-    // 2 ms x sqrt(2/3) = 1.63 ms, and which stays within +-4 ms
+    // 2 ms x sqrt(2/3) = 1.63 ms, and which stays within +-4 ms (its p99
+    // +3.43 ms); a valid run's packets may each be up to 1 ms behind
+    // schedule (the emulator's lag threshold), so the tail is bounded at
+    // 24 ms + 1 ms
     let mut lab = Lab::up("jitter", &["--rtt", "20ms", "--jitter", "2ms", "--reorder"]);
     lab.serve_on_b();
     let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("udp", "300", &["--warmup", "2", "--samples"]));
@@ -568,7 +571,7 @@ fn jitter_spreads_the_round_trip_as_configured() {
     let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
     assert!((1.3e6..2.0e6).contains(&f("stddev_ns")), "{s}");
     assert!(f("min_ns") >= 16.0e6 && (19.5e6..20.8e6).contains(&f("median_ns")), "{s}");
-    assert!(f("p99_ns") <= 24.8e6, "{s}");
+    assert!(f("p99_ns") <= 25.0e6, "{s}");
 }
 
 #[test]
@@ -1780,10 +1783,17 @@ fn a_quick_survey_measures_a_long_path_beside_the_others_in_labs_of_its_own() {
                     let mut got: Vec<(String, u64)> = pts.iter().map(|p| (p.proto.clone(), p.size)).collect();
                     got.sort();
                     assert_eq!(got.len(), 6, "tcp and udp at 1, 1024 and 16384 B: {got:?}");
-                    // a size ends after 3 to 8 rounds, as the rule says
+                    // a size ends after 3 to 8 rounds, as the rule says; up to 16 when the
+                    // survey found the machine busy before the network (and says so)
+                    let most = if notes.contains("up to 16 rounds a point") { 16 } else { 8 };
                     for p in &pts {
                         let n = p.figures["rounds_ns"].as_array().map_or(0, Vec::len);
-                        assert!((3..=8).contains(&n), "{} {} B: {n} rounds", p.proto, p.size);
+                        assert!(
+                            (3..=most).contains(&n),
+                            "{} {} B: {n} rounds (at most {most}): {notes}",
+                            p.proto,
+                            p.size
+                        );
                     }
                 }
             }
