@@ -127,7 +127,7 @@ fn captures() {
 fn copy_frames() {
     // a block's header and its acknowledgment, as a peer sends them
     fuzz("copy-frame", |b| {
-        use gridperf_core::copy::{Ack, BlockHeader, ACK_LEN, FRAME_HEADER};
+        use gridperf_core::wire::block::{Ack, BlockHeader, ACK_LEN, FRAME_HEADER};
         if let Ok(h) = b.get(..FRAME_HEADER).unwrap_or(&[]).try_into() {
             if let Ok(head) = BlockHeader::decode(h) {
                 assert_eq!(BlockHeader::decode(&head.encode()), Ok(head));
@@ -144,14 +144,14 @@ fn copy_frames() {
 #[test]
 fn udp_stream_headers() {
     fuzz("udp-header", |b| {
-        if let Some((stream, seq, t)) = gridperf_core::analysis::flow::decode_udp_header(b) {
+        if let Some((stream, seq, t)) = gridperf_core::wire::udp::decode_udp_header(b) {
             let mut again = b.to_vec();
-            gridperf_core::analysis::flow::encode_udp_header(&mut again, stream, seq, t);
-            assert_eq!(gridperf_core::analysis::flow::decode_udp_header(&again), Some((stream, seq, t)));
+            gridperf_core::wire::udp::encode_udp_header(&mut again, stream, seq, t);
+            assert_eq!(gridperf_core::wire::udp::decode_udp_header(&again), Some((stream, seq, t)));
         }
         let mut t = gridperf_core::analysis::flow::SeqTracker::new();
         for chunk in b.chunks(24) {
-            if let Some((_, seq, send)) = gridperf_core::analysis::flow::decode_udp_header(chunk) {
+            if let Some((_, seq, send)) = gridperf_core::wire::udp::decode_udp_header(chunk) {
                 t.record(seq, chunk.len() as u64, send, send.wrapping_add(1000));
             }
         }
@@ -322,7 +322,7 @@ fn write_the_corpus() {
     }
     // a copy's block header and acknowledgments
     {
-        use gridperf_core::copy::{Ack, AckStatus, BlockHeader};
+        use gridperf_core::wire::block::{Ack, AckStatus, BlockHeader};
         let h = BlockHeader { file: 3, index: 77, len: 65_536, cv: [9; 32] };
         write("copy-frame", "header".into(), &h.encode());
         for (k, status) in [AckStatus::Ok, AckStatus::Damaged, AckStatus::Failed].into_iter().enumerate() {
@@ -333,7 +333,7 @@ fn write_the_corpus() {
     {
         let mut b = vec![0u8; 64];
         for (k, seq) in [0u64, 1, u64::MAX].into_iter().enumerate() {
-            gridperf_core::analysis::flow::encode_udp_header(&mut b, k as u32, seq, 1_000_000_007);
+            gridperf_core::wire::udp::encode_udp_header(&mut b, k as u32, seq, 1_000_000_007);
             write("udp-header", format!("{k:02}"), &b);
         }
     }

@@ -2,7 +2,7 @@
 //! lists and block needs that follow it in frames of their own (a
 //! directory of many files does not fit one client frame), and the
 //! outcome. The blocks themselves travel on the data connections
-//! ([`crate::copy::BlockHeader`]).
+//! ([`crate::wire::block::BlockHeader`]).
 
 use super::{ErrorCode, Refusal, MAX_BUFFER, MAX_RATE_BPS, MAX_STREAMS};
 use serde::{Deserialize, Serialize};

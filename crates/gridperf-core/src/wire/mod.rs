@@ -8,9 +8,11 @@
 //! without a version bump; a new message type or a changed meaning bumps
 //! [`PROTOCOL_VERSION`].
 
+pub mod block;
 mod copy;
 mod hello;
 mod request;
+pub mod udp;
 
 pub use copy::*;
 pub use hello::*;

@@ -5,9 +5,10 @@
 //! the agent from `agent::stream`.
 
 use crate::host;
-use gridperf_core::analysis::flow::{self, SeqTracker, TcpSample};
+use gridperf_core::analysis::flow::{SeqTracker, TcpSample};
 use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{SocketInfo, StreamEnd, ZeroCopyFigures};
+use gridperf_core::wire::udp::{decode_udp_header, encode_udp_header, UDP_HEADER_LEN};
 use gridperf_core::wire::{StreamSpec, MAX_SAMPLES};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream, UdpSocket};
@@ -288,7 +289,7 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
     let cpu0 = gridperf_sys::thread_cpu_time_ns();
     let mut end = StreamEnd { sending: true, ..StreamEnd::default() };
     let size = spec.write_size as usize;
-    let mut run = if size >= flow::UDP_HEADER_LEN && gridperf_sys::set_udp_segment(&s, size as u16).is_ok() {
+    let mut run = if size >= UDP_HEADER_LEN && gridperf_sys::set_udp_segment(&s, size as u16).is_ok() {
         (GSO_BYTES / size).clamp(1, GSO_RUN)
     } else {
         1
@@ -311,7 +312,7 @@ fn send_udp(s: UdpSocket, index: u32, spec: &StreamSpec, t: &Timing, live: &Live
             n += k as u64;
             let now = gridperf_sys::monotonic_ns();
             for j in 0..k {
-                flow::encode_udp_header(&mut buf[j * size..], index, seq + j as u64, now);
+                encode_udp_header(&mut buf[j * size..], index, seq + j as u64, now);
             }
             match s.send(&buf[..k * size]) {
                 Ok(_) => {
@@ -365,7 +366,9 @@ fn recv_udp(s: UdpSocket, index: u32, transit: bool, t: &Timing, live: &Live, in
     {
         match s.recv(&mut buf) {
             Ok(n) => {
-                let Some((stream, seq, sent)) = flow::decode_udp_header(&buf[..n]) else { continue };
+                let Some((stream, seq, sent)) = decode_udp_header(&buf[..n]) else {
+                    continue;
+                };
                 if stream != index {
                     continue;
                 }

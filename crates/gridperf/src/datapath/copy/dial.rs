@@ -103,7 +103,7 @@ pub(super) fn reset(sock: &TcpStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gridperf_core::copy::FRAME_HEADER;
+    use gridperf_core::wire::block::FRAME_HEADER;
     use std::io::Read;
     use std::io::Write;
 

@@ -2,9 +2,8 @@
 
 use super::*;
 use gridperf_core::copy::seal::TAG_LEN;
-use gridperf_core::copy::{
-    block_count, block_cv, block_len, Ack, AckStatus, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER,
-};
+use gridperf_core::copy::{block_count, block_cv, block_len};
+use gridperf_core::wire::block::{Ack, AckStatus, BlockHeader, ACK_LEN, END_OF_BLOCKS, FRAME_HEADER};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};

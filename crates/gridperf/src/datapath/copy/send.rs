@@ -2,7 +2,8 @@
 
 use super::*;
 use gridperf_core::copy::seal::TAG_LEN;
-use gridperf_core::copy::{block_cv, block_len, Ack, AckStatus, BlockHeader, ACK_LEN, FRAME_HEADER};
+use gridperf_core::copy::{block_cv, block_len};
+use gridperf_core::wire::block::{Ack, AckStatus, BlockHeader, ACK_LEN, FRAME_HEADER};
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::TcpStream;
