@@ -129,17 +129,30 @@ pub enum Warning {
     LabInvalid {
         why: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        cause: Option<crate::model::LabCause>,
+        cause: Option<LabCause>,
     },
     /// The point's median does not describe it (two modes, a drift), also
     /// after measuring it again; conclusions leave it out.
     Irregular { point: String, why: String, retries: u32 },
 }
 
+/// What made a lab run INVALID, for what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LabCause {
+    /// Outside gridperf: the hypervisor paused the machine or took the
+    /// emulator's CPU, or the lab was paused on purpose (`lab pause`).
+    Outside,
+    /// Other programs of this machine held the CPUs.
+    OtherTasks,
+    /// The emulator itself: it fell behind without being held, or a queue
+    /// it reads overflowed.
+    Emulator,
+}
+
 /// What to do about an INVALID lab run, from what held its emulator up
 /// (the emulator's words, see the binary's `HeldBy::words`).
-pub fn lab_invalid_advice(cause: Option<crate::model::LabCause>) -> &'static str {
-    use crate::model::LabCause;
+pub fn lab_invalid_advice(cause: Option<LabCause>) -> &'static str {
     match cause {
         Some(LabCause::Outside) => "The cause lay outside gridperf: run it again (a survey or sweep measures such points again by itself).",
         Some(LabCause::OtherTasks) => {
@@ -150,11 +163,6 @@ pub fn lab_invalid_advice(cause: Option<crate::model::LabCause>) -> &'static str
 }
 
 impl Warning {
-    /// The INVALID warning a lab's record carries, if it does.
-    pub fn lab_invalid(lab: &crate::model::LabRecord) -> Option<Warning> {
-        lab.invalid.clone().map(|why| Warning::LabInvalid { why, cause: lab.cause })
-    }
-
     /// The warning, in words (what to do about it: [`advice`], which
     /// depends on the run).
     pub fn message(&self) -> String {

@@ -272,19 +272,7 @@ impl MachineLoad {
     }
 }
 
-/// What made a lab run INVALID, for what to do about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LabCause {
-    /// Outside gridperf: the hypervisor paused the machine or took the
-    /// emulator's CPU, or the lab was paused on purpose (`lab pause`).
-    Outside,
-    /// Other programs of this machine held the CPUs.
-    OtherTasks,
-    /// The emulator itself: it fell behind without being held, or a queue
-    /// it reads overflowed.
-    Emulator,
-}
+pub use crate::analysis::stats::LabCause;
 
 /// The emulated network a run crossed, and what the emulator says of itself
 /// over the run.
@@ -304,6 +292,13 @@ pub struct LabRecord {
     /// (within the share a run may lose); it is among the run's notes too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl LabRecord {
+    /// The INVALID warning this record carries, if it does.
+    pub fn invalid_warning(&self) -> Option<crate::analysis::stats::Warning> {
+        self.invalid.clone().map(|why| crate::analysis::stats::Warning::LabInvalid { why, cause: self.cause })
+    }
 }
 
 impl Environment {

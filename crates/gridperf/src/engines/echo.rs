@@ -10,7 +10,7 @@ use crate::host;
 use crate::runner::{Deadlines, Opened, Target};
 use gridperf_core::analysis::stats::Warning;
 use gridperf_core::model::plan::Proto;
-use gridperf_core::model::{Environment, Settings, SocketInfo};
+use gridperf_core::model::{Environment, LabRecord, Settings, SocketInfo};
 use gridperf_core::wire::{DataHello, DataKind, EchoSpec, Test};
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -214,7 +214,7 @@ impl EchoTest {
             warnings.push(Warning::Unpinned);
         }
         let env = self.finish()?;
-        if let Some(w) = env.lab.as_ref().and_then(Warning::lab_invalid) {
+        if let Some(w) = env.lab.as_ref().and_then(LabRecord::invalid_warning) {
             warnings.push(w);
         }
         Ok(env)

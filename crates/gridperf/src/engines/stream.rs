@@ -14,9 +14,8 @@ use crate::error::{Error, Result};
 use crate::host;
 use crate::runner::{Deadlines, Target};
 use gridperf_core::analysis::flow::{self, TcpSample, VerdictContext};
-use gridperf_core::analysis::stats::Warning;
 use gridperf_core::model::plan::Proto;
-use gridperf_core::model::{Environment, StreamEnd, StreamReport, StreamResult, StreamRun};
+use gridperf_core::model::{Environment, LabRecord, StreamEnd, StreamReport, StreamResult, StreamRun};
 use gridperf_core::wire::{AgentMsg, DataHello, DataKind, StreamSpec, Test};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -77,7 +76,7 @@ pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) 
     };
     let mut warnings = Vec::new();
     for r in &runs {
-        if let Some(w) = r.env.lab.as_ref().and_then(Warning::lab_invalid) {
+        if let Some(w) = r.env.lab.as_ref().and_then(LabRecord::invalid_warning) {
             warnings.push(w);
         }
     }
