@@ -14,9 +14,11 @@
 //! virtual time by `copy::pair` (both ends against each other, with a one-way
 //! latency), not by timing a lab.
 //!
+//! - [`session`]: every session's opening (hello, the key, the request), at both ends;
 //! - [`copy`]: a push and a pull, at the client and at the agent.
 
 pub mod copy;
+pub mod session;
 
 use crate::wire::ErrorCode;
 
@@ -80,13 +82,15 @@ pub enum Failure {
     Net(String),
     /// The user asked for what cannot be done.
     Usage(String),
+    /// This end will not go on with that peer (another version, no key, a proof that fails).
+    Refused(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Agent { message, .. } => write!(f, "{message}"),
-            Failure::Net(m) | Failure::Usage(m) => write!(f, "{m}"),
+            Failure::Net(m) | Failure::Usage(m) | Failure::Refused(m) => write!(f, "{m}"),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! One client's conversation up to its test: hello and version, the typed
-//! request and its checks, a slot, then the test's own file. Every read
+//! One client's conversation up to its test: hello and version, the key,
+//! the typed request (what is said when is `proto::session::Greeting`'s),
+//! then the request's checks, a slot, then the test's own file. Every read
 //! has the control deadline; every refusal is told to the client with what
 //! is valid.
 
@@ -7,8 +8,9 @@ use super::metrics::Refusal;
 use super::reply::{send_error, wire_code, Fail};
 use super::{copy, echo, fanout, slots, stream, Shared};
 use crate::{ctl, host};
-use gridperf_core::auth;
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, Test, TestRequest};
+use gridperf_core::proto::session::{Greeting, Stage};
+use gridperf_core::proto::{self, Action, Clock, End, Input};
+use gridperf_core::wire::{self, ClientMsg, ErrorCode, Test, TestRequest, WireError};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -20,60 +22,45 @@ use std::time::Instant;
 /// hold.
 pub(crate) const PRE_SESSION: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Reads the request. A request frame this agent cannot decode (a test
-/// kind or a protocol it does not know, a field it needs missing) is
-/// "unsupported", with serde's words for what was expected; anything else
-/// out of turn is a bad message.
-fn read_request(ctl: &mut TcpStream, until: Instant) -> Result<TestRequest, Fail> {
-    let body = match ctl::read_frame_by::<ClientMsg>(ctl, until) {
-        Ok(b) => b,
-        Err(e) => return Err(send_error(ctl, wire_code(&e), format!("reading the request: {e}"))),
-    };
-    match wire::decode::<ClientMsg>(&body) {
-        Ok(ClientMsg::Request(r)) => Ok(r),
-        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected a request, got {other:?}"))),
-        Err(e) => {
-            let is_request = serde_json::from_slice::<serde_json::Value>(&body)
-                .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("request"));
-            let code = if is_request { ErrorCode::Unsupported } else { ErrorCode::BadMessage };
-            let what = if is_request { "this agent cannot run the test asked for" } else { "expected a request" };
-            Err(send_error(ctl, code, format!("{what}: {e}")))
-        }
-    }
-}
-
-/// Checks a client's answer to the challenge before anything else is
-/// spent on it; answers with the agent's own proof. The session's secret
-/// (which binds a copy's encryption to it).
-fn authenticate(
-    ctl: &mut TcpStream,
-    keys: &[auth::Key],
-    nonce: &[u8; auth::KEY_LEN],
-    until: Instant,
-) -> Result<[u8; auth::KEY_LEN], Fail> {
-    let refused = |ctl: &mut TcpStream, why: String| send_error(ctl, ErrorCode::Refused, why);
-    match ctl::read_msg_by::<ClientMsg>(ctl, until) {
-        Ok(ClientMsg::Auth { key, nonce: theirs, proof }) => {
-            let found = keys.iter().find(|k| k.name == key);
-            let theirs = auth::unhex(&theirs);
-            match (found, theirs) {
-                (Some(k), Some(cn)) if k.client_proves(nonce, &cn, &proof) => {
-                    wire::write_msg(ctl, &AgentMsg::AuthOk { proof: k.agent_proof(nonce, &cn) })
-                        .map_err(|e| e.to_string())?;
-                    Ok(k.session_secret(nonce, &cn))
+/// The opening as [`Greeting`] leads it: each frame read by the deadline
+/// it keeps, its answers sent, until the request. A request frame this
+/// agent cannot decode (a test kind or a protocol it does not know, a field
+/// it needs missing) is "unsupported", with serde's words for what was
+/// expected; any other frame that is not a message, a bad message.
+fn greet(ctl: &mut TcpStream, g: &mut Greeting, clock: &Clock, until_n: proto::Nanos) -> Result<TestRequest, Fail> {
+    let until = clock.at(until_n);
+    loop {
+        let input = match ctl::read_frame_by::<ClientMsg>(ctl, until) {
+            Err(WireError::Timeout) => Input::Deadline,
+            Err(e) => {
+                let during = match g.stage() {
+                    Stage::Hello | Stage::Version => "before hello",
+                    Stage::Auth => "waiting for the key",
+                    Stage::Request => "reading the request",
+                };
+                return Err(send_error(ctl, wire_code(&e), format!("{during}: {e}")));
+            }
+            Ok(body) => match wire::decode::<ClientMsg>(&body) {
+                Ok(m) => Input::Msg(m),
+                Err(e) if g.stage() == Stage::Request => {
+                    let is_request = serde_json::from_slice::<serde_json::Value>(&body)
+                        .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("request"));
+                    let code = if is_request { ErrorCode::Unsupported } else { ErrorCode::BadMessage };
+                    let what =
+                        if is_request { "this agent cannot run the test asked for" } else { "expected a request" };
+                    return Err(send_error(ctl, code, format!("{what}: {e}")));
                 }
-                // one answer for an unknown name and a wrong proof: nothing learnt
-                _ => Err(refused(
-                    ctl,
-                    format!("authentication failed for key {:?}: not a key this agent accepts, or not its secret", wire::printable(&key)),
-                )),
+                Err(e) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("{e}"))),
+            },
+        };
+        for a in g.handle(input, clock.now()) {
+            match a {
+                Action::Send(m) => wire::write_msg(ctl, &m).map_err(|e| e.to_string())?,
+                Action::Done => return g.take_request().ok_or_else(|| Fail::Untold("internal: no request".into())),
+                Action::Fail(f) => return Err(Fail::Told(f.to_string())),
+                Action::Do(()) => {}
             }
         }
-        Ok(ClientMsg::Hello { .. } | ClientMsg::Request(_)) | Ok(_) => Err(refused(
-            ctl,
-            "this agent serves only clients with a key (serve --auth): give the client --key FILE (gridperf keygen makes one)".into(),
-        )),
-        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for the key: {e}"))),
     }
 }
 
@@ -92,67 +79,33 @@ pub(super) fn serve(
     setup(&ctl).map_err(|e| e.to_string())?;
     // hello, the key and the request, all within one control timeout (at
     // most PRE_SESSION): until then the connection may be cut to make room
-    let until = Instant::now() + shared.cfg.control_timeout.min(PRE_SESSION);
-
-    match ctl::read_msg_by::<ClientMsg>(&ctl, until) {
-        Ok(ClientMsg::Hello { magic, version, software }) => {
-            if magic != wire::MAGIC {
-                return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("bad magic {magic:?}")));
-            }
-            if version != wire::PROTOCOL_VERSION {
-                shared.metrics.refused(Refusal::Version);
-                return Err(send_error(
-                    &mut ctl,
-                    ErrorCode::VersionMismatch,
-                    format!(
-                        "protocol version mismatch: the client ({software}) speaks version {version}, this agent ({}) speaks version {}; run the same gridperf release on both ends",
-                        host::software(),
-                        wire::PROTOCOL_VERSION
-                    ),
-                ));
-            }
-        }
-        Ok(other) => {
-            return Err(send_error(&mut ctl, ErrorCode::BadMessage, format!("expected hello, got {other:?}")));
-        }
-        Err(e) => return Err(send_error(&mut ctl, wire_code(&e), format!("before hello: {e}"))),
-    }
-    let nonce = match &shared.cfg.auth {
-        Some(_) => Some(host::random_32().map_err(|e| format!("no random nonce: {e}"))?),
+    let clock = Clock::start();
+    let until_n = proto::nanos(shared.cfg.control_timeout.min(PRE_SESSION));
+    let auth = match &shared.cfg.auth {
+        Some(keys) => Some((keys.to_vec(), host::random_32().map_err(|e| format!("no random nonce: {e}"))?)),
         None => None,
     };
-    wire::write_msg(
-        &mut ctl,
-        &AgentMsg::Welcome {
-            magic: wire::MAGIC.into(),
-            version: wire::PROTOCOL_VERSION,
-            software: host::software(),
-            challenge: nonce.map(|n| auth::hex(&n)),
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let mut session_secret = None;
+    let mut greeting = Greeting::new(host::software(), auth, until_n);
+    let ended = greet(&mut ctl, &mut greeting, &clock, until_n);
+    // what each refusal costs: a failed key makes the address wait before its next try
+    match (&ended, greeting.stage()) {
+        (Err(_), Stage::Version) => shared.metrics.refused(Refusal::Version),
+        (Err(_), Stage::Auth) => {
+            shared.penalties.fail(peer.ip(), Instant::now());
+            shared.metrics.refused(Refusal::Auth);
+        }
+        (Err(_), Stage::Request) => shared.metrics.refused(Refusal::BadRequest),
+        (Ok(_), _) if greeting.secret().is_some() => shared.penalties.forgive(peer.ip()),
+        _ => {}
+    }
+    let req = ended?;
+    let session_secret = greeting.secret();
     let counted = |why: Refusal| {
         move |f: Fail| {
             shared.metrics.refused(why);
             f
         }
     };
-    if let (Some(keys), Some(nonce)) = (&shared.cfg.auth, nonce) {
-        match authenticate(&mut ctl, keys, &nonce, until) {
-            Ok(secret) => {
-                shared.penalties.forgive(peer.ip());
-                session_secret = Some(secret);
-            }
-            Err(f) => {
-                // the address waits before its next try: failing costs it, not the agent
-                shared.penalties.fail(peer.ip(), Instant::now());
-                return Err(counted(Refusal::Auth)(f));
-            }
-        }
-    }
-
-    let req = read_request(&mut ctl, until).map_err(counted(Refusal::BadRequest))?;
     if let Err(r) = req.test.validate(&host::limits()) {
         shared.metrics.refused(Refusal::BadRequest);
         return Err(send_error(&mut ctl, r.code, r.message));

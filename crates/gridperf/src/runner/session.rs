@@ -8,6 +8,8 @@ use crate::host;
 use gridperf_core::auth;
 use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{EndInfo, StepFigures};
+use gridperf_core::proto::session::{Me, Note, Opening};
+use gridperf_core::proto::{nanos, Action, Clock, End, Input};
 use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, Test, TestRequest};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -19,6 +21,7 @@ pub fn failure(f: gridperf_core::proto::Failure) -> Error {
         Failure::Agent { code, message } => refused(code, message),
         Failure::Net(m) => Error::network(m),
         Failure::Usage(m) => Error::usage(m),
+        Failure::Refused(m) => Error::refused(m),
     }
 }
 
@@ -98,17 +101,14 @@ pub struct Session {
     pub addr: SocketAddr,
     pub agent_software: String,
     deadlines: Deadlines,
-    /// The authenticated session's secret (the agent asked for a key), for a copy's encryption.
-    secret: Option<[u8; auth::KEY_LEN]>,
-    /// The agent's welcome is still to be read: a client without a key
-    /// sends its request right behind its hello (a round trip less, 270 ms
-    /// at CERN-Tokyo) and reads the welcome before the answer.
-    welcome_due: bool,
+    /// The opening's conversation (hello, the key, the request): what is
+    /// sent when is its; without a key the request goes right behind the
+    /// hello (a round trip less, 270 ms at CERN-Tokyo) and the welcome is
+    /// read before the answer.
+    opening: Opening,
+    clock: Clock,
     /// Finish was sent ahead of the test's last answers ([`Session::finish_ahead`]).
     finish_sent: bool,
-    /// The agent must ask for the key and prove it holds it (--key was
-    /// given, and this process did not start the agent itself).
-    must_prove: bool,
 }
 
 /// What the agent said when it was ready: where its data sockets are, the
@@ -146,105 +146,85 @@ impl Session {
         ctl.set_nodelay(true).map_err(|e| Error::network(e.to_string()))?;
         ctl.set_read_timeout(Some(deadlines.control)).map_err(|e| Error::network(e.to_string()))?;
         ctl.set_write_timeout(Some(deadlines.control)).map_err(|e| Error::network(e.to_string()))?;
+        let key = client_key().cloned();
+        let nonce = match key {
+            Some(_) => host::random_32().map_err(|e| Error::internal(format!("no random nonce: {e}")))?,
+            None => [0; auth::KEY_LEN],
+        };
+        let me = Me {
+            software: host::software(),
+            key,
+            must_prove,
+            nonce,
+            agent_words: format!("the agent at {addr}"),
+            key_hint: default_key_path().display().to_string(),
+        };
+        let opening = Opening::new(me, nanos(deadlines.control), nanos(deadlines.queue));
         let mut s = Session {
             ctl,
             addr,
             agent_software: String::new(),
             deadlines,
-            secret: None,
-            welcome_due: false,
+            opening,
+            clock: Clock::start(),
             finish_sent: false,
-            must_prove,
         };
-        s.send(&ClientMsg::Hello {
-            magic: wire::MAGIC.into(),
-            version: wire::PROTOCOL_VERSION,
-            software: host::software(),
-        })?;
-        // with no key there is nothing to prove: the request may follow the
-        // hello at once (an agent that asks for a key refuses it, and the
-        // welcome, read before the answer, says why); with one, the
-        // challenge is answered first
-        s.welcome_due = true;
-        if client_key().is_some() {
-            s.welcome_if_due()?;
-        }
+        let first = s.opening.start(s.clock.now());
+        s.drive(first)?;
         Ok(s)
     }
 
-    /// Reads the agent's welcome if it has not been read: its magic,
-    /// version and, if it asks for one, its challenge (answered with this
-    /// client's key).
-    fn welcome_if_due(&mut self) -> Result<()> {
-        if !std::mem::take(&mut self.welcome_due) {
-            return Ok(());
-        }
-        let addr = self.addr;
-        match self.read_answer(self.deadlines.control)? {
-            AgentMsg::Welcome { magic, version, software, challenge } => {
-                if magic != wire::MAGIC {
-                    return Err(Error::network(format!("{addr} is not a gridperf agent")));
-                }
-                if version != wire::PROTOCOL_VERSION {
-                    return Err(Error::refused(format!(
-                        "protocol version mismatch: the agent at {addr} ({software}) speaks version {version}, this client ({}) speaks version {}; run the same gridperf release on both ends",
-                        host::software(),
-                        wire::PROTOCOL_VERSION
-                    )));
-                }
-                self.agent_software = software;
-                match challenge {
-                    Some(c) => self.authenticate(&c),
-                    None if self.must_prove => Err(Error::refused(format!(
-                        "the agent at {addr} asks for no key, but --key was given: an agent that holds the key \
-                         proves it, so this one is not the agent you meant, or something between the two \
-                         dropped its challenge; give --insecure to use an agent without keys"
-                    ))),
-                    None => Ok(()),
+    /// Carries out the opening's actions, reading the agent's frames while
+    /// it waits for them, until it is done (the session open, or ready).
+    fn drive(&mut self, mut acts: Vec<Action<ClientMsg, Note>>) -> Result<()> {
+        loop {
+            for a in std::mem::take(&mut acts) {
+                match a {
+                    Action::Send(m) => self.send(&m)?,
+                    Action::Do(Note::Queued { ahead }) => {
+                        eprintln!("gridperf: the agent is busy; waiting in its queue ({ahead} ahead)")
+                    }
+                    Action::Done => {
+                        self.agent_software = self.opening.agent_software().to_string();
+                        return Ok(());
+                    }
+                    Action::Fail(f) => return Err(failure(f)),
                 }
             }
-            AgentMsg::Error { code, message } => Err(refused(code, message)),
-            other => Err(Error::network(format!("unexpected answer to hello: {other:?}"))),
+            if !self.opening.wants_msg() {
+                return Ok(());
+            }
+            acts = self.opening_input()?;
         }
     }
 
-    /// Answers an agent's challenge with this client's key, and checks the
-    /// agent's own proof: it holds the key too.
-    fn authenticate(&mut self, challenge: &str) -> Result<()> {
-        let addr = self.addr;
-        let key = client_key().ok_or_else(|| {
-            Error::refused(format!(
-                "the agent at {addr} serves only clients with a key: give --key FILE (or keep one at {}); \
-                 `gridperf keygen NAME` makes one, and the agent's operator adds its line to serve --auth",
-                default_key_path().display()
-            ))
-        })?;
-        let agent_nonce = auth::unhex(challenge).ok_or_else(|| {
-            Error::network(format!("the agent at {addr} sent a challenge that is not 32 bytes of hex"))
-        })?;
-        let nonce = host::random_32().map_err(|e| Error::internal(format!("no random nonce: {e}")))?;
-        self.send(&ClientMsg::Auth {
-            key: key.name.clone(),
-            nonce: auth::hex(&nonce),
-            proof: key.client_proof(&agent_nonce, &nonce),
-        })?;
-        match self.read_answer(self.deadlines.control)? {
-            AgentMsg::AuthOk { proof } if key.agent_proves(&agent_nonce, &nonce, &proof) => {
-                self.secret = Some(key.session_secret(&agent_nonce, &nonce));
-                Ok(())
-            }
-            AgentMsg::AuthOk { .. } => Err(Error::refused(format!(
-                "the agent at {addr} accepted key {:?} but could not prove it holds it: not the agent you meant?",
-                key.name
-            ))),
-            AgentMsg::Error { code, message } => Err(refused(code, message)),
-            other => Err(Error::network(format!("unexpected answer to the key: {other:?}"))),
+    /// The agent's next frame for the opening, or its deadline.
+    fn opening_input(&mut self) -> Result<Vec<Action<ClientMsg, Note>>> {
+        let until = self
+            .opening
+            .deadline()
+            .map_or_else(|| std::time::Instant::now() + self.deadlines.control, |d| self.clock.at(d));
+        let input = match crate::ctl::read_msg_by(&self.ctl, until) {
+            Ok(m) => Input::Msg(m),
+            Err(wire::WireError::Timeout) => Input::Deadline,
+            Err(e) => return Err(Error::network(format!("agent at {}: {e}", self.addr))),
+        };
+        Ok(self.opening.handle(input, self.clock.now()))
+    }
+
+    /// Reads the agent's welcome if it has not been read (a client without
+    /// a key reads it before the answer to its request).
+    fn welcome_if_due(&mut self) -> Result<()> {
+        while self.opening.welcome_due() {
+            let acts = self.opening_input()?;
+            self.drive(acts)?;
         }
+        Ok(())
     }
 
     /// The session's secret, if the agent asked for a key and both proved they hold it.
-    pub fn secret(&self) -> Option<&[u8; auth::KEY_LEN]> {
-        self.secret.as_ref()
+    pub fn secret(&self) -> Option<[u8; auth::KEY_LEN]> {
+        self.opening.secret()
     }
 
     fn send(&mut self, msg: &ClientMsg) -> Result<()> {
@@ -285,17 +265,10 @@ impl Session {
     /// deadline) if it is busy and the client asked to wait.
     pub fn request(&mut self, test: Test) -> Result<Ready> {
         let queue_ms = self.deadlines.queue.as_millis() as u64;
-        self.send(&ClientMsg::Request(TestRequest { queue_ms, test }))?;
-        let mut answer = self.recv()?;
-        if let AgentMsg::Queued { ahead } = answer {
-            eprintln!("gridperf: the agent is busy; waiting in its queue ({ahead} ahead)");
-            answer = self.recv_within(self.deadlines.queue + self.deadlines.control)?;
-        }
-        match answer {
-            AgentMsg::Ready { tcp_port, udp_ports, token, agent } => Ok(Ready { tcp_port, udp_ports, token, agent }),
-            AgentMsg::Error { code, message } => Err(refused(code, message)),
-            other => Err(Error::network(format!("expected ready from the agent, got {other:?}"))),
-        }
+        let acts = self.opening.request(TestRequest { queue_ms, test }, self.clock.now());
+        self.drive(acts)?;
+        let r = self.opening.take_ready().ok_or_else(|| Error::network("the agent said nothing of the request"))?;
+        Ok(Ready { tcp_port: r.tcp_port, udp_ports: r.udp_ports, token: r.token, agent: r.agent })
     }
 
     /// Sends a message of the test's own conversation (a copy's lists).

@@ -264,7 +264,7 @@ fn agree(
             return Err(Error::refused(why));
         }
     };
-    let secret = session.secret().copied();
+    let secret = session.secret();
     x.agree(&theirs, true, secret.as_ref()).map_err(|e| net(format!("--encrypt: {e}: nothing was sent")))
 }
 
