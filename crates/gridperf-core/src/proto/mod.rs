@@ -86,6 +86,29 @@ pub enum Failure {
     Refused(String),
 }
 
+impl Failure {
+    /// The agent's error frame, its words made printable (shown, never obeyed).
+    pub fn agent(code: ErrorCode, message: &str) -> Failure {
+        Failure::Agent { code, message: crate::wire::printable(message) }
+    }
+
+    /// Whether an agent's error code is a refusal (it will not run this),
+    /// rather than an error in what it ran.
+    pub fn is_refusal(code: ErrorCode) -> bool {
+        use ErrorCode::*;
+        matches!(code, Busy | VersionMismatch | TooLarge | Unsupported | Refused)
+    }
+
+    /// The words a client says for it: the agent's refusal or error, or the network's.
+    pub fn said(&self) -> String {
+        match self {
+            Failure::Agent { code, message } if Failure::is_refusal(*code) => format!("the agent refused: {message}"),
+            Failure::Agent { message, .. } => format!("the agent reported an error: {message}"),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -109,4 +132,7 @@ pub trait End {
     fn handle(&mut self, input: Input<Self::In, Self::Event>, now: Nanos) -> Vec<Action<Self::Out, Self::Task>>;
     /// When [`Input::Deadline`] is due, if this end is waiting for the other.
     fn deadline(&self) -> Option<Nanos>;
+    /// Whether it waits for the other end's next message (else for a task
+    /// it asked for, or for nothing more).
+    fn wants_msg(&self) -> bool;
 }

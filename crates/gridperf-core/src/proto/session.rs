@@ -118,11 +118,6 @@ impl Opening {
         vec![Action::Send(ClientMsg::Request(request))]
     }
 
-    /// Whether it waits for the agent.
-    pub fn wants_msg(&self) -> bool {
-        !matches!(self.state, ClientState::Open | ClientState::Over)
-    }
-
     /// Whether the agent's welcome is still unread (an agent that refused
     /// the hello said why in it, then closed).
     pub fn welcome_due(&self) -> bool {
@@ -226,7 +221,7 @@ impl End for Opening {
             Input::Event(()) => return Vec::new(),
         };
         if let AgentMsg::Error { code, message } = msg {
-            return self.fail(Failure::Agent { code, message: wire::printable(&message) });
+            return self.fail(Failure::agent(code, &message));
         }
         // the welcome comes first, whatever was sent behind the hello
         if self.welcome_due && matches!(self.state, ClientState::Welcome | ClientState::Answer | ClientState::Open) {
@@ -272,6 +267,10 @@ impl End for Opening {
 
     fn deadline(&self) -> Option<Nanos> {
         self.deadline
+    }
+
+    fn wants_msg(&self) -> bool {
+        !matches!(self.state, ClientState::Open | ClientState::Over)
     }
 }
 
@@ -427,6 +426,10 @@ impl End for Greeting {
 
     fn deadline(&self) -> Option<Nanos> {
         (self.state != AgentState::Over).then_some(self.until)
+    }
+
+    fn wants_msg(&self) -> bool {
+        self.state != AgentState::Over
     }
 }
 

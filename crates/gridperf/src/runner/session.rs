@@ -27,14 +27,11 @@ pub fn failure(f: gridperf_core::proto::Failure) -> Error {
 
 fn refused(code: ErrorCode, message: String) -> Error {
     // the agent's words reach a terminal: shown, never obeyed
-    let message = gridperf_core::wire::printable(&message);
-    match code {
-        ErrorCode::Busy
-        | ErrorCode::VersionMismatch
-        | ErrorCode::TooLarge
-        | ErrorCode::Unsupported
-        | ErrorCode::Refused => Error::refused(format!("the agent refused: {message}")),
-        _ => Error::network(format!("the agent reported an error: {message}")),
+    let words = gridperf_core::proto::Failure::agent(code, &message).said();
+    if gridperf_core::proto::Failure::is_refusal(code) {
+        Error::refused(words)
+    } else {
+        Error::network(words)
     }
 }
 
@@ -204,11 +201,7 @@ impl Session {
             .opening
             .deadline()
             .map_or_else(|| std::time::Instant::now() + self.deadlines.control, |d| self.clock.at(d));
-        let input = match crate::ctl::read_msg_by(&self.ctl, until) {
-            Ok(m) => Input::Msg(m),
-            Err(wire::WireError::Timeout) => Input::Deadline,
-            Err(e) => return Err(Error::network(format!("agent at {}: {e}", self.addr))),
-        };
+        let input = self.read_by(until)?.map_or(Input::Deadline, Input::Msg);
         Ok(self.opening.handle(input, self.clock.now()))
     }
 
@@ -294,6 +287,11 @@ impl Session {
     /// `None` if nothing came by then: what a conversation's machine is handed.
     pub fn frame_by(&mut self, until: std::time::Instant) -> Result<Option<AgentMsg>> {
         self.welcome_if_due()?;
+        self.read_by(until)
+    }
+
+    /// The next frame by `until`, or `None` if nothing came by then.
+    fn read_by(&self, until: std::time::Instant) -> Result<Option<AgentMsg>> {
         match crate::ctl::read_msg_by(&self.ctl, until) {
             Ok(m) => Ok(Some(m)),
             Err(wire::WireError::Timeout) => Ok(None),

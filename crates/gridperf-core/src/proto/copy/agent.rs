@@ -227,11 +227,6 @@ impl Write {
         Write { c, list: List { count, items: Vec::new() }, files: 0 }
     }
 
-    /// Whether it waits for the client's next message.
-    pub fn wants_msg(&self) -> bool {
-        self.c.wants_msg()
-    }
-
     /// Every file's number: kept partial, each one, when the copy ends early.
     fn all(&self) -> Vec<u32> {
         (0..self.files as u32).collect()
@@ -293,6 +288,10 @@ impl End for Write {
     fn deadline(&self) -> Option<Nanos> {
         self.c.deadline
     }
+
+    fn wants_msg(&self) -> bool {
+        self.c.wants_msg()
+    }
 }
 
 /// The agent's end of a pull: it sends what the client named beneath its root.
@@ -311,11 +310,6 @@ impl Read {
         let mut c = Common::new(agent, waits);
         c.wait(State::List, now, Some(waits.list));
         Read { c, list: List { count, items: Vec::new() }, block, files: Vec::new(), needs: Vec::new() }
-    }
-
-    /// Whether it waits for the client's next message.
-    pub fn wants_msg(&self) -> bool {
-        self.c.wants_msg()
     }
 
     /// The files this end sends, once expanded.
@@ -396,5 +390,9 @@ impl End for Read {
 
     fn deadline(&self) -> Option<Nanos> {
         self.c.deadline
+    }
+
+    fn wants_msg(&self) -> bool {
+        self.c.wants_msg()
     }
 }

@@ -5,11 +5,6 @@ use crate::model::{CopyEvent, CopyStream, EndInfo};
 use crate::proto::{Action, End, Failure, Input, Nanos};
 use crate::wire::{AgentMsg, ClientMsg, CopyFile, CopyNeed, CopyOutcome};
 
-/// The words a client shows for the agent's error frame (shown, never obeyed).
-pub fn agent_failure(code: crate::wire::ErrorCode, message: &str) -> Failure {
-    Failure::Agent { code, message: crate::wire::printable(message) }
-}
-
 /// What the words "the copy stopped" carry: what arrived is kept.
 fn stopped(why: &str) -> String {
     format!("the copy stopped: {why} (what arrived is kept partial: --resume goes on)")
@@ -76,15 +71,6 @@ impl Push {
         list_and_open(&self.files, self.streams)
     }
 
-    /// Whether it waits for a message (else for a task).
-    pub fn wants_msg(&self) -> bool {
-        match self.state {
-            PushState::Needs => !self.needs.complete,
-            PushState::Sending | PushState::Over => false,
-            _ => true,
-        }
-    }
-
     /// What the agent needs, once read.
     pub fn needs(&self) -> &[CopyNeed] {
         &self.needs.items
@@ -148,14 +134,14 @@ impl End for Push {
             }
             // the writing end said why it closed a stream: its words are the better ones
             (PushState::Stopping { .. }, Input::Msg(AgentMsg::Error { code, message })) => {
-                self.fail(agent_failure(code, &message))
+                self.fail(Failure::agent(code, &message))
             }
             (PushState::Stopping { why }, _) => {
                 let mut out = vec![Action::Send(ClientMsg::Abort { reason: why.clone() })];
                 out.extend(self.fail(net(stopped(&why))));
                 out
             }
-            (_, Input::Msg(AgentMsg::Error { code, message })) => self.fail(agent_failure(code, &message)),
+            (_, Input::Msg(AgentMsg::Error { code, message })) => self.fail(Failure::agent(code, &message)),
             (PushState::Needs, Input::Msg(AgentMsg::CopyNeeds { needs, last })) if !self.needs.complete => {
                 if self.needs.take(needs, last).is_err() {
                     return self.fail(net("the agent's needs is longer than a copy takes"));
@@ -235,6 +221,14 @@ impl End for Push {
     fn deadline(&self) -> Option<Nanos> {
         self.deadline
     }
+
+    fn wants_msg(&self) -> bool {
+        match self.state {
+            PushState::Needs => !self.needs.complete,
+            PushState::Sending | PushState::Over => false,
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -304,11 +298,6 @@ impl Pull {
         list_and_open(&self.names, self.streams)
     }
 
-    /// Whether it waits for a message (else for a task).
-    pub fn wants_msg(&self) -> bool {
-        matches!(self.state, PullState::Sources | PullState::Receiving | PullState::Report)
-    }
-
     /// The agent's files, once listed.
     pub fn list(&self) -> &[CopyFile] {
         &self.list.items
@@ -355,10 +344,10 @@ impl End for Pull {
         match (state, input) {
             (PullState::Over, _) => Vec::new(),
             (PullState::Receiving, Input::Msg(AgentMsg::Error { code, message })) => {
-                let f = agent_failure(code, &message);
-                self.stop(&crate::proto::copy::client::said(&f))
+                let f = Failure::agent(code, &message);
+                self.stop(&f.said())
             }
-            (_, Input::Msg(AgentMsg::Error { code, message })) => self.fail(agent_failure(code, &message)),
+            (_, Input::Msg(AgentMsg::Error { code, message })) => self.fail(Failure::agent(code, &message)),
             (PullState::Sources | PullState::Preparing, Input::Event(Event::DataOpened)) => {
                 self.opened = true;
                 Vec::new()
@@ -440,18 +429,8 @@ impl End for Pull {
     fn deadline(&self) -> Option<Nanos> {
         self.deadline
     }
-}
 
-/// The words of a failure as a client says them: the agent's refusal or error, or the network's.
-pub fn said(f: &Failure) -> String {
-    match f {
-        Failure::Agent { code, message } => {
-            use crate::wire::ErrorCode::*;
-            match code {
-                Busy | VersionMismatch | TooLarge | Unsupported | Refused => format!("the agent refused: {message}"),
-                _ => format!("the agent reported an error: {message}"),
-            }
-        }
-        other => other.to_string(),
+    fn wants_msg(&self) -> bool {
+        matches!(self.state, PullState::Sources | PullState::Receiving | PullState::Report)
     }
 }

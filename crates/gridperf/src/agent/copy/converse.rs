@@ -23,11 +23,6 @@ pub(super) trait Tasks<M> {
     fn run(&mut self, t: Task, m: &mut M, ctl: &mut TcpStream, clock: &Clock) -> Result<Acts, Fail>;
 }
 
-/// Whether the machine waits for the client (else every task it asked for has ended).
-pub(super) trait Waiting {
-    fn wants_msg(&self) -> bool;
-}
-
 /// Drives `m` to its end. A failure the machine decided was told to the
 /// client by the machine; a task's failure is the task's to tell.
 pub(super) fn converse<M>(
@@ -38,7 +33,7 @@ pub(super) fn converse<M>(
     tasks: &mut dyn Tasks<M>,
 ) -> Result<(), Fail>
 where
-    M: End<In = ClientMsg, Out = AgentMsg, Task = Task, Event = Event> + Waiting,
+    M: End<In = ClientMsg, Out = AgentMsg, Task = Task, Event = Event>,
 {
     let mut queue: VecDeque<Action<AgentMsg, Task>> = VecDeque::new();
     loop {

@@ -196,10 +196,10 @@ pub(super) fn sent(
         proto::copy::Event::Sent { changed, streams, events, tail_blocks } => {
             AgentMsg::CopySent { changed, streams, events, tail_blocks }
         }
-        _ => {
-            let why = queue.stopped().unwrap_or_default();
-            return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")));
+        proto::copy::Event::Stopped { why } => {
+            return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")))
         }
+        other => return Err(Fail::Untold(format!("internal: a pool ended as {other:?}"))),
     };
     wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
     finish(ctl, idle, agent)

@@ -3,7 +3,7 @@
 //! (restarts, the tail, -P auto), each further connection asked of the
 //! client.
 
-use super::converse::{converse, Acts, Clock, Tasks, Waiting};
+use super::converse::{converse, Acts, Clock, Tasks};
 use super::{pool_plan, sent_event, sources_of, take_first, tune_socket, Opened};
 use crate::agent::data;
 use crate::agent::reply::Fail;
@@ -32,12 +32,6 @@ pub(super) fn run(
     let mut m = proto::Read::new(spec.files, spec.block, o.agent.clone(), waits, clock.now());
     let mut work = Work { shared, peer, spec, root, o: &o, sources: Vec::new(), socks: Vec::new() };
     converse(ctl, &mut m, &clock, shared.cfg.max_idle, &mut work)
-}
-
-impl Waiting for proto::Read {
-    fn wants_msg(&self) -> bool {
-        proto::Read::wants_msg(self)
-    }
 }
 
 /// A pull's tasks at the sending end.

@@ -3,7 +3,7 @@
 //! blocks taken on connections as they come, each file renamed into place
 //! once every block is verified.
 
-use super::converse::{converse, Acts, Clock, Tasks, Waiting};
+use super::converse::{converse, Acts, Clock, Tasks};
 use super::{streams_of, take_first, tune_socket, Opened};
 use crate::agent::data;
 use crate::agent::reply::{send_error, Fail};
@@ -34,12 +34,6 @@ pub(super) fn run(
     let mut m = proto::Write::new(spec.files, agent, waits, clock.now());
     let mut work = Work { shared, spec, root, o: &o, files: Vec::new(), socks: Vec::new(), works: Vec::new() };
     converse(ctl, &mut m, &clock, shared.cfg.max_idle, &mut work)
-}
-
-impl Waiting for proto::Write {
-    fn wants_msg(&self) -> bool {
-        proto::Write::wants_msg(self)
-    }
 }
 
 /// A push's tasks at the writing end.

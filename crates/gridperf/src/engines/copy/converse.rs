@@ -25,15 +25,13 @@ pub(crate) trait Tasks<M> {
     fn wait(&mut self, m: &mut M, clock: &Clock) -> Result<Acts>;
 }
 
-/// Drives `m` from its `first` actions to its end. `wants_msg`: whether it
-/// waits for the agent (else for a task); `longest`: the wait for a
-/// message when the machine keeps no deadline of its own.
+/// Drives `m` from its `first` actions to its end; `longest`: the wait for
+/// a message when the machine keeps no deadline of its own.
 pub(crate) fn converse<M>(
     s: &mut Session,
     m: &mut M,
     first: Acts,
     clock: &Clock,
-    wants_msg: fn(&M) -> bool,
     longest: Duration,
     tasks: &mut dyn Tasks<M>,
 ) -> Result<()>
@@ -45,7 +43,7 @@ where
         if let Some(done) = run_all(s, m, &mut queue, clock, tasks)? {
             return Ok(done);
         }
-        let acts = if wants_msg(m) {
+        let acts = if m.wants_msg() {
             let until = m.deadline().map_or_else(|| Instant::now() + longest, |d| clock.at(d));
             match s.frame_by(until)? {
                 Some(msg) => m.handle(Input::Msg(msg), clock.now()),

@@ -48,7 +48,7 @@ pub(super) fn run(
         got: None,
         changed: Vec::new(),
     };
-    converse(session, &mut m, first, &clock, proto::Pull::wants_msg, o.deadlines.control + o.idle, &mut work)?;
+    converse(session, &mut m, first, &clock, o.deadlines.control + o.idle, &mut work)?;
     let got = work.got.take().ok_or_else(|| net("the copy ended before the blocks came"))?;
     let sent = m.take_sent().unwrap_or_default();
     let files: Vec<_> = work

@@ -35,7 +35,7 @@ pub(super) fn run(
     let clock = Clock::start();
     let first = m.start(clock.now());
     let mut work = Work { c, sources, watch, opening: None, first: Vec::new(), sent: None };
-    converse(session, &mut m, first, &clock, proto::Push::wants_msg, o.deadlines.control + o.idle, &mut work)?;
+    converse(session, &mut m, first, &clock, o.deadlines.control + o.idle, &mut work)?;
     let sent = work.sent.ok_or_else(|| net("the copy ended before its blocks were sent"))?;
     let files = outcomes_of(&infos, m.needs(), m.outcomes(), &sent.failed, &sent.changed);
     Ok(Moved {
