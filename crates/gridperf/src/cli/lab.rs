@@ -372,10 +372,7 @@ impl TryFrom<LabUpArgs> for LabSpec {
             paths: paths_ab.into_iter().zip(paths_ba).collect(),
             profile: a.profile.clone(),
             owner: None,
-            measured: a.profile_file.is_some()
-                && a.delay.is_none()
-                && a.rtt.is_none()
-                && ![&a.sets, &a.sets_ab, &a.sets_ba].iter().any(|s| crate::lab::run::sets_delay(s)),
+            floor_ns: None,
             sysctls: a
                 .sysctls
                 .iter()

@@ -114,7 +114,7 @@ fn from_lab(o: &Opts, name: &str, kernel: Option<String>) -> Result<Path> {
         .rate_bps
         .or(st.spec.ab.rate_bps)
         .ok_or_else(|| Error::usage(format!("lab {name} sets no rate: give --rate")))?;
-    let rtt = o.rtt_ns.unwrap_or(st.spec.ab.delay_ns + st.spec.ba.delay_ns);
+    let rtt = o.rtt_ns.unwrap_or(st.spec.rtt_ns());
     if rtt == 0 {
         return Err(Error::usage(format!("lab {name} adds no delay: give --rtt")));
     }

@@ -149,13 +149,11 @@ pub struct LabSpec {
     /// `ab` and `ba` themselves.
     #[serde(default)]
     pub paths: Vec<(LinkConfig, LinkConfig)>,
-    /// The delays are a real path's, measured (a profile file from `lab
-    /// clone`): that measurement holds its hosts' own round trip already,
-    /// so [`calibrate::without_floor`] takes the lab's own (measured on a
-    /// bare twin of the lab) off them, half each way, and says so in the
-    /// description (`lab up` and a `--lab` run call it before [`up`]).
-    #[serde(default)]
-    pub measured: bool,
+    /// The lab's own round trip on this machine, ns, measured on a bare
+    /// twin when the lab came up and taken off its delays, half each way
+    /// ([`calibrate::without_floor`]); none for a lab without delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_ns: Option<f64>,
 }
 
 /// A sysctl every host of a lab gets (`lab up --sysctl`, `--lab-set
@@ -172,6 +170,12 @@ pub fn host_sysctl(line: &str) -> Result<(String, String)> {
 }
 
 impl LabSpec {
+    /// The round trip the lab was asked for, end to end: its links' delays
+    /// both ways and its own round trip, which was taken off them.
+    pub fn rtt_ns(&self) -> u64 {
+        self.ab.delay_ns + self.ba.delay_ns + self.floor_ns.map_or(0, |f| f.round() as u64)
+    }
+
     /// The bottleneck's paths, A to B and B to A: `paths`, or the one link.
     pub fn bottleneck(&self) -> Vec<(LinkConfig, LinkConfig)> {
         if self.paths.is_empty() {

@@ -88,7 +88,7 @@ pub fn spec_with_hosts(name: &str, profile: &str, sets: &[String], hosts: (usize
         owner: Some(std::process::id()),
         sysctls,
         paths: paths.into_iter().zip(paths_ba).collect(),
-        measured: is_profile_file(profile) && !sets_delay(sets),
+        floor_ns: None,
     })
 }
 
@@ -112,12 +112,6 @@ pub fn profile_file(path: &std::path::Path) -> Result<(cfg::LabSettings, cfg::La
     w_ab.extend(w_ba);
     words.extend(w_ab);
     Ok((ab, ba, words))
-}
-
-/// Whether any of `sets` gives the delay itself (delay= or rtt=): then the
-/// lab's delays are the user's, not a measured path's.
-pub fn sets_delay(sets: &[String]) -> bool {
-    sets.iter().any(|s| s.trim_start().starts_with("delay=") || s.trim_start().starts_with("rtt="))
 }
 
 /// Whether a --lab value names a profile file rather than a built-in profile.
@@ -149,13 +143,14 @@ impl LabRun {
     /// Brings the lab up, as a run that takes it down when dropped (no agent
     /// yet, the calling thread where it is).
     fn bring_up(spec: LabSpec) -> Result<(LabRun, super::LabState)> {
-        let description = spec.description.clone();
-        let profile = spec.profile.clone().unwrap_or_default();
-        let name = spec.name.clone();
         if let Some(w) = super::calibrate::advice_for(&spec) {
             eprintln!("gridperf: warning: {w}");
         }
-        let st = super::up(super::calibrate::without_floor(spec)?)?;
+        let spec = super::calibrate::without_floor(spec)?;
+        let description = spec.description.clone();
+        let profile = spec.profile.clone().unwrap_or_default();
+        let name = spec.name.clone();
+        let st = super::up(spec)?;
         let run = LabRun {
             name,
             agent: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),

@@ -585,7 +585,7 @@ fn lab_state() -> lab_fixture::LabState {
         owner: None,
         sysctls: vec![("net.ipv4.tcp_rmem".into(), "4096 87380 174760".into())],
         paths: Vec::new(),
-        measured: false,
+        floor_ns: None,
     };
     LabState { hosts: hosts("default", (2, 1)), spec, pid: 4242 }
 }
