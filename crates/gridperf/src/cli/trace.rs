@@ -32,6 +32,15 @@ impl TryFrom<TraceArgs> for Opts {
         if interval < std::time::Duration::from_millis(1) {
             return Err(Error::usage(format!("--interval {}: give 1ms or more", a.interval)));
         }
+        if let Some(f) = &a.filter {
+            let ok = f.strip_prefix(':').map_or_else(
+                || f.parse::<std::net::SocketAddr>().is_ok() || f.parse::<std::net::IpAddr>().is_ok(),
+                |p| p.parse::<u16>().is_ok(),
+            );
+            if !ok {
+                return Err(Error::usage(format!("--filter {f}: give ADDR, ADDR:PORT or :PORT")));
+            }
+        }
         Ok(Opts { file: a.file, interval, filter: a.filter, store: a.store.choice() })
     }
 }

@@ -1,7 +1,7 @@
 //! `gridperf tune`'s arguments, turned into its checked options.
 
 use super::{buffer, rate, seconds_or};
-use crate::commands::tune::{Opts, Source};
+use crate::commands::tune::{HostRate, Opts, Source};
 use crate::error::{Error, Result};
 use crate::runner::resolve;
 use clap::Args;
@@ -81,44 +81,51 @@ impl TryFrom<TuneArgs> for Opts {
             }
             None => None,
         };
-        let source = match (&a.host, &a.in_lab, &a.lab) {
-            (Some(h), _, _) => {
-                if rate_bps.is_none() && !a.measure_rate {
-                    return Err(Error::usage(
-                        "tune HOST needs the path's bottleneck rate: give --rate (e.g. 1G) or --measure-rate",
-                    ));
-                }
-                Source::Host(resolve(h, a.port)?)
-            }
-            (None, Some(name), _) => Source::InLab(name.clone()),
-            (None, None, Some(p)) => {
-                gridperf_core::lab::cfg::profile(p).map_err(super::lab_error)?;
-                Source::Profile(p.clone())
-            }
-            (None, None, None) => {
-                if rate_bps.is_none() || rtt_ns.is_none() {
-                    return Err(Error::usage(
-                        "give the path: --rate RATE --rtt DURATION (e.g. --rate 1G --rtt 35ms), --lab PROFILE, --in-lab NAME, or HOST",
-                    ));
-                }
-                Source::Given
-            }
-        };
         let measure_rate = if a.measure_rate {
-            let offer = rate(&a.probe_rate, "--probe-rate")?;
+            let offer_bps = rate(&a.probe_rate, "--probe-rate")?;
             let secs = seconds_or(&a.probe_time, "--probe-time")?.as_secs();
             if !(1..=30).contains(&secs) {
                 return Err(Error::usage("--probe-time takes 1 to 30 seconds"));
             }
-            Some((offer, secs))
+            Some(HostRate::Measure { offer_bps, secs })
         } else {
             None
         };
+        let source = match (&a.host, &a.in_lab, &a.lab) {
+            (Some(h), _, _) => {
+                let Some(rate) = rate_bps.map(HostRate::Given).or(measure_rate) else {
+                    return Err(Error::usage(
+                        "tune HOST needs the path's bottleneck rate: give --rate (e.g. 1G) or --measure-rate",
+                    ));
+                };
+                Source::Host { addr: resolve(h, a.port)?, rate }
+            }
+            (None, Some(name), _) => Source::InLab(name.clone()),
+            (None, None, Some(p)) => {
+                let prof = gridperf_core::lab::cfg::profile(p).map_err(super::lab_error)?;
+                let link = prof.settings().link_config().map_err(super::lab_error)?;
+                let rate_bps = rate_bps
+                    .or(link.rate_bps)
+                    .ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
+                Source::Profile { name: p.clone(), rate_bps, rtt_ns: rtt_ns.unwrap_or(2 * link.delay_ns) }
+            }
+            (None, None, None) => match (rate_bps, rtt_ns) {
+                (Some(rate_bps), Some(rtt_ns)) => Source::Given { rate_bps, rtt_ns },
+                _ => {
+                    return Err(Error::usage(
+                        "give the path: --rate RATE --rtt DURATION (e.g. --rate 1G --rtt 35ms), --lab PROFILE, --in-lab NAME, or HOST",
+                    ))
+                }
+            },
+        };
+        // --measure-share without HOST or --in-lab: clap's `requires` says so
+        if a.measure_rate && !matches!(source, Source::Host { .. }) {
+            return Err(Error::usage("--measure-rate probes an agent's path: give HOST"));
+        }
         Ok(Opts {
             source,
             rate_bps,
             rtt_ns,
-            measure_rate,
             measure_share: a.measure_share,
             congestion: a.congestion,
             apply: a.apply,

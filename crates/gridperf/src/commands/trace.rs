@@ -28,22 +28,14 @@ fn matches(filter: &str, end: std::net::SocketAddr) -> bool {
     filter.parse::<std::net::IpAddr>().is_ok_and(|ip| ip == end.ip())
 }
 
-/// Reads the capture at `path` into its report (the analysis of `trace`, and of `stream --capture`).
+/// Reads the capture at `path` into its report (the analysis of `trace`, and of `stream --capture`);
+/// `filter` as `cli/trace.rs` checked it.
 pub fn analyse(
     path: &std::path::Path,
     interval: Duration,
     filter: Option<&str>,
     progress: Option<&super::progress::Bar>,
 ) -> Result<TraceReport> {
-    if let Some(f) = filter {
-        let ok = f.strip_prefix(':').map_or_else(
-            || f.parse::<std::net::SocketAddr>().is_ok() || f.parse::<std::net::IpAddr>().is_ok(),
-            |p| p.parse::<u16>().is_ok(),
-        );
-        if !ok {
-            return Err(Error::usage(format!("--filter {f}: give ADDR, ADDR:PORT or :PORT")));
-        }
-    }
     let file = std::fs::File::open(path).map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let reader = std::io::BufReader::with_capacity(1 << 20, file);

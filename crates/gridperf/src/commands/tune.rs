@@ -18,29 +18,38 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Where the path's rate and RTT and the ends' settings come from.
+/// Where the path's rate and RTT and the ends' settings come from, as
+/// `cli/tune.rs` checked it: each carries what it needs.
 #[derive(Debug, Clone)]
 pub enum Source {
     /// `--rate` and `--rtt`, this host's settings.
-    Given,
+    Given { rate_bps: u64, rtt_ns: u64 },
     /// A lab profile's rate and RTT, this host's settings.
-    Profile(String),
+    Profile { name: String, rate_bps: u64, rtt_ns: u64 },
     /// A `gridperf serve` agent: the RTT measured, both ends' settings.
-    Host(SocketAddr),
+    Host { addr: SocketAddr, rate: HostRate },
     /// A running lab: its link's rate and RTT, its hosts' settings.
     InLab(String),
+}
+
+/// Where a host's path rate comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum HostRate {
+    /// `--rate`.
+    Given(u64),
+    /// `--measure-rate`: this much UDP for this many seconds.
+    Measure { offer_bps: u64, secs: u64 },
 }
 
 /// What `gridperf tune` does, checked.
 #[derive(Debug, Clone)]
 pub struct Opts {
     pub source: Source,
-    /// The path's rate and RTT, when given (they win over what is measured or read).
+    /// With a lab: its rate and RTT, when given (they win over what is read).
     pub rate_bps: Option<u64>,
+    /// With a host or a lab: the RTT, when given (it wins over what is measured or read).
     pub rtt_ns: Option<u64>,
-    /// With a host: probe the rate with this much UDP for this many seconds.
-    pub measure_rate: Option<(u64, u64)>,
-    /// With a host or a lab: probe each end's buffer shares.
+    /// With a host or a lab (checked): probe each end's buffer shares.
     pub measure_share: bool,
     pub congestion: Option<String>,
     /// With a lab: set what is missing in its hosts, then read them back.
@@ -67,12 +76,12 @@ struct Path {
     lab_hosts: Vec<Host>,
 }
 
-fn from_host(o: &Opts, addr: SocketAddr, kernel: Option<String>, out: &mut Output) -> Result<Path> {
+fn from_host(o: &Opts, addr: SocketAddr, rate: HostRate, kernel: Option<String>, out: &mut Output) -> Result<Path> {
     let (mut m, agent, mtu) = probes::probe(addr, DEADLINES)?;
     let rtt = o.rtt_ns.unwrap_or(m.rtt_median_ns.round() as u64).max(1);
-    let rate_bps = match (o.rate_bps, o.measure_rate) {
-        (Some(r), _) => r,
-        (None, Some((offer, secs))) => {
+    let rate_bps = match rate {
+        HostRate::Given(r) => r,
+        HostRate::Measure { offer_bps: offer, secs } => {
             if out.format == Format::Table {
                 out.note(&format!(
                     "gridperf tune: probing the rate with {} of UDP for {secs} s",
@@ -88,11 +97,6 @@ fn from_host(o: &Opts, addr: SocketAddr, kernel: Option<String>, out: &mut Outpu
             m.rate_bps = Some(r);
             m.rate_note = Some(note);
             r.round() as u64
-        }
-        (None, None) => {
-            return Err(Error::usage(
-                "tune HOST needs the path's bottleneck rate: give --rate (e.g. 1G) or --measure-rate",
-            ))
         }
     };
     let from = format!(
@@ -140,32 +144,22 @@ fn path(o: &Opts, out: &mut Output) -> Result<Path> {
     let kernel = host::kernel_release();
     let here = |kernel: Option<String>| vec![Record::new("this host", host::read_here(), kernel, None)];
     match &o.source {
-        Source::Host(addr) => from_host(o, *addr, kernel, out),
+        Source::Host { addr, rate } => from_host(o, *addr, *rate, kernel, out),
         Source::InLab(name) => from_lab(o, name, kernel),
-        Source::Profile(p) => {
-            let prof = gridperf_core::lab::cfg::profile(p).map_err(|e| Error::usage(e.to_string()))?;
-            let link = prof.settings().link_config().map_err(|e| Error::usage(e.to_string()))?;
-            let rate = link.rate_bps.ok_or_else(|| Error::usage(format!("profile {p} sets no rate: give --rate")))?;
-            Ok(Path {
-                tune: TunePath { rate_bps: rate, rtt_ns: 2 * link.delay_ns },
-                from: format!("lab profile {p}"),
-                measured: None,
-                records: here(kernel),
-                lab_hosts: Vec::new(),
-            })
-        }
-        Source::Given => match (o.rate_bps, o.rtt_ns) {
-            (Some(r), Some(t)) => Ok(Path {
-                tune: TunePath { rate_bps: r, rtt_ns: t },
-                from: "given".into(),
-                measured: None,
-                records: here(kernel),
-                lab_hosts: Vec::new(),
-            }),
-            _ => Err(Error::usage(
-                "give the path: --rate RATE --rtt DURATION (e.g. --rate 1G --rtt 35ms), --lab PROFILE, --in-lab NAME, or HOST",
-            )),
-        },
+        Source::Profile { name, rate_bps, rtt_ns } => Ok(Path {
+            tune: TunePath { rate_bps: *rate_bps, rtt_ns: *rtt_ns },
+            from: format!("lab profile {name}"),
+            measured: None,
+            records: here(kernel),
+            lab_hosts: Vec::new(),
+        }),
+        Source::Given { rate_bps, rtt_ns } => Ok(Path {
+            tune: TunePath { rate_bps: *rate_bps, rtt_ns: *rtt_ns },
+            from: "given".into(),
+            measured: None,
+            records: here(kernel),
+            lab_hosts: Vec::new(),
+        }),
     }
 }
 
@@ -196,11 +190,9 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         host::may_make_namespaces("tune --apply").map_err(|e| Error::usage(format!("{e}; nothing was changed")))?;
     }
     let mut share_probes = Vec::new();
-    if o.measure_share {
-        let (here, there) = match &records[..] {
-            [x, y] => (x.settings().0, y.settings().0),
-            _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
-        };
+    // a far end (a host, a lab) has two records; cli/tune.rs takes --measure-share for no other
+    if let (true, [client, agent]) = (o.measure_share, &mut records[..]) {
+        let (here, there) = (client.settings().0, agent.settings().0);
         let json = out.format == Format::Json;
         let say: probes::Say = std::sync::Arc::new(move |m: &str| {
             if !json {
@@ -208,18 +200,16 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             }
         });
         share_probes = match &o.source {
-            Source::Host(addr) => {
+            Source::Host { addr, .. } => {
                 let target = crate::runner::Target::remote(*addr);
                 probes::probe_both_ways(&target, DEADLINES, (&here, &there), p, o.congestion.as_deref(), &*say)?
             }
             Source::InLab(name) => {
                 probes::probe_in_lab(name, &lab_hosts, DEADLINES, (here, there), p, o.congestion.clone(), say)?
             }
-            _ => return Err(Error::usage("--measure-share needs a far end: HOST, or --in-lab NAME")),
+            Source::Given { .. } | Source::Profile { .. } => Vec::new(),
         };
-        if let [client, agent] = &mut records[..] {
-            with_shares(client, agent, &share_probes);
-        }
+        with_shares(client, agent, &share_probes);
     }
     let app = o.app_buffer;
     let advise_all =

@@ -292,6 +292,9 @@ fn tune_reads_this_host_and_says_what_caps_a_stream() {
         (&["tune", "--in-lab", "nosuchlab"][..], "no lab named"),
         (&["tune", "127.0.0.1:9"][..], "--measure-rate"),
         (&["tune", "--rate", "1G", "--rtt", "20ms", "--measure-share"][..], "--in-lab"),
+        (&["tune", "--lab", "man", "--measure-share"][..], "<HOST|--in-lab <NAME>>"),
+        (&["tune", "--lab", "man", "--measure-rate"][..], "give HOST"),
+        (&["tune", "--in-lab", "x", "--measure-rate"][..], "give HOST"),
         (&["tune", "--in-lab", "x", "--write-sysctl", "f.conf"][..], "cannot be used"),
         (&["tune", "--rate", "1G", "--rtt", "20ms", "--probe-rate", "3G"][..], "--measure-rate"),
     ] {
