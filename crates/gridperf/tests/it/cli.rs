@@ -295,6 +295,8 @@ fn tune_reads_this_host_and_says_what_caps_a_stream() {
         (&["tune", "--lab", "man", "--measure-share"][..], "<HOST|--in-lab <NAME>>"),
         (&["tune", "--lab", "man", "--measure-rate"][..], "give HOST"),
         (&["tune", "--in-lab", "x", "--measure-rate"][..], "give HOST"),
+        (&["trace", "/nonexistent.pcap", "--filter", "10.0.0.1:http"][..], "give ADDR, ADDR:PORT or :PORT"),
+        (&["trace", "/nonexistent.pcap", "--filter", ":99999"][..], "give ADDR, ADDR:PORT or :PORT"),
         (&["tune", "--in-lab", "x", "--write-sysctl", "f.conf"][..], "cannot be used"),
         (&["tune", "--rate", "1G", "--rtt", "20ms", "--probe-rate", "3G"][..], "--measure-rate"),
     ] {
