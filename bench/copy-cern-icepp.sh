@@ -14,6 +14,7 @@
 # MB/s (10^6 bytes a second, as the study), draws it beside the study's
 # figures (plot.svg, bench/copy_table_plot.py) and writes the JSON of each
 # copy to --out. Each file is checked against its source (cmp) and its BLAKE3.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -32,6 +33,10 @@ done
 [ "$(id -u)" -eq 0 ] || { echo "copy-cern-icepp: needs root (net.core.rmem_max is global)" >&2; exit 2; }
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
+BENCH=${BENCH:-copy-cern-icepp}
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /dev/shm/gridperf-copy-bench.XXXXXX)
 old_r=$(sysctl -n net.core.rmem_max); old_w=$(sysctl -n net.core.wmem_max)
 cleanup() {

@@ -12,9 +12,12 @@
 #   bench/copy-chaos.sh [--rounds N] [--seeds "1 2 3"]
 #
 # Prints one line per seed, and writes bench/results/copy-chaos-DATE.md.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 BENCH=copy-chaos
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
 ROUNDS=100
 SEEDS="1 2 3"
 while [ $# -gt 0 ]; do
@@ -29,11 +32,14 @@ out=$REPO/bench/results/copy-chaos-$(date -u +%Y%m%d-%H%M%S).md
 {
     echo "# copy under concurrency and faults ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, $(uname -r))"
     echo
+} >"$out"
+run_header "$out"
+{
     echo "\`bench/copy-chaos.sh --rounds $ROUNDS --seeds \"$SEEDS\"\`"
     echo
     echo "| seed | rounds | copies done and checked | killed | agent restarts | disks filled | result | seconds |"
     echo "|---|---|---|---|---|---|---|---|"
-} >"$out"
+} >>"$out"
 cd "$REPO"
 cargo test --release -p gridperf --test it --no-run 2>/dev/null
 for seed in $SEEDS; do

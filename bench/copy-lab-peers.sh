@@ -29,6 +29,7 @@
 # with cmp. Needs root; installs globus-gridftp-server-progs
 # globus-gass-copy-progs xrootd-server xrootd-client if missing. Ports
 # 5811, 5812, 5814 on host b.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -54,6 +55,7 @@ install_debs globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xr
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+run_header "$OUT/run.md"
 LAB=cpl$$
 WORK=$(mktemp -d /dev/shm/gridperf-copy-lab.XXXXXX)
 chmod 755 "$WORK"

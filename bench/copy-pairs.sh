@@ -19,6 +19,7 @@
 #
 # Needs root or unprivileged user namespaces (the lab). A copy during which
 # the lab's emulator fell behind (INVALID, exit 4) is run again, up to twice.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -44,6 +45,7 @@ BENCH=copy-pairs
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /dev/shm/gridperf-copy-pairs.XXXXXX)
 LAB=bpairs$$
 PIDS=()

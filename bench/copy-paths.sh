@@ -23,6 +23,7 @@
 # behind (INVALID, exit 4) is run again, up to twice. Needs root:
 # net.core.rmem_max / wmem_max are raised to 64 MiB for -w (global: put back
 # after). Prints a table per part; the JSON of every copy is kept in OUT.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -55,6 +56,7 @@ BENCH=copy-paths
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /dev/shm/gridperf-copy-paths.XXXXXX)
 old_r=$(sysctl -n net.core.rmem_max)
 old_w=$(sysctl -n net.core.wmem_max)

@@ -22,6 +22,7 @@
 # globus-gridftp-server-progs globus-gass-copy-progs xrootd-server
 # xrootd-client rsync nginx-light aria2 (installed if missing, with no
 # service started by the install). Ports 5811-5815 on 127.0.0.1.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -44,6 +45,7 @@ BENCH=copy-peers
 install_debs globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xrootd-client rsync nginx-light aria2
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /dev/shm/gridperf-copy-peers.XXXXXX)
 chmod 755 "$WORK"
 PIDS=()

@@ -16,6 +16,7 @@
 #
 # Needs root or unprivileged user namespaces (the lab). Every copy is
 # checked with cmp.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -41,6 +42,7 @@ BENCH=copy-polite
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /dev/shm/gridperf-copy-polite.XXXXXX)
 LAB=bpolite$$
 PIDS=()

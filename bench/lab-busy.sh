@@ -14,6 +14,7 @@
 #        [--gridperf PATH] [--user NAME]
 # Needs root (to run the user series through runuser). Every process it
 # starts it stops by pid; every lab it brings up it takes down by name.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 BENCH=lab-busy
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,12 +60,15 @@ OUT=$REPO/bench/results/lab-busy-$(date -u +%Y%m%d-%H%M%S).md
 {
     echo "# The lab on a busy machine ($(date -u +%Y-%m-%dT%H:%MZ), $NCPU CPUs, $(uname -r))"
     echo
+} >"$OUT"
+run_header "$OUT"
+{
     echo "\`bench/lab-busy.sh --runs $RUNS --seconds $SECONDS_\`: stream -t $SECONDS_ -C cubic -w 8M across baltic"
     echo "(1 Gbit/s x 20 ms, 1 BDP queue); the hog is \`nice -n 19\` busy loops, one per CPU."
     echo
     echo "| mode | hog | valid | rates (Mbit/s) | steal over the series | what held the emulator up (runs' records) |"
     echo "|---|---|---|---|---|---|"
-} >"$OUT"
+} >>"$OUT"
 for mode in $MODES; do
     for hog in $HOGS; do
         as=()

@@ -29,6 +29,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -106,6 +109,7 @@ def main():
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = a.out or os.path.join(REPO, "bench/results", f"lab-clone-{stamp}")
     os.makedirs(out, exist_ok=True)
+    header = benchlib.run_header(sys.argv)
     rng = random.Random(a.seed)
     rows = []
     for k in range(a.paths):
@@ -116,7 +120,7 @@ def main():
         rows.append(r)
         with open(os.path.join(out, f"path-{k + 1}.json"), "w") as f:
             json.dump(r, f, indent=1)
-    write_summary(out, rows, a)
+    write_summary(out, rows, a, header)
     print(f"lab-clone: {out}/summary.md", file=sys.stderr)
 
 
@@ -124,8 +128,8 @@ TARGETS = {"rate": 0.10, "rtt": 0.05, "queue": 0.35, "tcp1": 0.15, "tcp1-self": 
            "tcp4": 0.15}
 
 
-def write_summary(out, rows, a):
-    lines = [f"# lab clone over {len(rows)} hidden paths", "",
+def write_summary(out, rows, a, header):
+    lines = [f"# lab clone over {len(rows)} hidden paths", ""] + header + [
              f"`bench/lab-clone.py --paths {a.paths} --seed {a.seed} --time {a.time} --max-rate {a.max_rate}`, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{os.cpu_count()} CPUs, {run(['uname', '-r']).stdout.strip()}, as uid {os.getuid()}.", "",

@@ -12,6 +12,7 @@
 # Needs root (the user series runs through runuser; the veth pair). Every
 # process it starts it stops by pid; the namespaces and the veth pair it
 # makes it removes by name.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 BENCH=lab-rate
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,13 +69,16 @@ cleanup
 {
     echo "# The lab from 100 Mbit/s to 10 Gbit/s ($(date -u +%Y-%m-%dT%H:%MZ), $NCPU CPUs, $(uname -r), gridperf $(git -C "$REPO" rev-parse --short HEAD))"
     echo
+} >"$OUT"
+run_header "$OUT"
+{
     echo "\`bench/lab-rate.sh --rates $RATES --delays $DELAYS --seconds $SECS\`: \`gridperf lab calibrate\` (1-BDP queues)"
     echo "as root and as an unprivileged user, without and with a \`nice -n 19\` busy loop on every CPU."
     echo "The ceiling, the kernel's veth pair between two namespaces, one iperf3 TCP stream for 5 s: **$VETH Gbit/s**."
     echo
     echo "| as | hog | rate | one-way delay | offered | UDP rate error | TCP | delay error median | p99 | probe p99, queue full | bound | lag p99 | emulator CPU | CPU per Gbit/s | delay line + queue | verdict |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-} >"$OUT"
+} >>"$OUT"
 for mode in $MODES; do
     for hog in $HOGS; do
         as=()

@@ -40,6 +40,31 @@ setup_workdir() {
 
 meta() { printf '%s\t%s\n' "$1" "$2" >>"$META"; }
 
+# run_header FILE: the head of a run's summary, so that a kept summary
+# says how it was made and where: the command (this bench and its
+# arguments, BENCH_ARGS, which each bench sets first thing), when,
+# gridperf's commit, the user, and the machine (kernel, CPUs, memory,
+# hypervisor, congestion control, steal since boot). Appends to FILE (a
+# run's run.md beside its tables, or its one Markdown file). The raw
+# outputs beside it are not kept (.gitignore).
+run_header() {
+    local file=$1 rev dirty cpu virt
+    rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | head -1 || true)
+    [ -n "$dirty" ] && rev="$rev (with uncommitted changes)"
+    cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1 || true)
+    virt=$(systemd-detect-virt 2>/dev/null || true)
+    {
+        echo "## How this run was made"
+        echo
+        echo "- command: \`bench/$(basename "$0")${BENCH_ARGS:+ $BENCH_ARGS}\`"
+        echo "- started: $(date -u '+%Y-%m-%d %H:%M:%S') UTC, gridperf $rev, as $(id -un)"
+        echo "- machine: $(uname -sr), $(nproc) CPUs (${cpu:-unknown}), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) memory, virtualisation: ${virt:-unknown}"
+        echo "- TCP: congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc 2>/dev/null || echo unknown); CPU steal since boot $(awk '/^cpu / {printf "%.1f s", $9/100}' /proc/stat)"
+        echo
+    } >>"$file"
+}
+
 # wait_listen PROTO PORT PID: until a socket is bound to PORT, the process
 # PID died, or 10 s passed.
 wait_listen() {

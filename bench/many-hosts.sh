@@ -14,6 +14,7 @@
 # Usage: bench/many-hosts.sh [--rounds N] [--points N] [--minutes M] [--gridperf PATH] [--workdir DIR]
 # Everything it starts it stops, by pid or by name (the lab, the cluster).
 
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 BENCH=many-hosts
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +38,7 @@ command -v prometheus >/dev/null || die "no prometheus: apt install prometheus"
 [ -n "$WORKDIR" ] || WORKDIR=$(mktemp -d /tmp/many-hosts.XXXXXX)
 mkdir -p "$WORKDIR"; chmod 755 "$WORKDIR"
 log "work directory: $WORKDIR"
+run_header "$WORKDIR/run.md"
 LAB=mh$$
 PIDS=()
 cleanup() {

@@ -15,6 +15,7 @@
 # All traffic goes to 127.0.0.1. Raw logs stay in the work directory; parsed
 # results are written as JSON to --out and printed as one table per mode by
 # bench/compare.py.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -152,6 +153,7 @@ for p in $SP_TCP_PORT $SP_UDP_PORT $QP_PORT $NP_PORT; do
 done
 
 setup_workdir
+run_header "$WORKDIR/run.md"
 # Run from the work directory, so that nothing a tool writes lands elsewhere.
 cd "$WORKDIR"
 

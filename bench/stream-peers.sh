@@ -16,6 +16,7 @@
 # of both processes (and of their threads and waited-for children).
 # All traffic goes to 127.0.0.1. Raw logs stay in the work directory; the
 # tables come from bench/stream_compare.py.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -118,6 +119,7 @@ done
 
 [ -z "${USE[gridperf]:-}" ] || build_gridperf iperf3,iperf2,nuttcp
 setup_workdir
+run_header "$WORKDIR/run.md"
 GRIDPERF_SRC=$GRIDPERF
 if [ -n "${USE[gridperf]:-}" ]; then
     cp "$GRIDPERF_SRC" "$WORKDIR/gridperf"

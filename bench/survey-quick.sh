@@ -12,6 +12,7 @@
 #
 # Usage: bench/survey-quick.sh [--pairs N] [--hog-pairs N] [--full FILE] [--gridperf PATH]
 # Every process it starts it stops by pid; each run has a store of its own.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 BENCH=survey-quick
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +36,7 @@ done
 STAMP=$(date +%Y%m%d-%H%M%S)
 OUT=$REPO/bench/results/$BENCH-$STAMP
 mkdir -p "$OUT"
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /tmp/$BENCH.XXXXXX)
 HOGPIDS=()
 stop_hogs() {

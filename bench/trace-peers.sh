@@ -21,6 +21,7 @@
 #
 # Needs root (dumpcap on lo, net.core.rmem_max for -w 32M, put back after)
 # and tcptrace, tshark (bench/install-peers.sh installs them).
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
@@ -46,6 +47,7 @@ done
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+run_header "$OUT/run.md"
 WORK=$(mktemp -d /dev/shm/gridperf-trace-peers.XXXXXX)
 old_r=$(sysctl -n net.core.rmem_max)
 old_w=$(sysctl -n net.core.wmem_max)

@@ -12,6 +12,7 @@
 #
 # Usage: sudo bash bench/tune-baltic.sh [--seconds N] [--omit N] [--cc NAME] [--rtts 8ms,20ms,35ms]
 # Needs root (the lab). All traffic stays inside the lab's namespaces.
+BENCH_ARGS="$*" # the command line, for run_header (bench/lib.sh)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +38,10 @@ cargo build --release --locked -q --manifest-path "$REPO/Cargo.toml" -p gridperf
 G="$REPO/target/release/gridperf"
 OUT="$REPO/bench/results/tune-baltic-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$OUT"
+BENCH=${BENCH:-tune-baltic}
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+run_header "$OUT/run.md"
 SERVER=""
 cleanup() {
     [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null || true
