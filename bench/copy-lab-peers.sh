@@ -7,10 +7,15 @@
 # (20 Mbit/s, 180 ms, 0.5% loss).
 #
 #   bench/copy-lab-peers.sh [--profiles cern-icepp,wan] [--size-cern-icepp 2G]
-#       [--size-wan 64M] [--window 32M] [--gridperf PATH] [--out DIR]
+#       [--size-wan 64M] [--window 32M] [--window-lambda 8M]
+#       [--streams 1,2,4] [--tools gridperf,gridftp,xrootd] [--no-stream-ref]
+#       [--gridperf PATH] [--out DIR]
 #
-# The same buffers for everyone: globus-url-copy -tcp-bs and gridperf -w
-# WINDOW per stream; xrdcp has no buffer option, so the hosts' autotuning
+# --streams takes counts and `auto` (gridperf's -P auto; the peers have
+# none, their cells show "-"); --no-stream-ref leaves out the `gridperf
+# stream` reference runs. The same buffers for everyone: globus-url-copy
+# -tcp-bs and gridperf -w WINDOW per stream (--window-PROFILE for one
+# profile, e.g. its BDP); xrdcp has no buffer option, so the hosts' autotuning
 # may reach 64 MiB (net.ipv4.tcp_rmem / tcp_wmem in the lab's namespaces)
 # and net.core.rmem_max / wmem_max are raised to 64 MiB for the run (global:
 # put back after). Congestion control: the namespaces' default (bbr here;
@@ -35,13 +40,21 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 GRIDPERF=$REPO/target/release/gridperf
 PROFILES=cern-icepp,wan
 declare -A SIZE=([cern-icepp]=2G [wan]=64M)
+declare -A WIN=()
 WINDOW=32M
+STREAMS=1,2,4
+TOOLS=gridperf,gridftp,xrootd
+STREAM_REF=1
 OUT=$REPO/bench/results/copy-lab-peers-$(date +%Y%m%d-%H%M%S)
 while [ $# -gt 0 ]; do
     case "$1" in
         --profiles) PROFILES=$2; shift 2 ;;
         --size-*) SIZE[${1#--size-}]=$2; shift 2 ;;
         --window) WINDOW=$2; shift 2 ;;
+        --window-*) WIN[${1#--window-}]=$2; shift 2 ;;
+        --streams) STREAMS=$2; shift 2 ;;
+        --tools) TOOLS=$2; shift 2 ;;
+        --no-stream-ref) STREAM_REF=0; shift ;;
         --gridperf) GRIDPERF=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         *) echo "copy-lab-peers: unknown argument $1" >&2; exit 2 ;;
@@ -76,7 +89,6 @@ cleanup() {
 }
 trap cleanup EXIT
 sysctl -qw net.core.rmem_max=67108864 net.core.wmem_max=67108864
-window=$(numfmt --from=iec "$WINDOW")
 for d in gridftp xrootd gridperf logs; do mkdir -p "$WORK/$d"; done
 chmod 777 "$WORK/gridftp" "$WORK/xrootd"
 chmod 1777 "$WORK/logs"
@@ -126,7 +138,7 @@ one() {
             xrootd) on a timeout 1800 xrdcp -s -f -S "$p" "$WORK/file.dat" \
                 "root://$B:5812/$dest" ;;
             gridperf) timeout 1800 "$GRIDPERF" lab exec --name "$LAB" a -- "$GRIDPERF" copy "$WORK/file.dat" "$B:" \
-                --port 5814 -P "$p" -w "$WINDOW" --no-store --json > "$OUT/$PROFILE-gridperf-p$p.json" ;;
+                --port 5814 -P "$p" -w "$win" --no-store --json > "$OUT/$PROFILE-gridperf-p$p.json" ;;
         esac >> "$OUT/clients.log" 2>&1 || rc=$?
         t1=$(date +%s.%N)
         health "$WORK/h1.json"
@@ -151,7 +163,7 @@ tcp() {
         health "$WORK/h0.json"
         rc=0
         timeout 1800 "$GRIDPERF" lab exec --name "$LAB" a -- "$GRIDPERF" stream "$B" --port 5814 -P "$p" \
-            -n $((bytes / p)) -t 20m -w "$WINDOW" --no-store --json > "$OUT/$PROFILE-stream-p$p.json" \
+            -n $((bytes / p)) -t 20m -w "$win" --no-store --json > "$OUT/$PROFILE-stream-p$p.json" \
             2>> "$OUT/clients.log" || rc=$?
         health "$WORK/h1.json"
         # exit 4: stream saw the lab's emulator fall behind itself (INVALID)
@@ -168,6 +180,8 @@ tcp() {
 IFS=, read -r -a profs <<< "$PROFILES"
 for PROFILE in "${profs[@]}"; do
     size=${SIZE[$PROFILE]:-64M}
+    win=${WIN[$PROFILE]:-$WINDOW}
+    window=$(numfmt --from=iec "$win")
     bytes=$(numfmt --from=iec "$size")
     head -c "$bytes" /dev/urandom > "$WORK/file.dat"
     chmod 644 "$WORK/file.dat"
@@ -199,30 +213,49 @@ for PROFILE in "${profs[@]}"; do
             sleep 0.1
         done
     done
-    for p in 1 2 4; do
-        for tool in gridperf gridftp xrootd; do
+    IFS=, read -r -a counts <<< "$STREAMS"
+    IFS=, read -r -a tools <<< "$TOOLS"
+    for p in "${counts[@]}"; do
+        for tool in "${tools[@]}"; do
+            # the peers choose no stream count of their own
+            [ "$p" = auto ] && [ "$tool" != gridperf ] && continue
             s=$(one "$tool" "$p")
-            echo "$PROFILE $tool $p $s $bytes $rate" | tee -a "$OUT/times.txt" >&2
+            echo "$PROFILE $tool $p $s $bytes $rate $win" | tee -a "$OUT/times.txt" >&2
         done
-        tcp "$p"
+        [ "$STREAM_REF" = 1 ] && [ "$p" != auto ] && tcp "$p"
     done
     stop_servers
     "$GRIDPERF" lab down --name "$LAB" >/dev/null
 done
-python3 - "$OUT/times.txt" "$WINDOW" "$OUT" <<'PY' | tee "$OUT/table.txt"
+python3 - "$OUT/times.txt" "$TOOLS" "$OUT" <<'PY' | tee "$OUT/table.txt"
 import json, os, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+tools = sys.argv[2].split(",")
+
+
+def used(prof, p):
+    """The most streams a gridperf copy had at once (its -P auto's choice)."""
+    path = os.path.join(sys.argv[3], f"{prof}-gridperf-p{p}.json")
+    if not os.path.exists(path):
+        return "-"
+    d = json.load(open(path))
+    return str(max([len(d.get("per_stream", []))] + [e.get("new_stream") or 0 for e in d.get("events", [])]))
+
+
 for prof in dict.fromkeys(r[0] for r in rows):
     rs = [r for r in rows if r[0] == prof]
-    size, rate = int(rs[0][4]), float(rs[0][5])
-    print(f"{prof}: {size / 2**20:g} MiB a -> b, tmpfs to tmpfs, {sys.argv[2]} buffers; "
+    size, rate, win = int(rs[0][4]), float(rs[0][5]), rs[0][6]
+    print(f"{prof}: {size / 2**20:g} MiB a -> b, tmpfs to tmpfs, {win} buffers; "
           f"link goodput {rate / 1e6:.1f} Mbit/s; wall time, Mbit/s, % of the link's goodput")
-    print(f"  {'streams':<8}" + "".join(f"{t:>26}" for t in ("gridperf", "gridftp", "xrootd")) + "   gridperf / best peer")
-    for p in ("1", "2", "4"):
+    print(f"  {'streams':<8}" + "".join(f"{t:>26}" for t in tools) + "   gridperf / best peer   gridperf's streams")
+    for p in dict.fromkeys(r[2] for r in rs):
         cells, secs = [], {}
-        for t in ("gridperf", "gridftp", "xrootd"):
+        for t in tools:
             r = [x for x in rs if x[1] == t and x[2] == p]
-            if not r or r[0][3] == "INVALID":
+            if not r:
+                cells.append(f"{'-':>26}")
+                continue
+            if r[0][3] == "INVALID":
                 cells.append(f"{'INVALID':>26}")
                 continue
             s = float(r[0][3]); secs[t] = s
@@ -230,10 +263,21 @@ for prof in dict.fromkeys(r[0] for r in rows):
             cells.append(f"{s:>8.1f} s {mbit:>7.1f} {100 * mbit * 1e6 / rate:>5.0f}%")
         peers = [v for k, v in secs.items() if k != "gridperf"]
         ratio = f"{min(peers) / secs['gridperf']:.2f}x" if "gridperf" in secs and peers else "-"
-        print(f"  {p:<8}" + "".join(cells) + f"   {ratio}")
+        print(f"  {p:<8}" + "".join(cells) + f"   {ratio:>20}   {used(prof, p):>18}")
+    # -P auto against the best fixed count, gridperf's own
+    fixed = {r[2]: float(r[3]) for r in rs if r[1] == "gridperf" and r[2] != "auto" and r[3] != "INVALID"}
+    auto = [float(r[3]) for r in rs if r[1] == "gridperf" and r[2] == "auto" and r[3] != "INVALID"]
+    if fixed and auto:
+        best = min(fixed, key=fixed.get)
+        print(f"  -P auto {auto[0]:.1f} s against the best fixed -P {best} {fixed[best]:.1f} s: "
+              f"{fixed[best] / auto[0]:.2f}x (1.00x is as fast; the target is within 5%, 0.95x)")
     # the transfer alone, next to TCP memory to memory on the same path
+    refs = [p for p in dict.fromkeys(r[2] for r in rs)
+            if os.path.exists(os.path.join(sys.argv[3], f"{prof}-stream-p{p}.json"))]
+    if not refs:
+        continue
     print(f"  transfer alone (first block to last acknowledgment) next to `gridperf stream`, the same bytes memory to memory:")
-    for p in ("1", "2", "4"):
+    for p in refs:
         def load(name):
             path = os.path.join(sys.argv[3], f"{prof}-{name}-p{p}.json")
             return json.load(open(path)) if os.path.exists(path) else None
