@@ -15,12 +15,14 @@
 //! latency), not by timing a lab.
 //!
 //! - [`session`]: every session's opening (hello, the key, the request), at both ends;
-//! - [`copy`]: a push and a pull, at the client and at the agent.
+//! - [`copy`]: a push and a pull, at the client and at the agent;
+//! - [`measure`]: the steps of an rtt/transfer test and a stream test, at the agent.
 
 pub mod copy;
+pub mod measure;
 pub mod session;
 
-use crate::wire::ErrorCode;
+use crate::wire::{AgentMsg, ClientMsg, ErrorCode};
 
 /// A point in time, in nanoseconds on a clock the driver chooses (the
 /// monotonic clock; virtual time in `pair`).
@@ -135,4 +137,23 @@ pub trait End {
     /// Whether it waits for the other end's next message (else for a task
     /// it asked for, or for nothing more).
     fn wants_msg(&self) -> bool;
+}
+
+/// The agent tells the client why, and ends.
+pub(crate) fn refuse<T>(code: ErrorCode, message: String) -> Vec<Action<AgentMsg, T>> {
+    vec![Action::Send(AgentMsg::Error { code, message: message.clone() }), Action::Fail(Failure::Net(message))]
+}
+
+/// The client gave up: nothing to tell it.
+pub(crate) fn aborted<T>(reason: &str, more: &str) -> Vec<Action<AgentMsg, T>> {
+    vec![Action::Fail(Failure::Net(format!("client aborted: {}{more}", crate::wire::printable(reason))))]
+}
+
+/// What a client's message out of turn ends: an abort is the client's
+/// reason, anything else a bad message.
+pub(crate) fn out_of_turn<T>(msg: ClientMsg, expected: &str) -> Vec<Action<AgentMsg, T>> {
+    match msg {
+        ClientMsg::Abort { reason } => aborted(&reason, ""),
+        other => refuse(ErrorCode::BadMessage, format!("expected {expected}, got {other:?}")),
+    }
 }

@@ -2,14 +2,17 @@
 //! of each protocol, then steps: per step, echo messages of one size until
 //! the count is done or the client ends it.
 
+use super::converse::{converse, Acts, Clock, Tasks};
 use super::data::{self, accept_all};
-use super::reply::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, Fail};
 use super::Shared;
 use crate::datapath::{is_wait, sendfile_full, write_full, DataSock, RawFdRef, AGENT_POLL_SLICE};
 use crate::{ctl, host};
 use gridperf_core::model::plan::Proto;
 use gridperf_core::model::StepFigures;
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, DataKind, EchoSpec, ErrorCode, StepRequest};
+use gridperf_core::proto::measure::{self, Event, Task};
+use gridperf_core::proto::{End, Input};
+use gridperf_core::wire::{ClientMsg, DataKind, EchoSpec, ErrorCode};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -49,7 +52,7 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &
         _ => None,
     };
     let token = new_token(peer);
-    let mut agent = host::end_info(pinned, req.busy_poll);
+    let agent = host::end_info(pinned, req.busy_poll);
     let udp_ports = udp.iter().filter_map(|s| s.local_addr().ok()).map(|a| a.port()).collect();
     data::ready(ctl, listener.as_ref(), udp_ports, token, agent.clone())?;
 
@@ -94,65 +97,78 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &
     // wait longer than the client does, so that the client reports first
     // what the client asked for, at most what the agent allows (serve --max-idle)
     let idle_limit = (timeout * 2 + Duration::from_secs(5)).min(shared.cfg.max_idle);
-    let mut buf = vec![0u8; (req.max_size as usize).max(65_536)];
-    loop {
-        if shared.stopping() {
-            return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()));
-        }
-        // between steps the client answers at once: the control timeout applies
-        match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
-            Ok(ClientMsg::Step(StepRequest { proto, size, exchanges })) => {
-                let p = Proto::from_name(&proto);
-                let Some(sock) = socks.iter_mut().find(|s| Some(s.proto()) == p) else {
-                    return Err(send_error(
-                        ctl,
-                        ErrorCode::BadMessage,
-                        format!("step for protocol {proto:?}, which this test did not open"),
-                    ));
+    let buf = vec![0u8; (req.max_size as usize).max(65_536)];
+    // what is said when is the machine's; the steps' echoing is this file's
+    let clock = Clock::start();
+    let protos = socks.iter().map(|s| s.proto()).collect();
+    let between = gridperf_core::proto::nanos(shared.cfg.control_timeout);
+    let mut m = measure::Echo::new(protos, req.max_size, between, agent, clock.now());
+    let mut work =
+        Work { shared, socks, buf, busy: req.busy_poll, idle_limit, ipv6, sndbuf: req.sndbuf, rcvbuf: req.rcvbuf };
+    converse(ctl, &mut m, Vec::new(), &clock, shared.cfg.control_timeout, &mut work)
+}
+
+/// The echo test's data sockets and what its steps need.
+struct Work<'a> {
+    shared: &'a Shared,
+    socks: Vec<DataSock>,
+    buf: Vec<u8>,
+    busy: bool,
+    /// How long a message may take to arrive in full.
+    idle_limit: Duration,
+    ipv6: bool,
+    sndbuf: Option<u64>,
+    rcvbuf: Option<u64>,
+}
+
+impl Tasks<measure::Echo> for Work<'_> {
+    fn run(&mut self, t: Task, m: &mut measure::Echo, ctl: &mut TcpStream, clock: &Clock) -> Result<Acts<Task>, Fail> {
+        let event = match t {
+            Task::Echo { proto, size, exchanges } => {
+                let Some(sock) = self.socks.iter_mut().find(|s| s.proto() == proto) else {
+                    return Err(Fail::Untold(format!("internal: a {} step without its socket", proto.name())));
                 };
-                if size == 0 || size > req.max_size {
-                    return Err(send_error(
-                        ctl,
-                        ErrorCode::TooLarge,
-                        format!("step size {size} is outside 1..={} announced in the request", req.max_size),
-                    ));
-                }
-                wire::write_msg(ctl, &AgentMsg::StepReady).map_err(|e| e.to_string())?;
                 let step = EchoStep {
                     ctl,
                     size: size as usize,
-                    exchanges: if sock.proto().is_stream() { exchanges } else { None },
-                    busy: req.busy_poll,
-                    idle_limit,
-                    control_timeout: shared.cfg.control_timeout,
-                    stop: &shared.stop,
-                    faults: shared.cfg.faults,
+                    exchanges,
+                    busy: self.busy,
+                    idle_limit: self.idle_limit,
+                    control_timeout: self.shared.cfg.control_timeout,
+                    stop: &self.shared.stop,
+                    faults: self.shared.cfg.faults,
                     last_look: Instant::now(),
                 };
-                match step.run(sock, &mut buf) {
+                match step.run(sock, &mut self.buf) {
                     Ok(figures) => {
-                        shared.metrics.moved(0, figures.bytes_in);
-                        wire::write_msg(ctl, &AgentMsg::StepDone { figures }).map_err(|e| e.to_string())?
+                        self.shared.metrics.moved(0, figures.bytes_in);
+                        Event::Stepped(figures)
                     }
                     Err(StepError::Control(m)) => return Err(m.into()),
                     Err(StepError::Stopped) => {
                         return Err(send_error(ctl, ErrorCode::Busy, "the agent is shutting down".into()))
                     }
-                    Err(e) => return Err(send_error(ctl, ErrorCode::Timeout, format!("{proto} {size} B: {e}"))),
+                    Err(e) => {
+                        return Err(send_error(ctl, ErrorCode::Timeout, format!("{} {size} B: {e}", proto.name())))
+                    }
                 }
             }
-            Ok(ClientMsg::Finish) => {
-                for s in &socks {
-                    let fd = RawFdRef(s.raw_fd());
-                    agent.sockets.push(host::socket_info(&fd, s.proto(), ipv6, req.sndbuf, req.rcvbuf));
-                }
-                return wire::write_msg(ctl, &AgentMsg::Report { agent: agent.clone() })
-                    .map_err(|e| e.to_string().into());
-            }
-            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
-            Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("unexpected {other:?}"))),
-            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("between steps: {e}"))),
-        }
+            Task::ReadSockets => Event::Sockets(
+                self.socks
+                    .iter()
+                    .map(|s| {
+                        let fd = RawFdRef(s.raw_fd());
+                        host::socket_info(&fd, s.proto(), self.ipv6, self.sndbuf, self.rcvbuf)
+                    })
+                    .collect(),
+            ),
+            Task::Stream => return Err(Fail::Untold("internal: a stream task in an echo test".into())),
+        };
+        Ok(m.handle(Input::Event(event), clock.now()))
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.stopping()
     }
 }
 

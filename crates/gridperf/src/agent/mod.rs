@@ -10,6 +10,7 @@
 //! one client ends that client's connection only; the accept loop goes on.
 
 pub mod conns;
+mod converse;
 pub(crate) mod copy;
 mod data;
 pub mod echo;

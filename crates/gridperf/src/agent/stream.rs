@@ -4,13 +4,16 @@
 //! they pass, then the TCP_INFO timelines and the figures, and answer
 //! Finish with the agent's record.
 
+use super::converse::{converse, Acts, Clock, Tasks};
 use super::data::{self, accept_all, control_state, out_of_turn, Control};
-use super::reply::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, Fail};
 use super::Shared;
 use crate::datapath::stream::{launch, Slot, Sock};
-use crate::{ctl, host};
+use crate::host;
+use gridperf_core::proto::measure::{self, Event, Task};
+use gridperf_core::proto::{End, Input};
 use gridperf_core::wire::{
-    self, AgentMsg, ClientMsg, DataHello, DataKind, Direction, ErrorCode, StreamSpec, HELLO_LEN, MAX_STREAMS,
+    self, AgentMsg, DataHello, DataKind, Direction, ErrorCode, StreamSpec, HELLO_LEN, MAX_STREAMS,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
@@ -36,7 +39,7 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         (Some(l), Vec::new())
     };
     let token = new_token(peer);
-    let mut agent = host::end_info(None, false);
+    let agent = host::end_info(None, false);
     let udp_ports = udp.iter().filter_map(|s| s.local_addr().ok()).map(|a| a.port()).collect();
     data::ready(ctl, listener.as_ref(), udp_ports, token, agent.clone())?;
 
@@ -70,22 +73,39 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, spec: 
         slots.push(Slot { index, sending: !up, sock: Sock::Udp(u) });
     }
     slots.sort_by_key(|s| s.index);
-    wire::write_msg(ctl, &AgentMsg::StepReady).map_err(|e| e.to_string())?;
-    match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
-        Ok(ClientMsg::StreamGo) => {}
-        Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
-        Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected stream-go, got {other:?}"))),
-        Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for stream-go: {e}"))),
+    // what is said when is the machine's; the streams are this file's
+    let clock = Clock::start();
+    let within = gridperf_core::proto::nanos(shared.cfg.control_timeout);
+    let (mut m, first) = measure::Stream::new(within, agent, clock.now());
+    let mut work = Work { shared, spec, slots: Some(slots), ipv6: local_ip.is_ipv6() };
+    converse(ctl, &mut m, first, &clock, shared.cfg.control_timeout, &mut work)
+}
+
+/// A stream test's connections, until the streams run.
+struct Work<'a> {
+    shared: &'a Shared,
+    spec: &'a StreamSpec,
+    slots: Option<Vec<Slot>>,
+    ipv6: bool,
+}
+
+impl Tasks<measure::Stream> for Work<'_> {
+    fn run(
+        &mut self,
+        t: Task,
+        m: &mut measure::Stream,
+        ctl: &mut TcpStream,
+        clock: &Clock,
+    ) -> Result<Acts<Task>, Fail> {
+        let (Task::Stream, Some(slots)) = (t, self.slots.take()) else {
+            return Err(Fail::Untold("internal: a stream test asked for another task, or twice".into()));
+        };
+        let sockets = stream_both(self.shared, ctl, self.spec, slots, self.ipv6)?;
+        Ok(m.handle(Input::Event(Event::Streamed(sockets)), clock.now()))
     }
-    let sockets = stream_both(shared, ctl, spec, slots, local_ip.is_ipv6())?;
-    match ctl::read_msg_within::<ClientMsg>(ctl, shared.cfg.control_timeout) {
-        Ok(ClientMsg::Finish) => {
-            agent.sockets = sockets;
-            wire::write_msg(ctl, &AgentMsg::Report { agent }).map_err(|e| e.to_string().into())
-        }
-        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
-        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected finish, got {other:?}"))),
-        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for finish: {e}"))),
+
+    fn stopping(&self) -> bool {
+        self.shared.stopping()
     }
 }
 

@@ -586,7 +586,10 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
         if a.fault_break_stream.is_some() && network != Network::Local {
             return Err(Error::usage("--fault-break-stream works only with the local agent"));
         }
-        Ok(commands::stream::Opts {
+        if a.resume && matches!(a.store.choice(), crate::store::StoreChoice::Off) {
+            return Err(Error::usage("--resume goes on with a stored sweep: leave out --no-store"));
+        }
+        let o = commands::stream::Opts {
             place: Place {
                 network,
                 watched: watched_lab(),
@@ -622,7 +625,12 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
             resume: a.resume,
             in_sweep: None,
             units: a.units.as_deref().map(units).transpose()?.unwrap_or_default(),
-        })
+        };
+        // a sweep's every point, checked before the first runs
+        if !o.sweep.is_empty() {
+            commands::sweep::points(&o)?;
+        }
+        Ok(o)
     }
 }
 

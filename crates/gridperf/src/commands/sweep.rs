@@ -217,13 +217,23 @@ fn words(point: &[(String, String)]) -> String {
 /// Runs a lab point again while its emulator marks it INVALID, this many times more.
 const RERUNS: u32 = 2;
 
-pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+/// A sweep's points, each as its stream test, and about how long they take.
+pub struct Points {
+    pub points: Vec<Vec<(String, String)>>,
+    pub tests: Vec<Opts>,
+    pub estimate: Duration,
+}
+
+/// Every point of the sweep `o` asks for, as its stream test: the usage
+/// checks of the whole sweep (its size, each point's settings together, a
+/// sweep over an hour without --yes), called by `cli/measure.rs` before
+/// anything runs, and by [`run`] for the tests.
+pub fn points(o: &Opts) -> Result<Points> {
     let points = grid(&o.sweep);
     if points.len() > MAX_POINTS {
         return Err(Error::usage(format!("a sweep of {} points: at most {MAX_POINTS}", points.len())));
     }
-    // every point checked before the first runs
-    let tests: Vec<Opts> = points.iter().map(|p| apply(&o, p)).collect::<Result<_>>()?;
+    let tests: Vec<Opts> = points.iter().map(|p| apply(o, p)).collect::<Result<_>>()?;
     let per_run = Duration::from_millis(o.stream.spec.omit_ms + o.stream.spec.duration_ms + 300);
     let lab = if tests.iter().any(|t| matches!(t.place.network, Network::Lab { .. })) { 2 } else { 0 };
     let estimate = (per_run * o.stream.repeat + Duration::from_secs(lab)) * points.len() as u32;
@@ -235,6 +245,11 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
             estimate.as_secs_f64() / 3600.0
         )));
     }
+    Ok(Points { points, tests, estimate })
+}
+
+pub fn run(o: Opts, out: &mut Output) -> Result<()> {
+    let Points { points, tests, estimate } = points(&o)?;
     let (store, sweep_id, mut done) = begin(&o)?;
     if let Some(w) = cap_warning(&tests) {
         out.note(&w);
@@ -357,9 +372,7 @@ fn begin(o: &Opts) -> Result<(Option<Store>, Option<i64>, std::collections::Hash
     use crate::store::StoreChoice;
     let mut done = std::collections::HashMap::new();
     let store = match &o.store {
-        StoreChoice::Off if o.resume => {
-            return Err(Error::usage("--resume goes on with a stored sweep: leave out --no-store"))
-        }
+        // --resume with --no-store: refused by cli/measure.rs
         StoreChoice::Off => return Ok((None, None, done)),
         c => match Store::open(&c.path()) {
             Ok(s) => s,

@@ -2,32 +2,14 @@
 //! Every refusal is told to the client, with what was wrong, before the
 //! conversation ends.
 
-use super::{needs_in_parts, net, shown, AgentAction, Event, Task, Waits};
+use super::{needs_in_parts, AgentAction, Event, Task, Waits};
 use crate::copy::{block_count, check_relative};
 use crate::model::EndInfo;
-use crate::proto::{Action, End, Failure, Input, Nanos};
+use crate::proto::{aborted, out_of_turn, refuse, Action, End, Failure, Input, Nanos};
 use crate::wire::{chunk_files, AgentMsg, ClientMsg, CopyFile, CopyNeed, ErrorCode, MAX_COPY_FILES};
 
 /// Outcomes per results part.
 const RESULTS_PART: usize = 2000;
-
-/// Tells the client why, and ends.
-fn refuse(code: ErrorCode, message: String) -> Vec<AgentAction> {
-    vec![Action::Send(AgentMsg::Error { code, message: message.clone() }), Action::Fail(Failure::Net(message))]
-}
-
-/// The client gave up: nothing to tell it.
-fn aborted(reason: &str, more: &str) -> Vec<AgentAction> {
-    vec![Action::Fail(net(format!("client aborted: {}{more}", crate::wire::printable(reason))))]
-}
-
-/// What a message out of turn ends: an abort is the client's reason, anything else a bad message.
-fn out_of_turn(msg: ClientMsg, expected: &str) -> Vec<AgentAction> {
-    match msg {
-        ClientMsg::Abort { reason } => aborted(&reason, ""),
-        other => refuse(ErrorCode::BadMessage, format!("expected {expected}, got {}", shown(&other))),
-    }
-}
 
 /// The client's list: `count` entries in copy-files parts.
 #[derive(Debug)]

@@ -21,7 +21,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
-mod converse;
 mod read;
 mod source;
 mod write;

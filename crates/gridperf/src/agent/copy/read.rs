@@ -3,8 +3,8 @@
 //! (restarts, the tail, -P auto), each further connection asked of the
 //! client.
 
-use super::converse::{converse, Acts, Clock, Tasks};
 use super::{pool_plan, sent_event, sources_of, take_first, tune_socket, Opened};
+use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::Fail;
 use crate::agent::Shared;
@@ -16,6 +16,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
+
+/// What the machine asks for.
+type Acts = crate::agent::converse::Acts<Task>;
 
 /// The reading end: what is said when is [`proto::Read`]'s; this end
 /// expands what was named, takes the connections and sends the blocks.
@@ -31,7 +34,7 @@ pub(super) fn run(
     let clock = Clock::start();
     let mut m = proto::Read::new(spec.files, spec.block, o.agent.clone(), waits, clock.now());
     let mut work = Work { shared, peer, spec, root, o: &o, sources: Vec::new(), socks: Vec::new() };
-    converse(ctl, &mut m, &clock, shared.cfg.max_idle, &mut work)
+    converse(ctl, &mut m, Vec::new(), &clock, shared.cfg.max_idle, &mut work)
 }
 
 /// A pull's tasks at the sending end.

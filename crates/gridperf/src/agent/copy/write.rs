@@ -3,8 +3,8 @@
 //! blocks taken on connections as they come, each file renamed into place
 //! once every block is verified.
 
-use super::converse::{converse, Acts, Clock, Tasks};
 use super::{streams_of, take_first, tune_socket, Opened};
+use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::{send_error, Fail};
 use crate::agent::Shared;
@@ -17,6 +17,9 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
+
+/// What the machine asks for.
+type Acts = crate::agent::converse::Acts<Task>;
 
 /// The writing end: what is said when is [`proto::Write`]'s; this end
 /// prepares every file, takes the blocks, renames what is whole.
@@ -33,7 +36,7 @@ pub(super) fn run(
     agent.sockets = Vec::new();
     let mut m = proto::Write::new(spec.files, agent, waits, clock.now());
     let mut work = Work { shared, spec, root, o: &o, files: Vec::new(), socks: Vec::new(), works: Vec::new() };
-    converse(ctl, &mut m, &clock, shared.cfg.max_idle, &mut work)
+    converse(ctl, &mut m, Vec::new(), &clock, shared.cfg.max_idle, &mut work)
 }
 
 /// A push's tasks at the writing end.

@@ -1,0 +1,167 @@
+//! The agent's measurement machines, message by message.
+
+use super::*;
+use crate::proto::{Action, End, Failure, Input};
+
+const S: Nanos = 1_000_000_000;
+
+fn step(proto: &str, size: u64, exchanges: Option<u64>) -> Input<ClientMsg, Event> {
+    Input::Msg(ClientMsg::Step(StepRequest { proto: proto.into(), size, exchanges }))
+}
+
+fn figures(echoed: u64) -> StepFigures {
+    StepFigures { echoed, bytes_in: echoed * 64, ..StepFigures::default() }
+}
+
+fn echo() -> Echo {
+    Echo::new(vec![Proto::Tcp, Proto::Udp], 65_536, 10 * S, EndInfo::default(), 0)
+}
+
+/// The error frame an agent's actions send and the failure they end in.
+fn refused(acts: &[Action<AgentMsg, Task>]) -> (ErrorCode, String) {
+    match acts {
+        [Action::Send(AgentMsg::Error { code, message }), Action::Fail(Failure::Net(m))] if m == message => {
+            (*code, message.clone())
+        }
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn an_echo_test_answers_each_step_and_finish_in_order() {
+    let mut e = echo();
+    assert!(e.wants_msg());
+    assert_eq!(e.deadline(), Some(10 * S), "the first step within the control deadline");
+    let acts = e.handle(step("tcp", 64, Some(1000)), S);
+    assert_eq!(
+        acts,
+        vec![
+            Action::Send(AgentMsg::StepReady),
+            Action::Do(Task::Echo { proto: Proto::Tcp, size: 64, exchanges: Some(1000) })
+        ]
+    );
+    assert!(!e.wants_msg(), "during a step the echo reads the control channel itself");
+    assert_eq!(e.deadline(), None, "a step lasts as long as the client's count or its step-end");
+    let acts = e.handle(Input::Event(Event::Stepped(figures(1000))), 3 * S);
+    assert_eq!(acts, vec![Action::Send(AgentMsg::StepDone { figures: figures(1000) })]);
+    assert_eq!(e.deadline(), Some(13 * S), "the next step or finish within the deadline, from the step's end");
+    // a UDP step ends by the client's word: a count is not kept for it
+    let acts = e.handle(step("udp", 1000, Some(5)), 4 * S);
+    assert_eq!(acts[1], Action::Do(Task::Echo { proto: Proto::Udp, size: 1000, exchanges: None }));
+    e.handle(Input::Event(Event::Stepped(figures(7))), 5 * S);
+    // finish: the sockets as they are now, then the report with them
+    assert_eq!(e.handle(Input::Msg(ClientMsg::Finish), 6 * S), vec![Action::Do(Task::ReadSockets)]);
+    let sock = SocketInfo { proto: Some(Proto::Tcp), ..SocketInfo::default() };
+    let acts = e.handle(Input::Event(Event::Sockets(vec![sock.clone()])), 6 * S);
+    let agent = EndInfo { sockets: vec![sock], ..EndInfo::default() };
+    assert_eq!(acts, vec![Action::Send(AgentMsg::Report { agent }), Action::Done]);
+    assert!(!e.wants_msg());
+}
+
+#[test]
+fn a_pipelined_step_is_answered_after_the_step_before() {
+    // the client sends step-end and the next step in one flight; the echo
+    // reads step-end, the next step waits on the control channel until the
+    // machine asks for a message: step-done goes first, then step-ready
+    let mut e = echo();
+    e.handle(step("udp", 64, None), 0);
+    let mut sent = Vec::new();
+    for a in e.handle(Input::Event(Event::Stepped(figures(10))), S) {
+        sent.push(a);
+    }
+    assert!(e.wants_msg());
+    sent.extend(e.handle(step("udp", 128, None), S));
+    let frames: Vec<&AgentMsg> = sent
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(frames, vec![&AgentMsg::StepDone { figures: figures(10) }, &AgentMsg::StepReady]);
+}
+
+#[test]
+fn an_echo_test_refuses_what_it_did_not_open_or_announce() {
+    let (code, m) = refused(&echo().handle(step("sendfile", 64, None), 0));
+    assert_eq!(code, ErrorCode::BadMessage);
+    assert!(m.contains("\"sendfile\", which this test did not open (it opened tcp, udp)"), "{m}");
+    let (code, m) = refused(&echo().handle(step("carrier-pigeon", 64, None), 0));
+    assert_eq!(code, ErrorCode::BadMessage, "{m}");
+    for size in [0, 65_537] {
+        let (code, m) = refused(&echo().handle(step("tcp", size, None), 0));
+        assert_eq!(code, ErrorCode::TooLarge);
+        assert!(m.contains(&format!("step size {size} is outside 1..=65536")), "{m}");
+    }
+    let (code, m) = refused(&echo().handle(Input::Msg(ClientMsg::StreamGo), 0));
+    assert_eq!(code, ErrorCode::BadMessage);
+    assert!(m.contains("a step or finish is valid"), "{m}");
+}
+
+#[test]
+fn an_echo_test_ends_on_silence_and_on_the_clients_abort() {
+    let mut e = echo();
+    e.handle(step("tcp", 64, None), 0);
+    e.handle(Input::Event(Event::Stepped(figures(1))), S);
+    let (code, m) = refused(&e.handle(Input::Deadline, 11 * S));
+    assert_eq!(code, ErrorCode::Timeout);
+    assert!(m.contains("between steps: nothing from the client within 10.0 s"), "{m}");
+    assert!(!e.wants_msg() && e.deadline().is_none(), "over");
+    // an abort is the client's reason: nothing to tell it
+    let acts = echo().handle(Input::Msg(ClientMsg::Abort { reason: "user\u{7} interrupt".into() }), 0);
+    match &acts[..] {
+        [Action::Fail(Failure::Net(m))] => {
+            assert!(m.starts_with("client aborted: user") && !m.contains('\u{7}'), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // what a driver must not hand it: said, not obeyed
+    let acts = echo().handle(Input::Event(Event::Streamed(Vec::new())), 0);
+    assert!(matches!(&acts[..], [Action::Fail(Failure::Net(m))] if m.starts_with("internal:")), "{acts:?}");
+}
+
+#[test]
+fn a_stream_test_says_ready_streams_on_go_and_reports_on_finish() {
+    let (mut s, first) = Stream::new(10 * S, EndInfo::default(), 0);
+    assert_eq!(first, vec![Action::Send(AgentMsg::StepReady)]);
+    assert!(s.wants_msg());
+    assert_eq!(s.deadline(), Some(10 * S));
+    assert_eq!(s.handle(Input::Msg(ClientMsg::StreamGo), S), vec![Action::Do(Task::Stream)]);
+    assert!(!s.wants_msg() && s.deadline().is_none(), "the streams' own deadline is the task's");
+    let sock = SocketInfo { proto: Some(Proto::Tcp), ..SocketInfo::default() };
+    assert!(s.handle(Input::Event(Event::Streamed(vec![sock.clone()])), 7 * S).is_empty());
+    assert!(s.wants_msg());
+    assert_eq!(s.deadline(), Some(17 * S));
+    let agent = EndInfo { sockets: vec![sock], ..EndInfo::default() };
+    assert_eq!(
+        s.handle(Input::Msg(ClientMsg::Finish), 8 * S),
+        vec![Action::Send(AgentMsg::Report { agent }), Action::Done]
+    );
+}
+
+#[test]
+fn a_stream_test_refuses_out_of_turn_and_ends_on_silence() {
+    let (mut s, _) = Stream::new(10 * S, EndInfo::default(), 0);
+    let (code, m) = refused(&s.handle(Input::Msg(ClientMsg::Finish), 0));
+    assert_eq!(code, ErrorCode::BadMessage);
+    assert_eq!(m, "expected stream-go, got Finish");
+    let (mut s, _) = Stream::new(10 * S, EndInfo::default(), 0);
+    let (code, m) = refused(&s.handle(Input::Deadline, 10 * S));
+    assert_eq!(code, ErrorCode::Timeout);
+    assert!(m.contains("waiting for stream-go: nothing from the client within 10.0 s"), "{m}");
+    let (mut s, _) = Stream::new(10 * S, EndInfo::default(), 0);
+    s.handle(Input::Msg(ClientMsg::StreamGo), 0);
+    s.handle(Input::Event(Event::Streamed(Vec::new())), S);
+    let (code, m) = refused(&s.handle(Input::Msg(ClientMsg::StreamGo), 2 * S));
+    assert_eq!(code, ErrorCode::BadMessage);
+    assert_eq!(m, "expected finish, got StreamGo");
+    let (mut s, _) = Stream::new(10 * S, EndInfo::default(), 0);
+    s.handle(Input::Msg(ClientMsg::StreamGo), 0);
+    s.handle(Input::Event(Event::Streamed(Vec::new())), S);
+    let (code, m) = refused(&s.handle(Input::Deadline, 11 * S));
+    assert_eq!(code, ErrorCode::Timeout);
+    assert!(m.contains("waiting for finish"), "{m}");
+    let (mut s, _) = Stream::new(10 * S, EndInfo::default(), 0);
+    let acts = s.handle(Input::Msg(ClientMsg::Abort { reason: "ctrl-c".into() }), 0);
+    assert_eq!(acts, vec![Action::Fail(Failure::Net("client aborted: ctrl-c".into()))]);
+}
