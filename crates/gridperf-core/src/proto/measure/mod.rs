@@ -48,6 +48,17 @@ pub enum Event {
 
 type AgentAction = Action<AgentMsg, Task>;
 
+/// What a driver must not hand a machine (an event of another task, a
+/// message while a task runs): said, not obeyed.
+fn internal(test: &str, state: impl std::fmt::Debug, input: impl std::fmt::Debug) -> Vec<AgentAction> {
+    vec![Action::Fail(Failure::Net(format!("internal: the {test} test in state {state:?} was handed {input:?}")))]
+}
+
+/// Whether these actions end the conversation in failure.
+fn fails(out: &[AgentAction]) -> bool {
+    out.iter().any(|a| matches!(a, Action::Fail(_)))
+}
+
 /// Seconds of a span of nanoseconds, for words.
 fn secs(n: Nanos) -> f64 {
     n as f64 / 1e9
@@ -142,13 +153,9 @@ impl End for Echo {
                 self.agent.sockets.extend(sockets);
                 vec![Action::Send(AgentMsg::Report { agent: self.agent.clone() }), Action::Done]
             }
-            (state, input) => {
-                vec![Action::Fail(Failure::Net(format!(
-                    "internal: the echo test in state {state:?} was handed {input:?}"
-                )))]
-            }
+            (state, input) => internal("echo", state, input),
         };
-        if out.iter().any(|a| matches!(a, Action::Fail(_))) {
+        if fails(&out) {
             self.state = Over;
             self.deadline = None;
         }
@@ -227,11 +234,9 @@ impl End for Stream {
                 ErrorCode::Timeout,
                 format!("waiting for finish: nothing from the client within {:.1} s", secs(self.within)),
             ),
-            (state, input) => vec![Action::Fail(Failure::Net(format!(
-                "internal: the stream test in state {state:?} was handed {input:?}"
-            )))],
+            (state, input) => internal("stream", state, input),
         };
-        if out.iter().any(|a| matches!(a, Action::Fail(_))) {
+        if fails(&out) {
             self.state = Over;
             self.deadline = None;
         }
