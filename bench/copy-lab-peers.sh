@@ -234,7 +234,7 @@ tools = sys.argv[2].split(",")
 
 
 def used(prof, p):
-    """The most streams a gridperf copy had at once (its -P auto's choice)."""
+    """The connections a gridperf copy opened, a restart's new one counted (-P auto's additions too)."""
     path = os.path.join(sys.argv[3], f"{prof}-gridperf-p{p}.json")
     if not os.path.exists(path):
         return "-"
@@ -247,7 +247,7 @@ for prof in dict.fromkeys(r[0] for r in rows):
     size, rate, win = int(rs[0][4]), float(rs[0][5]), rs[0][6]
     print(f"{prof}: {size / 2**20:g} MiB a -> b, tmpfs to tmpfs, {win} buffers; "
           f"link goodput {rate / 1e6:.1f} Mbit/s; wall time, Mbit/s, % of the link's goodput")
-    print(f"  {'streams':<8}" + "".join(f"{t:>26}" for t in tools) + "   gridperf / best peer   gridperf's streams")
+    print(f"  {'streams':<8}" + "".join(f"{t:>26}" for t in tools) + "   gridperf / best peer   gridperf's connections")
     for p in dict.fromkeys(r[2] for r in rs):
         cells, secs = [], {}
         for t in tools:
@@ -263,7 +263,7 @@ for prof in dict.fromkeys(r[0] for r in rows):
             cells.append(f"{s:>8.1f} s {mbit:>7.1f} {100 * mbit * 1e6 / rate:>5.0f}%")
         peers = [v for k, v in secs.items() if k != "gridperf"]
         ratio = f"{min(peers) / secs['gridperf']:.2f}x" if "gridperf" in secs and peers else "-"
-        print(f"  {p:<8}" + "".join(cells) + f"   {ratio:>20}   {used(prof, p):>18}")
+        print(f"  {p:<8}" + "".join(cells) + f"   {ratio:>20}   {used(prof, p):>22}")
     # -P auto against the best fixed count, gridperf's own
     fixed = {r[2]: float(r[3]) for r in rs if r[1] == "gridperf" and r[2] != "auto" and r[3] != "INVALID"}
     auto = [float(r[3]) for r in rs if r[1] == "gridperf" and r[2] == "auto" and r[3] != "INVALID"]
