@@ -531,7 +531,7 @@ pub fn without_floor(mut spec: LabSpec) -> Result<LabSpec> {
         return Ok(spec);
     }
     let floor = floor_ns(&spec)?;
-    let half = (floor / 2.0).round() as u64;
+    let half = super::floor_each_way_ns(floor);
     let asked = spec.ab.delay_ns + spec.ba.delay_ns;
     let links = [&mut spec.ab, &mut spec.ba].into_iter().chain(spec.paths.iter_mut().flat_map(|(a, b)| [a, b]));
     for l in links {

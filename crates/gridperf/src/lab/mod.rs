@@ -169,11 +169,18 @@ pub fn host_sysctl(line: &str) -> Result<(String, String)> {
     Ok((k, v))
 }
 
+/// What comes off each direction's delay for a lab's own round trip of `floor` ns.
+pub fn floor_each_way_ns(floor: f64) -> u64 {
+    (floor / 2.0).round() as u64
+}
+
 impl LabSpec {
     /// The round trip the lab was asked for, end to end: its links' delays
-    /// both ways and its own round trip, which was taken off them.
+    /// both ways and what was taken off each for its own round trip
+    /// ([`floor_each_way_ns`], to the nanosecond: a BDP from it is the
+    /// asked one's).
     pub fn rtt_ns(&self) -> u64 {
-        self.ab.delay_ns + self.ba.delay_ns + self.floor_ns.map_or(0, |f| f.round() as u64)
+        self.ab.delay_ns + self.ba.delay_ns + 2 * self.floor_ns.map_or(0, floor_each_way_ns)
     }
 
     /// The bottleneck's paths, A to B and B to A: `paths`, or the one link.
