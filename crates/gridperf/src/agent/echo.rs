@@ -103,22 +103,19 @@ pub(super) fn run(shared: &Shared, ctl: &mut TcpStream, peer: SocketAddr, req: &
     let protos = socks.iter().map(|s| s.proto()).collect();
     let between = gridperf_core::proto::nanos(shared.cfg.control_timeout);
     let mut m = measure::Echo::new(protos, req.max_size, between, agent, clock.now());
-    let mut work =
-        Work { shared, socks, buf, busy: req.busy_poll, idle_limit, ipv6, sndbuf: req.sndbuf, rcvbuf: req.rcvbuf };
+    let mut work = Work { shared, req, socks, buf, idle_limit, ipv6 };
     converse(ctl, &mut m, Vec::new(), &clock, shared.cfg.control_timeout, &mut work)
 }
 
 /// The echo test's data sockets and what its steps need.
 struct Work<'a> {
     shared: &'a Shared,
+    req: &'a EchoSpec,
     socks: Vec<DataSock>,
     buf: Vec<u8>,
-    busy: bool,
     /// How long a message may take to arrive in full.
     idle_limit: Duration,
     ipv6: bool,
-    sndbuf: Option<u64>,
-    rcvbuf: Option<u64>,
 }
 
 impl Tasks<measure::Echo> for Work<'_> {
@@ -132,7 +129,7 @@ impl Tasks<measure::Echo> for Work<'_> {
                     ctl,
                     size: size as usize,
                     exchanges,
-                    busy: self.busy,
+                    busy: self.req.busy_poll,
                     idle_limit: self.idle_limit,
                     control_timeout: self.shared.cfg.control_timeout,
                     stop: &self.shared.stop,
@@ -158,7 +155,7 @@ impl Tasks<measure::Echo> for Work<'_> {
                     .iter()
                     .map(|s| {
                         let fd = RawFdRef(s.raw_fd());
-                        host::socket_info(&fd, s.proto(), self.ipv6, self.sndbuf, self.rcvbuf)
+                        host::socket_info(&fd, s.proto(), self.ipv6, self.req.sndbuf, self.req.rcvbuf)
                     })
                     .collect(),
             ),
