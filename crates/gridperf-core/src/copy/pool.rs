@@ -229,6 +229,18 @@ pub fn tail_holders(conns: &[ConnWindow]) -> Vec<u32> {
 /// by this share after adding them; a rate still growing this much a
 /// window by itself is still ramping up (slow start), not yet judged.
 pub const WORTH: f64 = 0.10;
+/// A doubling is kept when it paid this share (the path's last tenth is
+/// worth having: lambda's 2 streams carried 89% of the link when judged,
+/// and 4 of them 8% more, over the whole copy 80% against 94%), and
+/// doubled again when it paid [`DOUBLE_AGAIN`]: a doubling that paid less
+/// is near the path's rate, and the next would pay less still.
+pub const DOUBLE_WORTH: f64 = 0.05;
+pub const DOUBLE_AGAIN: f64 = 0.25;
+/// The pool is judged on its mean rate over this many windows once its
+/// youngest connection is [`MATURE_WINDOWS`] old (each window's rate is
+/// itself over a window: one rate a window swings by tens of percent on a
+/// lossy path, BBR's probes and a restart's slow start included).
+pub const JUDGE_WINDOWS: u64 = 1;
 /// Retransmissions per byte this many times the last judged period's,
 /// without a gain, remove a connection.
 pub const RETRANS_RISE: f64 = 2.0;
@@ -250,8 +262,8 @@ pub const AUTO_START: u32 = 2;
 pub enum Change {
     /// Open this many more connections.
     Add { n: u32, why: String },
-    /// Close the newest connection (its blocks go back to the queue).
-    Remove { why: String },
+    /// Close the `n` newest connections (their blocks go back to the queue).
+    Remove { n: u32, why: String },
 }
 
 /// The copy as `-P auto` sees it at one moment.
@@ -274,14 +286,17 @@ pub struct PoolWindow {
 }
 
 /// `-P auto` (`--streams MIN..MAX`): starts with [`AUTO_START`]
-/// connections, waits while their rate is still ramping up, then adds half
-/// as many again (at least one) while they are bound by their buffers (a
-/// window or send buffer caps each one: more of them carry more) and each
-/// addition paid [`WORTH`]; an addition that did not pay is taken back; one
-/// connection is removed when retransmissions rise without gain; once
-/// settled it probes with one more after [`SETTLE_WINDOWS`] (taken back if
-/// it does not pay). Bounded by MIN and MAX, one change per
-/// [`CHANGE_WINDOWS`] windows at most.
+/// connections and waits while their rate is still ramping up. Then it
+/// doubles them while each doubling pays [`WORTH`] (losses or a shallow
+/// queue cap each connection, and more of them carry more until the path
+/// is full: lambda's 128 KB queue held 2 streams at 80% of the link and 4
+/// at 94%); the doubling that did not pay is taken back whole, and from
+/// then on it adds half as many again (at least one) only while the
+/// connections are bound by their buffers (a window or send buffer caps
+/// each one) and each addition paid. One connection is removed when
+/// retransmissions rise without gain; once settled it probes with one more
+/// after [`SETTLE_WINDOWS`] (taken back if it does not pay). Bounded by
+/// MIN and MAX, one change per [`CHANGE_WINDOWS`] windows at most.
 #[derive(Debug, Clone)]
 pub struct AutoStreams {
     pub min: u32,
@@ -294,12 +309,34 @@ pub struct AutoStreams {
     settled: bool,
     /// Connections added by the last change, not yet judged.
     added: u32,
+    /// Still doubling: no doubling has failed to pay yet.
+    doubling: bool,
+    /// The connections it started with: the retransmission rule removes
+    /// only what it added.
+    start: u32,
+    /// Since the pool became fit to judge: (first tick, the sum of the
+    /// rates, of the retransmissions, ticks).
+    acc: Option<(u64, f64, f64, u32)>,
+    /// Whether the rate grew by [`WORTH`] over the last window.
+    ramping: bool,
 }
 
 impl AutoStreams {
     pub fn new(min: u32, max: u32) -> AutoStreams {
         let min = min.max(1);
-        AutoStreams { min, max: max.max(min), baseline: None, seen: None, last_change_ns: 0, settled: false, added: 0 }
+        AutoStreams {
+            min,
+            max: max.max(min),
+            baseline: None,
+            seen: None,
+            last_change_ns: 0,
+            settled: false,
+            added: 0,
+            doubling: true,
+            start: AutoStreams::start(min, max),
+            acc: None,
+            ramping: true,
+        }
     }
 
     /// The connections to start with.
@@ -313,58 +350,90 @@ impl AutoStreams {
         if !w.pending || w.window_ns == 0 || w.rate_bps <= 0.0 {
             return None;
         }
-        // still ramping up (slow start, a window still opening): not yet judged
-        let ramping = match self.seen {
+        // still ramping up (slow start, a window still opening): not yet
+        // judged. Looked at once a window, against the rate a window ago
+        match self.seen {
             Some((t, r)) if w.now_ns >= t + w.window_ns => {
                 self.seen = Some((w.now_ns, w.rate_bps));
-                w.rate_bps > r * (1.0 + WORTH)
+                self.ramping = w.rate_bps > r * (1.0 + WORTH);
             }
-            Some(_) => return None,
+            Some(_) => {}
             None => {
                 self.seen = Some((w.now_ns, w.rate_bps));
-                return None;
+                self.ramping = true;
             }
-        };
-        if ramping
-            || w.youngest_ns < MATURE_WINDOWS * w.window_ns
-            || w.now_ns < self.last_change_ns + wait * w.window_ns
-        {
+        }
+        if self.ramping || w.youngest_ns < MATURE_WINDOWS * w.window_ns {
+            self.acc = None;
             return None;
         }
-        let per_byte = f64::from(w.retrans) / (w.rate_bps / 8.0 * w.window_ns as f64 / 1e9);
-        let (before, before_per_byte) = self.baseline.unwrap_or((w.rate_bps, per_byte));
-        let gain = w.rate_bps / before - 1.0;
+        let (first, rates, retrans, n) = self.acc.unwrap_or((w.now_ns, 0.0, 0.0, 0));
+        let (rates, retrans, n) = (rates + w.rate_bps, retrans + f64::from(w.retrans), n + 1);
+        self.acc = Some((first, rates, retrans, n));
+        if w.now_ns < self.last_change_ns + wait * w.window_ns || w.now_ns < first + JUDGE_WINDOWS * w.window_ns {
+            return None;
+        }
+        // the pool over the judged span
+        let rate = rates / f64::from(n);
+        let per_byte = retrans / f64::from(n) / (rate / 8.0 * w.window_ns as f64 / 1e9);
+        let first = self.baseline.is_none();
+        let (before, before_per_byte) = self.baseline.unwrap_or((rate, per_byte));
+        let gain = rate / before - 1.0;
         let live = w.live;
-        let words =
-            format!("{live} connections move {} ({:+.0}% since the last change)", mbit(w.rate_bps), gain * 100.0);
+        let words = format!("{live} connections move {} ({:+.0}% since the last change)", mbit(rate), gain * 100.0);
         let judged = |me: &mut AutoStreams, settled: bool| {
             me.last_change_ns = w.now_ns;
-            me.baseline = Some((w.rate_bps, per_byte));
+            me.baseline = Some((rate, per_byte));
             me.settled = settled;
             me.added = 0;
+            me.acc = None;
         };
-        // the last addition did not pay: take it back, one at a time
-        if self.added > 0 && gain < WORTH && live > self.min {
-            let left = self.added - 1;
+        // a doubling: kept if it paid DOUBLE_WORTH, doubled again if it paid DOUBLE_AGAIN
+        let worth = if self.doubling { DOUBLE_WORTH } else { WORTH };
+        if self.doubling && self.added > 0 && gain >= worth && gain < DOUBLE_AGAIN {
+            self.doubling = false;
             judged(self, true);
-            self.added = left;
+            return None;
+        }
+        // the last addition did not pay: take it back whole, and stop doubling
+        if self.added > 0 && gain < worth && live > self.min {
+            let n = self.added.min(live - self.min);
+            judged(self, true);
+            self.doubling = false;
             self.baseline = Some((before, before_per_byte));
-            return Some(Change::Remove { why: format!("{words}: the last addition did not pay, one fewer") });
+            return Some(Change::Remove {
+                n,
+                why: format!("{words}: the last addition did not pay, back to {}", live - n),
+            });
         }
         if per_byte > RETRANS_RISE * before_per_byte.max(1e-9)
             && gain < WORTH
-            && live > self.min
+            && live > self.min.max(self.start)
             && self.baseline.is_some()
         {
             judged(self, true);
+            self.doubling = false;
             return Some(Change::Remove {
+                n: 1,
                 why: format!(
                     "{words}, with {:.1}x the retransmissions per byte: one fewer",
                     per_byte / before_per_byte.max(1e-9)
                 ),
             });
         }
-        let grow = (live / 2).max(1).min(self.max.saturating_sub(live));
+        let room = self.max.saturating_sub(live);
+        let double = live.min(room);
+        if self.doubling && double > 0 {
+            judged(self, false);
+            self.added = double;
+            let why = if !first {
+                format!("{words}: the last doubling paid, doubling again")
+            } else {
+                format!("{words}: doubling while each doubling pays {:.0}%", DOUBLE_WORTH * 100.0)
+            };
+            return Some(Change::Add { n: double, why });
+        }
+        let grow = (live / 2).max(1).min(room);
         if grow > 0 && w.buffer_limited >= BUFFER_LIMITED {
             judged(self, false);
             self.added = grow;
@@ -497,16 +566,18 @@ mod tests {
     /// Runs `-P auto` against a path whose rate for n connections is
     /// `rate(n)`, their buffer-limited share `limited(n)` and
     /// retransmissions `retrans(n)`, for `secs` seconds, each new connection
-    /// ramping up over 2 s; the connection counts it went through.
+    /// ramping up over 2 s; the connection counts it went through, each
+    /// with the second it began, and when it first settled.
     fn auto_on(
         rate: impl Fn(u32) -> f64,
         limited: impl Fn(u32) -> f64,
         retrans: impl Fn(u32) -> u32,
         secs: u64,
-    ) -> Vec<u32> {
+    ) -> (Vec<(f64, u32)>, Option<f64>) {
         let mut a = AutoStreams::new(1, 16);
+        let mut settled = None;
         let (mut live, mut born) = (AutoStreams::start(1, 16), 0u64);
-        let mut seen = vec![live];
+        let mut seen = vec![(0.0, live)];
         for t in (0..secs * 10).map(|d| d * S / 10) {
             let ramp = ((t - born) as f64 / (2 * S) as f64).min(1.0);
             let w = PoolWindow {
@@ -519,34 +590,69 @@ mod tests {
                 buffer_limited: limited(live),
                 pending: true,
             };
-            match a.decide(&w) {
+            let change = a.decide(&w);
+            if a.settled && settled.is_none() {
+                settled = Some(t as f64 / S as f64);
+            }
+            match change {
                 Some(Change::Add { n, .. }) => live += n,
-                Some(Change::Remove { .. }) => live -= 1,
+                Some(Change::Remove { n, .. }) => live -= n,
                 None => continue,
             }
             born = t;
-            seen.push(live);
+            seen.push((t as f64 / S as f64, live));
         }
-        seen
+        (seen, settled)
+    }
+
+    fn counts(seen: &(Vec<(f64, u32)>, Option<f64>)) -> Vec<u32> {
+        seen.0.iter().map(|&(_, n)| n).collect()
     }
 
     #[test]
     fn auto_grows_while_each_connection_is_buffer_bound_and_stays_bounded() {
         // each connection capped by its buffers at 100 Mbit/s, up to a 1 Gbit/s path
         let capped = |n: u32| (f64::from(n) * 100e6).min(1e9);
-        let seen = auto_on(capped, |n| if n < 10 { 0.9 } else { 0.1 }, |_| 0, 120);
+        let seen = counts(&auto_on(capped, |n| if n < 10 { 0.9 } else { 0.1 }, |_| 0, 120));
         let top = *seen.iter().max().unwrap_or(&0);
         assert!((10..=16).contains(&top), "{seen:?}");
         assert!(seen.iter().all(|&n| (1..=16).contains(&n)), "{seen:?}");
-        // the path filled by the first ones, no buffer limit: it probes, and never climbs far
-        let seen = auto_on(|_| 1e9, |_| 0.0, |_| 0, 120);
-        assert!(seen.iter().all(|&n| n <= AUTO_START + 1), "{seen:?}");
-        assert!(seen.len() <= 10, "a probe at most every 30 windows: {seen:?}");
+        // the path filled by the first ones, no buffer limit: one doubling,
+        // taken back, then a probe with one more every 30 windows at most
+        let seen = counts(&auto_on(|_| 1e9, |_| 0.0, |_| 0, 120));
+        assert_eq!(seen[..3], [AUTO_START, 2 * AUTO_START, AUTO_START], "{seen:?}");
+        assert!(seen[3..].iter().all(|&n| n <= AUTO_START + 1), "{seen:?}");
+        assert!(seen.len() <= 12, "a probe at most every 30 windows: {seen:?}");
         // more connections only add losses: it comes back down
-        let seen = auto_on(|_| 8e8, |_| 0.9, |n| if n > 4 { 50 * n } else { 1 }, 120);
+        let seen = counts(&auto_on(|_| 8e8, |_| 0.9, |n| if n > 4 { 50 * n } else { 1 }, 120));
         assert!(*seen.last().unwrap_or(&0) <= 5, "{seen:?}");
         assert_eq!(AutoStreams::start(1, 2), 2);
         assert_eq!(AutoStreams::start(8, 16), 8);
+    }
+
+    #[test]
+    fn auto_doubles_on_a_lossy_shallow_queue_while_doubling_pays_and_settles_early() {
+        // lambda (622 Mbit/s x 100 ms, a 128 KB queue), as measured with
+        // fixed counts: losses cap each connection, not its buffers; 1 and
+        // 2 streams carry 80% of the link, 4 carry 94%, 8 and 16 no more
+        let lambda = |n: u32| match n {
+            0..=2 => 480e6,
+            3 => 530e6,
+            4..=7 => 565e6,
+            _ => 570e6,
+        };
+        let seen = auto_on(lambda, |_| 0.3, |n| 300 * n, 60);
+        let n = counts(&seen);
+        // 2 -> 4 paid 18%: kept, and not doubled again (it paid less than 25%)
+        assert_eq!(n[..2], [2, 4], "{seen:?}");
+        // settled at 4 within 10 s (but for a probe with one more, 30 windows later)
+        let settled = seen.1.unwrap_or(f64::INFINITY);
+        assert!(settled <= 10.0, "{seen:?}");
+        assert!(seen.0[2..].iter().all(|&(t, n)| (4..=5).contains(&n) && t >= settled + 30.0), "{seen:?}");
+        // where 2 streams fill the path, the doubling is taken back: 2, 4, 2
+        let seen = auto_on(|n| if n < 4 { 560e6 } else { 570e6 }, |_| 0.3, |n| 300 * n, 20);
+        assert_eq!(counts(&seen), [2, 4, 2], "{seen:?}");
+        assert!(seen.1.unwrap_or(f64::INFINITY) <= 10.0, "{seen:?}");
     }
 
     #[test]

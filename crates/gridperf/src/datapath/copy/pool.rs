@@ -255,12 +255,14 @@ pub fn send_pool(
                             note(&mut events, "add", None, None, format!("{why}: opened {}", opened.join(", ")));
                         }
                     }
-                    Some(Change::Remove { why }) => {
-                        if let Some(l) =
-                            live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).max_by_key(|l| l.started)
-                        {
+                    Some(Change::Remove { n, why }) => {
+                        // the newest first: the oldest have ramped up furthest
+                        let mut open: Vec<&Live> =
+                            live.iter().filter(|l| !l.ctl.cancel.load(Ordering::SeqCst)).collect();
+                        open.sort_by_key(|l| std::cmp::Reverse(l.started));
+                        for l in open.into_iter().take(n as usize) {
                             l.close(format!("removed by -P auto: {why}"));
-                            note(&mut events, "remove", Some(l.id), None, why);
+                            note(&mut events, "remove", Some(l.id), None, why.clone());
                         }
                     }
                     None => {}
