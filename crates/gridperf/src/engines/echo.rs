@@ -7,11 +7,13 @@
 use crate::datapath::{is_wait, pattern, read_full, sendfile_full, write_full, write_hello, DataSock, RawFdRef};
 use crate::error::{Error, Result};
 use crate::host;
-use crate::runner::{Deadlines, Opened, Target};
+use crate::runner::converse::{converse, Acts, Clock, Tasks};
+use crate::runner::{Deadlines, Opened, Session, Target};
 use gridperf_core::analysis::stats::Warning;
 use gridperf_core::model::plan::Proto;
 use gridperf_core::model::{Environment, LabRecord, Settings, SocketInfo};
-use gridperf_core::wire::{DataHello, DataKind, EchoSpec, Test};
+use gridperf_core::proto::measure::client::{StepTask, Steps};
+use gridperf_core::wire::{DataHello, DataKind, EchoSpec, StepRequest, Test};
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -98,6 +100,9 @@ pub struct EchoTest {
     pub pingers: Vec<Pinger>,
     agent: gridperf_core::model::EndInfo,
     opts: EchoOptions,
+    /// The client's end of the steps' conversation.
+    steps: Steps,
+    clock: Clock,
 }
 
 /// Pins this thread, reaches (or starts) the agent, asks for the test and
@@ -174,7 +179,8 @@ pub fn start(measure: gridperf_core::model::Measure, target: &Target, opts: &Ech
         sock.set_mode(opts.busy_poll, timeout).map_err(|e| Error::network(e.to_string()))?;
         pingers.push(Pinger::new(sock, max_size as usize, timeout, opts.writes, opts.busy_poll));
     }
-    Ok(EchoTest { opened, pingers, agent: ready.agent, opts: opts.clone() })
+    let steps = Steps::new(gridperf_core::proto::nanos(opts.deadlines.control));
+    Ok(EchoTest { opened, pingers, agent: ready.agent, opts: opts.clone(), steps, clock: Clock::start() })
 }
 
 fn set_buffers(sock: &impl std::os::fd::AsRawFd, sndbuf: Option<u64>, rcvbuf: Option<u64>) -> Result<()> {
@@ -263,7 +269,7 @@ impl EchoTest {
         if time.is_zero() {
             return Ok(0);
         }
-        self.opened.session.step(proto, size, None)?;
+        self.step(proto, size, None)?;
         let until = std::time::Instant::now() + time;
         let mut n = 0;
         while std::time::Instant::now() < until {
@@ -274,22 +280,55 @@ impl EchoTest {
         Ok(n)
     }
 
-    /// Ends a step (see [`crate::runner::Session::end_step`]); the pinger's
-    /// socket gets its nudge.
+    /// Starts a step and waits until the agent is ready for it; with
+    /// `exchanges` the agent counts them and ends the step itself.
+    pub fn step(&mut self, proto: Proto, size: u64, exchanges: Option<u64>) -> Result<()> {
+        let acts = self.steps.step(StepRequest { proto: proto.name().into(), size, exchanges }, self.clock.now());
+        self.converse(acts, None)
+    }
+
+    /// Ends a step (step-end, then the pinger's nudge, unless the agent
+    /// counts the exchanges itself); the agent's figures for it.
     pub fn end_step(&mut self, idx: usize, counted_by_agent: bool) -> Result<gridperf_core::model::StepFigures> {
         self.end_step_then(idx, counted_by_agent, None)
     }
 
-    /// Ends a step and, with `next`, begins the next one in the same round
-    /// trip (see [`crate::runner::Session::end_step_then`]).
+    /// Ends a step and, with `next` (a protocol and size), asks for the
+    /// next one in the same flight: a round trip less
+    /// ([`gridperf_core::proto::measure::client`]).
     pub fn end_step_then(
         &mut self,
         idx: usize,
         counted_by_agent: bool,
         next: Option<(Proto, u64)>,
     ) -> Result<gridperf_core::model::StepFigures> {
-        let pinger = &self.pingers[idx];
-        self.opened.session.end_step_then(counted_by_agent, &|| pinger.nudge(), next)
+        let next = next.map(|(p, size)| StepRequest { proto: p.name().into(), size, exchanges: None });
+        let acts = self.steps.end(counted_by_agent, next, self.clock.now());
+        self.converse(acts, Some(idx))?;
+        self.steps.take_figures().ok_or_else(|| Error::internal("the step ended without the agent's figures"))
+    }
+
+    /// Drives the steps' machine until it waits for nothing (the exchanges are the caller's).
+    fn converse(&mut self, acts: Acts<StepTask>, nudged: Option<usize>) -> Result<()> {
+        struct Nudge<'a>(Option<&'a Pinger>);
+        impl Tasks<Steps> for Nudge<'_> {
+            fn run(&mut self, t: StepTask, _: &mut Steps, _: &mut Session, _: &Clock) -> Result<Acts<StepTask>> {
+                match t {
+                    StepTask::Nudge => {
+                        if let Some(p) = self.0 {
+                            p.nudge();
+                        }
+                    }
+                }
+                Ok(Vec::new())
+            }
+            fn pauses(&self) -> bool {
+                true
+            }
+        }
+        let mut nudge = Nudge(nudged.map(|k| &self.pingers[k]));
+        let longest = self.opts.deadlines.control;
+        converse(&mut self.opened.session, &mut self.steps, acts, &self.clock, longest, &mut nudge)
     }
 
     /// Turns an I/O failure of an exchange into an error that says where it happened.

@@ -236,7 +236,7 @@ pub fn run_with(
                     let budget = opts.duration.map(|d| d / rounds);
                     let by_agent = proto.is_stream() && budget.is_none();
                     if ready.take() != Some(proto) {
-                        r.opened.session.step(proto, size, by_agent.then_some(warmup.saturating_add(count)))?;
+                        r.step(proto, size, by_agent.then_some(warmup.saturating_add(count)))?;
                     }
                     for _ in 0..warmup {
                         r.warm_exchange(idx, proto, size, g.warmed)?;

@@ -63,7 +63,7 @@ pub fn run_with(
             r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
         let by_agent = pt.proto.is_stream();
-        r.opened.session.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
+        r.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
         let mut times = Vec::with_capacity(opts.repeat as usize);
         let (mut lost, mut in_a_row) = (0u64, 0u64);
         for run in 0..runs {

@@ -7,6 +7,7 @@
 //! emulator kept up. The lab is passed along explicitly, never through the
 //! process's environment.
 
+pub(crate) mod converse;
 mod session;
 
 pub use session::{default_key_path, failure, load_client_key, set_client_key, Deadlines, Ready, Session};

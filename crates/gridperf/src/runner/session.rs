@@ -1,16 +1,16 @@
 //! The client's side of the control conversation: say hello, ask for a
-//! test, wait in the agent's queue if asked to, and drive the test's steps.
+//! test, wait in the agent's queue if asked to; a test's own conversation
+//! is its machine's, driven by [`super::converse`].
 //! Every answer has a deadline; an error frame from the agent becomes an
 //! error of the kind it is (refused, or a network error).
 
 use crate::error::{Error, Result};
 use crate::host;
 use gridperf_core::auth;
-use gridperf_core::model::plan::Proto;
-use gridperf_core::model::{EndInfo, StepFigures};
+use gridperf_core::model::EndInfo;
 use gridperf_core::proto::session::{Me, Note, Opening};
 use gridperf_core::proto::{nanos, Action, Clock, End, Input};
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, StepRequest, Test, TestRequest};
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, ErrorCode, Test, TestRequest};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -310,49 +310,6 @@ impl Session {
     /// The client's address on the control connection (data sockets bind to it).
     pub fn local_ip(&self) -> Result<std::net::IpAddr> {
         self.ctl.local_addr().map(|a| a.ip()).map_err(|e| Error::network(e.to_string()))
-    }
-
-    /// Starts a step and waits until the agent is ready for it.
-    pub fn step(&mut self, proto: Proto, size: u64, exchanges: Option<u64>) -> Result<()> {
-        self.send(&ClientMsg::Step(StepRequest { proto: proto.name().into(), size, exchanges }))?;
-        self.expect("step-ready", |m| matches!(m, AgentMsg::StepReady).then_some(()))
-    }
-
-    /// Ends a step (sending StepEnd, then `nudge` for a data socket that
-    /// must be woken, unless the agent counts the exchanges itself) and
-    /// returns the agent's figures for it.
-    pub fn end_step(&mut self, counted_by_agent: bool, nudge: &dyn Fn()) -> Result<StepFigures> {
-        self.end_step_then(counted_by_agent, nudge, None)
-    }
-
-    /// Ends a step as [`Session::end_step`] does and, with `next` (a
-    /// protocol and size, ended by the client), asks for the next step
-    /// before reading the figures: the agent reads its control messages in
-    /// order, so it answers StepDone, then StepReady, and the two steps
-    /// cost one round trip where they cost two. Not after a step the agent
-    /// counts: it may still be in it when the next request arrives.
-    pub fn end_step_then(
-        &mut self,
-        counted_by_agent: bool,
-        nudge: &dyn Fn(),
-        next: Option<(Proto, u64)>,
-    ) -> Result<StepFigures> {
-        if !counted_by_agent {
-            self.send(&ClientMsg::StepEnd)?;
-            nudge();
-        }
-        let next = next.filter(|_| !counted_by_agent);
-        if let Some((proto, size)) = next {
-            self.send(&ClientMsg::Step(StepRequest { proto: proto.name().into(), size, exchanges: None }))?;
-        }
-        let figures = self.expect("step-done", |m| match m {
-            AgentMsg::StepDone { figures } => Some(figures),
-            _ => None,
-        })?;
-        if next.is_some() {
-            self.expect("step-ready", |m| matches!(m, AgentMsg::StepReady).then_some(()))?;
-        }
-        Ok(figures)
     }
 
     /// Sends finish before the test's last answers are read (the agent

@@ -13,9 +13,16 @@
 //!   samples and results go out from the task as they come), finish, the
 //!   report.
 //!
+//! The client's end of the steps is [`client::Steps`]; `pair` plays the
+//! two against each other in virtual time.
+//!
 //! Every refusal is told to the client, with what was wrong and what is
 //! valid. The fanout consumer is not a conversation of steps (it takes
 //! connections while it waits for finish) and stays in `agent/fanout.rs`.
+
+pub mod client;
+#[cfg(test)]
+mod pair;
 
 use super::{aborted, out_of_turn, refuse, Action, End, Failure, Input, Nanos};
 use crate::model::plan::Proto;

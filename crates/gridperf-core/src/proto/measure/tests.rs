@@ -165,3 +165,110 @@ fn a_stream_test_refuses_out_of_turn_and_ends_on_silence() {
     let acts = s.handle(Input::Msg(ClientMsg::Abort { reason: "ctrl-c".into() }), 0);
     assert_eq!(acts, vec![Action::Fail(Failure::Net("client aborted: ctrl-c".into()))]);
 }
+
+// the client's end, and both ends against each other
+
+use super::client::{StepTask, Steps};
+use super::pair::{self, Planned};
+
+const L: Nanos = 10_000_000;
+
+fn udp(exchanges: u64) -> Planned {
+    Planned { proto: Proto::Udp, size: 64, exchanges, counted_by_agent: false }
+}
+
+fn tcp_counted(exchanges: u64) -> Planned {
+    Planned { proto: Proto::Tcp, size: 64, exchanges, counted_by_agent: true }
+}
+
+fn req(proto: &str, exchanges: Option<u64>) -> StepRequest {
+    StepRequest { proto: proto.into(), size: 64, exchanges }
+}
+
+#[test]
+fn two_steps_the_client_ends_cost_a_round_trip_less_with_the_next_asked_behind_step_end() {
+    let plan = [udp(5), udp(5)];
+    // each step: step -> step-ready (1 round trip), 5 exchanges, step-end -> step-done (1)
+    let apart = pair::run(&plan, false, L);
+    assert!(apart.failed.is_none(), "{:?}", apart.failed);
+    assert_eq!(apart.at, 2 * (2 + 10 + 2) * L, "{:#?}", apart.log);
+    // the second step asked for behind the first one's step-end: one round trip between the steps' exchanges
+    let piped = pair::run(&plan, true, L);
+    assert!(piped.failed.is_none(), "{:?}", piped.failed);
+    assert_eq!(piped.at, apart.at - 2 * L, "{:#?}", piped.log);
+    assert_eq!(piped.figures.iter().map(|f| f.echoed).collect::<Vec<_>>(), [5, 5]);
+    // in one flight each way, in order: step-end then step; step-done then step-ready
+    let at = |who: char, what: &str| -> Vec<Nanos> {
+        piped.log.iter().filter(|(_, w, m)| *w == who && m.starts_with(what)).map(|e| e.0).collect()
+    };
+    let (ends, steps) = (at('c', "StepEnd"), at('c', "Step("));
+    assert_eq!(steps[1], ends[0], "{:#?}", piped.log);
+    let (dones, readies) = (at('a', "StepDone"), at('a', "StepReady"));
+    assert_eq!(readies[1], dones[0], "{:#?}", piped.log);
+    let order: Vec<&str> = piped.log.iter().map(|(_, _, m)| m.split([' ', '(']).next().unwrap_or("")).collect();
+    assert_eq!(order, ["Step", "StepReady", "StepEnd", "Step", "StepDone", "StepReady", "StepEnd", "StepDone"]);
+}
+
+#[test]
+fn a_step_the_agent_counts_is_not_followed_by_an_early_request() {
+    // the agent may still be echoing when a request would arrive, and would
+    // read it where the client's next exchange belongs: the next step is
+    // asked for once step-done came, even when asked to pipeline
+    let run = pair::run(&[tcp_counted(5), udp(5)], true, L);
+    assert!(run.failed.is_none(), "{:?}", run.failed);
+    let sent: Vec<(Nanos, char, &str)> =
+        run.log.iter().map(|(t, w, m)| (*t, *w, &m[..m.find(['(', ' ']).unwrap_or(m.len())])).collect();
+    assert_eq!(
+        sent,
+        [
+            (0, 'c', "Step"),
+            (L, 'a', "StepReady"),
+            // the fifth exchange reaches the agent 10 one-way trips after step-ready left it
+            (11 * L, 'a', "StepDone"),
+            (12 * L, 'c', "Step"),
+            (13 * L, 'a', "StepReady"),
+            (24 * L, 'c', "StepEnd"),
+            (25 * L, 'a', "StepDone"),
+        ]
+    );
+    assert_eq!(run.at, 26 * L);
+    let mut s = Steps::new(10 * S);
+    s.step(req("tcp", Some(5)), 0);
+    s.handle(Input::Msg(AgentMsg::StepReady), L);
+    assert_eq!(s.end(true, Some(req("udp", None)), 12 * L), Vec::new(), "nothing to send: the agent counts");
+    assert!(s.wants_msg());
+}
+
+#[test]
+fn the_clients_steps_end_on_the_agents_error_its_silence_and_a_frame_out_of_turn() {
+    let mut s = Steps::new(10 * S);
+    assert_eq!(s.step(req("udp", None), 0), vec![Action::Send(ClientMsg::Step(req("udp", None)))]);
+    assert_eq!(s.deadline(), Some(10 * S));
+    let acts = s.handle(Input::Deadline, 10 * S);
+    assert_eq!(acts, vec![Action::Fail(Failure::Net("no step-ready from the agent within 10.0 s".into()))]);
+    assert!(!s.wants_msg() && s.deadline().is_none());
+    let mut s = Steps::new(10 * S);
+    s.step(req("udp", None), 0);
+    s.handle(Input::Msg(AgentMsg::StepReady), S);
+    assert!(s.stepping() && s.deadline().is_none(), "a step lasts as long as the client's exchanges");
+    assert_eq!(
+        s.end(false, None, 2 * S),
+        vec![Action::Send(ClientMsg::StepEnd), Action::Do(StepTask::Nudge)],
+        "step-end, then the nudge that wakes an echo blocked on its data socket"
+    );
+    let acts = s.handle(Input::Msg(AgentMsg::StepReady), 2 * S);
+    assert_eq!(acts, vec![Action::Fail(Failure::Net("expected step-done from the agent, got StepReady".into()))]);
+    let mut s = Steps::new(10 * S);
+    s.step(req("udp", None), 0);
+    let acts = s.handle(Input::Msg(AgentMsg::Error { code: ErrorCode::TooLarge, message: "too\u{7} big".into() }), S);
+    assert_eq!(acts, vec![Action::Fail(Failure::agent(ErrorCode::TooLarge, "too\u{7} big"))]);
+    match &acts[0] {
+        Action::Fail(Failure::Agent { message, .. }) => assert!(!message.contains('\u{7}'), "shown, never obeyed"),
+        other => panic!("{other:?}"),
+    }
+    // a caller's mistake is said, not sent
+    let mut s = Steps::new(10 * S);
+    s.step(req("udp", None), 0);
+    let acts = s.step(req("udp", None), 0);
+    assert!(matches!(&acts[..], [Action::Fail(Failure::Net(m))] if m.starts_with("internal: a step asked for")));
+}

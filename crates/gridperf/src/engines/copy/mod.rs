@@ -5,7 +5,6 @@
 //! what partial files hold again), the data connections, the blocks, the
 //! outcome per file.
 
-mod converse;
 pub mod pairs;
 mod pull;
 mod push;

@@ -4,10 +4,10 @@
 //! (opened while the agent lists its files), the partial files prepared,
 //! the blocks taken on connections the agent asks for, the files renamed.
 
-use super::converse::{converse, Acts, Clock, Tasks};
 use super::{drive, file_result, needed_bytes, net, refusal, Conn, Moved, Watch};
 use crate::datapath::copy::{self as dp, SinkFile, SinkRules, StreamWork};
 use crate::error::{Error, Result};
+use crate::runner::converse::{converse, Clock, Tasks};
 use crate::runner::Session;
 use gridperf_core::model::CopyEvent;
 use gridperf_core::proto::copy::{self as proto, Event, Task};
@@ -18,6 +18,9 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// What the copy's machine asks for.
+type Acts = crate::runner::converse::Acts<Task>;
 
 /// Takes what `names` hold beneath the agent's root; each file is written
 /// beneath `dest` at `place(its path)`.

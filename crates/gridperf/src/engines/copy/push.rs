@@ -3,11 +3,11 @@
 //! the data connections (opened while the agent looks at the files) and
 //! the blocks over the pool.
 
-use super::converse::{converse, Acts, Clock, Tasks};
 use super::{drive, file_result, needed_bytes, net, refusal, Conn, Moved, Watch};
 use crate::datapath::copy::{self as dp, BlockQueue, Skipped, SourceFile};
 use crate::error::Result;
 use crate::host;
+use crate::runner::converse::{converse, Clock, Tasks};
 use crate::runner::Session;
 use gridperf_core::model::CopyEvent;
 use gridperf_core::proto::copy::{self as proto, Event, Task};
@@ -16,6 +16,9 @@ use gridperf_core::wire::{CopyFile, CopyNeed, CopyOutcome};
 use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// What the copy's machine asks for.
+type Acts = crate::runner::converse::Acts<Task>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
