@@ -16,9 +16,13 @@
 //! The client's end of the steps is [`client::Steps`]; `pair` plays the
 //! two against each other in virtual time.
 //!
+//! - a fanout test's consumer ([`Fanout`]): after ready, the agent takes
+//!   the client's data connections (its driver does, each echoed by a
+//!   thread of its own) while it waits for finish; every connection taken
+//!   puts the client's silence deadline off again.
+//!
 //! Every refusal is told to the client, with what was wrong and what is
-//! valid. The fanout consumer is not a conversation of steps (it takes
-//! connections while it waits for finish) and stays in `agent/fanout.rs`.
+//! valid.
 
 pub mod client;
 #[cfg(test)]
@@ -51,6 +55,8 @@ pub enum Event {
     Streamed(Vec<SocketInfo>),
     /// The data sockets as they are at the end.
     Sockets(Vec<SocketInfo>),
+    /// A fanout consumer's data connection was taken.
+    Accepted,
 }
 
 type AgentAction = Action<AgentMsg, Task>;
@@ -256,6 +262,66 @@ impl End for Stream {
 
     fn wants_msg(&self) -> bool {
         matches!(self.state, StreamState::Go | StreamState::Finish)
+    }
+}
+
+/// The agent's end of a fanout test, once it said ready: its driver takes
+/// the client's data connections, each echoed by a thread of its own,
+/// until the client's finish.
+#[derive(Debug)]
+pub struct Fanout {
+    /// How long the client may stay silent: no message and no connection.
+    quiet: Nanos,
+    deadline: Option<Nanos>,
+    agent: EndInfo,
+}
+
+impl Fanout {
+    /// Ready went at `now`; the client's connections or finish are awaited at most `quiet`.
+    pub fn new(quiet: Nanos, agent: EndInfo, now: Nanos) -> Fanout {
+        Fanout { quiet, deadline: Some(now + quiet), agent }
+    }
+}
+
+impl End for Fanout {
+    type In = ClientMsg;
+    type Out = AgentMsg;
+    type Task = Task;
+    type Event = Event;
+
+    fn handle(&mut self, input: Input<ClientMsg, Event>, now: Nanos) -> Vec<AgentAction> {
+        if self.deadline.is_none() {
+            return internal("fanout", "over", input);
+        }
+        let out = match input {
+            Input::Msg(ClientMsg::Finish) => {
+                vec![Action::Send(AgentMsg::Report { agent: self.agent.clone() }), Action::Done]
+            }
+            Input::Msg(ClientMsg::Abort { reason }) => aborted(&reason, ""),
+            Input::Msg(other) => refuse(
+                ErrorCode::BadMessage,
+                format!("unexpected {other:?} during a fanout test: finish is valid there"),
+            ),
+            Input::Event(Event::Accepted) => {
+                self.deadline = Some(now + self.quiet);
+                return Vec::new();
+            }
+            Input::Deadline => refuse(
+                ErrorCode::Timeout,
+                format!("the fanout client went silent: no connection and no message within {:.1} s", secs(self.quiet)),
+            ),
+            other => internal("fanout", "serving", other),
+        };
+        self.deadline = None;
+        out
+    }
+
+    fn deadline(&self) -> Option<Nanos> {
+        self.deadline
+    }
+
+    fn wants_msg(&self) -> bool {
+        self.deadline.is_some()
     }
 }
 

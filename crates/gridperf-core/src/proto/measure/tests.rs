@@ -272,3 +272,34 @@ fn the_clients_steps_end_on_the_agents_error_its_silence_and_a_frame_out_of_turn
     let acts = s.step(req("udp", None), 0);
     assert!(matches!(&acts[..], [Action::Fail(Failure::Net(m))] if m.starts_with("internal: a step asked for")));
 }
+
+#[test]
+fn a_fanout_consumer_waits_for_finish_while_connections_put_its_deadline_off() {
+    let agent = EndInfo { host: "consumer".into(), ..EndInfo::default() };
+    let mut f = Fanout::new(10 * S, agent.clone(), 0);
+    assert!(f.wants_msg());
+    assert_eq!(f.deadline(), Some(10 * S));
+    // each connection taken: the client is not silent
+    assert!(f.handle(Input::Event(Event::Accepted), 4 * S).is_empty());
+    assert_eq!(f.deadline(), Some(14 * S));
+    assert_eq!(
+        f.handle(Input::Msg(ClientMsg::Finish), 5 * S),
+        vec![Action::Send(AgentMsg::Report { agent }), Action::Done]
+    );
+    assert!(!f.wants_msg() && f.deadline().is_none());
+    // silence: said, with the figure
+    let (code, m) = refused(&Fanout::new(10 * S, EndInfo::default(), 0).handle(Input::Deadline, 10 * S));
+    assert_eq!(code, ErrorCode::Timeout);
+    assert!(m.contains("no connection and no message within 10.0 s"), "{m}");
+    let (code, m) = refused(&Fanout::new(10 * S, EndInfo::default(), 0).handle(Input::Msg(ClientMsg::StepEnd), S));
+    assert_eq!(code, ErrorCode::BadMessage);
+    assert_eq!(m, "unexpected StepEnd during a fanout test: finish is valid there");
+    let acts =
+        Fanout::new(10 * S, EndInfo::default(), 0).handle(Input::Msg(ClientMsg::Abort { reason: "done".into() }), S);
+    assert_eq!(acts, vec![Action::Fail(Failure::Net("client aborted: done".into()))]);
+    // once over, what it is handed is an internal error, never a second report
+    let mut f = Fanout::new(10 * S, EndInfo::default(), 0);
+    f.handle(Input::Msg(ClientMsg::Finish), S);
+    let acts = f.handle(Input::Msg(ClientMsg::Finish), S);
+    assert!(matches!(&acts[..], [Action::Fail(Failure::Net(m))] if m.starts_with("internal:")), "{acts:?}");
+}
