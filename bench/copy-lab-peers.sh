@@ -28,9 +28,12 @@
 # profile's loss). Then, per stream count, `gridperf stream` moving the
 # same bytes a -> b memory to memory (no files, no hashing): each gridperf
 # copy's transfer alone next to what TCP itself carries on the path, the
-# reference for "as fast as the network allows". A copy during which the lab's emulator fell behind
-# (packets over 10 ms late, or more than 1% over 1 ms, or drops it did not
-# decide) is INVALID and run again, up to twice. Every copy is checked
+# reference for "as fast as the network allows". A copy during which the
+# lab's emulator fell behind, by the rule every gridperf run across a lab
+# is judged by (`gridperf lab status --since`; README "The emulator watches
+# itself"), is INVALID and run again, up to twice; each try's verdict is in
+# verdicts.txt. (Before 2026-11-26 the bench had a stricter rule of its
+# own: any packet over 10 ms late.) Every copy is checked
 # with cmp. Needs root; installs globus-gridftp-server-progs
 # globus-gass-copy-progs xrootd-server xrootd-client if missing. Ports
 # 5811, 5812, 5814 on host b.
@@ -105,18 +108,15 @@ on() {
 }
 
 health() { "$GRIDPERF" lab status --name "$LAB" --json > "$1"; }
-# valid BEFORE AFTER: the emulator kept up between the two snapshots (lab up's rule)
+# valid BEFORE: the emulator kept up since the snapshot BEFORE, by the rule
+# every gridperf run across a lab is judged by (lab status --since: held up
+# for at most 1% of the span, at most 1% of packets over 1 ms late, no pause
+# of 200 ms, no drop the model did not make); its verdict line is printed
 valid() {
-    python3 - "$1" "$2" <<'PY'
-import json, sys
-a, b = (json.load(open(p))["health"] for p in sys.argv[1:3])
-d = lambda k: b[k] - a[k]
-pk = sum(l["arrived"] for l in b["links"]) - sum(l["arrived"] for l in a["links"])
-late, very, und = d("late_packets"), d("very_late_packets"), d("undecided_drops") + d("tun_drops")
-ok = very == 0 and und == 0 and (late < 10 or late <= pk / 100)
-print(f"{'valid' if ok else 'INVALID'} {pk} packets, {late} over 1 ms late, {very} over 10 ms, {und} drops not decided")
-sys.exit(0 if ok else 1)
-PY
+    local said rc=0
+    said=$("$GRIDPERF" lab status --name "$LAB" --since "$1" 2>&1) || rc=$?
+    echo "$said" | head -1
+    [ "$rc" -eq 0 ]
 }
 
 # one TOOL P: a copy a -> b; its wall time in seconds, or INVALID
@@ -141,14 +141,15 @@ one() {
                 --port 5814 -P "$p" -w "$win" --no-store --json > "$OUT/$PROFILE-gridperf-p$p.json" ;;
         esac >> "$OUT/clients.log" 2>&1 || rc=$?
         t1=$(date +%s.%N)
-        health "$WORK/h1.json"
         [ "$rc" -eq 0 ] || die "$PROFILE: $tool -P $p failed (exit $rc; see $OUT/clients.log)"
         cmp -s "$WORK/file.dat" "$dest" || die "$PROFILE: $tool -P $p: the copy differs"
         rm -f "$dest"
-        if why=$(valid "$WORK/h0.json" "$WORK/h1.json"); then
+        if why=$(valid "$WORK/h0.json"); then
             echo "$t0 $t1" | awk '{ printf "%.3f\n", $2 - $1 }'
+            echo "$PROFILE $tool -P $p try $try: $why" >> "$OUT/verdicts.txt"
             return 0
         fi
+        echo "$PROFILE $tool -P $p try $try: $why" >> "$OUT/verdicts.txt"
         log "$PROFILE: $tool -P $p: $why (try $try)"
     done
     echo INVALID
@@ -165,10 +166,9 @@ tcp() {
         timeout 1800 "$GRIDPERF" lab exec --name "$LAB" a -- "$GRIDPERF" stream "$B" --port 5814 -P "$p" \
             -n $((bytes / p)) -t 20m -w "$win" --no-store --json > "$OUT/$PROFILE-stream-p$p.json" \
             2>> "$OUT/clients.log" || rc=$?
-        health "$WORK/h1.json"
         # exit 4: stream saw the lab's emulator fall behind itself (INVALID)
         [ "$rc" -eq 0 ] || [ "$rc" -eq 4 ] || die "$PROFILE: stream -P $p failed (exit $rc; see $OUT/clients.log)"
-        if [ "$rc" -eq 0 ] && why=$(valid "$WORK/h0.json" "$WORK/h1.json"); then
+        if [ "$rc" -eq 0 ] && why=$(valid "$WORK/h0.json"); then
             return 0
         fi
         log "$PROFILE: stream -P $p: ${why:-INVALID by its own check} (try $try)"

@@ -191,6 +191,14 @@ pub struct LabUpArgs {
 pub struct LabStatusArgs {
     #[arg(long, default_value = "default")]
     pub name: String,
+    /// Judge the emulator over the span since an earlier `lab status
+    /// --json` saved to FILE, by the rule every run across a lab is judged
+    /// by: valid (with how long it was held up, if at all), or INVALID,
+    /// why and what caused it; exits 4 if INVALID. For runs of other
+    /// tools across the lab (a peer's copy under `lab exec`):
+    /// `lab status --json > before.json; ...; lab status --since before.json`.
+    #[arg(long, value_name = "FILE")]
+    pub since: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub print: super::JsonArgs,
 }
@@ -409,7 +417,7 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
         Ok(match c {
             LabCommand::Up(a) => Opts::Up(Box::new(LabSpec::try_from(*a)?)),
             LabCommand::Down(a) => Opts::Down { name: a.name },
-            LabCommand::Status(a) => Opts::Status { name: a.name },
+            LabCommand::Status(a) => Opts::Status { name: a.name, since: a.since },
             LabCommand::Exec(a) => Opts::Exec { name: a.name, host: a.host, command: a.command },
             LabCommand::Pause(a) => {
                 let length = super::duration(&a.length, "--for")?;

@@ -2,7 +2,7 @@
 //! one of its hosts, list the profiles, calibrate.
 
 use super::{Format, Output};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lab::{self, LabSpec};
 use crate::render;
 use gridperf_core::model::{LAB_CALIBRATION_SCHEMA, LAB_PROFILES_SCHEMA, LAB_SCHEMA};
@@ -17,6 +17,8 @@ pub enum Opts {
     },
     Status {
         name: String,
+        /// An earlier `lab status --json`: judge the span since it.
+        since: Option<std::path::PathBuf>,
     },
     Exec {
         name: String,
@@ -230,11 +232,22 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
                 out.note(&format!("gridperf lab: {name} paused for {length:?}: {n} processes stopped and resumed"));
             }
         }
-        Opts::Status { name } => {
+        Opts::Status { name, since: None } => {
             let st = lab::running(&name)?;
             let health = lab::health(&name);
             let doc = serde_json::json!({ "schema": LAB_SCHEMA, "lab": st, "health": health });
             out.render(&render::Shown::new(&doc, || render::lab::status(&st, health.as_ref())))?;
+        }
+        Opts::Status { name, since: Some(file) } => {
+            lab::running(&name)?;
+            let before = earlier_health(&file)?;
+            // judged as a run across the lab is (LabWatch: the emulator's next write read)
+            let record = crate::lab::LabWatch::since(&name, before).record();
+            let doc = serde_json::json!({ "schema": LAB_SCHEMA, "since": record });
+            out.render(&render::Shown::new(&doc, || render::lab::verdict(&record)))?;
+            if record.invalid.is_some() {
+                return Ok(Some(crate::error::Kind::Measurement.exit_code()));
+            }
         }
         Opts::Exec { name, host, command } => {
             let st = lab::exec(&name, &host, &command)?;
@@ -360,4 +373,20 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
         }
     }
     Ok(None)
+}
+
+/// The emulator's health in an earlier `lab status --json`, saved to `file`.
+fn earlier_health(file: &std::path::Path) -> Result<lab::emulator::Health> {
+    let shown = file.display();
+    let text = std::fs::read_to_string(file).map_err(|e| Error::usage(format!("--since {shown}: {e}")))?;
+    let doc: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::usage(format!("--since {shown}: not the JSON of `lab status --json`: {e}")))?;
+    match doc.get("health") {
+        Some(h) if !h.is_null() => serde_json::from_value(h.clone())
+            .map_err(|e| Error::usage(format!("--since {shown}: its \"health\" is not the emulator's health: {e}"))),
+        _ => Err(Error::usage(format!(
+            "--since {shown}: no \"health\" in it: save `gridperf lab status --name NAME --json` there \
+             before the run (a loopback lab has no emulator to judge)"
+        ))),
+    }
 }

@@ -421,6 +421,11 @@ impl LabWatch {
         LabWatch { name: name.to_string(), before: health(name) }
     }
 
+    /// A watch that began at an earlier reading of the emulator's health.
+    pub fn since(name: &str, before: Health) -> LabWatch {
+        LabWatch { name: name.to_string(), before: Some(before) }
+    }
+
     /// The lab the run crossed and the emulator's verdict over it. The
     /// emulator writes its health every 250 ms: this waits for one more
     /// write before reading it again.

@@ -391,3 +391,19 @@ pub fn clone_verify(rows: &[gridperf_core::lab::clone::Compared]) -> String {
     }
     out
 }
+
+/// `lab status --since FILE`: the emulator's verdict over the span, by the
+/// rule a run across the lab is judged by.
+pub fn verdict(r: &gridperf_core::model::LabRecord) -> String {
+    match &r.invalid {
+        Some(why) => format!(
+            "lab {}: INVALID since the earlier status: {why}\n  {}\n",
+            r.name,
+            gridperf_core::analysis::stats::lab_invalid_advice(r.cause)
+        ),
+        None => match &r.note {
+            Some(note) => format!("lab {}: valid since the earlier status; {note}\n", r.name),
+            None => format!("lab {}: valid since the earlier status: the emulator kept up\n", r.name),
+        },
+    }
+}

@@ -1714,14 +1714,44 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
     // one pause of 250 ms: TCP's timers ran out. A valid run whose record
     // shows no pause is one the pause missed: measured again (CI once saw
     // one exit 0 with nothing on stderr)
+    // `lab status --since` judges the same span by the same rule, for a
+    // run of any tool across the lab (the copy bench's peers)
+    let before = std::env::temp_dir().join(format!("gridperf-lab-since-{}.json", std::process::id()));
+    let since = before.display().to_string();
     let long = (0..3)
-        .map(|_| paused_stream(&mut lab, "bbr", "250ms", "1"))
-        .find(|o| o.status.code() != Some(0) || pause_in(o));
-    let o = long.expect("a run with the 250 ms pause in it, in three");
+        .map(|_| {
+            let st = run(&["lab", "status", "--name", &lab.name, "--json"]);
+            std::fs::write(&before, &st.stdout).expect("the earlier status");
+            (
+                paused_stream(&mut lab, "bbr", "250ms", "1"),
+                run(&["lab", "status", "--name", &lab.name, "--since", &since]),
+            )
+        })
+        .find(|(o, _)| o.status.code() != Some(0) || pause_in(o));
+    let (o, judged) = long.expect("a run with the 250 ms pause in it, in three");
     assert_eq!(o.status.code(), Some(4), "{}\n{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
     let err = stderr(&o);
     assert!(err.contains("paused 1 time(s) for 200 ms or more at once"), "{err}");
     assert!(err.contains("The cause lay outside gridperf: run it again"), "{err}");
+    let said = String::from_utf8_lossy(&judged.stdout).to_string();
+    assert_eq!(judged.status.code(), Some(4), "{said}{}", stderr(&judged));
+    assert!(said.contains("INVALID since the earlier status") && said.contains("200 ms or more at once"), "{said}");
+    assert!(said.contains("The cause lay outside gridperf"), "{said}");
+    // an idle span is valid; a file that is not a status is refused with what to save there
+    let st = run(&["lab", "status", "--name", &lab.name, "--json"]);
+    std::fs::write(&before, &st.stdout).expect("the earlier status");
+    let idle = run(&["lab", "status", "--name", &lab.name, "--since", &since]);
+    assert!(idle.status.success(), "{}{}", String::from_utf8_lossy(&idle.stdout), stderr(&idle));
+    assert!(String::from_utf8_lossy(&idle.stdout).contains("valid since the earlier status"));
+    std::fs::write(&before, "{}").expect("not a status");
+    let bad = run(&["lab", "status", "--name", &lab.name, "--since", &since]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("no \"health\" in it: save `gridperf lab status --name NAME --json` there"),
+        "{}",
+        stderr(&bad)
+    );
+    let _ = std::fs::remove_file(&before);
     // nothing is left stopped: the lab carries a run again
     lab.serve_on_b();
     let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("udp", "50", &[]));
