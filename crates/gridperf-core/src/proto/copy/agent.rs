@@ -362,6 +362,12 @@ impl End for Read {
             (State::Moving, Input::Event(Event::Stopped { why })) => {
                 refuse(ErrorCode::Internal, format!("the copy stopped: {why}"))
             }
+            // while the pool sends: a connection it wants, asked of the
+            // client (it opens them all); what it did, told
+            (State::Moving, Input::Event(Event::ConnectWanted { index })) => {
+                vec![Action::Send(AgentMsg::CopyConnect { index })]
+            }
+            (State::Moving, Input::Event(Event::Noted { event })) => vec![Action::Send(AgentMsg::CopyEvent { event })],
             (_, input) => {
                 let needs = self.needs.clone();
                 self.c.common(input, now, || Task::SendBlocks { needs })

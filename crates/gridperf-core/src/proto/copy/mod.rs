@@ -91,6 +91,15 @@ pub enum Event {
         outcomes: Vec<CopyOutcome>,
         streams: Vec<CopyStream>,
     },
+    /// The agent (a pull): its pool wants data connection `index` (a
+    /// restart's, -P auto's), which only the client can open.
+    ConnectWanted {
+        index: u32,
+    },
+    /// The agent (a pull): something its pool did, for the client's user.
+    Noted {
+        event: CopyEvent,
+    },
 }
 
 /// How long each end waits for the other, in nanoseconds.

@@ -119,6 +119,11 @@ pub struct Pair<C, A> {
     pub stop_sending: Option<String>,
     /// Drop every frame of this kind (by its debug words' start) the client sends.
     pub drop_client: Option<&'static str>,
+    /// The sending agent's pool wants this data connection as it begins
+    /// (a restart's, -P auto's), and tells what it did.
+    pub pool_wants: Option<u32>,
+    /// The connections the client was asked to open, and when.
+    pub connects: Vec<(Nanos, u32)>,
 }
 
 impl<C, A> Pair<C, A>
@@ -153,6 +158,8 @@ where
             in_flight: Vec::new(),
             stop_sending: None,
             drop_client: None,
+            pool_wants: None,
+            connects: Vec::new(),
         };
         tweak(&mut p);
         // the control connection opens; hello and the request go together; welcome and ready come back
@@ -304,6 +311,17 @@ where
                 let sent = Event::Sent { changed: Vec::new(), streams: Vec::new(), events: Vec::new(), tail_blocks: 0 };
                 self.in_flight.push((side, now + l + xfer, sent));
                 self.deliver_blocks();
+                if let (Side::Agent, Some(index)) = (side, self.pool_wants) {
+                    let event = crate::model::CopyEvent {
+                        t_s: 0.001,
+                        kind: "restart".into(),
+                        stream: Some(0),
+                        new_stream: Some(index),
+                        why: "slow".into(),
+                    };
+                    self.event(side, now + 1_000_000, Event::ConnectWanted { index });
+                    self.event(side, now + 1_000_000, Event::Noted { event });
+                }
             }
             Task::Receive => {
                 self.receiving[(side == Side::Client) as usize] = Some(now);
@@ -327,7 +345,8 @@ where
                     .collect();
                 self.event(side, now, Event::Finished { outcomes, streams: Vec::<CopyStream>::new() });
             }
-            Task::Finish { .. } | Task::Connect { .. } | Task::Note { .. } => {}
+            Task::Connect { index } => self.connects.push((now, index)),
+            Task::Finish { .. } | Task::Note { .. } => {}
         }
     }
 

@@ -106,6 +106,20 @@ fn a_pull_sends_its_needs_and_stream_go_in_one_flight_and_finish_on_copy_sent() 
 }
 
 #[test]
+fn a_pulls_further_connection_is_asked_of_the_client_by_the_agents_machine() {
+    // the agent's pool wants connection 4 (a restart's) as it begins: its
+    // machine asks the client, which opens it half a round trip later; what
+    // the pool did is told; the pull ends as it would have
+    let (p, e) = pull(small(), 2, |p| p.pool_wants = Some(4));
+    ok(&e);
+    let asked = when(&e, Side::Agent, "CopyConnect { index: 4 }");
+    assert_eq!(when(&e, Side::Agent, "CopyEvent"), asked, "{:#?}", e.log);
+    assert_eq!(p.connects, vec![(asked + LATENCY, 4)], "{:#?}", e.log);
+    let (_, plain) = pull(small(), 2, |_| {});
+    assert_eq!(e.at, plain.at, "asking for a connection costs the conversation nothing");
+}
+
+#[test]
 fn a_large_push_costs_its_transfer_time_beside_the_round_trips() {
     // 1 GiB at 1 Gbit/s: 8.59 s more than the small push's 5 round trips
     let w = World { files: vec![("big".into(), 1 << 30)], block: 1 << 20, rate_bps: 1_000_000_000 };

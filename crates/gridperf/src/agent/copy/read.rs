@@ -10,8 +10,8 @@ use crate::agent::reply::Fail;
 use crate::agent::Shared;
 use crate::datapath::copy::{self as dp, BlockQueue, Crypt};
 use gridperf_core::proto::copy::{self as proto, Event, Task};
-use gridperf_core::proto::{End, Input};
-use gridperf_core::wire::{self, AgentMsg, CopyFile, CopyNeed, CopySpec, DataHello, DataKind};
+use gridperf_core::proto::{Action, End, Input};
+use gridperf_core::wire::{self, CopyFile, CopyNeed, CopySpec, DataHello, DataKind};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
@@ -61,26 +61,43 @@ impl Tasks<proto::Read> for Work<'_> {
                 self.socks = take_first(self.shared, ctl, self.spec, self.o)?;
                 Event::DataTaken
             }
-            Task::SendBlocks { needs } => self.send(ctl, &needs)?,
+            Task::SendBlocks { needs } => self.send(ctl, &needs, m, clock)?,
             other => return Err(Fail::Untold(format!("internal: a pull's sending end has no task {other:?}"))),
         };
         Ok(m.handle(Input::Event(event), clock.now()))
     }
 }
 
+/// What the pool's threads want said to the client while it sends: said
+/// by the machine ([`Event::ConnectWanted`], [`Event::Noted`]), on this
+/// end's thread.
+enum Want {
+    Connect(u32),
+    Note(gridperf_core::model::CopyEvent),
+    /// The pool ended.
+    Done,
+}
+
 impl Work<'_> {
     /// The blocks `needs` asks for over this end's pool (restarts, the tail,
-    /// -P auto), each further connection asked of the client: every block
-    /// acknowledged, or why the sending stopped.
-    fn send(&mut self, ctl: &mut TcpStream, needs: &[CopyNeed]) -> Result<Event, Fail> {
+    /// -P auto), each further connection asked of the client through the
+    /// machine: every block acknowledged, or why the sending stopped.
+    fn send(
+        &mut self,
+        ctl: &mut TcpStream,
+        needs: &[CopyNeed],
+        m: &mut proto::Read,
+        clock: &Clock,
+    ) -> Result<Event, Fail> {
         let (shared, spec, o) = (self.shared, self.spec, self.o);
         let idle = shared.cfg.max_idle;
         let socks = std::mem::take(&mut self.socks);
         let queue = BlockQueue::new(needs);
         let first: Vec<u32> = (0..socks.len() as u32).collect();
+        let (tx, rx) = std::sync::mpsc::channel::<Want>();
         let conns = PullConnections {
             l: &o.listener,
-            ctl: std::sync::Mutex::new(ctl.try_clone().map_err(|e| e.to_string())?),
+            ask: std::sync::Mutex::new(tx.clone()),
             peer: self.peer,
             token: o.token,
             spec,
@@ -97,12 +114,43 @@ impl Work<'_> {
             let sock = conns.open(k)?;
             Ok(dp::Link { sock, idle, crypt: Crypt::of(keys, k, true), window: spec.window })
         };
-        // the pool's own frames (a connection asked for, what it did) go as they happen
-        let tell = |e: &gridperf_core::model::CopyEvent| {
-            let mut c = conns.ctl.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let _ = wire::write_msg(&mut *c, &AgentMsg::CopyEvent { event: e.clone() });
+        let tell = std::sync::Mutex::new(tx);
+        let note = |e: &gridperf_core::model::CopyEvent| {
+            let _ = tell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).send(Want::Note(e.clone()));
         };
-        let pool = dp::send_pool(&self.sources, spec.block, &queue, &plan, &open, &moved, &tell);
+        let sources = &self.sources;
+        let done = tell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let (queue_, plan_, open_, moved_, note_) = (&queue, &plan, &open, &moved, &note);
+        let pool = std::thread::scope(|scope| -> Result<dp::PoolOut, Fail> {
+            let h = scope.spawn(move || {
+                let pool = dp::send_pool(sources, spec.block, queue_, plan_, open_, moved_, note_);
+                let _ = done.send(Want::Done);
+                pool
+            });
+            // what the pool wants said goes through the machine, in order, until it ends
+            let mut written: Result<(), Fail> = Ok(());
+            loop {
+                let event = match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+                    Ok(Want::Connect(index)) => Event::ConnectWanted { index },
+                    Ok(Want::Note(event)) => Event::Noted { event },
+                    Ok(Want::Done) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if h.is_finished() => break,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                };
+                for a in m.handle(Input::Event(event), clock.now()) {
+                    match a {
+                        // a control connection that fails leaves the pool to its own deadlines
+                        Action::Send(msg) if written.is_ok() => {
+                            written = wire::write_msg(ctl, &msg).map_err(|e| Fail::from(e.to_string()))
+                        }
+                        Action::Send(_) => {}
+                        other => written = Err(Fail::Untold(format!("internal: while sending, {other:?}"))),
+                    }
+                }
+            }
+            let pool = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            written.map(|()| pool)
+        })?;
         shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
         Ok(sent_event(&self.sources, &queue, pool))
     }
@@ -114,7 +162,8 @@ impl Work<'_> {
 /// the control deadline (connections may come in any order).
 struct PullConnections<'a> {
     l: &'a std::net::TcpListener,
-    ctl: std::sync::Mutex<TcpStream>,
+    /// The pool's wants, for this end's thread to say (through the machine).
+    ask: std::sync::Mutex<std::sync::mpsc::Sender<Want>>,
     peer: SocketAddr,
     token: u64,
     spec: &'a CopySpec,
@@ -130,8 +179,9 @@ impl PullConnections<'_> {
         if let Some(s) = lock(&self.arrived).0.remove(&k) {
             return Ok(s);
         }
-        wire::write_msg(&mut *lock(&self.ctl), &AgentMsg::CopyConnect { index: k })
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        lock(&self.ask)
+            .send(Want::Connect(k))
+            .map_err(|_| std::io::Error::other("the copy's control connection is gone"))?;
         let until = Instant::now() + self.within;
         let most = self.spec.connections.max(self.spec.streams);
         while Instant::now() < until {
