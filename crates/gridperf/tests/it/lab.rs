@@ -696,8 +696,10 @@ fn parallel_paths_hash_each_connection_onto_one() {
         })
         .collect();
     // under load the emulator stamps what arrived during a tick at its
-    // middle: a packet may leave half a tick (20 us) early, each way
-    let early = 2.0 * gridperf::lab::emulator::TICK_NS as f64 / 2.0 / 1000.0;
+    // middle: a packet may leave half a tick (20 us) early, each way; and
+    // the lab took its own round trip, measured idle, off the delays, where
+    // a loaded stack's own is shorter (CI: 39958 us on the 40 ms path)
+    let early = 2.0 * gridperf::lab::emulator::TICK_NS as f64 / 2.0 / 1000.0 + lab.floor() / 1000.0;
     let short = rtts.iter().filter(|&&r| (10_000.0 - early..12_000.0).contains(&r)).count();
     let long = rtts.iter().filter(|&&r| (40_000.0 - early..42_000.0).contains(&r)).count();
     assert!(short > 0 && long > 0 && short + long == 16, "min RTTs {rtts:?}");
@@ -1621,9 +1623,15 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
     let pid = lab.status()["lab"]["pid"].as_u64().expect("the emulator's pid") as u32;
     let stream = |lab: &Lab| lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", "cubic", "--json", "--no-store"]);
     // one hold-up of 30 ms: valid (natural hold-ups of a busy machine may
-    // add to it: the run is tried again while it is INVALID, three times in all)
+    // add to it: the run is tried again while it is INVALID, and while the
+    // hold-up missed it: on a busy machine the stream may begin after the
+    // stopper's 2 s; CI once had a valid run with nothing held in it)
+    let held_in = |o: &Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["runs"][0]["env"]["lab"]["emulator"]["held_by"]["not_running"]["count"].as_u64().unwrap_or(0) > 0
+    };
     let mut valid = None;
-    for _ in 0..3 {
+    for _ in 0..4 {
         lab.serve_on_b();
         let stop = hold_up(pid, Duration::from_secs(2), 1, Duration::from_millis(30), Duration::from_millis(30));
         let o = stream(&lab);
@@ -1631,12 +1639,12 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         if let Some(mut a) = lab.agent.take() {
             let _ = a.wait();
         }
-        if o.status.code() != Some(4) {
+        if o.status.code() != Some(4) && held_in(&o) {
             valid = Some(o);
             break;
         }
     }
-    let o = valid.expect("a valid run in three");
+    let o = valid.expect("a valid run with the hold-up in it, in four");
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
     let notes = v["runs"][0]["env"]["notes"].to_string();
