@@ -376,7 +376,7 @@ impl AutoStreams {
         // the pool over the judged span
         let rate = rates / f64::from(n);
         let per_byte = retrans / f64::from(n) / (rate / 8.0 * w.window_ns as f64 / 1e9);
-        let first = self.baseline.is_none();
+        let untried = self.baseline.is_none();
         let (before, before_per_byte) = self.baseline.unwrap_or((rate, per_byte));
         let gain = rate / before - 1.0;
         let live = w.live;
@@ -426,7 +426,7 @@ impl AutoStreams {
         if self.doubling && double > 0 {
             judged(self, false);
             self.added = double;
-            let why = if !first {
+            let why = if !untried {
                 format!("{words}: the last doubling paid, doubling again")
             } else {
                 format!("{words}: doubling while each doubling pays {:.0}%", DOUBLE_WORTH * 100.0)

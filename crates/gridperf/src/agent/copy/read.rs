@@ -97,7 +97,7 @@ impl Work<'_> {
         let (tx, rx) = std::sync::mpsc::channel::<Want>();
         let conns = PullConnections {
             l: &o.listener,
-            ask: std::sync::Mutex::new(tx.clone()),
+            ask: tx.clone(),
             peer: self.peer,
             token: o.token,
             spec,
@@ -114,12 +114,11 @@ impl Work<'_> {
             let sock = conns.open(k)?;
             Ok(dp::Link { sock, idle, crypt: Crypt::of(keys, k, true), window: spec.window })
         };
-        let tell = std::sync::Mutex::new(tx);
+        let done = tx.clone();
         let note = |e: &gridperf_core::model::CopyEvent| {
-            let _ = tell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).send(Want::Note(e.clone()));
+            let _ = tx.send(Want::Note(e.clone()));
         };
         let sources = &self.sources;
-        let done = tell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let (queue_, plan_, open_, moved_, note_) = (&queue, &plan, &open, &moved, &note);
         let pool = std::thread::scope(|scope| -> Result<dp::PoolOut, Fail> {
             let h = scope.spawn(move || {
@@ -163,7 +162,7 @@ impl Work<'_> {
 struct PullConnections<'a> {
     l: &'a std::net::TcpListener,
     /// The pool's wants, for this end's thread to say (through the machine).
-    ask: std::sync::Mutex<std::sync::mpsc::Sender<Want>>,
+    ask: std::sync::mpsc::Sender<Want>,
     peer: SocketAddr,
     token: u64,
     spec: &'a CopySpec,
@@ -179,9 +178,7 @@ impl PullConnections<'_> {
         if let Some(s) = lock(&self.arrived).0.remove(&k) {
             return Ok(s);
         }
-        lock(&self.ask)
-            .send(Want::Connect(k))
-            .map_err(|_| std::io::Error::other("the copy's control connection is gone"))?;
+        self.ask.send(Want::Connect(k)).map_err(|_| std::io::Error::other("the copy's control connection is gone"))?;
         let until = Instant::now() + self.within;
         let most = self.spec.connections.max(self.spec.streams);
         while Instant::now() < until {
