@@ -13,9 +13,9 @@ const RESULTS_PART: usize = 2000;
 
 /// The client's list: `count` entries in copy-files parts.
 #[derive(Debug)]
-struct List {
-    count: u32,
-    items: Vec<CopyFile>,
+pub(super) struct List {
+    pub(super) count: u32,
+    pub(super) items: Vec<CopyFile>,
 }
 
 impl List {
@@ -52,12 +52,14 @@ impl List {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum State {
+pub(super) enum State {
     List,
     /// The writing end prepares; the reading end expands the names.
     Working,
     /// The reading end: the client's needs.
     Needs,
+    /// A copy between agents' source: where to send.
+    CopyTo,
     Taking,
     Go,
     /// The writing end takes blocks; the reading end sends them.
@@ -69,10 +71,10 @@ enum State {
 
 /// What both agent ends share: the state, the deadline, the report.
 #[derive(Debug)]
-struct Common {
-    state: State,
-    waits: Waits,
-    deadline: Option<Nanos>,
+pub(super) struct Common {
+    pub(super) state: State,
+    pub(super) waits: Waits,
+    pub(super) deadline: Option<Nanos>,
     go_seen: bool,
     /// The client's finish came while this end finished its files (it
     /// sends finish behind copy-done).
@@ -81,17 +83,17 @@ struct Common {
 }
 
 impl Common {
-    fn new(agent: EndInfo, waits: Waits) -> Common {
+    pub(super) fn new(agent: EndInfo, waits: Waits) -> Common {
         Common { state: State::List, waits, deadline: None, go_seen: false, finish_seen: false, agent }
     }
 
-    fn wait(&mut self, state: State, now: Nanos, within: Option<Nanos>) {
+    pub(super) fn wait(&mut self, state: State, now: Nanos, within: Option<Nanos>) {
         self.state = state;
         self.deadline = within.map(|w| now + w);
     }
 
     /// A part of the client's list; once whole, the work on it (`work`).
-    fn list(
+    pub(super) fn list(
         &mut self,
         list: &mut List,
         m: ClientMsg,
@@ -113,11 +115,11 @@ impl Common {
 
     /// Whether it waits for the client (a task of its driver reads the
     /// client meanwhile: the writing end's copy-done while blocks come).
-    fn wants_msg(&self) -> bool {
-        matches!(self.state, State::List | State::Needs | State::Go | State::AwaitFinish)
+    pub(super) fn wants_msg(&self) -> bool {
+        matches!(self.state, State::List | State::Needs | State::CopyTo | State::Go | State::AwaitFinish)
     }
 
-    fn end(&mut self, out: Vec<AgentAction>) -> Vec<AgentAction> {
+    pub(super) fn end(&mut self, out: Vec<AgentAction>) -> Vec<AgentAction> {
         if out.iter().any(|a| matches!(a, Action::Fail(_) | Action::Done)) {
             self.state = State::Over;
             self.deadline = None;
@@ -143,7 +145,7 @@ impl Common {
     }
 
     /// Waits for the client's finish, unless it came already: then the report.
-    fn await_finish(&mut self, now: Nanos, mut out: Vec<AgentAction>) -> Vec<AgentAction> {
+    pub(super) fn await_finish(&mut self, now: Nanos, mut out: Vec<AgentAction>) -> Vec<AgentAction> {
         if self.finish_seen {
             out.extend(self.report());
         } else {
@@ -153,7 +155,7 @@ impl Common {
     }
 
     /// What every state shares: stream-go early, the finish, the deadlines.
-    fn common(
+    pub(super) fn common(
         &mut self,
         input: Input<ClientMsg, Event>,
         now: Nanos,
@@ -182,10 +184,39 @@ impl Common {
     }
 }
 
-fn expected(state: State) -> &'static str {
+/// The files an agent sends, in copy-sources parts, and what it left out
+/// of the directories it listed (in the last part).
+pub(super) fn sources_in_parts(files: &[CopyFile], skipped: Vec<(String, String)>) -> Vec<AgentAction> {
+    let parts = chunk_files(files);
+    let n = parts.len().max(1);
+    let mut skipped = Some(skipped);
+    (0..n)
+        .map(|k| {
+            let last = k + 1 == n;
+            Action::Send(AgentMsg::CopySources {
+                files: parts.get(k).cloned().unwrap_or_default(),
+                last,
+                skipped: if last { skipped.take().unwrap_or_default() } else { Vec::new() },
+            })
+        })
+        .collect()
+}
+
+/// Whether every block of `blocks` lies within its file of `files`.
+pub(super) fn within_files(blocks: &[CopyNeed], files: &[CopyFile], block: u64) -> bool {
+    blocks.iter().all(|n| {
+        files.get(n.file as usize).is_some_and(|f| {
+            let count = block_count(f.size, block);
+            n.ranges.iter().all(|&(a, b)| a < b && b <= count)
+        })
+    })
+}
+
+pub(super) fn expected(state: State) -> &'static str {
     match state {
         State::List => "copy-files",
         State::Needs => "copy-needs",
+        State::CopyTo => "copy-to",
         State::Go => "stream-go",
         State::Moving => "copy-done",
         State::AwaitFinish => "finish",
@@ -305,9 +336,7 @@ impl Read {
             return refuse(ErrorCode::BadMessage, "more needs than a copy takes".into());
         }
         for n in part {
-            let blocks = self.files.get(n.file as usize).map(|f| block_count(f.size, self.block));
-            let fits = blocks.is_some_and(|b| n.ranges.iter().all(|&(s, e)| s < e && e <= b));
-            if !fits {
+            if !within_files(std::slice::from_ref(&n), &self.files, self.block) {
                 return refuse(
                     ErrorCode::BadMessage,
                     format!("a need of file {} beyond its blocks (or not in the list)", n.file),
@@ -335,19 +364,7 @@ impl End for Read {
             (State::Over, _) => return Vec::new(),
             (State::List, Input::Msg(m)) => self.c.list(&mut self.list, m, now, |names| Task::Expand { names }),
             (State::Working, Input::Event(Event::Expanded { files, skipped })) => {
-                let parts = chunk_files(&files);
-                let n = parts.len().max(1);
-                let mut skipped = Some(skipped);
-                let out = (0..n)
-                    .map(|k| {
-                        let last = k + 1 == n;
-                        Action::Send(AgentMsg::CopySources {
-                            files: parts.get(k).cloned().unwrap_or_default(),
-                            last,
-                            skipped: if last { skipped.take().unwrap_or_default() } else { Vec::new() },
-                        })
-                    })
-                    .collect();
+                let out = sources_in_parts(&files, skipped);
                 self.files = files;
                 self.c.wait(State::Needs, now, Some(self.c.waits.list));
                 out

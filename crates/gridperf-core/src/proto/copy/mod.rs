@@ -13,12 +13,20 @@
 //!   once it has taken the connections; copy-sent, and the client's finish
 //!   goes as it arrives (it renames its files while the report comes).
 //!
+//! - a copy between agents, at a source: the agent's [`Source`] lists its
+//!   files with their digests, is told where to send, and asks the client
+//!   for leases of blocks as its pool's queue runs low, reporting the
+//!   blocks acknowledged since the last; copy-sent once the last lease is
+//!   sent, then the client's finish.
+//!
 //! A small push costs 3 round trips here and a pull 4, and 2 more before
 //! (connecting, hello with the request behind it): 5 and 6 in all, counted
 //! by the tests in virtual time (`pair.rs`).
 
 mod agent;
 mod client;
+mod leases;
+mod source;
 #[cfg(test)]
 mod pair;
 #[cfg(test)]
@@ -26,6 +34,8 @@ mod tests;
 
 pub use agent::{Read, Write};
 pub use client::{Pull, Push};
+pub use leases::{Leases, SourceSent};
+pub use source::Source;
 
 use super::{Action, Failure, Nanos};
 use crate::model::{CopyEvent, CopyStream};
@@ -50,8 +60,24 @@ pub enum Task {
     SendBlocks { needs: Vec<CopyNeed> },
     /// The writing end: take blocks on the data connections until told to stop.
     Receive,
-    /// The client (a pull): something the agent's pool did, for the user.
+    /// The client (a pull, a copy between agents): something the agent's pool did, for the user.
     Note { event: CopyEvent },
+    /// A copy between agents' source: send the leased blocks to the agent
+    /// at `to` over this end's pool, its connections numbered from `base`
+    /// and greeted with `token`; the pool's events come back as
+    /// [`Event::Noted`], its queue's length as [`Event::Queue`], its end as
+    /// [`Event::Sent`] or [`Event::Stopped`].
+    SendTo { to: std::net::SocketAddr, token: u64, base: u32 },
+    /// A source: take the blocks acknowledged since the last lease off the
+    /// pool's queue, then [`Event::Acked`].
+    TakeAcked,
+    /// A source: give the pool's queue these leased blocks (and, `last`,
+    /// say no more will come).
+    Feed { blocks: Vec<CopyNeed>, last: bool },
+    /// The client (a copy between agents): take the blocks a source reports
+    /// acknowledged off the books, and draw its next lease of at most `want`
+    /// blocks from the one queue, then [`Event::Leased`].
+    Lease { done: Vec<CopyNeed>, want: u32 },
     /// The writing end: stop taking blocks; rename each whole file into
     /// place unless it is among `changed` (kept partial); then, at the
     /// agent, [`Event::Finished`].
@@ -96,9 +122,23 @@ pub enum Event {
     ConnectWanted {
         index: u32,
     },
-    /// The agent (a pull): something its pool did, for the client's user.
+    /// The agent (a pull, a source): something its pool did, for the client's user.
     Noted {
         event: CopyEvent,
+    },
+    /// A source: the blocks its pool's queue holds, now (its driver says so
+    /// every few tens of ms while the pool sends).
+    Queue {
+        len: u64,
+    },
+    /// The client: a source's next lease, and whether no more will come.
+    Leased {
+        blocks: Vec<CopyNeed>,
+        last: bool,
+    },
+    /// A source: the blocks acknowledged since the last lease.
+    Acked {
+        done: Vec<CopyNeed>,
     },
 }
 

@@ -347,6 +347,10 @@ where
             }
             Task::Connect { index } => self.connects.push((now, index)),
             Task::Finish { .. } | Task::Note { .. } => {}
+            // a copy between agents' tasks: played by `source/tests.rs`
+            t @ (Task::SendTo { .. } | Task::TakeAcked | Task::Feed { .. } | Task::Lease { .. }) => {
+                panic!("no push or pull asks for {t:?}")
+            }
         }
     }
 

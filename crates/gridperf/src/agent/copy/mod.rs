@@ -6,14 +6,14 @@
 //! (`datapath::copy`).
 
 use super::data::{self, accept_all};
-use super::reply::{new_token, send_error, wire_code, Fail};
+use super::reply::{new_token, send_error, Fail};
 use super::Shared;
 use crate::datapath::copy::{self as dp, BlockQueue, SourceFile, StreamWork};
-use crate::{ctl, host};
+use crate::host;
 use gridperf_core::copy::seal;
 use gridperf_core::proto;
 use gridperf_core::wire::{
-    self, chunk_files, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode,
+    self, AgentMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode,
     MAX_COPY_FILES,
 };
 use std::fs::File;
@@ -38,14 +38,14 @@ pub(super) fn run(
     }
     let root_path = shared.cfg.root.as_ref().ok_or_else(|| "no root".to_string())?;
     let root: OwnedFd = File::open(root_path).map_err(|e| format!("the root {}: {e}", root_path.display()))?.into();
-    if spec.direction == CopyDirection::Send {
-        return source::run(shared, ctl, peer, spec, &root);
-    }
-    let o = open(ctl, peer, spec, session_secret)?;
     let waits = proto::copy::Waits {
         control: proto::nanos(shared.cfg.control_timeout),
         list: proto::nanos(shared.cfg.max_idle),
     };
+    if spec.direction == CopyDirection::Send {
+        return source::run(shared, ctl, peer, spec, &root, waits);
+    }
+    let o = open(ctl, peer, spec, session_secret)?;
     if spec.direction == CopyDirection::Push {
         write::run(shared, ctl, spec, &root, o, waits)
     } else {
@@ -180,30 +180,6 @@ fn tune_socket(s: &TcpStream, spec: &CopySpec) {
     }
 }
 
-/// A sending agent's end of a copy (a pull, a third-party source): the
-/// queue's stop is the copy's error; else what changed, its streams and
-/// events, then the client's finish.
-pub(super) fn sent(
-    ctl: &mut TcpStream,
-    idle: std::time::Duration,
-    agent: gridperf_core::model::EndInfo,
-    sources: &[SourceFile],
-    queue: &BlockQueue,
-    pool: dp::PoolOut,
-) -> Result<(), Fail> {
-    let sent = match sent_event(sources, queue, pool) {
-        proto::copy::Event::Sent { changed, streams, events, tail_blocks } => {
-            AgentMsg::CopySent { changed, streams, events, tail_blocks }
-        }
-        proto::copy::Event::Stopped { why } => {
-            return Err(send_error(ctl, ErrorCode::Internal, format!("the copy stopped: {why}")))
-        }
-        other => return Err(Fail::Untold(format!("internal: a pool ended as {other:?}"))),
-    };
-    wire::write_msg(ctl, &sent).map_err(|e| e.to_string())?;
-    finish(ctl, idle, agent)
-}
-
 /// What a sending agent's pool came to: every block sent (what changed
 /// meanwhile, its streams and events), or why it stopped.
 pub(super) fn sent_event(sources: &[SourceFile], queue: &BlockQueue, pool: dp::PoolOut) -> proto::copy::Event {
@@ -262,61 +238,7 @@ pub(super) fn sources_of(
     skipped.truncate(1000);
     Ok((sources, skipped))
 }
-/// The files this end will send, in CopySources parts, and what it left
-/// out of the directories it listed (in the last part).
-pub(super) fn tell_sources(ctl: &mut TcpStream, infos: &[CopyFile], skipped: Vec<dp::Skipped>) -> Result<(), Fail> {
-    let parts = chunk_files(infos);
-    let n = parts.len().max(1);
-    let mut skipped = Some(skipped);
-    for k in 0..n {
-        let files = parts.get(k).cloned().unwrap_or_default();
-        let last = k + 1 == n;
-        let skipped = if last { skipped.take().unwrap_or_default() } else { Vec::new() };
-        wire::write_msg(ctl, &AgentMsg::CopySources { files, last, skipped }).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
 /// The streams that ended well, for the client's verdict.
 fn streams_of(works: &[std::io::Result<StreamWork>]) -> Vec<StreamWork> {
     works.iter().filter_map(|w| w.as_ref().ok().cloned()).collect()
-}
-
-/// Waits for Finish, answers with the agent's record.
-fn finish(ctl: &mut TcpStream, idle: std::time::Duration, agent: gridperf_core::model::EndInfo) -> Result<(), Fail> {
-    match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
-        Ok(ClientMsg::Finish) => wire::write_msg(ctl, &AgentMsg::Report { agent }).map_err(|e| e.to_string().into()),
-        Ok(ClientMsg::Abort { reason }) => Err(Fail::Told(format!("client aborted: {reason}"))),
-        Ok(other) => Err(send_error(ctl, ErrorCode::BadMessage, format!("expected finish, got {other:?}"))),
-        Err(e) => Err(send_error(ctl, wire_code(&e), format!("waiting for finish: {e}"))),
-    }
-}
-
-/// The client's file list: `count` entries in CopyFiles parts.
-fn read_list(ctl: &mut TcpStream, count: u32, idle: std::time::Duration) -> Result<Vec<CopyFile>, Fail> {
-    let mut list = Vec::new();
-    while list.len() < count as usize {
-        match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
-            Ok(ClientMsg::CopyFiles { files }) if !files.is_empty() && list.len() + files.len() <= count as usize => {
-                list.extend(files)
-            }
-            Ok(ClientMsg::CopyFiles { files }) => {
-                return Err(send_error(
-                    ctl,
-                    ErrorCode::BadMessage,
-                    format!("a list of {} more files after {}: the request said {count}", files.len(), list.len()),
-                ))
-            }
-            Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
-            Ok(other) => {
-                return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-files, got {other:?}")))
-            }
-            Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for the file list: {e}"))),
-        }
-    }
-    for f in &list {
-        if let Err(why) = gridperf_core::copy::check_relative(&f.path) {
-            return Err(send_error(ctl, ErrorCode::Refused, format!("{why}: nothing was touched")));
-        }
-    }
-    Ok(list)
 }

@@ -1,156 +1,264 @@
-//! A copy between agents, this agent a source: the files named, each
-//! with its BLAKE3 (for the client to check that every source holds the
-//! same), then, once the client names the destination agent, the blocks it
-//! leases, sent straight to that agent over this end's pool of connections
-//! (restarts, the tail and -P auto as in a pull). The client hears of each
-//! lease's acknowledged blocks, the pool's events and the end.
+//! A copy between agents, this agent a source: what is said when, and the
+//! leases, are [`proto::Source`]'s; this end expands and hashes the files
+//! named, and runs the pool that sends the leased blocks straight to the
+//! destination agent (restarts, the tail and -P auto as in a pull), while
+//! this thread moves the machine's frames and tells it how the pool's queue
+//! stands.
 
-use super::{pool_plan, read_list, sent, sources_of, tell_sources};
+use super::{pool_plan, sent_event, sources_of};
+use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::{new_token, send_error, wire_code, Fail};
 use crate::agent::Shared;
 use crate::datapath::copy::{self as dp, BlockQueue};
 use crate::{ctl, host};
-use gridperf_core::wire::{self, AgentMsg, ClientMsg, CopyFile, CopyNeed, CopySpec, ErrorCode};
+use gridperf_core::proto::copy::{self as proto, Event, Task};
+use gridperf_core::proto::{Action, End, Input};
+use gridperf_core::wire::{self, AgentMsg, ClientMsg, CopyFile, CopyNeed, CopySpec, WireError};
+use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::OwnedFd;
-use std::sync::atomic::AtomicU64;
-use std::time::Instant;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::time::Duration;
 
-/// A third-party copy's source: the files named, each with its BLAKE3
-/// (for the client to check that every source holds the same),
-/// then, once the client names the destination agent, the blocks it
-/// leases, sent straight to that agent over this end's pool of
-/// connections (restarts, the tail and -P auto as in a pull). The client
-/// hears of each lease's acknowledged blocks, the pool's events and the end.
+/// How often the machine hears how the pool's queue stands (it asks for a
+/// lease when the queue runs low).
+const TICK: Duration = Duration::from_millis(20);
+
+/// Runs a source's end for a client whose request was checked.
 pub(super) fn run(
     shared: &Shared,
     ctl: &mut TcpStream,
     peer: SocketAddr,
     spec: &CopySpec,
     root: &OwnedFd,
+    waits: proto::Waits,
 ) -> Result<(), Fail> {
     let agent = host::end_info(None, false);
     data::ready(ctl, None, Vec::new(), new_token(peer), agent.clone())?;
-    let idle = shared.cfg.max_idle;
-    let within = shared.cfg.control_timeout;
-    let list = read_list(ctl, spec.files, idle)?;
-    let (mut sources, skipped) = sources_of(shared, ctl, peer, root, &list)?;
-    // each file hashed once, before any byte moves: the client compares the sources' digests
-    for s in &mut sources {
-        let digest = s.digest(spec.block).map_err(|e| format!("{}: {e}", wire::printable(&s.info.path)))?;
-        s.info.digest = Some(digest);
-    }
-    let infos: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
-    tell_sources(ctl, &infos, skipped)?;
-    let (to, token, base) = match ctl::read_msg_within::<ClientMsg>(ctl, idle) {
-        Ok(ClientMsg::CopyTo { addr, token, base }) => match addr.parse::<SocketAddr>() {
-            Ok(a) if base < wire::MAX_COPY_CONNECTIONS => (a, token, base),
-            _ => return Err(send_error(ctl, ErrorCode::BadMessage, format!("copy-to {addr:?} base {base}"))),
-        },
-        Ok(ClientMsg::Abort { reason }) => return Err(Fail::Told(format!("client aborted: {reason}"))),
-        Ok(other) => return Err(send_error(ctl, ErrorCode::BadMessage, format!("expected copy-to, got {other:?}"))),
-        Err(e) => return Err(send_error(ctl, wire_code(&e), format!("waiting for copy-to: {e}"))),
-    };
-    shared.log.line(&format!("gridperf serve: {peer}: copy sends {} files to the agent at {to}", infos.len()));
-    let (budget, plan) = pool_plan(spec);
-    let dial = dp::Dial {
-        window: spec.window,
-        congestion: spec.congestion.clone(),
-        pacing_bps: spec.pacing_bps,
-        within,
-        // from the address the client reached this agent at: the one the destination expects
-        bind: Some(ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical()),
-        welcome: true,
-    };
-    let open = |k: u32| -> std::io::Result<dp::Link> {
-        let sock = dp::dial(to, token, base + k, &dial).map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(dp::Link { sock, idle, crypt: None, window: spec.window })
-    };
-    let ctl_shared = std::sync::Mutex::new(ctl.try_clone().map_err(|e| e.to_string())?);
-    let talk = || ctl_shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let tell = |e: &gridperf_core::model::CopyEvent| {
-        let _ = wire::write_msg(&mut *talk(), &AgentMsg::CopyEvent { event: e.clone() });
-    };
-    let queue = BlockQueue::fed();
-    let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
-    let ended = std::sync::atomic::AtomicBool::new(false);
-    let pool = std::thread::scope(|scope| {
-        // the leases: asked for while this end's queue runs low, with the
-        // blocks acknowledged since the last, until the client says last
-        scope.spawn(|| lease(spec, &infos, &queue, &ended, idle, &talk));
-        let pool = dp::send_pool(&sources, spec.block, &queue, &plan, &open, &moved, &tell);
-        ended.store(true, std::sync::atomic::Ordering::Relaxed);
-        pool
-    });
-    shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
-    sent(ctl, idle, agent, &sources, &queue, pool)
+    let clock = Clock::start();
+    let most = spec.auto.map_or(spec.streams, |(_, hi)| hi.max(spec.streams));
+    let mut m = proto::Source::new(spec.files, spec.block, most, agent, waits, clock.now());
+    let mut work = Work { shared, peer, spec, root, sources: Vec::new() };
+    converse(ctl, &mut m, Vec::new(), &clock, shared.cfg.max_idle, &mut work)
 }
 
-/// The leases: asked for while this end's queue runs low, with the blocks
-/// acknowledged since the last, until the client says last (or the queue
-/// is stopped, with why).
-fn lease<'a>(
-    spec: &CopySpec,
-    infos: &[CopyFile],
-    queue: &BlockQueue,
-    ended: &std::sync::atomic::AtomicBool,
-    idle: std::time::Duration,
-    talk: &dyn Fn() -> std::sync::MutexGuard<'a, TcpStream>,
-) {
-    let most = spec.auto.map_or(spec.streams, |(_, hi)| hi.max(spec.streams)) as usize;
-    let (low, high) = (most, 3 * most);
-    let mut last_said = Instant::now();
-    while !ended.load(std::sync::atomic::Ordering::Relaxed) {
-        let len = queue.len();
-        let want = if len < low { (high - len) as u32 } else { 0 };
-        if want == 0 && last_said.elapsed() < std::time::Duration::from_millis(500) {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            continue;
+/// A source's tasks.
+struct Work<'a> {
+    shared: &'a Shared,
+    peer: SocketAddr,
+    spec: &'a CopySpec,
+    root: &'a OwnedFd,
+    sources: Vec<dp::SourceFile>,
+}
+
+impl Tasks<proto::Source> for Work<'_> {
+    fn run(
+        &mut self,
+        t: Task,
+        m: &mut proto::Source,
+        ctl: &mut TcpStream,
+        clock: &Clock,
+    ) -> Result<crate::agent::converse::Acts<Task>, Fail> {
+        let event = match t {
+            // each file hashed once, before any byte moves: the client compares the sources' digests
+            Task::Expand { names } => {
+                let (mut sources, skipped) = sources_of(self.shared, ctl, self.peer, self.root, &names)?;
+                for s in &mut sources {
+                    let digest =
+                        s.digest(self.spec.block).map_err(|e| format!("{}: {e}", wire::printable(&s.info.path)))?;
+                    s.info.digest = Some(digest);
+                }
+                let files: Vec<CopyFile> = sources.iter().map(|s| s.info.clone()).collect();
+                self.sources = sources;
+                Event::Expanded { files, skipped }
+            }
+            Task::SendTo { to, token, base } => self.send(ctl, to, token, base, m, clock)?,
+            other => return Err(Fail::Untold(format!("internal: a copy's source has no task {other:?}"))),
+        };
+        Ok(m.handle(Input::Event(event), clock.now()))
+    }
+}
+
+/// What the pool's threads tell this end's thread.
+enum Want {
+    Note(gridperf_core::model::CopyEvent),
+    /// The pool ended.
+    Done,
+}
+
+impl Work<'_> {
+    /// The leased blocks, sent to the agent at `to` over this end's pool:
+    /// every block acknowledged, or why the sending stopped.
+    fn send(
+        &mut self,
+        ctl: &mut TcpStream,
+        to: SocketAddr,
+        token: u64,
+        base: u32,
+        m: &mut proto::Source,
+        clock: &Clock,
+    ) -> Result<Event, Fail> {
+        let (shared, spec) = (self.shared, self.spec);
+        let idle = shared.cfg.max_idle;
+        shared.log.line(&format!(
+            "gridperf serve: {}: copy sends {} files to the agent at {to}",
+            self.peer,
+            self.sources.len()
+        ));
+        let (budget, plan) = pool_plan(spec);
+        let dial = dp::Dial {
+            window: spec.window,
+            congestion: spec.congestion.clone(),
+            pacing_bps: spec.pacing_bps,
+            within: shared.cfg.control_timeout,
+            // from the address the client reached this agent at: the one the destination expects
+            bind: Some(ctl.local_addr().map_err(|e| e.to_string())?.ip().to_canonical()),
+            welcome: true,
+        };
+        let open = |k: u32| -> std::io::Result<dp::Link> {
+            let sock = dp::dial(to, token, base + k, &dial).map_err(|e| std::io::Error::other(e.to_string()))?;
+            Ok(dp::Link { sock, idle, crypt: None, window: spec.window })
+        };
+        let (tx, rx) = mpsc::channel::<Want>();
+        let note = |e: &gridperf_core::model::CopyEvent| {
+            let _ = tx.send(Want::Note(e.clone()));
+        };
+        let queue = BlockQueue::fed();
+        let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
+        let sources = &self.sources;
+        let (queue_, plan_, open_, moved_, note_) = (&queue, &plan, &open, &moved, &note);
+        let done = tx.clone();
+        let pool = std::thread::scope(|scope| -> Result<dp::PoolOut, Fail> {
+            let h = scope.spawn(move || {
+                let pool = dp::send_pool(sources, spec.block, queue_, plan_, open_, moved_, note_);
+                let _ = done.send(Want::Done);
+                pool
+            });
+            let mut talk = Talk { ctl, m, clock, queue: &queue, failed: None };
+            talk.while_sending(&rx, || h.is_finished());
+            let pool = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            talk.failed.map_or(Ok(pool), Err)
+        })?;
+        shared.metrics.moved(moved.iter().map(|m| m.load(Ordering::Relaxed)).sum(), 0);
+        Ok(sent_event(&self.sources, &queue, pool))
+    }
+}
+
+/// The conversation while the pool sends: the machine's frames out, the
+/// client's leases in, the queue fed. A failure stops the queue (the pool
+/// then ends) and is kept for after it.
+struct Talk<'a> {
+    ctl: &'a mut TcpStream,
+    m: &'a mut proto::Source,
+    clock: &'a Clock,
+    queue: &'a BlockQueue,
+    failed: Option<Fail>,
+}
+
+impl Talk<'_> {
+    /// Until the pool ends: what it tells, the queue's state every
+    /// [`TICK`], and the client's answer when a lease is out.
+    fn while_sending(&mut self, rx: &mpsc::Receiver<Want>, finished: impl Fn() -> bool) {
+        loop {
+            let mut wants = Vec::new();
+            let ended = loop {
+                match rx.try_recv() {
+                    Ok(Want::Done) | Err(TryRecvError::Disconnected) => break true,
+                    Ok(w) => wants.push(w),
+                    Err(TryRecvError::Empty) => break finished(),
+                }
+            };
+            for w in wants {
+                if let Want::Note(event) = w {
+                    self.event(Event::Noted { event });
+                }
+            }
+            if ended {
+                return;
+            }
+            if self.failed.is_some() {
+                // the pool ends on the stopped queue's word
+                match rx.recv_timeout(TICK) {
+                    Ok(Want::Done) | Err(RecvTimeoutError::Disconnected) => return,
+                    _ => continue,
+                }
+            }
+            self.event(Event::Queue { len: self.queue.len() as u64 });
+            if self.failed.is_none() && self.m.wants_msg() {
+                self.listen();
+            } else if let Ok(Want::Note(event)) = rx.recv_timeout(TICK) {
+                self.event(Event::Noted { event });
+            } else if finished() {
+                return;
+            }
         }
-        let done = CopyNeed::of_blocks(queue.take_acked());
-        let mut c = talk();
-        let asked = wire::write_msg(&mut *c, &AgentMsg::CopyLease { done, want });
-        let answer = asked
-            .map_err(|e| e.to_string())
-            .and_then(|()| ctl::read_msg_within::<ClientMsg>(&c, idle).map_err(|e| e.to_string()));
-        drop(c);
-        last_said = Instant::now();
-        match answer {
-            Ok(ClientMsg::CopyLeased { blocks, last }) => {
-                let fits = blocks.iter().all(|n| {
-                    infos.get(n.file as usize).is_some_and(|f| {
-                        let count = gridperf_core::copy::block_count(f.size, spec.block);
-                        n.ranges.iter().all(|&(a, b)| a < b && b <= count)
-                    })
-                });
-                if !fits {
-                    queue.stop("the client leased blocks beyond its files".into());
-                    return;
-                }
-                let none = blocks.is_empty();
-                queue.feed(&blocks);
-                if last {
-                    queue.end_feed();
-                    return;
-                }
-                if none && want > 0 {
-                    // others hold what is left: ask again in a while
-                    std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    /// Waits up to a tick for the client's answer, or its deadline.
+    fn listen(&mut self) {
+        let readable = gridperf_sys::poll_readable(&[self.ctl.as_raw_fd()], TICK.as_millis() as i32);
+        let due = self.m.deadline().is_some_and(|d| self.clock.now() >= d);
+        let input = match readable {
+            Ok(r) if r[0] => {
+                let until = self.m.deadline().map_or_else(|| std::time::Instant::now() + TICK, |d| self.clock.at(d));
+                match ctl::read_msg_by::<ClientMsg>(self.ctl, until) {
+                    Ok(msg) => Input::Msg(msg),
+                    Err(WireError::Timeout) => Input::Deadline,
+                    Err(e) => {
+                        let why = format!("reading the client's next message: {e}");
+                        let told = send_error(self.ctl, wire_code(&e), why);
+                        return self.fail(told);
+                    }
                 }
             }
-            Ok(ClientMsg::Abort { reason }) => {
-                queue.stop(format!("client aborted: {reason}"));
-                return;
+            Ok(_) if due => Input::Deadline,
+            Ok(_) => return,
+            Err(e) => return self.fail(Fail::Untold(format!("waiting for the client: {e}"))),
+        };
+        let acts = self.m.handle(input, self.clock.now());
+        self.act(acts);
+    }
+
+    fn event(&mut self, e: Event) {
+        let acts = self.m.handle(Input::Event(e), self.clock.now());
+        self.act(acts);
+    }
+
+    /// The machine's actions while the pool sends.
+    fn act(&mut self, acts: Vec<Action<AgentMsg, Task>>) {
+        let mut acts: VecDeque<_> = acts.into();
+        while let Some(a) = acts.pop_front() {
+            match a {
+                // a control connection that fails stops the pool
+                Action::Send(msg) if self.failed.is_none() => {
+                    if let Err(e) = wire::write_msg(self.ctl, &msg) {
+                        self.fail(Fail::Untold(format!("the control connection: {e}")));
+                    }
+                }
+                Action::Send(_) => {}
+                Action::Do(Task::TakeAcked) => {
+                    let done = CopyNeed::of_blocks(self.queue.take_acked());
+                    acts.extend(self.m.handle(Input::Event(Event::Acked { done }), self.clock.now()));
+                }
+                Action::Do(Task::Feed { blocks, last }) => {
+                    self.queue.feed(&blocks);
+                    if last {
+                        self.queue.end_feed();
+                    }
+                }
+                Action::Fail(f) => self.fail(Fail::Told(f.to_string())),
+                other => self.fail(Fail::Untold(format!("internal: while sending, {other:?}"))),
             }
-            Ok(other) => {
-                queue.stop(format!("expected copy-leased, got {other:?}"));
-                return;
-            }
-            Err(e) => {
-                queue.stop(format!("waiting for a lease: {e}"));
-                return;
-            }
+        }
+    }
+
+    /// The first failure stops the queue; the pool ends on it.
+    fn fail(&mut self, f: Fail) {
+        if self.failed.is_none() {
+            self.queue.stop(f.to_string());
+            self.failed = Some(f);
         }
     }
 }

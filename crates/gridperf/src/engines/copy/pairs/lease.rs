@@ -1,11 +1,16 @@
 //! The one queue of a copy between agents, and the client's side of each
 //! pair: a source asks for leases as its queue runs low, reporting the
-//! blocks acknowledged since the last; a pair that is lost gives its
-//! blocks back to the front of the queue for the others.
+//! blocks acknowledged since the last (the conversation is
+//! [`proto::Leases`]'s); a pair that is lost gives its blocks back to the
+//! front of the queue for the others.
 
-use crate::runner::Opened;
+use crate::error::{Error, Result};
+use crate::runner::converse::{converse, Acts, Clock, Tasks};
+use crate::runner::{Opened, Session};
 use gridperf_core::model::{CopyEvent, CopyStream};
-use gridperf_core::wire::{AgentMsg, ClientMsg, CopyNeed};
+use gridperf_core::proto::copy::{self as proto, Event, Task};
+use gridperf_core::proto::{End, Input};
+use gridperf_core::wire::CopyNeed;
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -55,33 +60,31 @@ pub(super) struct Shared<'a> {
 
 impl Shared<'_> {
     /// Pair k's source, until it says every block is sent or is lost:
-    /// leases from the one queue as it asks, counting in `moved` the bytes
-    /// it says were acknowledged.
+    /// what is said when is [`proto::Leases`]'s; its tasks draw leases
+    /// from the one queue, counting in `moved` the bytes the source says
+    /// were acknowledged, and note what its pool did.
     pub fn serve(&self, k: usize, s: &mut Opened, moved: &AtomicU64) -> PairEnd {
-        loop {
-            match s.session.next(self.within) {
-                Ok(AgentMsg::CopyLease { done, want }) => {
-                    let (blocks, last) = self.lease(k, &done, want, moved);
-                    if let Err(e) = s.session.tell(&ClientMsg::CopyLeased { blocks, last }) {
-                        return self.lost(k, e.to_string());
-                    }
-                }
-                Ok(AgentMsg::CopyEvent { event }) => {
-                    let shift = |x: Option<u32>| x.map(|i| i + k as u32 * self.conns);
-                    lock(self.fresh).push(CopyEvent {
-                        stream: shift(event.stream),
-                        new_stream: shift(event.new_stream),
-                        why: format!("pair {k} ({}): {}", self.names[k], event.why),
-                        ..event
-                    });
-                }
-                Ok(AgentMsg::CopySent { changed, streams, events, tail_blocks }) => {
-                    return self.sent(k, changed, streams, events, tail_blocks, moved)
-                }
-                Ok(other) => return self.lost(k, format!("expected a lease or copy-sent, got {other:?}")),
-                Err(e) => return self.lost(k, e.to_string()),
-            }
+        let clock = Clock::start();
+        let mut m = proto::Leases::new(gridperf_core::proto::nanos(self.within), clock.now());
+        let mut tasks = PairTasks { shared: self, k, moved };
+        match converse(&mut s.session, &mut m, Vec::new(), &clock, self.within, &mut tasks) {
+            Ok(()) => match m.take_sent() {
+                Some(x) => self.sent(k, x.changed, x.streams, x.events, x.tail_blocks, moved),
+                None => self.lost(k, "internal: the conversation ended before copy-sent".into()),
+            },
+            Err(e) => self.lost(k, e.to_string()),
         }
+    }
+
+    /// What pair k's source did, for the user: its connections numbered from k * conns.
+    fn note(&self, k: usize, event: CopyEvent) {
+        let shift = |x: Option<u32>| x.map(|i| i + k as u32 * self.conns);
+        lock(self.fresh).push(CopyEvent {
+            stream: shift(event.stream),
+            new_stream: shift(event.new_stream),
+            why: format!("pair {k} ({}): {}", self.names[k], event.why),
+            ..event
+        });
     }
 
     /// The blocks acknowledged since pair k's last lease off its books, and
@@ -176,5 +179,28 @@ impl Shared<'_> {
         lock(self.fresh).push(event.clone());
         lock(self.lost_events).push(event);
         PairEnd { error: Some(why), seconds: self.t0.elapsed().as_secs_f64(), ..Default::default() }
+    }
+}
+
+/// Pair k's tasks while its source sends.
+struct PairTasks<'a, 'b> {
+    shared: &'a Shared<'b>,
+    k: usize,
+    moved: &'a AtomicU64,
+}
+
+impl Tasks<proto::Leases> for PairTasks<'_, '_> {
+    fn run(&mut self, t: Task, m: &mut proto::Leases, _: &mut Session, clock: &Clock) -> Result<Acts<Task>> {
+        match t {
+            Task::Lease { done, want } => {
+                let (blocks, last) = self.shared.lease(self.k, &done, want, self.moved);
+                Ok(m.handle(Input::Event(Event::Leased { blocks, last }), clock.now()))
+            }
+            Task::Note { event } => {
+                self.shared.note(self.k, event);
+                Ok(Vec::new())
+            }
+            other => Err(Error::internal(format!("a pair's leases have no task {other:?}"))),
+        }
     }
 }
