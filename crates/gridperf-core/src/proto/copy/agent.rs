@@ -113,6 +113,18 @@ impl Common {
         }
     }
 
+    /// The files this sending end expanded, told in parts; then the client's next word (`next`).
+    pub(super) fn listed(
+        &mut self,
+        files: &[CopyFile],
+        skipped: Vec<(String, String)>,
+        next: State,
+        now: Nanos,
+    ) -> Vec<AgentAction> {
+        self.wait(next, now, Some(self.waits.list));
+        sources_in_parts(files, skipped)
+    }
+
     /// Whether it waits for the client (a task of its driver reads the
     /// client meanwhile: the writing end's copy-done while blocks come).
     pub(super) fn wants_msg(&self) -> bool {
@@ -186,7 +198,7 @@ impl Common {
 
 /// The files an agent sends, in copy-sources parts, and what it left out
 /// of the directories it listed (in the last part).
-pub(super) fn sources_in_parts(files: &[CopyFile], skipped: Vec<(String, String)>) -> Vec<AgentAction> {
+fn sources_in_parts(files: &[CopyFile], skipped: Vec<(String, String)>) -> Vec<AgentAction> {
     let parts = chunk_files(files);
     let n = parts.len().max(1);
     let mut skipped = Some(skipped);
@@ -364,9 +376,8 @@ impl End for Read {
             (State::Over, _) => return Vec::new(),
             (State::List, Input::Msg(m)) => self.c.list(&mut self.list, m, now, |names| Task::Expand { names }),
             (State::Working, Input::Event(Event::Expanded { files, skipped })) => {
-                let out = sources_in_parts(&files, skipped);
+                let out = self.c.listed(&files, skipped, State::Needs, now);
                 self.files = files;
-                self.c.wait(State::Needs, now, Some(self.c.waits.list));
                 out
             }
             (State::Needs, Input::Msg(ClientMsg::CopyNeeds { needs, last })) => self.needs(needs, last, now),

@@ -16,7 +16,7 @@
 //! give, waits [`EMPTY_AGAIN`] before asking again. One lease is asked at a
 //! time; the client's `last` ends the asking.
 
-use super::agent::{sources_in_parts, within_files, Common, List, State};
+use super::agent::{within_files, Common, List, State};
 use super::{AgentAction, Event, Task, Waits};
 use crate::model::EndInfo;
 use crate::proto::{aborted, out_of_turn, refuse, Action, End, Input, Nanos};
@@ -167,9 +167,8 @@ impl End for Source {
             (State::Over, _) => return Vec::new(),
             (State::List, Input::Msg(m)) => self.c.list(&mut self.list, m, now, |names| Task::Expand { names }),
             (State::Working, Input::Event(Event::Expanded { files, skipped })) => {
-                let out = sources_in_parts(&files, skipped);
+                let out = self.c.listed(&files, skipped, State::CopyTo, now);
                 self.files = files;
-                self.c.wait(State::CopyTo, now, Some(self.c.waits.list));
                 out
             }
             (State::CopyTo, Input::Msg(ClientMsg::CopyTo { addr, token, base })) => {

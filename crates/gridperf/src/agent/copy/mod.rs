@@ -196,6 +196,18 @@ pub(super) fn sent_event(sources: &[SourceFile], queue: &BlockQueue, pool: dp::P
         tail_blocks: queue.tail_sent(),
     }
 }
+/// What a sending agent's pool threads want said to the client while it
+/// sends (a pull's and a source's): said by the machine
+/// ([`proto::copy::Event::ConnectWanted`], [`proto::copy::Event::Noted`]),
+/// on the conversation's thread.
+pub(super) enum Want {
+    /// A pull's further data connection, which only the client can open.
+    Connect(u32),
+    Note(gridperf_core::model::CopyEvent),
+    /// The pool ended.
+    Done,
+}
+
 /// A sending agent's pool, as the request asks: the most connections over
 /// the copy, and the plan.
 pub(super) fn pool_plan(spec: &CopySpec) -> (u32, dp::PoolPlan) {

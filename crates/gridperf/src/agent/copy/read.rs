@@ -3,7 +3,7 @@
 //! (restarts, the tail, -P auto), each further connection asked of the
 //! client.
 
-use super::{pool_plan, sent_event, sources_of, take_first, tune_socket, Opened};
+use super::{pool_plan, sent_event, sources_of, take_first, tune_socket, Opened, Want};
 use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::Fail;
@@ -66,16 +66,6 @@ impl Tasks<proto::Read> for Work<'_> {
         };
         Ok(m.handle(Input::Event(event), clock.now()))
     }
-}
-
-/// What the pool's threads want said to the client while it sends: said
-/// by the machine ([`Event::ConnectWanted`], [`Event::Noted`]), on this
-/// end's thread.
-enum Want {
-    Connect(u32),
-    Note(gridperf_core::model::CopyEvent),
-    /// The pool ended.
-    Done,
 }
 
 impl Work<'_> {

@@ -5,7 +5,7 @@
 //! this thread moves the machine's frames and tells it how the pool's queue
 //! stands.
 
-use super::{pool_plan, sent_event, sources_of};
+use super::{pool_plan, sent_event, sources_of, Want};
 use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::{new_token, send_error, wire_code, Fail};
@@ -79,13 +79,6 @@ impl Tasks<proto::Source> for Work<'_> {
         };
         Ok(m.handle(Input::Event(event), clock.now()))
     }
-}
-
-/// What the pool's threads tell this end's thread.
-enum Want {
-    Note(gridperf_core::model::CopyEvent),
-    /// The pool ended.
-    Done,
 }
 
 impl Work<'_> {
@@ -188,10 +181,12 @@ impl Talk<'_> {
             self.event(Event::Queue { len: self.queue.len() as u64 });
             if self.failed.is_none() && self.m.wants_msg() {
                 self.listen();
-            } else if let Ok(Want::Note(event)) = rx.recv_timeout(TICK) {
-                self.event(Event::Noted { event });
-            } else if finished() {
-                return;
+                continue;
+            }
+            match rx.recv_timeout(TICK) {
+                Ok(Want::Note(event)) => self.event(Event::Noted { event }),
+                Ok(Want::Done) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Want::Connect(_)) | Err(RecvTimeoutError::Timeout) => {}
             }
         }
     }
