@@ -15,7 +15,9 @@
 //! latency), not by timing a lab.
 //!
 //! - [`session`]: every session's opening (hello, the key, the request), at both ends;
-//! - [`copy`]: a push and a pull, at the client and at the agent;
+//! - [`copy`]: a push and a pull, at the client and at the agent; a copy
+//!   between agents at a source agent ([`copy::Source`]) and at the client
+//!   for each pair ([`copy::Leases`]);
 //! - [`measure`]: the steps of an rtt/transfer test and a stream test, at the agent.
 
 pub mod copy;
