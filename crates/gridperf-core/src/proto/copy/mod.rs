@@ -26,9 +26,9 @@
 mod agent;
 mod client;
 mod leases;
-mod source;
 #[cfg(test)]
 mod pair;
+mod source;
 #[cfg(test)]
 mod tests;
 

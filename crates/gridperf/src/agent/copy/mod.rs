@@ -13,8 +13,7 @@ use crate::host;
 use gridperf_core::copy::seal;
 use gridperf_core::proto;
 use gridperf_core::wire::{
-    self, AgentMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode,
-    MAX_COPY_FILES,
+    self, AgentMsg, CopyDirection, CopyFile, CopySpec, DataHello, DataKind, ErrorCode, MAX_COPY_FILES,
 };
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
