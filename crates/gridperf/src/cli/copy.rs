@@ -308,6 +308,7 @@ impl TryFrom<CopyArgs> for Opts {
             json_stream: a.json_stream,
             fault_flip_block: a.fault_flip_block,
             verbose: a.verbose,
+            watched: super::watched_lab(),
             lab: match a.across.lab {
                 Some(p) => {
                     // checked before anything is brought up

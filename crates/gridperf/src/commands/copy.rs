@@ -59,6 +59,10 @@ pub struct Opts {
     pub lab: Option<(String, Vec<String>)>,
     /// A line a second with each stream's rate.
     pub verbose: bool,
+    /// The lab this host is one of (`lab exec` says so): a copy to an
+    /// agent on another of its hosts is judged by the lab's emulator, as
+    /// every run across a lab is.
+    pub watched: Option<String>,
 }
 
 /// The local files under `path` (the file itself, or a directory's), each
@@ -167,6 +171,7 @@ fn pairs_work(o: &Opts, sources: &[AgentPath], dests: &[AgentPath]) -> Work {
         place: place_beneath,
         source: o.source_words.clone(),
         destination: o.dest_words.clone(),
+        watched: o.watched.clone(),
     })
 }
 
@@ -195,7 +200,7 @@ fn pull_work(o: &Opts, addr: SocketAddr, paths: &[String], dest: &Path) -> Resul
         source: o.source_words.clone(),
         destination: o.dest_words.clone(),
     };
-    Ok(Work::Direct(Target::remote(addr), job))
+    Ok(Work::Direct(Target { lab: o.watched.clone(), ..Target::remote(addr) }, job))
 }
 
 /// A push of local files: to an agent's root, or to a local destination
@@ -211,7 +216,10 @@ fn push_work(o: &Opts, paths: &[PathBuf], dest: &End, out: &mut Output) -> Resul
     }
     let many = paths.len() > 1 || paths.iter().any(|p| p.is_dir());
     let (target, dest_path, network, keep) = match dest {
-        End::Remote { addr, path, .. } => (Target::remote(*addr), path.clone(), host_network(*addr), Keep::Nothing),
+        End::Remote { addr, path, .. } => {
+            let target = Target { lab: o.watched.clone(), ..Target::remote(*addr) };
+            (target, path.clone(), host_network(*addr), Keep::Nothing)
+        }
         End::Local(d) => {
             let is_dir = many || d.is_dir() || d.as_os_str().to_string_lossy().ends_with('/');
             let (root, name) = if is_dir {

@@ -427,11 +427,22 @@ impl LabWatch {
     }
 
     /// The lab the run crossed and the emulator's verdict over it. The
-    /// emulator writes its health every 250 ms: this waits for one more
-    /// write before reading it again.
+    /// emulator writes its health every 250 ms: this waits for the next
+    /// write (at most 300 ms, an emulator that is gone writes none) before
+    /// reading it again.
     pub fn record(self) -> gridperf_core::model::LabRecord {
-        std::thread::sleep(Duration::from_millis(300));
-        let after = health(&self.name);
+        let now = health(&self.name);
+        let until = Instant::now() + Duration::from_millis(300);
+        let mut after = now.clone();
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+            after = health(&self.name);
+            if let (Some(n), Some(a)) = (&now, &after) {
+                if a.uptime_s > n.uptime_s {
+                    break;
+                }
+            }
+        }
         let state = state(&self.name);
         let (emulator, invalid, cause, note) = match (&self.before, &after) {
             (Some(b), Some(a)) => {

@@ -45,6 +45,8 @@ pub struct Pairs {
     pub place: fn(&str, &str) -> String,
     pub source: String,
     pub destination: String,
+    /// The lab this host is one of: the first destination's session watches it.
+    pub watched: Option<String>,
 }
 
 fn net(e: impl std::fmt::Display) -> Error {
@@ -270,7 +272,9 @@ impl Copy<'_> {
                 join: j > 0,
                 ..base_spec.clone()
             };
-            let mut s = match Target::remote(addr).open(self.o.deadlines) {
+            // the first destination's record is the copy's: it watches the lab, if any
+            let lab = if j == 0 { self.job.watched.clone() } else { None };
+            let mut s = match (Target { lab, ..Target::remote(addr) }).open(self.o.deadlines) {
                 Ok(s) => s,
                 Err(e) => return Err(self.fail(e)),
             };
