@@ -77,7 +77,13 @@ pub struct Point {
     pub queue_bound_ns: f64,
     /// The emulator's CPU use while loaded, in percent of one CPU.
     pub emulator_cpu_percent: f64,
-    /// The emulator's own verdict over the point.
+    /// Datagrams of the overload the receiving host dropped for want of
+    /// room in its socket (its UDP RcvbufErrors over the count): the host,
+    /// not the emulator, fell behind.
+    #[serde(default)]
+    pub sink_drops: u64,
+    /// The emulator's own verdict over the point, or the receiving host's
+    /// when it dropped more than 1 in 1000 of what it was sent.
     pub invalid: Option<String>,
     pub lag_p99_us: Option<u64>,
     /// [`Point::meets_targets`], for scripts.
@@ -111,6 +117,24 @@ impl Point {
 
 fn in_ns<R: Send + 'static>(ns: &str, f: impl FnOnce() -> std::io::Result<R> + Send + 'static) -> Result<R> {
     gridperf_sys::in_netns(ns, f).map_err(|e| Error::internal(format!("probe in {ns}: {e}")))
+}
+
+/// The UDP datagrams dropped for want of room in a socket's buffer in
+/// namespace `ns` since it was made (RcvbufErrors of its /proc/net/snmp).
+fn udp_rcvbuf_errors(ns: &str) -> Result<u64> {
+    in_ns(ns, || {
+        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+        rcvbuf_errors(&snmp).ok_or_else(|| std::io::Error::other("no Udp RcvbufErrors in /proc/net/snmp"))
+    })
+}
+
+/// RcvbufErrors of the Udp lines of a /proc/net/snmp (a header line of
+/// names, then a line of values).
+fn rcvbuf_errors(snmp: &str) -> Option<u64> {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let k = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(k)?.parse().ok()
 }
 
 /// Cumulative CPU time of a process, in seconds.
@@ -634,11 +658,13 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     // let the queue fill, then count the steady part
     std::thread::sleep(Duration::from_secs_f64(0.5 + 2.0 * delay_ns as f64 / 1e9));
     let _ = sink_count(&b, b_addr)?;
+    let drops0 = udp_rcvbuf_errors(&b)?;
     let sent0 = sent.load(Ordering::Relaxed);
     let t0 = Instant::now();
     let mut loaded = probe(&a, b_addr, Duration::from_millis(20), Duration::from_secs_f64(seconds))?;
     loaded.sort_unstable();
     let (bytes, count) = sink_count(&b, b_addr)?;
+    let sink_drops = udp_rcvbuf_errors(&b)?.saturating_sub(drops0);
     let dt = t0.elapsed().as_secs_f64();
     let offered = (sent.load(Ordering::Relaxed) - sent0) as f64 * ((LOAD_PAYLOAD + 28) * 8) as f64 / dt;
     let cpu1 = cpu_seconds(st.pid);
@@ -708,8 +734,18 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         tcp_retransmits: tcp_retrans,
         table_errors_ns,
         table_samples: drawn.len(),
+        sink_drops,
         invalid: d
             .invalid_because()
+            .or_else(|| {
+                (sink_drops * 1000 > count.max(1)).then(|| {
+                    format!(
+                        "the receiving host dropped {sink_drops} of the overload's {} datagrams for want of room in \
+                         its socket (a busy CPU): the rate it counted is not the emulator's",
+                        count + sink_drops
+                    )
+                })
+            })
             .or_else(|| tcp_health.invalid_because().map(|w| format!("during the TCP flow: {w}")))
             .or_else(|| table_health.invalid_because().map(|w| format!("during the delay table: {w}"))),
         lag_p99_us: d.lag_quantile_us(0.99),
@@ -872,6 +908,21 @@ mod tests {
         // too few for a slice: the median of all
         assert_eq!(settled_median(&[3, 1, 2], 50_000_000), Some(2.0));
         assert_eq!(settled_median(&[], 50_000_000), None);
+    }
+
+    #[test]
+    fn a_hosts_udp_receive_buffer_drops_are_read_from_its_snmp() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors\n\
+                    Udp: 4410233 3 712 18 709 0 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors\n\
+                    UdpLite: 0 0 0 0 5 0 0\n";
+        assert_eq!(rcvbuf_errors(snmp), Some(709));
+        assert_eq!(rcvbuf_errors("Udp: InDatagrams\nUdp: 4\n"), None);
+        assert_eq!(rcvbuf_errors(""), None);
+        // and this machine's own, as a lab host's is read
+        let own = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("snmp");
+        assert!(rcvbuf_errors(&own).is_some(), "{own}");
     }
 
     fn k(rate_bps: u64, root: bool, rate_held: bool) -> Kept {

@@ -643,6 +643,7 @@ fn lab_status_profiles_calibration() {
         loaded_rtt_max_ns: 100_900_000.0,
         queue_bound_ns: 100_500_000.0,
         emulator_cpu_percent: 68.0,
+        sink_drops: 0,
         invalid: None,
         lag_p99_us: Some(128),
         targets_met: true,
