@@ -145,10 +145,11 @@ impl Lab {
     }
 
     /// A measurement against `serve --once` on b, run again (after a new
-    /// agent) while the emulator marks it INVALID, up to three times in all.
+    /// agent) while the emulator marks it INVALID, up to five times in all
+    /// (as [`unless_invalid`]).
     fn unless_invalid_serving(&mut self, measure: impl Fn(&Lab) -> Output) -> Output {
         let mut o = measure(self);
-        for _ in 0..2 {
+        for _ in 0..4 {
             if o.status.code() != Some(4) {
                 break;
             }
@@ -540,9 +541,20 @@ fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
     let state = std::env::temp_dir().join(format!("gridperf-cal-state-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     let gp = |args: &[&str]| crate::bin().env("XDG_STATE_HOME", &state).args(args).output().expect("gridperf");
-    let o = gp(&["lab", "calibrate", "--rates", "5G", "--delays", "5ms", "--seconds", "1", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    // a rate off by more than 1% must be said INVALID (the emulator or the
+    // receiving host fell behind: CI once counted 4.22 of 5 Gbit/s), and is
+    // then measured again, up to three times in all; a point INVALID for
+    // another phase (the delay table under steal) keeps its rate
+    let mut v = serde_json::Value::Null;
+    for _ in 0..3 {
+        let o = gp(&["lab", "calibrate", "--rates", "5G", "--delays", "5ms", "--seconds", "1", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        v = serde_json::from_slice(&o.stdout).expect("json");
+        let p = &v["points"][0];
+        if p["rate_error"].as_f64().is_some_and(|e| e.abs() <= 0.01) || p["invalid"].is_null() {
+            break;
+        }
+    }
     let p = &v["points"][0];
     let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
     assert!(f("offered_rate_bps") > 1.02 * 5e9, "the load did not overload the link: {p}");
@@ -578,9 +590,9 @@ fn jitter_spreads_the_round_trip_as_configured() {
     // uniform +-2 ms each way, reordering allowed: a round trip is 20 ms
     // plus the sum of two uniform draws, whose standard deviation is
     // 2 ms x sqrt(2/3) = 1.63 ms, and which stays within +-4 ms (its p99
-    // +3.43 ms); a valid run's packets may each be up to 1 ms behind
-    // schedule (the emulator's lag threshold), so the tail is bounded at
-    // 24 ms + 1 ms
+    // +3.43 ms); a valid run's packets may be up to 1 ms behind schedule
+    // (the emulator's lag threshold), all but 1% of them, so all but a few
+    // round trips stay within 24 ms + 1 ms (CI: a valid run's p99 at 25.4 ms)
     let mut lab = Lab::up("jitter", &["--rtt", "20ms", "--jitter", "2ms", "--reorder"]);
     lab.serve_on_b();
     let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("udp", "300", &["--warmup", "2", "--samples"]));
@@ -590,7 +602,16 @@ fn jitter_spreads_the_round_trip_as_configured() {
     let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
     assert!((1.3e6..2.0e6).contains(&f("stddev_ns")), "{s}");
     assert!(f("min_ns") >= 16.0e6 && (19.5e6..20.8e6).contains(&f("median_ns")), "{s}");
-    assert!(f("p99_ns") <= 25.0e6, "{s}");
+    let samples: Vec<u64> = v["points"][0]["samples_ns"]
+        .as_array()
+        .expect("--samples")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect();
+    assert!(samples.len() >= 300, "{} samples", samples.len());
+    // the valid rule's 1% late, and 1% for the hosts' own scheduling on a busy machine
+    let beyond = samples.iter().filter(|&&x| x > 25_000_000).count();
+    assert!(beyond * 50 <= samples.len(), "{beyond} of {} round trips beyond 25 ms: {s}", samples.len());
 }
 
 #[test]
@@ -1663,7 +1684,7 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         v["runs"][0]["env"]["lab"]["emulator"]["held_by"]["not_running"]["count"].as_u64().unwrap_or(0) > 0
     };
     let mut valid = None;
-    for _ in 0..4 {
+    for _ in 0..6 {
         lab.serve_on_b();
         let stop = hold_up(pid, Duration::from_secs(2), 1, Duration::from_millis(30), Duration::from_millis(30));
         let o = stream(&lab);
@@ -1676,7 +1697,7 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
             break;
         }
     }
-    let o = valid.expect("a valid run with the hold-up in it, in four");
+    let o = valid.expect("a valid run with the hold-up in it, in six");
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
     let notes = v["runs"][0]["env"]["notes"].to_string();
@@ -2022,7 +2043,12 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     for d in ["ab", "ba"] {
         let loss = val(d, "loss");
         if h.loss > 0.0 {
-            assert!(loss > h.loss / 2.0 && loss < h.loss * 2.0, "{d} loss: fitted {loss}, hidden {}", h.loss);
+            // within the fit's own interval, stretched from 95% to 99.9%
+            // (a few tens of losses in 20 s: CI saw a fit at 0.45 of the hidden loss)
+            let (lo, hi) = (p[d]["loss"]["low"].as_f64().expect("low"), p[d]["loss"]["high"].as_f64().expect("high"));
+            let stretch = 3.29 / 1.96;
+            let (lo, hi) = (loss - (loss - lo) * stretch, loss + (hi - loss) * stretch);
+            assert!((lo..=hi).contains(&h.loss), "{d} loss: fitted {loss} ({lo}..{hi} at 99.9%), hidden {}", h.loss);
         } else {
             assert!(loss < 1e-4, "{d} loss: fitted {loss} on a path without loss");
         }
