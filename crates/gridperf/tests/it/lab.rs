@@ -299,7 +299,7 @@ fn delay_measured_end_to_end_and_down_leaves_nothing() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("already up"), "{}", stderr(&o));
     lab.serve_on_b();
-    let o = lab.rtt_a_to_b("tcp,udp", "50", &["--warmup", "5"]);
+    let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("tcp,udp", "50", &["--warmup", "5"]));
     let floor = lab.floor();
     for (proto, median, lost, _) in medians(&o) {
         // 20 ms end to end: the lab's own round trip (the hosts' stacks,
@@ -334,7 +334,9 @@ fn loss_counted_by_udp_within_its_interval() {
     }
     let mut lab = Lab::up("loss", &["--rtt", "2ms", "--loss", "10%", "--seed", "7"]);
     lab.serve_on_b();
-    let o = lab.rtt_a_to_b("udp", "300", &["--warmup", "0", "--timeout", "30ms", "--connect-timeout", "15s"]);
+    let o = lab.unless_invalid_serving(|l| {
+        l.rtt_a_to_b("udp", "300", &["--warmup", "0", "--timeout", "30ms", "--connect-timeout", "15s"])
+    });
     let pts = medians(&o);
     let (_, median, lost, sent) = &pts[0];
     // a round trip survives two 10% draws: lost with p = 1 - 0.9^2 = 0.19
@@ -452,7 +454,7 @@ fn asymmetric_directions_add_up() {
     assert_eq!(st["lab"]["spec"]["ab"]["delay_ns"], 12_000_000 - half);
     assert_eq!(st["lab"]["spec"]["ba"]["delay_ns"], 3_000_000 - half);
     lab.serve_on_b();
-    let o = lab.rtt_a_to_b("udp", "30", &["--warmup", "2"]);
+    let o = lab.unless_invalid_serving(|l| l.rtt_a_to_b("udp", "30", &["--warmup", "2"]));
     let (_, median, _, _) = medians(&o)[0].clone();
     assert!((15.0e6 - floor..16.0e6).contains(&median), "median {median} ns: 12 ms out, 3 ms back, floor {floor} ns");
 }
@@ -951,9 +953,9 @@ fn fanout_across_a_dumbbell_deadlocks_and_drains_as_on_loopback() {
 /// One stream a -> b in a lab: the sender's rate, bits per second.
 fn stream_a_to_b(lab: &mut Lab, secs: &str) -> f64 {
     // a run the emulator marks INVALID (exit 4: it fell behind on a busy
-    // machine) is run again, up to three times in all
+    // machine) is run again, up to five times in all
     let mut o = None;
-    for _ in 0..3 {
+    for _ in 0..5 {
         lab.serve_on_b();
         let out =
             lab.exec_a(&["stream", "10.77.2.1", "-t", secs, "--omit", "1", "-C", "cubic", "--json", "--no-store"]);
@@ -1663,9 +1665,9 @@ fn hold_up(pid: u32, after: Duration, times: u32, each: Duration, every: Duratio
 
 /// Issue 33: a run is judged by how much of its time the emulator was
 /// held up (time the emulated link carried nothing), not voided by any one
-/// hold-up of 10 ms. Hold-ups injected with SIGSTOP: one of 30 ms in a 6 s
+/// hold-up of 10 ms. Hold-ups injected with SIGSTOP: one of 30 ms in a 10 s
 /// stream leaves it valid, its notes saying how long and why; eight of
-/// 40 ms (320 ms, 5%) make it INVALID, and the reason says what held the
+/// 40 ms (320 ms, 3%) make it INVALID, and the reason says what held the
 /// emulator up.
 #[test]
 fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
@@ -1674,7 +1676,9 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
     }
     let mut lab = Lab::up("held", &["--profile", "man", "--set", "loss=0"]);
     let pid = lab.status()["lab"]["pid"].as_u64().expect("the emulator's pid") as u32;
-    let stream = |lab: &Lab| lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", "cubic", "--json", "--no-store"]);
+    // 10 s: room for the machine's own hold-ups (CI: steal of 11-14 ms at
+    // once) beside the 30 ms injected, within the 1% a valid run may have
+    let stream = |lab: &Lab| lab.exec_a(&["stream", "10.77.2.1", "-t", "10", "-C", "cubic", "--json", "--no-store"]);
     // one hold-up of 30 ms: valid (natural hold-ups of a busy machine may
     // add to it: the run is tried again while it is INVALID, and while the
     // hold-up missed it: on a busy machine the stream may begin after the
@@ -1703,7 +1707,7 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
     let notes = v["runs"][0]["env"]["notes"].to_string();
     assert!(notes.contains("the lab's emulator was held up"), "the hold-up is noted: {notes}");
     assert!(notes.contains("with the emulator not running (stopped by a signal"), "and its cause: {notes}");
-    // eight of 40 ms: 320 ms of 6 s
+    // eight of 40 ms: 320 ms of 10 s
     lab.serve_on_b();
     let stop = hold_up(pid, Duration::from_secs(1), 8, Duration::from_millis(40), Duration::from_millis(400));
     let o = stream(&lab);
