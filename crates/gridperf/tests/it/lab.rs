@@ -1739,7 +1739,8 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
             std::thread::sleep(Duration::from_secs(2));
             run(&["lab", "pause", "--name", &name, "--for", length, "--times", times, "--every", "1s"])
         });
-        let o = lab.exec_a(&["stream", "10.77.2.1", "-t", "6", "-C", cc, "--json", "--no-store"]);
+        // 10 s: room for the machine's own hold-ups (steal) within the 1% a valid run may have
+        let o = lab.exec_a(&["stream", "10.77.2.1", "-t", "10", "-C", cc, "--json", "--no-store"]);
         let paused = p.join().expect("the pauser");
         assert!(paused.status.success(), "lab pause: {}", stderr(&paused));
         if let Some(mut a) = lab.agent.take() {
@@ -1757,10 +1758,11 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
             || env["notes"].to_string().contains("gridperf lab pause")
     };
     // natural hold-ups of a busy machine may add to it: tried again while
-    // INVALID, or while the pause missed the run, three times in all
+    // INVALID, or while the pause missed the run, six times in all (the
+    // rootless CI once had none of three valid with the pause in it)
     let valid =
-        (0..3).map(|_| paused_stream(&mut lab, "bbr", "30ms", "1")).find(|o| o.status.code() != Some(4) && pause_in(o));
-    let o = valid.expect("a valid run with the pause in it, in three");
+        (0..6).map(|_| paused_stream(&mut lab, "bbr", "30ms", "1")).find(|o| o.status.code() != Some(4) && pause_in(o));
+    let o = valid.expect("a valid run with the pause in it, in six");
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
     let env = &v["runs"][0]["env"];
