@@ -533,10 +533,21 @@ pub fn fit_loss(expected: u64, lost: u64, gaps: u64, per_second: Option<f64>) ->
     }
     let n = expected as f64;
     let p = lost as f64 / n;
-    // Wilson's interval
+    // a geometric burst of mean b has variance b (b - 1); with fewer than
+    // 3 runs the burst is not fitted and the losses count one by one
+    let b = if gaps >= 3 { (lost as f64 / gaps as f64).max(1.0) } else { 1.0 };
+    // losses that come in runs vary more than one by one: the count of
+    // runs is Poisson, each run's length geometric, so the count lost has
+    // 2b - 1 times the variance of as many independent losses. Wilson's
+    // score interval over n / (2b - 1) datagrams (the design effect): it
+    // takes the variance at the rate it tests, not at the rate seen, so a
+    // run that saw few losses by chance still reaches the true rate (a
+    // Wald interval widened by sqrt(2b - 1) missed 0.22% from a fit of
+    // 0.088% in CI)
+    let n_eff = n / (2.0 * b - 1.0);
     let z2 = Z95 * Z95;
-    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
-    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / (1.0 + z2 / n);
+    let centre = (p + z2 / (2.0 * n_eff)) / (1.0 + z2 / n_eff);
+    let half = Z95 * (p * (1.0 - p) / n_eff + z2 / (4.0 * n_eff * n_eff)).sqrt() / (1.0 + z2 / n_eff);
     let mut loss = Estimate::new(p, (centre - half).max(0.0), (centre + half).min(1.0), method);
     if lost == 0 {
         let high = loss.high.unwrap_or(0.0);
@@ -559,16 +570,6 @@ pub fn fit_loss(expected: u64, lost: u64, gaps: u64, per_second: Option<f64>) ->
     }
     if gaps < 3 {
         return (loss, Estimate::missing(bmethod, format!("{gaps} loss runs; at least 3 are needed")));
-    }
-    // a geometric burst of mean b has variance b (b - 1)
-    let b = (lost as f64 / gaps as f64).max(1.0);
-    // losses that come in runs vary more than one by one: the count of
-    // runs is Poisson, each run's length geometric, so the count lost has
-    // 2b - 1 times the variance of as many independent losses (b = 3: the
-    // interval 2.2 times as wide as Wilson's alone)
-    let wider = (2.0 * b - 1.0).sqrt();
-    if let (Some(lo), Some(hi)) = (loss.low, loss.high) {
-        (loss.low, loss.high) = (Some((p - (p - lo) * wider).max(0.0)), Some((p + (hi - p) * wider).min(1.0)));
     }
     let half = Z95 * (b * (b - 1.0) / gaps as f64).sqrt();
     (loss, Estimate::new(b, (b - half).max(1.0), b + half, bmethod))
@@ -865,10 +866,12 @@ mod tests {
         let (loss, burst) = fit_loss(n, lost, gaps, None);
         assert!(loss.covers(0.005), "{loss:?}");
         assert!(burst.covers(3.0), "{burst:?}");
-        // the interval holds the true loss in 363 of these 400 short runs
-        // of bursty loss; Wilson's alone, as if each loss were its own, in
-        // 251 (CI saw a clone's fit at 0.45 of the hidden loss)
-        let (mut covered, runs) = (0, 400);
+        // the interval holds the true loss in 374 of these 400 short runs
+        // of bursty loss, 18 of the misses low; Wilson's alone, as if each
+        // loss were its own, in 251; Wilson's widened by sqrt(2b - 1)
+        // around the rate seen in 363 (CI saw clones' fits at 0.45 and 0.40
+        // of the hidden loss)
+        let (mut covered, mut under, runs) = (0, 0, 400);
         for _ in 0..runs {
             let (mut bad, mut lost, mut gaps) = (false, 0u64, 0u64);
             for _ in 0..6_000 {
@@ -879,9 +882,12 @@ mod tests {
                     gaps += u64::from(!was);
                 }
             }
-            covered += usize::from(fit_loss(6_000, lost, gaps, None).0.covers(0.005));
+            let fit = fit_loss(6_000, lost, gaps, None).0;
+            covered += usize::from(fit.covers(0.005));
+            // the true rate above the interval: the miss a low fit makes
+            under += usize::from(fit.high.is_some_and(|h| h < 0.005));
         }
-        assert!(covered * 100 >= runs * 85, "covered in {covered} of {runs}");
+        assert!(covered * 100 >= runs * 90 && under * 100 <= runs * 5, "covered in {covered} of {runs}, {under} below");
         let (loss, burst) = fit_loss(10_000, 0, 0, Some(1000.0));
         assert_eq!(loss.value, Some(0.0));
         let note = loss.note.clone().expect("some");

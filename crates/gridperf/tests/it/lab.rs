@@ -157,6 +157,7 @@ impl Lab {
                 let _ = a.kill();
                 let _ = a.wait();
             }
+            crate::quiet();
             self.serve_on_b();
             o = measure(self);
         }
@@ -225,13 +226,14 @@ impl Drop for Lab {
 /// and rightly says so; CI saw one packet 15 ms late in 281).
 fn unless_invalid(mut measure: impl FnMut() -> Output) -> Output {
     let mut o = measure();
-    // up to five tries, a pause between them: CI once saw three copies in a
-    // row INVALID (the emulator 25 ms behind) while the machine was busy
+    // up to five tries, each once the hypervisor leaves the machine alone:
+    // CI once saw five copies in a row INVALID, 2 s apart (the emulator 13
+    // ms behind, steal on every CPU)
     for _ in 0..4 {
         if o.status.code() != Some(4) {
             break;
         }
-        std::thread::sleep(Duration::from_secs(2));
+        crate::quiet();
         o = measure();
     }
     o
@@ -469,14 +471,26 @@ fn calibration_at_100_mbit_per_s_and_25_ms() {
     let _serial = serial();
     // its own state directory: what calibration keeps is read by every lab after
     let state = std::env::temp_dir().join(format!("gridperf-cal100-state-{}", std::process::id()));
-    let o = crate::bin()
-        .env("XDG_STATE_HOME", &state)
-        .args(["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"])
-        .output()
-        .expect("gridperf");
+    // a point the emulator's hold-ups made INVALID is measured again, up to
+    // four times in all, each once the hypervisor leaves the machine alone
+    // (CI, under steal: a median delay error of 1.03 ms)
+    let mut v = serde_json::Value::Null;
+    for k in 0..4 {
+        if k > 0 {
+            crate::quiet();
+        }
+        let o = crate::bin()
+            .env("XDG_STATE_HOME", &state)
+            .args(["lab", "calibrate", "--rates", "100M", "--delays", "25ms", "--seconds", "2", "--json"])
+            .output()
+            .expect("gridperf");
+        assert!(o.status.success(), "{}", stderr(&o));
+        v = serde_json::from_slice(&o.stdout).expect("json");
+        if v["points"][0]["invalid"].is_null() {
+            break;
+        }
+    }
     let _ = std::fs::remove_dir_all(&state);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["schema"], "gridperf.lab-calibration/1");
     let p = &v["points"][0];
     let f = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
@@ -545,10 +559,15 @@ fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
     let gp = |args: &[&str]| crate::bin().env("XDG_STATE_HOME", &state).args(args).output().expect("gridperf");
     // a rate off by more than 1% must be said INVALID (the emulator or the
     // receiving host fell behind: CI once counted 4.22 of 5 Gbit/s), and is
-    // then measured again, up to three times in all; a point INVALID for
-    // another phase (the delay table under steal) keeps its rate
+    // then measured again, up to four times in all, each once the
+    // hypervisor leaves the machine alone (CI: three in a row INVALID under
+    // steal, the last offering 4.38 Gbit/s); a point INVALID for another
+    // phase (the delay table under steal) keeps its rate
     let mut v = serde_json::Value::Null;
-    for _ in 0..3 {
+    for k in 0..4 {
+        if k > 0 {
+            crate::quiet();
+        }
         let o = gp(&["lab", "calibrate", "--rates", "5G", "--delays", "5ms", "--seconds", "1", "--json"]);
         assert!(o.status.success(), "{}", stderr(&o));
         v = serde_json::from_slice(&o.stdout).expect("json");
@@ -955,7 +974,10 @@ fn stream_a_to_b(lab: &mut Lab, secs: &str) -> f64 {
     // a run the emulator marks INVALID (exit 4: it fell behind on a busy
     // machine) is run again, up to five times in all
     let mut o = None;
-    for _ in 0..5 {
+    for k in 0..5 {
+        if k > 0 {
+            crate::quiet();
+        }
         lab.serve_on_b();
         let out =
             lab.exec_a(&["stream", "10.77.2.1", "-t", secs, "--omit", "1", "-C", "cubic", "--json", "--no-store"]);
@@ -1688,7 +1710,10 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         v["runs"][0]["env"]["lab"]["emulator"]["held_by"]["not_running"]["count"].as_u64().unwrap_or(0) > 0
     };
     let mut valid = None;
-    for _ in 0..6 {
+    for k in 0..6 {
+        if k > 0 {
+            crate::quiet();
+        }
         lab.serve_on_b();
         let stop = hold_up(pid, Duration::from_secs(2), 1, Duration::from_millis(30), Duration::from_millis(30));
         let o = stream(&lab);
@@ -1733,6 +1758,9 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
     }
     let mut lab = Lab::up("pause", &["--profile", "baltic"]);
     let paused_stream = |lab: &mut Lab, cc: &str, length: &'static str, times: &'static str| {
+        // each try once the hypervisor leaves the machine alone: its own
+        // hold-ups are not the pause under test
+        crate::quiet();
         lab.serve_on_b();
         let name = lab.name.clone();
         let p = std::thread::spawn(move || {
