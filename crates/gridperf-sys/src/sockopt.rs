@@ -136,6 +136,20 @@ pub fn outq(sock: &impl AsRawFd) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// SIOCGSTAMPNS (asm-generic/sockios.h, a 64-bit timespec).
+const SIOCGSTAMPNS: u64 = 0x8907;
+
+/// When the kernel received the datagram last read from `sock`
+/// (CLOCK_REALTIME, ns): SIOCGSTAMPNS. The first call turns receive
+/// stamping on and, no datagram having been stamped yet, fails with
+/// ENOENT: call it once before the datagrams to be timed arrive.
+pub fn last_rx_stamp_ns(sock: &impl AsRawFd) -> io::Result<i64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: SIOCGSTAMPNS writes one timespec.
+    cvt_i(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSTAMPNS as _, &mut ts) })?;
+    Ok(ts.tv_sec * 1_000_000_000 + ts.tv_nsec)
+}
+
 /// Bytes waiting in a socket's receive queue (SIOCINQ).
 pub fn inq(sock: &impl AsRawFd) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
