@@ -17,7 +17,9 @@
 //!   files with their digests, is told where to send, and asks the client
 //!   for leases of blocks as its pool's queue runs low, reporting the
 //!   blocks acknowledged since the last; copy-sent once the last lease is
-//!   sent, then the client's finish.
+//!   sent, then the client's finish. At the client, each source's
+//!   [`Listing`] and its [`Leases`], and each destination's [`Destination`]:
+//!   the needs, the sources' connections taken, the outcomes.
 //!
 //! A small push costs 3 round trips here and a pull 4, and 2 more before
 //! (connecting, hello with the request behind it): 5 and 6 in all, counted
@@ -25,6 +27,7 @@
 
 mod agent;
 mod client;
+mod coordinate;
 mod leases;
 #[cfg(test)]
 mod pair;
@@ -34,6 +37,7 @@ mod tests;
 
 pub use agent::{Read, Write};
 pub use client::{Pull, Push};
+pub use coordinate::{Destination, Listing};
 pub use leases::{Leases, SourceSent};
 pub use source::Source;
 

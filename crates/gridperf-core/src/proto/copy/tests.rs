@@ -1,9 +1,10 @@
 //! The copy's conversation, both ends against each other in virtual time.
 
 use super::pair::{agent_info, Ended, Pair, Side, World};
-use super::{Pull, Push, Read, Waits, Write};
-use crate::proto::{Failure, Nanos};
-use crate::wire::{CopyFile, ErrorCode};
+use super::{Destination, Listing, Pull, Push, Read, Source, Waits, Write};
+use crate::model::CopyStream;
+use crate::proto::{Action, End, Failure, Input, Nanos};
+use crate::wire::{AgentMsg, ClientMsg, CopyFile, CopyNeed, CopyOutcome, ErrorCode};
 
 const MS: Nanos = 1_000_000;
 /// 400 ms round trips, as the lab test's long path.
@@ -213,4 +214,157 @@ fn a_push_that_stops_waits_briefly_for_the_agents_words_then_aborts() {
     assert!(abort >= 2_000 * MS, "{:#?}", e.log);
     // the agent keeps every partial file and says the client gave up
     assert!(matches!(&e.agent, Some(Err(Failure::Net(m))) if m.starts_with("client aborted")), "{:?}", e.agent);
+}
+
+// A copy between agents: the client's steps with each agent, the leases apart.
+
+#[test]
+fn a_sources_list_costs_one_round_trip_and_copy_to_follows_it() {
+    let w =
+        World { files: vec![("d/a.dat".into(), 4096), ("d/b.dat".into(), 3 << 20)], block: 1 << 20, rate_bps: 1 << 30 };
+    let infos = files(&w);
+    let source = Source::new(1, w.block, 4096, agent_info(), waits(), 3 * LATENCY);
+    let named = CopyFile { path: "d".into(), size: 0, mtime_ns: 0, digest: None, origin: None };
+    let (mut p, e) =
+        Pair::run_with(Listing::new(waits().list), source, w, LATENCY, |_| {}, |c, now| c.start(named, now));
+    // ready came at 4 latencies; the list goes and the files come back: one round trip
+    assert_eq!(e.client, Some(Ok(())), "{:#?}", e.log);
+    assert_eq!(e.at, 6 * LATENCY, "{:#?}", e.log);
+    let (listed, skipped) = p.client.take();
+    assert_eq!(listed, infos);
+    assert!(skipped.is_empty());
+    // told where to send, once listed: copy-to, and the step is done
+    let to: std::net::SocketAddr = "10.77.2.1:5302".parse().expect("addr");
+    let acts = p.client.send_to(to, 7, 8);
+    assert_eq!(acts, vec![Action::Send(ClientMsg::CopyTo { addr: to.to_string(), token: 7, base: 8 }), Action::Done]);
+    // never before it listed
+    let mut early = Listing::new(waits().list);
+    assert!(
+        matches!(early.send_to(to, 7, 0).as_slice(), [Action::Fail(Failure::Net(m))] if m.contains("before it listed"))
+    );
+}
+
+#[test]
+fn a_listing_ends_on_an_error_frame_a_message_out_of_turn_or_quiet() {
+    let named = || CopyFile { path: "d".into(), size: 0, mtime_ns: 0, digest: None, origin: None };
+    let fails = |input: Input<AgentMsg, super::Event>| {
+        let mut m = Listing::new(5 * MS);
+        m.start(named(), 0);
+        let acts = m.handle(input, MS);
+        assert!(!m.wants_msg() && m.deadline().is_none(), "over after {acts:?}");
+        match acts.as_slice() {
+            [Action::Fail(f)] => f.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let f = fails(Input::Msg(AgentMsg::Error { code: ErrorCode::Refused, message: "no such file".into() }));
+    assert!(f.said().contains("the agent refused: no such file"), "{f:?}");
+    let f = fails(Input::Msg(AgentMsg::StepReady));
+    assert!(f.to_string().starts_with("expected the agent's file list, got StepReady"), "{f}");
+    let f = fails(Input::Deadline);
+    assert!(f.to_string().starts_with("no file list within"), "{f}");
+    // parts: each one restarts the wait; a list longer than a copy takes ends it
+    let mut m = Listing::new(5 * MS);
+    m.start(named(), 0);
+    let part = |n: usize| (0..n).map(|k| CopyFile { path: format!("d/{k}"), ..named() }).collect::<Vec<_>>();
+    assert!(m
+        .handle(Input::Msg(AgentMsg::CopySources { files: part(3), last: false, skipped: vec![] }), 4 * MS)
+        .is_empty());
+    assert_eq!(m.deadline(), Some(9 * MS));
+    let skipped = vec![("d/link".to_string(), "a symbolic link".to_string())];
+    let acts =
+        m.handle(Input::Msg(AgentMsg::CopySources { files: part(2), last: true, skipped: skipped.clone() }), 6 * MS);
+    assert_eq!(acts, vec![Action::Done]);
+    assert_eq!((m.take().0.len(), m.deadline()), (5, None));
+    let mut m = Listing::new(5 * MS);
+    m.start(named(), 0);
+    let too_many = part(crate::wire::MAX_COPY_FILES as usize + 1);
+    let acts = m.handle(Input::Msg(AgentMsg::CopySources { files: too_many, last: false, skipped: vec![] }), MS);
+    assert!(
+        matches!(acts.as_slice(), [Action::Fail(Failure::Net(m))] if m.contains("longer than a copy takes")),
+        "{acts:?}"
+    );
+}
+
+#[test]
+fn a_destinations_needs_cost_one_round_trip() {
+    let w = World { files: vec![("a.dat".into(), 5 << 20)], block: 1 << 20, rate_bps: 1 << 30 };
+    let placed = files(&w);
+    let write = Write::new(1, agent_info(), waits(), 3 * LATENCY);
+    let client = Destination::new(waits().list, waits().control);
+    let (mut p, e) = Pair::run_with(client, write, w, LATENCY, |_| {}, |c, now| c.start(&placed, now));
+    assert_eq!(e.client, Some(Ok(())), "{:#?}", e.log);
+    assert_eq!(e.at, 6 * LATENCY, "{:#?}", e.log);
+    let needs = p.client.take_needs();
+    assert_eq!(needs.len(), 1);
+    assert_eq!(needs[0].ranges, vec![(0, 5)]);
+}
+
+#[test]
+fn a_destination_takes_the_sources_connections_then_finishes() {
+    let mut m = Destination::new(5 * MS, 20 * MS);
+    let placed = vec![CopyFile { path: "x/a.dat".into(), size: 10, mtime_ns: 0, digest: None, origin: None }];
+    assert_eq!(m.start(&placed, 0), vec![Action::Send(ClientMsg::CopyFiles { files: placed.clone() })]);
+    let need = CopyNeed { file: 0, ranges: vec![(0, 1)], kept: 0, refused: None };
+    assert_eq!(
+        m.handle(Input::Msg(AgentMsg::CopyNeeds { needs: vec![need.clone()], last: true }), MS),
+        vec![Action::Done]
+    );
+    assert_eq!(m.take_needs(), vec![need]);
+    // between the steps it waits for nothing; finishing before the pairs ran is refused
+    assert!(!m.wants_msg() && m.deadline().is_none());
+    // the sources are told: step-ready is due within the taking wait, and stream-go answers it
+    assert!(m.sources_told(10 * MS).is_empty());
+    assert_eq!((m.wants_msg(), m.deadline()), (true, Some(30 * MS)));
+    assert_eq!(
+        m.handle(Input::Msg(AgentMsg::StepReady), 12 * MS),
+        vec![Action::Send(ClientMsg::StreamGo), Action::Done]
+    );
+    // while the pairs run, the session waits for nothing
+    assert!(!m.wants_msg() && m.deadline().is_none());
+    // copy-done with the changed files; the outcomes in parts, the streams with them
+    assert_eq!(m.finish(vec![0], 100 * MS), vec![Action::Send(ClientMsg::CopyDone { changed: vec![0] })]);
+    let out = |file| CopyOutcome { file, blake3: None, moved: 10, resent: 0, kept: 0, error: None, checksum: None };
+    let stream = CopyStream::default();
+    assert!(m
+        .handle(Input::Msg(AgentMsg::CopyResults { files: vec![out(0)], last: false, streams: vec![] }), 101 * MS)
+        .is_empty());
+    assert_eq!(m.deadline(), Some(106 * MS));
+    let acts = m.handle(
+        Input::Msg(AgentMsg::CopyResults { files: vec![], last: true, streams: vec![stream.clone()] }),
+        102 * MS,
+    );
+    assert_eq!(acts, vec![Action::Done]);
+    assert_eq!(m.take_results(), (vec![out(0)], vec![stream]));
+    assert!(!m.wants_msg() && m.deadline().is_none());
+    // no step-ready within the wait: the words say which
+    let mut m = Destination::new(5 * MS, 20 * MS);
+    m.start(&placed, 0);
+    m.handle(Input::Msg(AgentMsg::CopyNeeds { needs: vec![], last: true }), MS);
+    m.sources_told(2 * MS);
+    let acts = m.handle(Input::Deadline, 22 * MS);
+    assert!(
+        matches!(acts.as_slice(), [Action::Fail(Failure::Net(w))] if w.starts_with("no step-ready within")),
+        "{acts:?}"
+    );
+    // out of turn: a message while the pairs run ends it
+    let mut m = Destination::new(5 * MS, 20 * MS);
+    m.start(&placed, 0);
+    m.handle(Input::Msg(AgentMsg::CopyNeeds { needs: vec![], last: true }), MS);
+    m.sources_told(2 * MS);
+    m.handle(Input::Msg(AgentMsg::StepReady), 3 * MS);
+    let acts = m.handle(Input::Msg(AgentMsg::CopyNeeds { needs: vec![], last: true }), 4 * MS);
+    assert!(
+        matches!(acts.as_slice(), [Action::Fail(Failure::Net(w))] if w.contains("expected the agent's silence")),
+        "{acts:?}"
+    );
+    // an error frame while it prepares is the agent's words
+    let mut m = Destination::new(5 * MS, 20 * MS);
+    m.start(&placed, 0);
+    let acts =
+        m.handle(Input::Msg(AgentMsg::Error { code: ErrorCode::Refused, message: "not on shared storage".into() }), MS);
+    assert!(
+        matches!(acts.as_slice(), [Action::Fail(f)] if f.said().contains("refused: not on shared storage")),
+        "{acts:?}"
+    );
 }

@@ -18,6 +18,8 @@ use gridperf_core::wire::{
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
 
 mod read;
@@ -179,9 +181,44 @@ fn tune_socket(s: &TcpStream, spec: &CopySpec) {
     }
 }
 
+/// A sending agent's pool (a pull's, a source's) over `queue` on a thread
+/// of its own, each connection from `open`, while this thread runs `talk`
+/// (the conversation: what the pool wants said goes through the machine;
+/// `finished` says whether the pool ended) until the pool ends. The bytes
+/// are counted for the metrics; what came of the pool, or why the talk failed.
+pub(super) fn run_pool(
+    shared: &Shared,
+    spec: &CopySpec,
+    sources: &[SourceFile],
+    queue: &BlockQueue,
+    open: &(dyn Fn(u32) -> std::io::Result<dp::Link> + Sync),
+    wants: (mpsc::Sender<Want>, mpsc::Receiver<Want>),
+    talk: impl FnOnce(&mpsc::Receiver<Want>, &dyn Fn() -> bool) -> Result<(), Fail>,
+) -> Result<proto::copy::Event, Fail> {
+    let (tx, rx) = wants;
+    let (budget, plan) = pool_plan(spec);
+    let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
+    let note = |e: &gridperf_core::model::CopyEvent| {
+        let _ = tx.send(Want::Note(e.clone()));
+    };
+    let (plan_, moved_, note_, done) = (&plan, &moved, &note, tx.clone());
+    let pool = std::thread::scope(|scope| -> Result<dp::PoolOut, Fail> {
+        let h = scope.spawn(move || {
+            let pool = dp::send_pool(sources, spec.block, queue, plan_, open, moved_, note_);
+            let _ = done.send(Want::Done);
+            pool
+        });
+        let talked = talk(&rx, &|| h.is_finished());
+        let pool = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        talked.map(|()| pool)
+    })?;
+    shared.metrics.moved(moved.iter().map(|m| m.load(Ordering::Relaxed)).sum(), 0);
+    Ok(sent_event(sources, queue, pool))
+}
+
 /// What a sending agent's pool came to: every block sent (what changed
 /// meanwhile, its streams and events), or why it stopped.
-pub(super) fn sent_event(sources: &[SourceFile], queue: &BlockQueue, pool: dp::PoolOut) -> proto::copy::Event {
+fn sent_event(sources: &[SourceFile], queue: &BlockQueue, pool: dp::PoolOut) -> proto::copy::Event {
     if let Some(why) = queue.stopped() {
         return proto::copy::Event::Stopped { why };
     }
@@ -209,7 +246,7 @@ pub(super) enum Want {
 
 /// A sending agent's pool, as the request asks: the most connections over
 /// the copy, and the plan.
-pub(super) fn pool_plan(spec: &CopySpec) -> (u32, dp::PoolPlan) {
+fn pool_plan(spec: &CopySpec) -> (u32, dp::PoolPlan) {
     let budget = spec.connections.max(spec.streams);
     let plan = dp::PoolPlan {
         start: spec.streams,

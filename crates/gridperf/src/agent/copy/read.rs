@@ -3,7 +3,7 @@
 //! (restarts, the tail, -P auto), each further connection asked of the
 //! client.
 
-use super::{pool_plan, sent_event, sources_of, take_first, tune_socket, Opened, Want};
+use super::{run_pool, sources_of, take_first, tune_socket, Opened, Want};
 use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::Fail;
@@ -14,7 +14,6 @@ use gridperf_core::proto::{Action, End, Input};
 use gridperf_core::wire::{self, CopyFile, CopyNeed, CopySpec, DataHello, DataKind};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 /// What the machine asks for.
@@ -97,25 +96,12 @@ impl Work<'_> {
                 first,
             )),
         };
-        let (budget, plan) = pool_plan(spec);
-        let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
         let keys = o.keys.as_ref();
         let open = |k: u32| -> std::io::Result<dp::Link> {
             let sock = conns.open(k)?;
             Ok(dp::Link { sock, idle, crypt: Crypt::of(keys, k, true), window: spec.window })
         };
-        let done = tx.clone();
-        let note = |e: &gridperf_core::model::CopyEvent| {
-            let _ = tx.send(Want::Note(e.clone()));
-        };
-        let sources = &self.sources;
-        let (queue_, plan_, open_, moved_, note_) = (&queue, &plan, &open, &moved, &note);
-        let pool = std::thread::scope(|scope| -> Result<dp::PoolOut, Fail> {
-            let h = scope.spawn(move || {
-                let pool = dp::send_pool(sources, spec.block, queue_, plan_, open_, moved_, note_);
-                let _ = done.send(Want::Done);
-                pool
-            });
+        run_pool(shared, spec, &self.sources, &queue, &open, (tx, rx), |rx, finished| {
             // what the pool wants said goes through the machine, in order, until it ends
             let mut written: Result<(), Fail> = Ok(());
             loop {
@@ -123,7 +109,7 @@ impl Work<'_> {
                     Ok(Want::Connect(index)) => Event::ConnectWanted { index },
                     Ok(Want::Note(event)) => Event::Noted { event },
                     Ok(Want::Done) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if h.is_finished() => break,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if finished() => break,
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
                 };
                 for a in m.handle(Input::Event(event), clock.now()) {
@@ -137,11 +123,8 @@ impl Work<'_> {
                     }
                 }
             }
-            let pool = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            written.map(|()| pool)
-        })?;
-        shared.metrics.moved(moved.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).sum(), 0);
-        Ok(sent_event(&self.sources, &queue, pool))
+            written
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 //! this thread moves the machine's frames and tells it how the pool's queue
 //! stands.
 
-use super::{pool_plan, sent_event, sources_of, Want};
+use super::{run_pool, sources_of, Want};
 use crate::agent::converse::{converse, Clock, Tasks};
 use crate::agent::data;
 use crate::agent::reply::{new_token, send_error, wire_code, Fail};
@@ -18,7 +18,6 @@ use gridperf_core::wire::{self, AgentMsg, ClientMsg, CopyFile, CopyNeed, CopySpe
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
@@ -100,7 +99,6 @@ impl Work<'_> {
             self.peer,
             self.sources.len()
         ));
-        let (budget, plan) = pool_plan(spec);
         let dial = dp::Dial {
             window: spec.window,
             congestion: spec.congestion.clone(),
@@ -114,28 +112,12 @@ impl Work<'_> {
             let sock = dp::dial(to, token, base + k, &dial).map_err(|e| std::io::Error::other(e.to_string()))?;
             Ok(dp::Link { sock, idle, crypt: None, window: spec.window })
         };
-        let (tx, rx) = mpsc::channel::<Want>();
-        let note = |e: &gridperf_core::model::CopyEvent| {
-            let _ = tx.send(Want::Note(e.clone()));
-        };
         let queue = BlockQueue::fed();
-        let moved: Vec<AtomicU64> = (0..budget).map(|_| AtomicU64::new(0)).collect();
-        let sources = &self.sources;
-        let (queue_, plan_, open_, moved_, note_) = (&queue, &plan, &open, &moved, &note);
-        let done = tx.clone();
-        let pool = std::thread::scope(|scope| -> Result<dp::PoolOut, Fail> {
-            let h = scope.spawn(move || {
-                let pool = dp::send_pool(sources, spec.block, queue_, plan_, open_, moved_, note_);
-                let _ = done.send(Want::Done);
-                pool
-            });
+        run_pool(shared, spec, &self.sources, &queue, &open, mpsc::channel(), |rx, finished| {
             let mut talk = Talk { ctl, m, clock, queue: &queue, failed: None };
-            talk.while_sending(&rx, || h.is_finished());
-            let pool = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            talk.failed.map_or(Ok(pool), Err)
-        })?;
-        shared.metrics.moved(moved.iter().map(|m| m.load(Ordering::Relaxed)).sum(), 0);
-        Ok(sent_event(&self.sources, &queue, pool))
+            talk.while_sending(rx, finished);
+            talk.failed.map_or(Ok(()), Err)
+        })
     }
 }
 

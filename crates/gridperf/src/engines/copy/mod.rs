@@ -329,31 +329,6 @@ fn refusal(need: Option<&CopyNeed>) -> Option<Option<String>> {
     need.and_then(|n| n.refused.clone()).map(|r| (!r.starts_with("finished by an earlier run")).then_some(r))
 }
 
-/// The parts of one of the agent's lists, until the one marked last; at
-/// most [`gridperf_core::wire::MAX_COPY_FILES`] items in all.
-pub(crate) fn parts<T>(
-    session: &mut crate::runner::Session,
-    within: Duration,
-    what: &str,
-    mut part: impl FnMut(AgentMsg) -> std::result::Result<(Vec<T>, bool), String>,
-) -> Result<Vec<T>> {
-    let mut all = Vec::new();
-    loop {
-        match part(session.next(within)?) {
-            Ok((items, last)) => {
-                if all.len() + items.len() > gridperf_core::wire::MAX_COPY_FILES as usize {
-                    return Err(net(format!("the agent's {what} is longer than a copy takes")));
-                }
-                all.extend(items);
-                if last {
-                    return Ok(all);
-                }
-            }
-            Err(other) => return Err(net(format!("expected the agent's {what}, got {other}"))),
-        }
-    }
-}
-
 /// Runs the streams (`streams` returns their results) while this thread
 /// reports progress every 200 ms.
 pub(crate) fn drive<R: Send>(

@@ -15,15 +15,16 @@
 //! others first, then the first, which renames each file once every block
 //! is verified by one of them).
 
-use super::{drive, needed_bytes, parts, CopyOptions, Watch, INTERVAL};
+use super::{drive, needed_bytes, CopyOptions, Watch, INTERVAL};
 use crate::error::{Error, Result};
 use crate::host;
-use crate::runner::{Opened, Target};
+use crate::runner::converse::{converse, Acts, Clock, Tasks};
+use crate::runner::{Opened, Session, Target};
 use gridperf_core::copy::block_len;
 use gridperf_core::model::{copy_verdict, CopyEvent, CopyFileResult, CopyPair, CopyReport, CopyStream, COPY_SCHEMA};
-use gridperf_core::wire::{
-    chunk_files, AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopyOutcome, CopySpec, Test,
-};
+use gridperf_core::proto::copy::{self as proto, Task};
+use gridperf_core::proto::{nanos, End};
+use gridperf_core::wire::{AgentMsg, ClientMsg, CopyDirection, CopyFile, CopyNeed, CopyOutcome, CopySpec, Test};
 mod lease;
 
 use lease::{lock, Ledger, PairEnd, Shared};
@@ -67,6 +68,9 @@ pub fn run(job: Pairs, o: &CopyOptions, watch: &mut Watch) -> Result<CopyReport>
         job,
         o,
         opened: Vec::new(),
+        lists: Vec::new(),
+        dests: Vec::new(),
+        clock: Clock::start(),
     };
     let (infos, skipped) = c.list_sources()?;
     let (dest_ports, needs) = c.prepare_dests(&infos)?;
@@ -128,11 +132,19 @@ fn check(job: &Pairs, o: &CopyOptions) -> Result<()> {
 }
 
 /// A copy between agents under way: the sessions opened so far (the
-/// sources', then the destinations'), each told why if it cannot go on.
+/// sources', then the destinations'), each told why if it cannot go on,
+/// and the client's end of each one's conversation (what is said when is
+/// theirs: [`proto::Listing`], [`proto::Leases`], [`proto::Destination`]).
 struct Copy<'a> {
     job: Pairs,
     o: &'a CopyOptions,
     opened: Vec<Opened>,
+    /// Each source's listing, once listed.
+    lists: Vec<proto::Listing>,
+    /// Each destination's end, once it said what it needs.
+    dests: Vec<proto::Destination>,
+    /// The machines' clock.
+    clock: Clock,
     /// Host pairs (= sources).
     n: usize,
     /// One destination for every pair.
@@ -204,26 +216,24 @@ impl Copy<'_> {
                 Ok(s) => s,
                 Err(e) => return Err(self.fail(e)),
             };
-            let within = self.within;
-            let listed = (|| -> Result<Vec<CopyFile>> {
+            let (within, clock) = (self.within, &self.clock);
+            let mut m = proto::Listing::new(nanos(within));
+            let listed = (|| -> Result<()> {
                 s.session.request(Test::Copy(base_spec.clone()))?;
                 let named = CopyFile { path: path.clone(), size: 0, mtime_ns: 0, digest: None, origin: None };
-                s.session.tell(&ClientMsg::CopyFiles { files: vec![named] })?;
-                parts(&mut s.session, within, "file list", |m| match m {
-                    AgentMsg::CopySources { files, last, skipped: skip } => {
-                        if first {
-                            skipped.extend(skip);
-                        }
-                        Ok((files, last))
-                    }
-                    other => Err(format!("{other:?}")),
-                })
+                let first = m.start(named, clock.now());
+                talk(&mut s.session, &mut m, first, clock, within)
             })();
             self.opened.push(s);
-            match listed {
-                Ok(l) => lists.push(l),
-                Err(e) => return Err(self.fail(Error::network(format!("source {host}: {e}")))),
+            if let Err(e) = listed {
+                return Err(self.fail(Error::network(format!("source {host}: {e}"))));
             }
+            let (files, skip) = m.take();
+            if first {
+                skipped.extend(skip);
+            }
+            lists.push(files);
+            self.lists.push(m);
         }
         let infos = lists[0].clone();
         if infos.is_empty() {
@@ -278,21 +288,20 @@ impl Copy<'_> {
                 Ok(s) => s,
                 Err(e) => return Err(self.fail(e)),
             };
-            let within = self.within;
+            let (within, clock) = (self.within, &self.clock);
+            // step-ready is due once the sources' connections are taken
+            let taking = nanos(self.o.deadlines.control + self.o.deadlines.connect);
+            let mut m = proto::Destination::new(nanos(within), taking);
             let asked = (|| -> Result<(u16, u64, Vec<CopyNeed>)> {
                 spec.validate().map_err(|r| Error::usage(r.message))?;
                 let ready = s.session.request(Test::Copy(spec))?;
                 let port = ready.tcp_port.ok_or_else(|| net("the agent opened no data port"))?;
-                for part in chunk_files(&placed) {
-                    s.session.tell(&ClientMsg::CopyFiles { files: part })?;
-                }
-                let got = parts(&mut s.session, within, "needs", |m| match m {
-                    AgentMsg::CopyNeeds { needs, last } => Ok((needs, last)),
-                    other => Err(format!("{other:?}")),
-                })?;
-                Ok((port, ready.token, got))
+                let first = m.start(&placed, clock.now());
+                talk(&mut s.session, &mut m, first, clock, within)?;
+                Ok((port, ready.token, m.take_needs()))
             })();
             self.opened.push(s);
+            self.dests.push(m);
             let (port, token, got) = match asked {
                 Ok(x) => x,
                 Err(e) => return Err(self.fail(Error::network(format!("destination {host}: {e}")))),
@@ -322,24 +331,16 @@ impl Copy<'_> {
             let slot = (0..k).filter(|&p| self.dest_of(p) == j).count() as u32;
             let (port, token) = dest_ports[j];
             let to = SocketAddr::new(self.job.dests[j].0.ip(), port);
-            let told = self.opened[k].session.tell(&ClientMsg::CopyTo {
-                addr: to.to_string(),
-                token,
-                base: slot * self.conns,
-            });
+            let first = self.lists[k].send_to(to, token, slot * self.conns);
+            let told = talk(&mut self.opened[k].session, &mut self.lists[k], first, &self.clock, self.within);
             if let Err(e) = told {
                 let e = Error::network(format!("source {}: {e}", self.job.sources[k].1));
                 return Err(self.fail(e));
             }
         }
         for j in 0..self.job.dests.len() {
-            let within = self.o.deadlines.control + self.o.deadlines.connect;
-            let s = &mut self.opened[n + j].session;
-            let ready = match s.next(within) {
-                Ok(AgentMsg::StepReady) => s.go(),
-                Ok(other) => Err(net(format!("expected the agent's step-ready, got {other:?}"))),
-                Err(e) => Err(e),
-            };
+            let first = self.dests[j].sources_told(self.clock.now());
+            let ready = talk(&mut self.opened[n + j].session, &mut self.dests[j], first, &self.clock, self.within);
             if let Err(e) = ready {
                 let e = Error::network(format!("destination {}: the sources' connections: {e}", self.job.dests[j].1));
                 return Err(self.fail(e));
@@ -412,20 +413,16 @@ impl Copy<'_> {
         let mut dest_streams: Vec<CopyStream> = Vec::new();
         let mut notes = Vec::new();
         for j in (0..self.job.dests.len()).rev() {
-            let s = &mut self.opened[n + j].session;
-            let mut theirs = Vec::new();
-            let results = s.tell(&ClientMsg::CopyDone { changed: changed.to_vec() }).and_then(|()| {
-                parts(s, self.within, "results", |m| match m {
-                    AgentMsg::CopyResults { files, last, streams } => {
-                        theirs.extend(streams);
-                        Ok((files, last))
-                    }
-                    other => Err(format!("{other:?}")),
-                })
-            });
+            let first = self.dests[j].finish(changed.to_vec(), self.clock.now());
+            let results = talk(&mut self.opened[n + j].session, &mut self.dests[j], first, &self.clock, self.within)
+                .map(|()| self.dests[j].take_results());
             let host = &self.job.dests[j].1;
+            let mut theirs = Vec::new();
             match results {
-                Ok(r) => outcomes[j] = r,
+                Ok((r, streams)) => {
+                    outcomes[j] = r;
+                    theirs = streams;
+                }
                 Err(e) if j > 0 => {
                     notes.push(format!("destination {host}: {e} (the first finishes with what it sees)"))
                 }
@@ -547,6 +544,25 @@ impl Copy<'_> {
             env,
         })
     }
+}
+
+/// The coordinator's steps ask for no task: their machines only talk.
+struct Talk;
+
+impl<M: End<Task = Task>> Tasks<M> for Talk {
+    fn run(&mut self, t: Task, _: &mut M, _: &mut Session, _: &Clock) -> Result<Acts<Task>> {
+        Err(Error::internal(format!("a step of a copy between agents has no task {t:?}")))
+    }
+}
+
+/// One step of an agent's conversation, from the machine's `first`
+/// actions until it is done (its own deadlines bound every wait; `within`
+/// is the longest when it keeps none).
+fn talk<M>(s: &mut Session, m: &mut M, first: Acts<Task>, clock: &Clock, within: std::time::Duration) -> Result<()>
+where
+    M: End<In = AgentMsg, Out = ClientMsg, Task = Task>,
+{
+    converse(s, m, first, clock, within, &mut Talk)
 }
 
 /// Where one source's list differs from the first's, if it does: the named
