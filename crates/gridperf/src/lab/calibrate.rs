@@ -615,34 +615,27 @@ fn bring_up_with(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64, jitter:
     })
 }
 
-/// Measures one (rate, one-way delay) point; `seconds` of overload for the rate.
+/// The hosts' namespaces, as a calibration lab brought up names them.
+fn ab(st: &super::LabState) -> Result<(String, String)> {
+    let ns = |n: &str| st.hosts.iter().find(|h| h.name == n).map(|h| h.netns.clone());
+    ns("a").zip(ns("b")).ok_or_else(|| Error::internal("the calibration lab has no hosts a and b"))
+}
+
+/// Host b's address in a calibration lab.
+const B_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 2, 1);
+
+/// Measures one (rate, one-way delay) point; `seconds` of overload for the
+/// rate. Its phases: the baseline round trip at zero delay, then on a lab
+/// with the delay the round trips at half load, the overload, a bulk TCP
+/// flow, and on a third lab the delay table's quantiles.
 pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&str)) -> Result<Point> {
     let name = format!("cal{}", std::process::id() % 100_000);
     // a 1-BDP queue, at least 64 packets
     let bdp = (rate as f64 / 8.0 * 2.0 * delay_ns as f64 / 1e9) as u64;
     let queue_bytes = bdp.max(64 * 1500);
-    // the hosts' namespaces, as each lab brought up names them
-    let ab = |st: &super::LabState| -> Result<(String, String)> {
-        let ns = |n: &str| st.hosts.iter().find(|h| h.name == n).map(|h| h.netns.clone());
-        ns("a").zip(ns("b")).ok_or_else(|| Error::internal("the calibration lab has no hosts a and b"))
-    };
-    let b_addr = Ipv4Addr::new(10, 77, 2, 1);
-    let stop = Arc::new(AtomicBool::new(false));
 
-    // baseline: the same rate, no delay
     progress("baseline");
-    let st = bring_up(&name, rate, 0, queue_bytes)?;
-    let guard = Down(name.clone());
-    let (a, b) = ab(&st)?;
-    let sink = start_b(&b, stop.clone())?;
-    let load = start_load(&a, b_addr, rate as f64 * 0.5, stop.clone(), Arc::default())?;
-    let mut base = probe(&a, b_addr, Duration::from_millis(5), Duration::from_secs(2))?;
-    stop.store(true, Ordering::SeqCst);
-    let _ = (sink.join(), load.join());
-    drop(guard);
-    base.sort_unstable();
-    let baseline =
-        quantile_sorted(&base, 0.5).ok_or_else(|| Error::measurement("no probe came back on the baseline lab"))?;
+    let baseline = baseline_rtt(&name, rate, queue_bytes)?;
 
     progress("half load");
     let st = bring_up(&name, rate, delay_ns, queue_bytes)?;
@@ -652,9 +645,9 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let stop = Arc::new(AtomicBool::new(false));
     let sink = start_b(&b, stop.clone())?;
     let stop_half = Arc::new(AtomicBool::new(false));
-    let load = start_load(&a, b_addr, rate as f64 * 0.5, stop_half.clone(), Arc::default())?;
+    let load = start_load(&a, B_ADDR, rate as f64 * 0.5, stop_half.clone(), Arc::default())?;
     let probe_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(8_000));
-    let mut half = probe(&a, b_addr, Duration::from_millis(5), probe_time)?;
+    let mut half = probe(&a, B_ADDR, Duration::from_millis(5), probe_time)?;
     stop_half.store(true, Ordering::SeqCst);
     let _ = load.join();
     half.sort_unstable();
@@ -662,28 +655,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let d_p99 = quantile_sorted(&half, 0.99).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
 
     progress("overload");
-    let stop_load = Arc::new(AtomicBool::new(false));
-    let _ = sink_count(&b, b_addr);
-    let cpu0 = cpu_seconds(st.pid);
-    let sent = Arc::new(AtomicU64::new(0));
-    let load = start_load(&a, b_addr, rate as f64 * 1.1, stop_load.clone(), sent.clone())?;
-    // let the queue fill, then count the steady part
-    std::thread::sleep(Duration::from_secs_f64(0.5 + 2.0 * delay_ns as f64 / 1e9));
-    let drops0 = udp_rcvbuf_errors(&b)?;
-    let (_, _, stamp0) = sink_count(&b, b_addr)?;
-    let sent0 = sent.load(Ordering::Relaxed);
-    let t0 = Instant::now();
-    let mut loaded = probe(&a, b_addr, Duration::from_millis(20), Duration::from_secs_f64(seconds))?;
-    loaded.sort_unstable();
-    let (bytes, count, stamp1) = sink_count(&b, b_addr)?;
-    let dt = t0.elapsed().as_secs_f64();
-    let offered = (sent.load(Ordering::Relaxed) - sent0) as f64 * ((LOAD_PAYLOAD + 28) * 8) as f64 / dt;
-    let sink_drops = udp_rcvbuf_errors(&b)?.saturating_sub(drops0);
-    // the count's span as the receiving kernel timed it, else this thread's
-    let counted_s = if stamp0 > 0 && stamp1 > stamp0 { (stamp1 - stamp0) as f64 / 1e9 } else { dt };
-    let cpu1 = cpu_seconds(st.pid);
-    stop_load.store(true, Ordering::SeqCst);
-    let _ = load.join();
+    let over = overload(&a, &b, rate, delay_ns, seconds, st.pid)?;
     stop.store(true, Ordering::SeqCst);
     let _ = sink.join();
     std::thread::sleep(Duration::from_millis(300));
@@ -698,65 +670,47 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     // the bytes a receiver reads jump when a loss is repaired (the data held
     // out of order becomes readable at once), so the window spans many round trips
     let window = Duration::from_secs_f64(seconds.max(20.0 * rtt).min(12.0));
-    let (tcp_rate, tcp_retrans) = tcp_rate(&a, &b, b_addr, buf, warmup, window)?;
+    let (tcp_rate, tcp_retrans) = tcp_rate(&a, &b, B_ADDR, buf, warmup, window)?;
     let tcp_health = super::health(&name).unwrap_or_default().since(&after);
     drop(guard);
 
     progress("delay table");
-    let table = exponential_table(TABLE_MEAN_NS);
-    let st = bring_up_with(&name, rate, delay_ns, queue_bytes, Jitter::Table { q_ns: table.clone() })?;
-    let guard = Down(name.clone());
-    let (a, b) = ab(&st)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink = start_b(&b, stop.clone())?;
-    let table_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(6_000));
-    let mut drawn = probe_many(&a, b_addr, Duration::from_millis(5), table_time, 16)?;
-    stop.store(true, Ordering::SeqCst);
-    let _ = sink.join();
-    let table_health = super::health(&name).unwrap_or_default();
-    drop(guard);
-    drawn.sort_unstable();
-    let table_errors_ns: Vec<(f64, f64)> = [0.1, 0.5, 0.9, 0.99]
-        .iter()
-        .filter_map(|&p| {
-            let got = quantile_sorted(&drawn, p)? - baseline - 2.0 * delay_ns as f64;
-            Some((p, got - gridperf_core::lab::emu::table_quantile(&table, p)))
-        })
-        .collect();
+    let (table_errors_ns, table_samples, table_health) = delay_table(&name, rate, delay_ns, queue_bytes, baseline)?;
 
-    let measured = (bytes + 28 * count) as f64 * 8.0 / counted_s;
     let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
     let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
     let d: Health = after.since(&before);
-    Ok(Point {
+    let loaded = &over.loaded;
+    let sink_drops = over.sink_drops;
+    let mut p = Point {
         rate_bps: rate,
         delay_ns,
         queue_bytes,
-        offered_rate_bps: offered,
-        measured_rate_bps: measured,
-        rate_error: measured / rate as f64 - 1.0,
+        offered_rate_bps: over.offered,
+        measured_rate_bps: over.measured,
+        rate_error: over.measured / rate as f64 - 1.0,
         baseline_rtt_ns: baseline,
         delay_error_median_ns: d_med,
         delay_error_p99_ns: d_p99,
-        loaded_rtt_median_ns: quantile_sorted(&loaded, 0.5).unwrap_or(f64::NAN),
-        loaded_rtt_p99_ns: quantile_sorted(&loaded, 0.99).unwrap_or(f64::NAN),
+        loaded_rtt_median_ns: quantile_sorted(loaded, 0.5).unwrap_or(f64::NAN),
+        loaded_rtt_p99_ns: quantile_sorted(loaded, 0.99).unwrap_or(f64::NAN),
         loaded_rtt_max_ns: loaded.last().copied().unwrap_or(0) as f64,
         queue_bound_ns: bound,
-        emulator_cpu_percent: (cpu1 - cpu0) / dt * 100.0,
+        emulator_cpu_percent: over.cpu_percent,
         tcp_rate_bps: tcp_rate,
         tcp_rate_error: tcp_rate / rate as f64 - 1.0,
         tcp_retransmits: tcp_retrans,
         table_errors_ns,
-        table_samples: drawn.len(),
+        table_samples,
         sink_drops,
         invalid: d
             .invalid_because()
             .or_else(|| {
-                (sink_drops * 1000 > count.max(1)).then(|| {
+                (sink_drops * 1000 > over.count.max(1)).then(|| {
                     format!(
                         "the receiving host dropped {sink_drops} of the overload's {} datagrams for want of room in \
                          its socket (a busy CPU): the rate it counted is not the emulator's",
-                        count + sink_drops
+                        over.count + sink_drops
                     )
                 })
             })
@@ -764,11 +718,116 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
             .or_else(|| table_health.invalid_because().map(|w| format!("during the delay table: {w}"))),
         lag_p99_us: d.lag_quantile_us(0.99),
         targets_met: false,
-    })
-    .map(|mut p| {
-        p.targets_met = p.meets_targets();
-        p
-    })
+    };
+    p.targets_met = p.meets_targets();
+    Ok(p)
+}
+
+/// The lab's own round trip at `rate` with no delay, under half a load:
+/// what every delay is measured against (the median, ns).
+fn baseline_rtt(name: &str, rate: u64, queue_bytes: u64) -> Result<f64> {
+    let st = bring_up(name, rate, 0, queue_bytes)?;
+    let _guard = Down(name.to_string());
+    let (a, b) = ab(&st)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = start_b(&b, stop.clone())?;
+    let load = start_load(&a, B_ADDR, rate as f64 * 0.5, stop.clone(), Arc::default())?;
+    let base = probe(&a, B_ADDR, Duration::from_millis(5), Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    let _ = (sink.join(), load.join());
+    let mut base = base?;
+    base.sort_unstable();
+    quantile_sorted(&base, 0.5).ok_or_else(|| Error::measurement("no probe came back on the baseline lab"))
+}
+
+/// What the overload found.
+struct Overload {
+    /// What a offered, IP bits per second.
+    offered: f64,
+    /// What b received, IP bits per second, over the span its kernel timed.
+    measured: f64,
+    /// Datagrams b received meanwhile.
+    count: u64,
+    /// Datagrams b's sockets dropped for want of room meanwhile.
+    sink_drops: u64,
+    /// A probe's round trips meanwhile, sorted (ns).
+    loaded: Vec<u64>,
+    /// The emulator's CPU over it, percent of one.
+    cpu_percent: f64,
+}
+
+/// UDP at 1.1 x the rate from a to b (b's sink running) for `seconds`
+/// once the queue is full, a probe's round trips meanwhile.
+fn overload(a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64, emulator: u32) -> Result<Overload> {
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let _ = sink_count(b, B_ADDR);
+    let cpu0 = cpu_seconds(emulator);
+    let sent = Arc::new(AtomicU64::new(0));
+    let load = start_load(a, B_ADDR, rate as f64 * 1.1, stop_load.clone(), sent.clone())?;
+    let counted = (|| -> Result<Overload> {
+        // let the queue fill, then count the steady part
+        std::thread::sleep(Duration::from_secs_f64(0.5 + 2.0 * delay_ns as f64 / 1e9));
+        let drops0 = udp_rcvbuf_errors(b)?;
+        let (_, _, stamp0) = sink_count(b, B_ADDR)?;
+        let sent0 = sent.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        let mut loaded = probe(a, B_ADDR, Duration::from_millis(20), Duration::from_secs_f64(seconds))?;
+        loaded.sort_unstable();
+        let (bytes, count, stamp1) = sink_count(b, B_ADDR)?;
+        let dt = t0.elapsed().as_secs_f64();
+        let offered = (sent.load(Ordering::Relaxed) - sent0) as f64 * ((LOAD_PAYLOAD + 28) * 8) as f64 / dt;
+        let sink_drops = udp_rcvbuf_errors(b)?.saturating_sub(drops0);
+        // the count's span as the receiving kernel timed it, else this thread's
+        let counted_s = if stamp0 > 0 && stamp1 > stamp0 { (stamp1 - stamp0) as f64 / 1e9 } else { dt };
+        let cpu1 = cpu_seconds(emulator);
+        Ok(Overload {
+            offered,
+            measured: (bytes + 28 * count) as f64 * 8.0 / counted_s,
+            count,
+            sink_drops,
+            loaded,
+            cpu_percent: (cpu1 - cpu0) / dt * 100.0,
+        })
+    })();
+    stop_load.store(true, Ordering::SeqCst);
+    let _ = load.join();
+    counted
+}
+
+/// Each quantile's error against the table's (ns), the round trips drawn,
+/// and the emulator's health over them.
+type TableErrors = (Vec<(f64, f64)>, usize, Health);
+
+/// A lab whose a -> b delay draws from an exponential table: how its
+/// quantiles came out.
+fn delay_table(
+    name: &str,
+    rate: u64,
+    delay_ns: u64,
+    queue_bytes: u64,
+    baseline: f64,
+) -> Result<TableErrors> {
+    let table = exponential_table(TABLE_MEAN_NS);
+    let st = bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::Table { q_ns: table.clone() })?;
+    let _guard = Down(name.to_string());
+    let (a, b) = ab(&st)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = start_b(&b, stop.clone())?;
+    let table_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(6_000));
+    let drawn = probe_many(&a, B_ADDR, Duration::from_millis(5), table_time, 16);
+    stop.store(true, Ordering::SeqCst);
+    let _ = sink.join();
+    let health = super::health(name).unwrap_or_default();
+    let mut drawn = drawn?;
+    drawn.sort_unstable();
+    let errors = [0.1, 0.5, 0.9, 0.99]
+        .iter()
+        .filter_map(|&p| {
+            let got = quantile_sorted(&drawn, p)? - baseline - 2.0 * delay_ns as f64;
+            Some((p, got - gridperf_core::lab::emu::table_quantile(&table, p)))
+        })
+        .collect();
+    Ok((errors, drawn.len(), health))
 }
 
 /// A calibration point as kept for the labs that come after.

@@ -41,42 +41,8 @@ impl SinkFile {
             return file.join(dir, n);
         }
         let none = |kept| CopyNeed { file: 0, ranges: Vec::new(), kept, refused: None };
-        // a finished destination
-        if let Ok(existing) = gridperf_sys::open_beneath(&dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0) {
-            let m = File::from(existing).metadata().map_err(|e| format!("{name}: {e}"))?;
-            if !m.file_type().is_file() {
-                return Err(format!("{name} exists and is not a regular file: not replaced"));
-            }
-            // a copy that put it in place said which source it was, and its hash
-            let said = gridperf_sys::open_beneath(&dir, &name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
-                .ok()
-                .map(|f| (gridperf_sys::get_xattr(&f, XATTR_ORIGIN), gridperf_sys::get_xattr(&f, XATTR_BLAKE3)));
-            let (origin, hash) = said.unwrap_or((None, None));
-            let same_source = match (&origin, &info.origin) {
-                (Some(o), Some(want)) => o.as_slice() == want.as_bytes(),
-                // put there by another tool (or where no attribute is kept): size and time, as rsync's quick check
-                (None, _) => true,
-                (Some(_), None) => false,
-            };
-            let same_file = m.len() == info.size && mtime_ns(&m) == info.mtime_ns && same_source;
-            // this very source in place already (its attributes say so): nothing to do, resume or not;
-            // one another tool put there is kept by its size and time only with --resume
-            if !rules.force && same_file && (rules.resume || origin.is_some()) {
-                lock(&file.state).kept = info.size;
-                file.settled.store(true, Ordering::SeqCst);
-                file.known_hash = hash.and_then(|h| String::from_utf8(h).ok());
-                let why = if origin.is_some() {
-                    "finished by an earlier run (this very source: its size, time and origin)"
-                } else {
-                    "finished by an earlier run (its size and time are the source's; not hashed again)"
-                };
-                return Ok((file, CopyNeed { refused: Some(why.into()), ..none(info.size) }));
-            }
-            if !rules.force {
-                return Err(format!(
-                    "{name} exists: give --force to replace it (or --resume to keep what an earlier run finished)"
-                ));
-            }
+        if let Some(done) = file.finished(&dir, &rules)? {
+            return Ok((file, done));
         }
         let (pname, jname) = (partial_name(&name), journal_name(&name));
         // the partial file there, or a new one (another copy may make it between the two: then it is that one's)
@@ -178,6 +144,52 @@ impl SinkFile {
         };
         let kept_bytes = lock(&file.state).kept;
         Ok((file, CopyNeed { ranges: gridperf_core::copy::ranges(need), ..none(kept_bytes) }))
+    }
+
+    /// A destination already there: this very source finished by an
+    /// earlier run (its attributes say so, or, with --resume, its size and
+    /// time), kept and needing nothing; else refused unless --force
+    /// replaces it. None when nothing is there, or --force.
+    fn finished(&mut self, dir: &OwnedFd, rules: &SinkRules) -> Result<Option<CopyNeed>, String> {
+        let (name, info) = (self.name.clone(), self.info.clone());
+        let Ok(existing) = gridperf_sys::open_beneath(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
+            return Ok(None);
+        };
+        let m = File::from(existing).metadata().map_err(|e| format!("{name}: {e}"))?;
+        if !m.file_type().is_file() {
+            return Err(format!("{name} exists and is not a regular file: not replaced"));
+        }
+        // a copy that put it in place said which source it was, and its hash
+        let said = gridperf_sys::open_beneath(dir, &name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
+            .ok()
+            .map(|f| (gridperf_sys::get_xattr(&f, XATTR_ORIGIN), gridperf_sys::get_xattr(&f, XATTR_BLAKE3)));
+        let (origin, hash) = said.unwrap_or((None, None));
+        let same_source = match (&origin, &info.origin) {
+            (Some(o), Some(want)) => o.as_slice() == want.as_bytes(),
+            // put there by another tool (or where no attribute is kept): size and time, as rsync's quick check
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        let same_file = m.len() == info.size && mtime_ns(&m) == info.mtime_ns && same_source;
+        // this very source in place already (its attributes say so): nothing to do, resume or not;
+        // one another tool put there is kept by its size and time only with --resume
+        if !rules.force && same_file && (rules.resume || origin.is_some()) {
+            lock(&self.state).kept = info.size;
+            self.settled.store(true, Ordering::SeqCst);
+            self.known_hash = hash.and_then(|h| String::from_utf8(h).ok());
+            let why = if origin.is_some() {
+                "finished by an earlier run (this very source: its size, time and origin)"
+            } else {
+                "finished by an earlier run (its size and time are the source's; not hashed again)"
+            };
+            return Ok(Some(CopyNeed { file: 0, ranges: Vec::new(), kept: info.size, refused: Some(why.into()) }));
+        }
+        if !rules.force {
+            return Err(format!(
+                "{name} exists: give --force to replace it (or --resume to keep what an earlier run finished)"
+            ));
+        }
+        Ok(None)
     }
 
     /// A second destination's side of a file: the partial file and journal
