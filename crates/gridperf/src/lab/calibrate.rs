@@ -800,13 +800,7 @@ type TableErrors = (Vec<(f64, f64)>, usize, Health);
 
 /// A lab whose a -> b delay draws from an exponential table: how its
 /// quantiles came out.
-fn delay_table(
-    name: &str,
-    rate: u64,
-    delay_ns: u64,
-    queue_bytes: u64,
-    baseline: f64,
-) -> Result<TableErrors> {
+fn delay_table(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64, baseline: f64) -> Result<TableErrors> {
     let table = exponential_table(TABLE_MEAN_NS);
     let st = bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::Table { q_ns: table.clone() })?;
     let _guard = Down(name.to_string());

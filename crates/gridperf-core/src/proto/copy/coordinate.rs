@@ -26,6 +26,22 @@ fn unexpected(msg: AgentMsg, expected: &str) -> Failure {
     }
 }
 
+/// A part of one of the agent's lists taken into `list`: a failure if the
+/// whole is longer than a copy takes (`what`: "needs are"); whether it was
+/// the last part, else the next is due by `due`.
+fn part_of<T>(
+    list: &mut Parts<T>,
+    part: Vec<T>,
+    last: bool,
+    what: &str,
+    deadline: &mut Option<Nanos>,
+    due: Nanos,
+) -> Result<bool, Failure> {
+    list.take(part, last).map_err(|()| Failure::Net(format!("the agent's {what} longer than a copy takes")))?;
+    *deadline = (!last).then_some(due);
+    Ok(last)
+}
+
 /// The client asks a source for the files beneath the path it names,
 /// each with its BLAKE3, and tells it where to send once every source has
 /// listed the same.
@@ -82,16 +98,12 @@ impl End for Listing {
         }
         match input {
             Input::Msg(AgentMsg::CopySources { files, last, skipped }) => {
-                if self.files.take(files, last).is_err() {
-                    return self.fail(Failure::Net("the agent's file list is longer than a copy takes".into()));
-                }
                 self.skipped.extend(skipped);
-                if last {
-                    self.deadline = None;
-                    return vec![Action::Done];
+                match part_of(&mut self.files, files, last, "file list is", &mut self.deadline, now + self.within) {
+                    Ok(true) => vec![Action::Done],
+                    Ok(false) => Vec::new(),
+                    Err(f) => self.fail(f),
                 }
-                self.deadline = Some(now + self.within);
-                Vec::new()
             }
             Input::Msg(other) => self.fail(unexpected(other, "file list")),
             Input::Deadline => self.fail(Failure::Net(format!("no file list within {} s", secs(self.within)))),
@@ -208,16 +220,14 @@ impl End for Destination {
         match (self.step, input) {
             (Step::Over, _) => Vec::new(),
             (Step::Needs, Input::Msg(AgentMsg::CopyNeeds { needs, last })) => {
-                if self.needs.take(needs, last).is_err() {
-                    return self.fail(Failure::Net("the agent's needs are longer than a copy takes".into()));
+                match part_of(&mut self.needs, needs, last, "needs are", &mut self.deadline, now + self.within) {
+                    Ok(true) => {
+                        self.step = Step::Prepared;
+                        vec![Action::Done]
+                    }
+                    Ok(false) => Vec::new(),
+                    Err(f) => self.fail(f),
                 }
-                if last {
-                    self.step = Step::Prepared;
-                    self.deadline = None;
-                    return vec![Action::Done];
-                }
-                self.deadline = Some(now + self.within);
-                Vec::new()
             }
             (Step::Taking, Input::Msg(AgentMsg::StepReady)) => {
                 self.step = Step::Running;
@@ -225,17 +235,15 @@ impl End for Destination {
                 vec![Action::Send(ClientMsg::StreamGo), Action::Done]
             }
             (Step::Results, Input::Msg(AgentMsg::CopyResults { files, last, streams })) => {
-                if self.outcomes.take(files, last).is_err() {
-                    return self.fail(Failure::Net("the agent's results are longer than a copy takes".into()));
-                }
                 self.streams.extend(streams);
-                if last {
-                    self.step = Step::Over;
-                    self.deadline = None;
-                    return vec![Action::Done];
+                match part_of(&mut self.outcomes, files, last, "results are", &mut self.deadline, now + self.within) {
+                    Ok(true) => {
+                        self.step = Step::Over;
+                        vec![Action::Done]
+                    }
+                    Ok(false) => Vec::new(),
+                    Err(f) => self.fail(f),
                 }
-                self.deadline = Some(now + self.within);
-                Vec::new()
             }
             (step, Input::Msg(other)) => {
                 let expected = match step {
