@@ -221,8 +221,8 @@ impl Copy<'_> {
             let listed = (|| -> Result<()> {
                 s.session.request(Test::Copy(base_spec.clone()))?;
                 let named = CopyFile { path: path.clone(), size: 0, mtime_ns: 0, digest: None, origin: None };
-                let first = m.start(named, clock.now());
-                talk(&mut s.session, &mut m, first, clock, within)
+                let asking = m.start(named, clock.now());
+                talk(&mut s.session, &mut m, asking, clock, within)
             })();
             self.opened.push(s);
             if let Err(e) = listed {
@@ -296,8 +296,8 @@ impl Copy<'_> {
                 spec.validate().map_err(|r| Error::usage(r.message))?;
                 let ready = s.session.request(Test::Copy(spec))?;
                 let port = ready.tcp_port.ok_or_else(|| net("the agent opened no data port"))?;
-                let first = m.start(&placed, clock.now());
-                talk(&mut s.session, &mut m, first, clock, within)?;
+                let listing = m.start(&placed, clock.now());
+                talk(&mut s.session, &mut m, listing, clock, within)?;
                 Ok((port, ready.token, m.take_needs()))
             })();
             self.opened.push(s);
