@@ -319,8 +319,7 @@ fn probe_on(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, cpu: Option<us
     })
 }
 
-/// Asks b's sink how much it received since the last ask.
-/// The sink's bytes and datagrams since the last request, and when the
+/// Asks b's sink how much it received since the last ask: its bytes and datagrams since the last request, and when the
 /// kernel received this request (ns, CLOCK_REALTIME; 0 if it could not say).
 fn sink_count(ns: &str, b: Ipv4Addr) -> Result<(u64, u64, i64)> {
     in_ns(ns, move || {
@@ -494,16 +493,14 @@ pub fn floor_ns(spec: &LabSpec) -> Result<f64> {
         ..spec.clone()
     })?;
     let _guard = Down(name.clone());
-    let ns = |n: &str| st.hosts.iter().find(|h| h.name == n).map(|h| h.netns.clone());
-    let (a, b) = ns("a").zip(ns("b")).ok_or_else(|| Error::internal("the floor's lab has no hosts a and b"))?;
+    let (a, b) = ab(&st)?;
     let stop = Arc::new(AtomicBool::new(false));
     // the two ends on CPUs of their own, as an rtt run pins them
     let cpus = crate::host::cpus();
     let (pa, pb) = if cpus.len() >= 2 { (cpus.first().copied(), cpus.get(1).copied()) } else { (None, None) };
     let echo = start_b_on(&b, stop.clone(), pb)?;
-    let b_addr = Ipv4Addr::new(10, 77, 2, 1);
-    let settle = probe_on(&a, b_addr, Duration::ZERO, Duration::from_millis(150), pa);
-    let rtts = settle.and_then(|_| probe_on(&a, b_addr, Duration::ZERO, Duration::from_millis(300), pa));
+    let settle = probe_on(&a, B_ADDR, Duration::ZERO, Duration::from_millis(150), pa);
+    let rtts = settle.and_then(|_| probe_on(&a, B_ADDR, Duration::ZERO, Duration::from_millis(300), pa));
     stop.store(true, Ordering::SeqCst);
     let _ = echo.join();
     let median = settled_median(&rtts?, FLOOR_SLICE_NS)

@@ -91,15 +91,6 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
     HEAVY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The CPUs' steal (time the hypervisor gave to other guests) and all
-/// their time, in ticks, from /proc/stat's first line.
-fn steal_and_total() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let f: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    // user nice system idle iowait irq softirq steal
-    (f.len() >= 8).then(|| (f[7], f[..8].iter().sum()))
-}
-
 /// Waits, up to a minute, until the hypervisor leaves this machine alone:
 /// under 2% steal over two seconds in a row. A lab run through a burst of
 /// steal is rightly INVALID (the emulator was held up); a test tries such
@@ -108,11 +99,21 @@ fn steal_and_total() -> Option<(u64, u64)> {
 pub fn quiet() -> Duration {
     let start = std::time::Instant::now();
     let mut calm = 0;
+    // all the CPUs' time and their steal (time the hypervisor gave to other guests), ns
+    let times = || {
+        let t = gridperf_sys::machine_times();
+        let sum = |v: &[u64]| v.iter().sum::<u64>();
+        (sum(&t.steal_ns), sum(&t.busy_ns) + sum(&t.idle_ns) + sum(&t.steal_ns))
+    };
     while calm < 2 && start.elapsed() < Duration::from_secs(60) {
-        let Some((s0, t0)) = steal_and_total() else { break };
+        let (s0, t0) = times();
         std::thread::sleep(Duration::from_secs(1));
-        let Some((s1, t1)) = steal_and_total() else { break };
-        let share = (s1 - s0) as f64 / (t1 - t0).max(1) as f64;
+        let (s1, t1) = times();
+        if t1 <= t0 {
+            // /proc/stat unreadable: nothing to wait for
+            break;
+        }
+        let share = s1.saturating_sub(s0) as f64 / (t1 - t0) as f64;
         calm = if share < 0.02 { calm + 1 } else { 0 };
     }
     start.elapsed()
