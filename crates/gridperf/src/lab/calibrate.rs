@@ -469,7 +469,30 @@ const FLOOR_TWIN_DELAY_NS: u64 = 100_000;
 /// to back as a ping-pong is, and with a delay as a path has: a probe
 /// every 1 ms across no delay measured 122 us here, where a ping-pong's
 /// own share was 72 us. Brought up under a name of its own and down again.
+///
+/// A floor over [`FLOOR_PLAUSIBLE_NS`] was taken while the machine was
+/// busy (CI once measured 8 ms rootless, and a 20 ms lab came out at 12 ms):
+/// it is measured again, up to [`FLOOR_TRIES`] times, and the lowest kept.
 pub fn floor_ns(spec: &LabSpec) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..FLOOR_TRIES {
+        best = best.min(floor_once(spec)?);
+        if best <= FLOOR_PLAUSIBLE_NS {
+            break;
+        }
+    }
+    Ok(best)
+}
+
+/// A lab's own round trip above this is not this machine's TUN devices and
+/// emulator but a moment it was busy (30-120 us measured here, root or not).
+pub const FLOOR_PLAUSIBLE_NS: f64 = 1_000_000.0;
+
+/// How many times [`floor_ns`] measures a floor that is not plausible.
+const FLOOR_TRIES: usize = 3;
+
+/// One measurement of [`floor_ns`].
+fn floor_once(spec: &LabSpec) -> Result<f64> {
     // a name of its own: a survey brings labs up side by side, each with its twin
     static TWINS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let name = format!("fl{}x{}", std::process::id() % 100_000, TWINS.fetch_add(1, Ordering::Relaxed) % 100);
@@ -564,13 +587,28 @@ pub fn without_floor(mut spec: LabSpec) -> Result<LabSpec> {
         return Ok(spec);
     }
     let floor = floor_ns(&spec)?;
+    let fmt = gridperf_core::units::fmt_ns;
+    if floor > FLOOR_PLAUSIBLE_NS {
+        // taking a busy moment's figure off would shorten the lab for its life
+        eprintln!(
+            "gridperf: warning: the lab's own round trip measured {} in {FLOOR_TRIES} tries, over the {} a quiet \
+             machine takes (the machine is busy): nothing is taken off the delays, so its RTT is the asked one plus \
+             this machine's own",
+            fmt(floor),
+            fmt(FLOOR_PLAUSIBLE_NS)
+        );
+        spec.description.push_str(&format!(
+            ", the lab's own round trip not taken off its delays (it measured {}, the machine busy)",
+            fmt(floor)
+        ));
+        return Ok(spec);
+    }
     let half = super::floor_each_way_ns(floor);
     let asked = spec.ab.delay_ns + spec.ba.delay_ns;
     let links = [&mut spec.ab, &mut spec.ba].into_iter().chain(spec.paths.iter_mut().flat_map(|(a, b)| [a, b]));
     for l in links {
         l.delay_ns = l.delay_ns.saturating_sub(half);
     }
-    let fmt = gridperf_core::units::fmt_ns;
     spec.description.push_str(&format!(", the lab's own round trip ({}, measured) taken off its delays", fmt(floor)));
     if (asked as f64) < floor {
         eprintln!(
@@ -652,7 +690,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let d_p99 = quantile_sorted(&half, 0.99).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
 
     progress("overload");
-    let over = overload(&a, &b, rate, delay_ns, seconds, st.pid)?;
+    let over = overload(&name, &a, &b, rate, delay_ns, seconds, st.pid)?;
     stop.store(true, Ordering::SeqCst);
     let _ = sink.join();
     std::thread::sleep(Duration::from_millis(300));
@@ -677,6 +715,10 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
     let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
     let d: Health = after.since(&before);
+    // the overload's hold-ups against the second its rate was counted
+    // over, not the phases' 4 s: CI once counted 4.2% short across a hold-up
+    // of a whole-machine pause that was under 1% of the 4 s
+    let over_held = after.since(&over.health0).held_up_beyond(over.counted_s);
     let loaded = &over.loaded;
     let sink_drops = over.sink_drops;
     let mut p = Point {
@@ -702,6 +744,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         sink_drops,
         invalid: d
             .invalid_because()
+            .or_else(|| over_held.map(|w| format!("during the overload: {w}")))
             .or_else(|| {
                 (sink_drops * 1000 > over.count.max(1)).then(|| {
                     format!(
@@ -751,11 +794,15 @@ struct Overload {
     loaded: Vec<u64>,
     /// The emulator's CPU over it, percent of one.
     cpu_percent: f64,
+    /// The span `measured` was counted over, s.
+    counted_s: f64,
+    /// The emulator's health as reported before the count began.
+    health0: Health,
 }
 
 /// UDP at 1.1 x the rate from a to b (b's sink running) for `seconds`
 /// once the queue is full, a probe's round trips meanwhile.
-fn overload(a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64, emulator: u32) -> Result<Overload> {
+fn overload(name: &str, a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64, emulator: u32) -> Result<Overload> {
     let stop_load = Arc::new(AtomicBool::new(false));
     let _ = sink_count(b, B_ADDR);
     let cpu0 = cpu_seconds(emulator);
@@ -765,6 +812,7 @@ fn overload(a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64, emulator: 
         // let the queue fill, then count the steady part
         std::thread::sleep(Duration::from_secs_f64(0.5 + 2.0 * delay_ns as f64 / 1e9));
         let drops0 = udp_rcvbuf_errors(b)?;
+        let health0 = super::health(name).unwrap_or_default();
         let (_, _, stamp0) = sink_count(b, B_ADDR)?;
         let sent0 = sent.load(Ordering::Relaxed);
         let t0 = Instant::now();
@@ -784,6 +832,8 @@ fn overload(a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64, emulator: 
             sink_drops,
             loaded,
             cpu_percent: (cpu1 - cpu0) / dt * 100.0,
+            counted_s,
+            health0,
         })
     })();
     stop_load.store(true, Ordering::SeqCst);

@@ -562,7 +562,9 @@ fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
     // then measured again, up to four times in all, each once the
     // hypervisor leaves the machine alone (CI: three in a row INVALID under
     // steal, the last offering 4.38 Gbit/s); a point INVALID for another
-    // phase (the delay table under steal) keeps its rate
+    // phase (the delay table under steal) keeps its rate. A load that fell
+    // short (its sender starved: CI once offered 5.00 Gbit/s and counted
+    // 4.18% short) tested nothing, and is measured again too
     let mut v = serde_json::Value::Null;
     for k in 0..4 {
         if k > 0 {
@@ -572,7 +574,8 @@ fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
         assert!(o.status.success(), "{}", stderr(&o));
         v = serde_json::from_slice(&o.stdout).expect("json");
         let p = &v["points"][0];
-        if p["rate_error"].as_f64().is_some_and(|e| e.abs() <= 0.01) || p["invalid"].is_null() {
+        let overloaded = p["offered_rate_bps"].as_f64().is_some_and(|r| r > 1.02 * 5e9);
+        if overloaded && (p["rate_error"].as_f64().is_some_and(|e| e.abs() <= 0.01) || p["invalid"].is_null()) {
             break;
         }
     }
