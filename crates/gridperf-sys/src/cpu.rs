@@ -25,6 +25,21 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
     cvt_i(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
 }
 
+/// The calling thread's nice value.
+pub fn thread_nice() -> io::Result<i32> {
+    // SAFETY: gettid and getpriority take plain integers; errno is this
+    // thread's, cleared first as getpriority may return -1 as a value.
+    unsafe {
+        let tid = libc::gettid();
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        if n == -1 && *libc::__errno_location() != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n)
+    }
+}
+
 /// The CPUs the calling thread may run on.
 pub fn thread_affinity() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data, filled by the kernel.

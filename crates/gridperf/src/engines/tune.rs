@@ -318,7 +318,7 @@ pub fn probe_in_lab(
     let a = hosts.iter().find(|h| h.side == Side::A).ok_or_else(|| Error::internal("the lab has no A host"))?;
     let b = hosts.iter().find(|h| h.side == Side::B).ok_or_else(|| Error::internal("the lab has no B host"))?;
     let port = 20_000 + (std::process::id() % 10_000) as u16;
-    let mut agent = crate::lab::run::start_agent(b, port)?;
+    let mut agent = crate::lab::run::start_agent(b, port, crate::lab::hosts_niced(name))?;
     // the lab's emulator watched: a probe it did not keep up with is taken again
     let target = Target { lab: Some(name.to_string()), ..Target::remote(std::net::SocketAddr::from((b.addr, port))) };
     let result = gridperf_sys::in_netns(&a.netns, move || {

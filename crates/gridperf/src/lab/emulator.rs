@@ -137,6 +137,10 @@ pub struct Health {
     /// The long hold-ups (over LAG_LIMIT_NS), by what held the emulator up.
     #[serde(default)]
     pub held_by: HeldBy,
+    /// The short ones (LAG_THRESHOLD_NS to LAG_LIMIT_NS), with what the
+    /// probe saw over the spans that held them.
+    #[serde(default)]
+    pub short_held: ShortHoldUps,
     /// How late packets were written behind their schedule: bucket k counts
     /// lags below 2^k microseconds (bucket 0: under 1 us).
     pub lag_hist: Vec<u64>,
@@ -182,6 +186,100 @@ impl HoldUps {
     }
 }
 
+/// The hold-ups of 1 to 10 ms, judged together: /proc/stat counts steal in
+/// 10 ms ticks, so one of them cannot be laid at the hypervisor's door, but
+/// their sum over a run can. The probe is read every 20 ms; what it saw
+/// over each 20 ms span that held short hold-ups (each CPU's steal, the
+/// emulator thread's wait on a run queue) is summed. A tick of steal falls
+/// into a span with the chance the true steal fills of a tick, so each
+/// CPU's sum is right on average (each CPU's ticks fall at their own
+/// moments: the least of one span's figures would not be); the sums also
+/// hold what the spans had beside the hold-ups, so they are an upper bound
+/// of what held the emulator up.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShortHoldUps {
+    pub count: u64,
+    pub ns: u64,
+    /// Each CPU's steal over the spans, ns.
+    pub steal_ns: Vec<u64>,
+    /// The emulator thread's time waiting on a run queue over the spans, ns.
+    pub waited_ns: u64,
+}
+
+impl ShortHoldUps {
+    /// Adds one probe span's short hold-ups (`count`, `ns`), with the probe's readings around it.
+    fn add_span(&mut self, count: u64, ns: u64, before: &gridperf_sys::SchedSample, after: &gridperf_sys::SchedSample) {
+        self.steal_ns.resize(after.steal_ns.len().max(self.steal_ns.len()), 0);
+        for (sum, (a, b)) in self.steal_ns.iter_mut().zip(after.steal_ns.iter().zip(&before.steal_ns)) {
+            *sum += a.saturating_sub(*b);
+        }
+        self.count += count;
+        self.ns += ns;
+        if let (Some(b), Some(a)) = (before.waited_ns, after.waited_ns) {
+            self.waited_ns += a.saturating_sub(b);
+        }
+    }
+
+    /// The least of the CPUs' steal over the spans (the whole machine paused), ns.
+    pub fn steal_every_cpu_ns(&self) -> u64 {
+        self.steal_ns.iter().copied().min().unwrap_or(0)
+    }
+
+    /// The most of one CPU's steal over the spans, ns.
+    pub fn steal_some_cpu_ns(&self) -> u64 {
+        self.steal_ns.iter().copied().max().unwrap_or(0)
+    }
+
+    fn minus(&self, b: &ShortHoldUps) -> ShortHoldUps {
+        ShortHoldUps {
+            count: self.count.saturating_sub(b.count),
+            ns: self.ns.saturating_sub(b.ns),
+            steal_ns: self
+                .steal_ns
+                .iter()
+                .enumerate()
+                .map(|(k, n)| n.saturating_sub(b.steal_ns.get(k).copied().unwrap_or(0)))
+                .collect(),
+            waited_ns: self.waited_ns.saturating_sub(b.waited_ns),
+        }
+    }
+
+    /// What held the emulator up through them, as for one long hold-up:
+    /// what covers half their time or more, first the hypervisor.
+    pub fn cause(&self) -> Option<Cause> {
+        let half = |x: u64| x.saturating_mul(2) >= self.ns;
+        (self.count > 0).then(|| {
+            if half(self.steal_every_cpu_ns()) {
+                Cause::MachinePaused
+            } else if half(self.steal_some_cpu_ns()) {
+                Cause::CpuStolen
+            } else if half(self.waited_ns) {
+                Cause::OtherTasks
+            } else {
+                Cause::NotRunning
+            }
+        })
+    }
+
+    /// "41 time(s) for 1 to 10 ms, 163 ms in all; over the spans that held them ..."
+    pub fn words(&self) -> Option<String> {
+        let cause = self.cause()?;
+        let ms = |ns: u64| ns as f64 / 1e6;
+        Some(format!(
+            "{} time(s) for 1 to {} ms, {:.0} ms in all; over the 20 ms spans that held them the hypervisor took {:.0} ms of \
+             every CPU and {:.0} ms of the most-taken one (steal), and the emulator waited {:.0} ms to run: most \
+             likely {}",
+            self.count,
+            LAG_LIMIT_NS / 1_000_000,
+            ms(self.ns),
+            ms(self.steal_every_cpu_ns()),
+            ms(self.steal_some_cpu_ns()),
+            ms(self.waited_ns),
+            cause.words()
+        ))
+    }
+}
+
 /// What held the emulator up, each long hold-up judged by the CPUs' steal
 /// and the emulator thread's own schedstat across it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,15 +316,15 @@ impl HeldBy {
     /// "2 by the hypervisor pausing the machine (steal on every CPU, 31 ms), 1 by other tasks ..."
     pub fn words(&self) -> String {
         let parts: Vec<String> = [
-            (self.machine_paused, "by the hypervisor pausing the whole machine (steal on every CPU; outside gridperf)"),
-            (self.cpu_stolen, "by the hypervisor taking the emulator's CPU (steal; outside gridperf)"),
-            (self.other_tasks, "by other tasks holding the CPUs (the emulator waited to run)"),
-            (self.not_running, "with the emulator not running (stopped by a signal, or held in the kernel)"),
-            (self.lab_paused, "by `gridperf lab pause` stopping the whole lab (injected)"),
+            (self.machine_paused, Cause::MachinePaused),
+            (self.cpu_stolen, Cause::CpuStolen),
+            (self.other_tasks, Cause::OtherTasks),
+            (self.not_running, Cause::NotRunning),
+            (self.lab_paused, Cause::LabPaused),
         ]
         .iter()
         .filter(|(h, _)| h.count > 0)
-        .map(|(h, what)| format!("{} {what}, {} ms", h.count, h.ns / 1_000_000))
+        .map(|(h, cause)| format!("{} {}, {} ms", h.count, cause.words(), h.ns / 1_000_000))
         .collect();
         parts.join("; ")
     }
@@ -273,6 +371,19 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// What held the emulator up, in words (as [`HeldBy::words`] says it).
+    pub fn words(self) -> &'static str {
+        match self {
+            Cause::MachinePaused => {
+                "by the hypervisor pausing the whole machine (steal on every CPU; outside gridperf)"
+            }
+            Cause::CpuStolen => "by the hypervisor taking the emulator's CPU (steal; outside gridperf)",
+            Cause::OtherTasks => "by other tasks holding the CPUs (the emulator waited to run)",
+            Cause::NotRunning => "with the emulator not running (stopped by a signal, or held in the kernel)",
+            Cause::LabPaused => "by `gridperf lab pause` stopping the whole lab (injected)",
+        }
+    }
+
     /// The emulator and the lab's hosts were all stopped together: nothing
     /// in the lab could have seen a packet sooner (see [`Health::paused_late_packets`]).
     pub fn whole_lab(self) -> bool {
@@ -449,6 +560,7 @@ impl Health {
             pause_window_ns: self.pause_window_ns.saturating_sub(before.pause_window_ns),
             held_up_ns: self.held_up_ns.saturating_sub(before.held_up_ns),
             held_by: self.held_by.minus(&before.held_by),
+            short_held: self.short_held.minus(&before.short_held),
             very_late_packets: self.very_late_packets.saturating_sub(before.very_late_packets),
             long_stalls: self.long_stalls.saturating_sub(before.long_stalls),
             stalls: self.stalls.saturating_sub(before.stalls),
@@ -507,6 +619,9 @@ impl Health {
                 self.held_by.words()
             ));
         }
+        if let Some(w) = self.short_held.words().filter(|_| too_many_late || held_too_long) {
+            why.push(format!("held up {w}"));
+        }
         if self.rto_pauses > 0 {
             why.push(format!(
                 "the whole lab was paused {} time(s) for {} ms or more at once: TCP's retransmission timers ran out \
@@ -559,11 +674,15 @@ impl Health {
         use gridperf_core::model::LabCause;
         self.invalid_because()?;
         let h = &self.held_by;
-        let held = (self.late_packets >= LATE_MIN || self.held_up_ns > 0) && self.long_stalls > 0;
+        let any_held = self.late_packets >= LATE_MIN || self.held_up_ns > 0;
+        let held = any_held && self.long_stalls > 0;
+        // the short hold-ups, judged together
+        let short = self.short_held.cause().filter(|_| any_held);
         let outside = (held && h.machine_paused.count + h.cpu_stolen.count + h.lab_paused.count > 0)
+            || matches!(short, Some(Cause::MachinePaused | Cause::CpuStolen))
             || self.rto_pauses > 0
             || self.pause_burst_drops().is_some();
-        Some(if held && h.other_tasks.count > 0 {
+        Some(if (held && h.other_tasks.count > 0) || short == Some(Cause::OtherTasks) {
             LabCause::OtherTasks
         } else if outside {
             LabCause::Outside
@@ -742,6 +861,8 @@ pub fn run(
     let start = Instant::now();
     let now_ns = || start.elapsed().as_nanos() as u64;
     let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], realtime: Some(realtime), ..Health::default() };
+    // at once: what runs on the hosts is niced when the emulator is not real-time
+    report(&health);
     let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
     let mut pace = Pace::default();
@@ -772,6 +893,8 @@ pub fn run(
     // when the emulator last woke: the turn's work (reading, deciding,
     // writing) ran from then to the top of the next turn
     let mut woke_at = now_ns();
+    // the short hold-ups since the probe was last read: how many, how long
+    let mut span_short: (u64, u64) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
         let now = now_ns();
         let worked = now.saturating_sub(woke_at);
@@ -822,10 +945,17 @@ pub fn run(
         let waited = ready.iter().any(|&r| r) || wake.is_some_and(|w| w < now_after);
         if overslept > LAG_THRESHOLD_NS && waited {
             health.held_up_ns += overslept;
+            if overslept <= LAG_LIMIT_NS {
+                span_short = (span_short.0 + 1, span_short.1 + overslept);
+            }
         }
         if overslept > LAG_LIMIT_NS && waited {
             health.long_stalls += 1;
             let now_probe = probe.sample();
+            if span_short.0 > 0 {
+                health.short_held.add_span(span_short.0, span_short.1, &probed, &now_probe);
+                span_short = (0, 0);
+            }
             let h = &mut health.held_by;
             let mono = gridperf_sys::monotonic_ns();
             let injected = pauses
@@ -850,7 +980,12 @@ pub fn run(
             probed = now_probe;
             probed_at = now_after;
         } else if now_after.saturating_sub(probed_at) >= PROBE_EVERY_NS {
-            probed = probe.sample();
+            let now_probe = probe.sample();
+            if span_short.0 > 0 {
+                health.short_held.add_span(span_short.0, span_short.1, &probed, &now_probe);
+                span_short = (0, 0);
+            }
+            probed = now_probe;
             probed_at = now_after;
         }
         let slept_from = now;
@@ -1281,6 +1416,56 @@ mod tests {
         // without schedstats or /proc/stat: not running, the cause unknown
         let none = gridperf_sys::SchedSample::default();
         assert_eq!(held_by(&none, &none, 30 * MS, tick), Cause::NotRunning);
+    }
+
+    /// Short hold-ups judged together: /proc/stat's steal moves in 10 ms
+    /// ticks, so a 3 ms hold-up's span shows 0 or 10 ms of it, but the
+    /// run's sum comes out right and lays them at the hypervisor's door.
+    #[test]
+    fn short_hold_ups_are_laid_at_a_door_by_their_sum() {
+        let tick = 10 * MS;
+        let at = |steal: u64, waited: u64| gridperf_sys::SchedSample {
+            ran_ns: Some(0),
+            waited_ns: Some(waited),
+            // what /proc/stat shows: whole ticks of the true steal
+            steal_ns: vec![steal / tick * tick, (steal + 4 * MS) / tick * tick],
+            idle_ns: 0,
+        };
+        // 200 spans of 20 ms, each with one hold-up of 3 ms
+        let spans = |steal_per: u64, waited_per: u64| {
+            let mut h = ShortHoldUps::default();
+            for k in 0..200u64 {
+                h.add_span(
+                    1,
+                    3 * MS,
+                    &at(k * steal_per, k * waited_per),
+                    &at((k + 1) * steal_per, (k + 1) * waited_per),
+                );
+            }
+            h
+        };
+        let stolen = spans(3 * MS, 0);
+        assert!((590 * MS..=610 * MS).contains(&stolen.steal_every_cpu_ns()), "{stolen:?}");
+        assert_eq!(stolen.cause(), Some(Cause::MachinePaused));
+        assert_eq!(spans(0, 2 * MS).cause(), Some(Cause::OtherTasks));
+        assert_eq!(spans(0, 0).cause(), Some(Cause::NotRunning));
+        assert_eq!(ShortHoldUps::default().cause(), None);
+        // a run held up 600 ms of 10 s by them alone: INVALID, outside gridperf
+        let run = Health {
+            links: [Counters { delivered: 100_000, ..Counters::default() }, Counters::default()],
+            held_up_ns: stolen.ns,
+            short_held: stolen.clone(),
+            uptime_s: 10.0,
+            ..Health::default()
+        };
+        let why = run.invalid_because().expect("6% of the run");
+        assert!(why.contains("held up 200 time(s) for 1 to 10 ms, 600 ms in all"), "{why}");
+        assert!(why.contains("most likely by the hypervisor pausing the whole machine"), "{why}");
+        assert_eq!(run.invalid_cause(), Some(LabCause::Outside));
+        let other = Health { short_held: spans(0, 2 * MS), ..run.clone() };
+        assert_eq!(other.invalid_cause(), Some(LabCause::OtherTasks));
+        let own = Health { short_held: spans(0, 0), ..run };
+        assert_eq!(own.invalid_cause(), Some(LabCause::Emulator));
     }
 
     #[test]

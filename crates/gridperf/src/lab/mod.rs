@@ -235,6 +235,32 @@ fn dir(name: &str) -> PathBuf {
 /// build (15).
 pub const HOST_NICE: i32 = 5;
 
+/// Whether what runs on lab `name`'s hosts is niced to [`HOST_NICE`]: its
+/// emulator has no real-time priority. Its first report says so; a lab
+/// that has not reported within a second is taken as real-time (nothing
+/// niced).
+pub fn hosts_niced(name: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        if let Some(rt) = health(name).and_then(|h| h.realtime) {
+            return !rt;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Nices the calling thread to [`HOST_NICE`] (what it starts inherits it),
+/// as a lab host's process, when `niced`. A thread already niced further
+/// (a user's `nice -n 19 gridperf ...`) stays as it is.
+pub fn nice_as_host(niced: bool) {
+    if niced && gridperf_sys::thread_nice().is_ok_and(|n| n < HOST_NICE) {
+        let _ = gridperf_sys::set_thread_nice(HOST_NICE);
+    }
+}
+
 /// Every lab host's address is in 10.77.0.0/16 (the lab's own: inside the
 /// lab only), `LAB_NET` / `LAB_PREFIX`.
 pub const LAB_NET: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 0);
@@ -712,6 +738,7 @@ pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::Exit
     let (prog, args) = cmd.split_first().ok_or_else(|| Error::usage("lab exec HOST -- COMMAND [ARGS...]"))?;
     let (prog, args) = (prog.clone(), args.to_vec());
     let lab = name.to_string();
+    let niced = hosts_niced(name);
     // SIGINT, SIGTERM and SIGHUP go on to the command: a script that ends
     // `lab exec` by its pid ends the server it started on a lab host
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -720,8 +747,12 @@ pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<std::process::Exit
             .map_err(|e| Error::internal(e.to_string()))?;
     }
     // a child forked by a thread inside the namespace lives in that namespace
-    let mut child = gridperf_sys::in_netns(&h.netns, move || Command::new(&prog).args(&args).env(LAB_ENV, lab).spawn())
-        .map_err(|e| Error::internal(format!("running {:?} on {host}: {e}", cmd[0])))?;
+    // the command inherits the thread's namespace and nice value
+    let mut child = gridperf_sys::in_netns(&h.netns, move || {
+        nice_as_host(niced);
+        Command::new(&prog).args(&args).env(LAB_ENV, lab).spawn()
+    })
+    .map_err(|e| Error::internal(format!("running {:?} on {host}: {e}", cmd[0])))?;
     loop {
         if let Some(status) = child.try_wait().map_err(|e| Error::internal(format!("waiting for {:?}: {e}", cmd[0])))? {
             return Ok(status);

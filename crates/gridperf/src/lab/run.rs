@@ -178,13 +178,17 @@ impl LabRun {
             return Err(Error::internal("the lab has no hosts a and b"));
         };
         run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
-        run.child = Some(start_agent_with(&b, gridperf_core::wire::DEFAULT_PORT, &serving.agent_args())?);
+        // as root's real-time emulator comes first, a rootless one weighs
+        // more than what runs on the hosts: the agent and this thread
+        let niced = super::hosts_niced(&name);
+        run.child = Some(start_agent_with(&b, gridperf_core::wire::DEFAULT_PORT, &serving.agent_args(), niced)?);
         run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
         run.home = Some(
             File::open("/proc/thread-self/ns/net")
                 .map_err(|e| Error::internal(format!("remembering this thread's namespace: {e}")))?,
         );
         gridperf_sys::netns_enter(&a.netns).map_err(|e| Error::internal(format!("entering {}: {e}", a.netns)))?;
+        super::nice_as_host(niced);
         Ok(run)
     }
 }
@@ -214,16 +218,18 @@ impl Serving {
 
 /// Starts `gridperf serve` on a lab host, on `port`, and waits until it
 /// listens (asked on the host's own loopback: across the lab a connection
-/// takes a round trip, 270 ms on some profiles). The caller ends it.
-pub fn start_agent(host: &super::Host, port: u16) -> Result<std::process::Child> {
-    start_agent_with(host, port, &[])
+/// takes a round trip, 270 ms on some profiles), niced as a host's process
+/// when `niced` ([`super::hosts_niced`]). The caller ends it.
+pub fn start_agent(host: &super::Host, port: u16, niced: bool) -> Result<std::process::Child> {
+    start_agent_with(host, port, &[], niced)
 }
 
 /// The same, with more arguments for the agent.
-fn start_agent_with(host: &super::Host, port: u16, extra: &[String]) -> Result<std::process::Child> {
+fn start_agent_with(host: &super::Host, port: u16, extra: &[String], niced: bool) -> Result<std::process::Child> {
     let exe = std::env::current_exe().map_err(|e| Error::internal(e.to_string()))?;
     let extra = extra.to_vec();
     let mut child = gridperf_sys::in_netns(&host.netns, move || {
+        super::nice_as_host(niced);
         Command::new(exe)
             // the lab's own agent: busy-polling is the user's to ask for
             .args(["serve", "--max-tests", "1", "--allow-busy-poll", "--port", &port.to_string()])

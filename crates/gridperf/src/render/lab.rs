@@ -151,6 +151,9 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
                 h.held_by.words()
             );
         }
+        if let Some(w) = h.short_held.words() {
+            let _ = writeln!(out, "  held up {w}");
+        }
         if let (Some(p50), Some(p99)) = (h.lag_quantile_us(0.5), h.lag_quantile_us(0.99)) {
             let _ = writeln!(out, "  lag behind schedule: median under {p50} us, p99 under {p99} us");
         }

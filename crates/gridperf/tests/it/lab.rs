@@ -1559,11 +1559,12 @@ fn host_pairs_cross_a_dumbbell_agent_to_agent_and_assemble_one_file() {
     for p in ["src", "dst"] {
         std::fs::create_dir_all(d.join(p)).expect("dir");
     }
-    // 160 MiB, about 7 s over the two pairs: the run may lose 1% of its time
-    // to hold-ups, and a copy of 64 MiB (3.5 s) was INVALID five tries in a
-    // row in the rootless CI, the last held up 41 ms (the lab's emulator
-    // without real-time priority beside four agents hashing and sending)
-    let data: Vec<u8> = (0..160u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    // what this test is about (the pairs, the one file) does not hang on
+    // the lab's timing: a copy whose lab went INVALID (exit 4: the rootless
+    // CI's, five tries in a row, held up 2-5% of each run, most of it by
+    // the hypervisor taking the CPUs four agents kept busy) still moved and
+    // verified every byte, printed its result and says why it is INVALID
+    let data: Vec<u8> = (0..64u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     std::fs::write(d.join("src/f.dat"), &data).expect("write");
     // each host's access link (100 Mbit/s) is narrower than the shared 1 Gbit/s bottleneck
     let lab = Lab::up("pairs", &["--hosts", "2x2", "--rate", "1G", "--rtt", "10ms", "--access", "rate=100M"]);
@@ -1587,14 +1588,14 @@ fn host_pairs_cross_a_dumbbell_agent_to_agent_and_assemble_one_file() {
     for (k, extra) in [(0, None), (1, Some("--same-destination"))] {
         let name = format!("f{k}.dat");
         let to = format!("10.77.2.1:{name},10.77.2.2:{name}");
-        let o = unless_invalid(|| {
-            let mut a = vec!["copy", "10.77.1.1:f.dat,10.77.1.2:f.dat", &to, "-P", "2", "--force", "--no-store"];
-            a.extend(extra);
-            a.push("--json");
-            lab.exec_on("a1", &a)
-        });
-        assert!(o.status.success(), "{}", stderr(&o));
+        let mut a = vec!["copy", "10.77.1.1:f.dat,10.77.1.2:f.dat", &to, "-P", "2", "--force", "--no-store"];
+        a.extend(extra);
+        a.push("--json");
+        let o = lab.exec_on("a1", &a);
+        assert!(matches!(o.status.code(), Some(0 | 4)), "{}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        let invalid = &v["env"]["lab"]["invalid"];
+        assert_eq!(o.status.code() == Some(4), !invalid.is_null(), "exit 4 is the lab's verdict: {invalid}");
         assert_eq!(v["direction"], "third-party");
         assert_eq!(v["env"]["lab"]["name"], lab.name.as_str(), "the lab watched: {}", v["env"]);
         assert!(std::fs::read(d.join("dst").join(&name)).expect("copied") == data, "{name} differs");
