@@ -254,7 +254,9 @@ pub fn hosts_niced(name: &str) -> bool {
 
 /// Nices the calling thread to [`HOST_NICE`] (what it starts inherits it),
 /// as a lab host's process, when `niced`. A thread already niced further
-/// (a user's `nice -n 19 gridperf ...`) stays as it is.
+/// (a user's `nice -n 19 gridperf ...`) stays as it is. Only a thread of
+/// its own (`in_netns`'s) may be niced: a user cannot undo it, and a lab's
+/// emulator started after it would inherit it.
 pub fn nice_as_host(niced: bool) {
     if niced && gridperf_sys::thread_nice().is_ok_and(|n| n < HOST_NICE) {
         let _ = gridperf_sys::set_thread_nice(HOST_NICE);

@@ -179,7 +179,9 @@ impl LabRun {
         };
         run.agent = SocketAddr::from((b.addr, gridperf_core::wire::DEFAULT_PORT));
         // as root's real-time emulator comes first, a rootless one weighs
-        // more than what runs on the hosts: the agent and this thread
+        // more than what runs on the hosts: the agent here. (Not this
+        // thread, the client: what it starts would inherit the nice value,
+        // the next lab's emulator of a survey too, and it cannot be undone.)
         let niced = super::hosts_niced(&name);
         run.child = Some(start_agent_with(&b, gridperf_core::wire::DEFAULT_PORT, &serving.agent_args(), niced)?);
         run.signals = Some(watch(&name, run.child.as_ref().map(|c| c.id()))?);
@@ -188,7 +190,6 @@ impl LabRun {
                 .map_err(|e| Error::internal(format!("remembering this thread's namespace: {e}")))?,
         );
         gridperf_sys::netns_enter(&a.netns).map_err(|e| Error::internal(format!("entering {}: {e}", a.netns)))?;
-        super::nice_as_host(niced);
         Ok(run)
     }
 }
