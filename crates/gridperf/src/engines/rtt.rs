@@ -84,9 +84,57 @@ struct Gathered {
     lost: u64,
     late: u64,
     server: StepFigures,
+    /// Across a lab: when each sample's round trip began and ended,
+    /// CLOCK_MONOTONIC ns (the lab's emulator keeps the windows in which it
+    /// was late on the same clock), and where each round's samples begin.
+    timed: bool,
+    spans: Vec<[u64; 2]>,
+    round_from: Vec<usize>,
+    /// Samples left out for crossing such a window.
+    left_out: u64,
+}
+
+/// Which of `spans` (in time order, each a round trip's start and end)
+/// crossed one of `windows` (in time order, apart): one pass over both.
+pub fn crossing(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<bool> {
+    let mut j = 0;
+    spans
+        .iter()
+        .map(|s| {
+            while j < windows.len() && windows[j][1] < s[0] {
+                j += 1;
+            }
+            j < windows.len() && windows[j][0] <= s[1]
+        })
+        .collect()
 }
 
 impl Gathered {
+    /// Leaves out the samples whose round trip crossed one of `windows`,
+    /// and takes each round's median again from the rest.
+    fn leave_out(&mut self, windows: &[[u64; 2]]) {
+        if !self.timed || windows.is_empty() {
+            return;
+        }
+        let crossed = crossing(&self.spans, windows);
+        let (mut samples, mut spans, mut rounds, mut round_from) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (k, &from) in self.round_from.iter().enumerate() {
+            let to = self.round_from.get(k + 1).copied().unwrap_or(self.samples.len());
+            round_from.push(samples.len());
+            let kept_from = samples.len();
+            let to = to.min(self.samples.len());
+            for ((&x, &span), _) in
+                self.samples[from..to].iter().zip(&self.spans[from..to]).zip(&crossed[from..to]).filter(|(_, &c)| !c)
+            {
+                samples.push(x);
+                spans.push(span);
+            }
+            rounds.push(stats::median_u64(&samples[kept_from..]).unwrap_or(f64::NAN));
+        }
+        self.left_out += (self.samples.len() - samples.len()) as u64;
+        (self.samples, self.spans, self.rounds, self.round_from) = (samples, spans, rounds, round_from);
+    }
+
     fn add(&mut self, f: &StepFigures) {
         self.server.echoed += f.echoed;
         self.server.bytes_in += f.bytes_in;
@@ -130,6 +178,10 @@ fn exchanges(
             Ok(Outcome::Rtt(ns)) => {
                 if g.samples.len() < MAX_SAMPLES {
                     g.samples.push(ns);
+                    if g.timed {
+                        let end = gridperf_sys::monotonic_ns();
+                        g.spans.push([end.saturating_sub(ns), end]);
+                    }
                 }
                 in_a_row = 0;
             }
@@ -180,6 +232,7 @@ fn point(
         rounds_ns: if opts.rounds.max(1) > 1 { g.rounds } else { Vec::new() },
         irregular,
         retries: attempt,
+        left_out: g.left_out,
     }
 }
 
@@ -209,11 +262,15 @@ pub fn run_with(
     let mut out: Vec<RttPoint> = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
     let mut preheated: Vec<Proto> = Vec::new();
+    // across a lab, each point is judged round trip by round trip, while
+    // the emulator's late windows can be read (see `judged`)
+    let timed = r.opened.lab_watch().is_some();
+    let mut judged = timed.then(crate::lab::RoundTrips::default);
     for (size, protos) in &sizes {
         let size = *size;
         let mut attempt = 0;
         let measured = loop {
-            let mut got: Vec<Gathered> = protos.iter().map(|_| Gathered::default()).collect();
+            let mut got: Vec<Gathered> = protos.iter().map(|_| Gathered { timed, ..Gathered::default() }).collect();
             // the step the agent was told of ahead, with the end of the one before
             let mut ready: Option<Proto> = None;
             let mut round = 0;
@@ -243,6 +300,7 @@ pub fn run_with(
                         g.warmed += 1;
                     }
                     let from = g.samples.len();
+                    g.round_from.push(from);
                     exchanges(&mut r, idx, proto, size, g, count, budget)?;
                     g.rounds.push(stats::median_u64(&g.samples[from..]).unwrap_or(f64::NAN));
                     // the next step of this size, told to the agent with this
@@ -272,6 +330,16 @@ pub fn run_with(
                 }
                 round += 1;
             }
+            // the round trips that crossed the lab's emulator while it was
+            // late are not the path's: left out, before the shape is judged
+            if judged.is_some() {
+                let windows = r.opened.lab_watch().and_then(|w| w.late_windows(gridperf_sys::monotonic_ns()));
+                match windows {
+                    Some(windows) => got.iter_mut().for_each(|g| g.leave_out(&windows)),
+                    // not known: the run is judged as a whole
+                    None => judged = None,
+                }
+            }
             let irregular: Vec<Option<Irregular>> = got.iter().map(|g| shape::irregular(&g.samples)).collect();
             if irregular.iter().any(Option::is_some) && attempt < opts.retries {
                 attempt += 1;
@@ -280,11 +348,27 @@ pub fn run_with(
             break got.into_iter().zip(irregular).collect::<Vec<_>>();
         };
         for (proto, (g, irregular)) in protos.iter().zip(measured) {
+            if let Some(j) = judged.as_mut() {
+                let counted = g.samples.len() as u64 + g.left_out;
+                j.counted += counted;
+                j.left_out += g.left_out;
+                if g.left_out * crate::lab::LEFT_OUT_PER > counted && j.too_many.is_none() {
+                    j.too_many = Some(format!(
+                        "{} of {counted} round trips of {proto} {size} B crossed the lab's emulator while it was \
+                         late (more than 1 in {} of a point)",
+                        g.left_out,
+                        crate::lab::LEFT_OUT_PER
+                    ));
+                }
+            }
             out.push(point(*proto, size, g, irregular, attempt, opts, &mut warnings));
             if let Some(p) = out.last() {
                 on_point(p)?;
             }
         }
+    }
+    if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
+        w.judged_by_round_trip(j);
     }
     let env = r.close(points.len(), progress, &mut warnings)?;
     Ok(RttReport {
@@ -295,4 +379,38 @@ pub fn run_with(
         points: out,
         warnings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A round trip crosses a late window when the two overlap at all,
+    /// ends included; one pass, both lists in time order.
+    #[test]
+    fn a_round_trip_that_crossed_a_late_window_is_found_and_left_out() {
+        let spans = [[0, 10], [10, 20], [20, 30], [30, 40], [40, 50], [50, 60]];
+        let windows = [[12, 14], [29, 31], [55, 100]];
+        assert_eq!(crossing(&spans, &windows), vec![false, true, true, true, false, true]);
+        assert_eq!(crossing(&spans, &[]), vec![false; 6]);
+        assert_eq!(crossing(&[], &windows), Vec::<bool>::new());
+        // two rounds of three: each round's median is taken again from what is kept
+        let mut g = Gathered {
+            samples: vec![10, 11, 12, 40, 13, 14],
+            spans: spans.to_vec(),
+            rounds: vec![11.0, 14.0],
+            round_from: vec![0, 3],
+            timed: true,
+            ..Gathered::default()
+        };
+        g.leave_out(&[[12, 14], [35, 36]]);
+        assert_eq!(g.samples, vec![10, 12, 13, 14]);
+        assert_eq!(g.round_from, vec![0, 2]);
+        assert_eq!(g.rounds, vec![11.0, 13.5]);
+        assert_eq!(g.left_out, 2);
+        // a point measured without a lab is left whole
+        let mut plain = Gathered { samples: vec![1, 2], spans: vec![[0, 1], [1, 2]], ..Gathered::default() };
+        plain.leave_out(&[[0, 5]]);
+        assert_eq!((plain.samples.len(), plain.left_out), (2, 0));
+    }
 }

@@ -42,6 +42,9 @@ pub const HELD_UP_PER: u64 = 100;
 pub const PAUSE_RTO_NS: u64 = 200_000_000;
 /// Drops after whole-lab pauses that may be chance (see `Health::pause_burst_drops`).
 pub const PAUSE_DROPS_MIN: u64 = 10;
+/// The latest spans in which the emulator was late ([`Health::late_windows`])
+/// it keeps: at the 5-10 hold-ups a second a busy VM gives it, a minute's.
+pub const LATE_WINDOWS_KEPT: usize = 512;
 
 /// Which side of the bottleneck a host is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +169,77 @@ pub struct Health {
     /// rootless lab); None where nothing is emulated (the loopback lab).
     #[serde(default)]
     pub realtime: Option<bool>,
+    /// When this reading was written, CLOCK_MONOTONIC ns (one clock for
+    /// the emulator and every process on the lab's hosts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mono_ns: u64,
+    /// The latest spans, CLOCK_MONOTONIC ns, in which the emulator was
+    /// late: each hold-up a host's packets waited through (from when it
+    /// should have woken to when it did) and each packet written more than
+    /// LAG_THRESHOLD_NS behind schedule (from when it was due to when it
+    /// was written), merged where they touch; at most LATE_WINDOWS_KEPT.
+    /// A round trip that crossed none of them crossed the emulated path as
+    /// configured ([`late_windows_since`]). Only in the raw readings: a
+    /// run's difference carries none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late_windows: Vec<[u64; 2]>,
+    /// How many late windows were begun since the emulator started (the
+    /// kept ones and those that fell out of the list).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late_windows_begun: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How a run across the emulator is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// As a whole: its late packets and hold-ups against its packets and
+    /// time (a rate over the run, a stream's window, a copy).
+    Whole,
+    /// Round trip by round trip: those that crossed a window in which the
+    /// emulator was late were left out ([`late_windows_since`]), and the
+    /// rest crossed the path as configured (`rtt`).
+    ByRoundTrip,
+}
+
+impl Health {
+    /// Notes that the emulator was late from `from` to `to` (CLOCK_MONOTONIC
+    /// ns): joined to the last window where they touch or overlap.
+    pub fn late_from(&mut self, from: u64, to: u64) {
+        if let Some(last) = self.late_windows.last_mut() {
+            if from <= last[1] && to >= last[0] {
+                last[0] = last[0].min(from);
+                last[1] = last[1].max(to);
+                return;
+            }
+        }
+        if self.late_windows.len() >= LATE_WINDOWS_KEPT {
+            self.late_windows.remove(0);
+        }
+        self.late_windows.push([from, to.max(from)]);
+        self.late_windows_begun += 1;
+    }
+}
+
+/// The windows in which the emulator was late between two of its readings
+/// (`before`, then `after`, of one emulator), or None when some of them
+/// fell out of the list it keeps (or `after` is not later), so that a run
+/// cannot be judged window by window.
+pub fn late_windows_since(before: &Health, after: &Health) -> Option<Vec<[u64; 2]>> {
+    if after.mono_ns < before.mono_ns || after.late_windows_begun < before.late_windows_begun {
+        return None;
+    }
+    // the windows begun since are the list's last ones; the one open at
+    // `before` (it may have grown since) must be kept too, just before them
+    let (begun, len) = (after.late_windows_begun - before.late_windows_begun, after.late_windows.len() as u64);
+    let lost = if before.late_windows.is_empty() { begun > len } else { begun > 0 && begun >= len };
+    if lost {
+        return None;
+    }
+    Some(after.late_windows.iter().copied().filter(|w| w[1] >= before.mono_ns).collect())
 }
 
 /// Long hold-ups of one cause: how many, and their time, ns.
@@ -578,6 +652,10 @@ impl Health {
             split_packets: self.split_packets.saturating_sub(before.split_packets),
             uptime_s: self.uptime_s - before.uptime_s,
             realtime: self.realtime,
+            // the windows stay in the raw readings ([`late_windows_since`])
+            mono_ns: 0,
+            late_windows: Vec::new(),
+            late_windows_begun: 0,
         }
     }
 
@@ -587,11 +665,21 @@ impl Health {
     /// (what a rate over the run can be off by), or packets dropped that the
     /// model did not drop. Each says what held the emulator up.
     pub fn invalid_because(&self) -> Option<String> {
+        self.invalid_because_with(Judged::Whole)
+    }
+
+    /// As [`Health::invalid_because`], for a run judged as `judged` says:
+    /// one judged round trip by round trip has left out every round trip
+    /// that crossed a late window, so the late packets and the hold-ups
+    /// void it no more (what else would, does).
+    pub fn invalid_because_with(&self, judged: Judged) -> Option<String> {
         let mut why = Vec::new();
         let delivered: u64 = self.links.iter().map(|c| c.delivered).sum();
-        let too_many_late = self.late_packets >= LATE_MIN && self.late_packets * LATE_PER_PACKETS > delivered.max(1);
+        let whole = judged == Judged::Whole;
+        let too_many_late =
+            whole && self.late_packets >= LATE_MIN && self.late_packets * LATE_PER_PACKETS > delivered.max(1);
         let span_ns = (self.uptime_s.max(0.0) * 1e9) as u64;
-        let held_too_long = self.held_up_ns.saturating_mul(HELD_UP_PER) > span_ns;
+        let held_too_long = whole && self.held_up_ns.saturating_mul(HELD_UP_PER) > span_ns;
         if too_many_late {
             let mut w = format!(
                 "{} of {} packets were delivered more than {} us behind schedule",
@@ -671,8 +759,13 @@ impl Health {
     /// holding the CPUs; else the emulator itself. Other tasks come first:
     /// they are what the user can do something about.
     pub fn invalid_cause(&self) -> Option<gridperf_core::model::LabCause> {
+        self.invalid_cause_with(Judged::Whole)
+    }
+
+    /// As [`Health::invalid_cause`], for a run judged as `judged` says.
+    pub fn invalid_cause_with(&self, judged: Judged) -> Option<gridperf_core::model::LabCause> {
         use gridperf_core::model::LabCause;
-        self.invalid_because()?;
+        self.invalid_because_with(judged)?;
         let h = &self.held_by;
         let any_held = self.late_packets >= LATE_MIN || self.held_up_ns > 0;
         let held = any_held && self.long_stalls > 0;
@@ -860,8 +953,11 @@ pub fn run(
     let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
     let start = Instant::now();
     let now_ns = || start.elapsed().as_nanos() as u64;
+    // the emulator's clock on CLOCK_MONOTONIC, the hosts' clock too
+    let mono0 = gridperf_sys::monotonic_ns().saturating_sub(now_ns());
     let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], realtime: Some(realtime), ..Health::default() };
     // at once: what runs on the hosts is niced when the emulator is not real-time
+    health.mono_ns = gridperf_sys::monotonic_ns();
     report(&health);
     let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
     let mut last_report = Instant::now();
@@ -945,6 +1041,7 @@ pub fn run(
         let waited = ready.iter().any(|&r| r) || wake.is_some_and(|w| w < now_after);
         if overslept > LAG_THRESHOLD_NS && waited {
             health.held_up_ns += overslept;
+            health.late_from(mono0 + now_after - overslept, mono0 + now_after);
             if overslept <= LAG_LIMIT_NS {
                 span_short = (span_short.0 + 1, span_short.1 + overslept);
             }
@@ -1114,6 +1211,7 @@ pub fn run(
             health.max_lag_ns = health.max_lag_ns.max(lag);
             health.lag_hist[lag_bucket(lag)] += 1;
             if lag > LAG_THRESHOLD_NS {
+                health.late_from(mono0 + due, mono0 + now);
                 if (paused.0..=paused.1).contains(&due) {
                     health.paused_late_packets += 1;
                 } else {
@@ -1133,6 +1231,7 @@ pub fn run(
             health.tun_drops = tun_drops(&mut ports);
             snapshot(&links, &ports, &mut health);
             health.uptime_s = start.elapsed().as_secs_f64();
+            health.mono_ns = gridperf_sys::monotonic_ns();
             report(&health);
             last_report = Instant::now();
         }
@@ -1140,6 +1239,7 @@ pub fn run(
     health.tun_drops = tun_drops(&mut ports);
     snapshot(&links, &ports, &mut health);
     health.uptime_s = start.elapsed().as_secs_f64();
+    health.mono_ns = gridperf_sys::monotonic_ns();
     Ok(health)
 }
 
@@ -1365,6 +1465,60 @@ mod tests {
         assert!(why.contains("by the hypervisor pausing the whole machine"), "{why}");
         assert_eq!(d.held_up_beyond(4.0), None);
         assert_eq!(Health { held_up_ns: 9 * MS, ..d }.held_up_beyond(1.0), None);
+    }
+
+    /// The late windows: joined where they touch, the latest
+    /// LATE_WINDOWS_KEPT kept, and a run's windows told apart from those
+    /// before it, or not told at all once some fell out of the list.
+    #[test]
+    fn late_windows_are_joined_kept_and_told_since_a_reading() {
+        let mut h = Health { mono_ns: 1_000, ..Health::default() };
+        let before = h.clone();
+        h.late_from(2_000, 3_000);
+        // a packet due within the hold-up, written after it: the same window
+        h.late_from(2_500, 3_400);
+        h.late_from(5_000, 6_000);
+        assert_eq!(h.late_windows, vec![[2_000, 3_400], [5_000, 6_000]]);
+        assert_eq!(h.late_windows_begun, 2);
+        h.mono_ns = 7_000;
+        assert_eq!(late_windows_since(&before, &h), Some(vec![[2_000, 3_400], [5_000, 6_000]]));
+        // from a later reading: the window open then (it grew since) and the new one
+        let mid = Health { mono_ns: 3_200, late_windows: vec![[2_000, 3_000]], late_windows_begun: 1, ..h.clone() };
+        assert_eq!(late_windows_since(&mid, &h), Some(vec![[2_000, 3_400], [5_000, 6_000]]));
+        let later = Health { mono_ns: 4_000, ..h.clone() };
+        assert_eq!(late_windows_since(&later, &h), Some(vec![[5_000, 6_000]]));
+        // more windows than are kept: the run cannot be judged window by window
+        let mut full = h.clone();
+        for k in 0..LATE_WINDOWS_KEPT as u64 {
+            full.late_from(10_000 + 10 * k, 10_005 + 10 * k);
+        }
+        assert_eq!(full.late_windows.len(), LATE_WINDOWS_KEPT);
+        assert_eq!(full.late_windows[0], [10_000, 10_005]);
+        full.mono_ns = 1_000_000;
+        assert_eq!(late_windows_since(&h, &full), None);
+        assert_eq!(late_windows_since(&before, &full), None);
+        // an earlier reading than `before` is no run
+        assert_eq!(late_windows_since(&h, &before), None);
+    }
+
+    /// A run judged round trip by round trip: its late packets and hold-ups
+    /// no longer void it; a drop the model did not make still does.
+    #[test]
+    fn a_run_judged_by_round_trip_is_void_only_beside_the_lateness() {
+        let late = Health {
+            links: [Counters { delivered: 283, ..Counters::default() }, Counters::default()],
+            late_packets: 10,
+            held_up_ns: 42 * MS,
+            uptime_s: 3.3,
+            ..Health::default()
+        };
+        assert!(late.invalid_because().is_some_and(|w| w.contains("10 of 283 packets")));
+        assert_eq!(late.invalid_because_with(Judged::ByRoundTrip), None);
+        assert_eq!(late.invalid_cause_with(Judged::ByRoundTrip), None);
+        let dropped = Health { undecided_drops: 3, ..late };
+        let why = dropped.invalid_because_with(Judged::ByRoundTrip).expect("a drop the model did not make");
+        assert!(why.contains("3 packets were dropped") && !why.contains("283"), "{why}");
+        assert_eq!(dropped.invalid_cause_with(Judged::ByRoundTrip), Some(LabCause::Emulator));
     }
 
     /// The burst after a pause: judged against the queue's own drops.

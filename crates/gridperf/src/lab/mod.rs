@@ -442,16 +442,62 @@ fn clean(name: &str, hosts_guess: &[Host]) {
 pub struct LabWatch {
     name: String,
     before: Option<Health>,
+    /// Set when the run was judged round trip by round trip.
+    by_round_trip: Option<RoundTrips>,
 }
+
+/// A run judged round trip by round trip ([`LabWatch::judged_by_round_trip`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundTrips {
+    /// The round trips counted, and those of them left out for crossing a
+    /// window in which the emulator was late.
+    pub counted: u64,
+    pub left_out: u64,
+    /// Why what was left out voids the run, if it does (too large a share
+    /// of a point).
+    pub too_many: Option<String>,
+}
+
+/// A point may lose at most 1 in this many of its round trips to the
+/// emulator's late windows. The windows fall where the hypervisor or the
+/// machine's other tasks put them, not where the path is slow, so what is
+/// kept is still a fair draw of the path's round trips; past a quarter,
+/// the emulator was late so often that the run is not taken.
+pub const LEFT_OUT_PER: u64 = 4;
 
 impl LabWatch {
     pub fn start(name: &str) -> LabWatch {
-        LabWatch { name: name.to_string(), before: health(name) }
+        LabWatch { name: name.to_string(), before: health(name), by_round_trip: None }
     }
 
     /// A watch that began at an earlier reading of the emulator's health.
     pub fn since(name: &str, before: Health) -> LabWatch {
-        LabWatch { name: name.to_string(), before: Some(before) }
+        LabWatch { name: name.to_string(), before: Some(before), by_round_trip: None }
+    }
+
+    /// The windows (CLOCK_MONOTONIC ns) in which the emulator was late since
+    /// the watch began, through `through`: it waits for the emulator's
+    /// first reading written after that (it writes one every 250 ms; at most
+    /// 400 ms). None when they cannot be known: the emulator unread, or
+    /// more windows than it keeps.
+    pub fn late_windows(&self, through: u64) -> Option<Vec<[u64; 2]>> {
+        let before = self.before.as_ref()?;
+        let until = Instant::now() + Duration::from_millis(400);
+        loop {
+            if let Some(h) = health(&self.name).filter(|h| h.mono_ns > through) {
+                return emulator::late_windows_since(before, &h);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The run was judged round trip by round trip: its verdict leaves the
+    /// emulator's late packets and hold-ups out, and says what was left out.
+    pub fn judged_by_round_trip(&mut self, judged: RoundTrips) {
+        self.by_round_trip = Some(judged);
     }
 
     /// The lab the run crossed and the emulator's verdict over it. The
@@ -475,7 +521,11 @@ impl LabWatch {
         let (emulator, invalid, cause, note) = match (&self.before, &after) {
             (Some(b), Some(a)) => {
                 let d = a.since(b);
-                (serde_json::to_value(&d).unwrap_or_default(), d.invalid_because(), d.invalid_cause(), d.held_up_note())
+                let (invalid, cause, note) = match &self.by_round_trip {
+                    None => (d.invalid_because(), d.invalid_cause(), d.held_up_note()),
+                    Some(rt) => round_trip_verdict(&d, rt),
+                };
+                (serde_json::to_value(&d).unwrap_or_default(), invalid, cause, note)
             }
             _ => (
                 serde_json::Value::Null,
@@ -494,6 +544,49 @@ impl LabWatch {
             note,
         }
     }
+}
+
+/// The verdict on a run judged round trip by round trip: what voids it
+/// beside the emulator's lateness, and too large a share left out; the
+/// note says what was left out, and why.
+fn round_trip_verdict(
+    d: &Health,
+    rt: &RoundTrips,
+) -> (Option<String>, Option<gridperf_core::model::LabCause>, Option<String>) {
+    use emulator::Judged;
+    let other = d.invalid_because_with(Judged::ByRoundTrip);
+    let invalid = match (&other, &rt.too_many) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.clone().or_else(|| b.clone()),
+    };
+    let cause = if other.is_some() {
+        d.invalid_cause_with(Judged::ByRoundTrip)
+    } else if rt.too_many.is_some() {
+        // the lateness alone: what held the emulator up, as a whole run's
+        d.invalid_cause().or(Some(gridperf_core::model::LabCause::Emulator))
+    } else {
+        None
+    };
+    // what held the emulator up, where a whole run's verdict would have said
+    let lateness = d.invalid_because().filter(|_| other.is_none());
+    let note = if rt.left_out > 0 {
+        let mut w = format!(
+            "{} of {} round trips crossed the lab's emulator while it was late (held up, or a packet over {} us \
+             behind schedule) and are left out of the figures; the rest crossed the path as configured",
+            rt.left_out,
+            rt.counted,
+            emulator::LAG_THRESHOLD_NS / 1000
+        );
+        if let Some(l) = &lateness {
+            w += &format!(" (the run as a whole: {l})");
+        }
+        Some(w)
+    } else {
+        lateness
+            .map(|l| format!("no round trip counted crossed the lab's emulator while it was late ({l})"))
+            .or_else(|| d.held_up_note())
+    };
+    (invalid, cause, note)
 }
 
 /// Ends a process gridperf started: SIGTERM, up to `grace` to exit, then
@@ -980,4 +1073,42 @@ fn write_atomic<T: Serialize>(path: &std::path::Path, v: &T) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(v).map_err(|e| Error::internal(e.to_string()))?;
     std::fs::write(&tmp, bytes).map_err(|e| Error::internal(e.to_string()))?;
     std::fs::rename(&tmp, path).map_err(|e| Error::internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run judged round trip by round trip: valid with what was left out
+    /// said, void past a quarter of a point left out (the lateness's cause
+    /// named as a whole run's would be), and void for a drop the model did
+    /// not make whatever was left out.
+    #[test]
+    fn a_run_judged_by_round_trip_says_what_it_left_out() {
+        use gridperf_core::model::LabCause;
+        let late = Health {
+            links: [gridperf_core::lab::emu::Counters { delivered: 283, ..Default::default() }, Default::default()],
+            late_packets: 10,
+            held_up_ns: 42_000_000,
+            uptime_s: 3.3,
+            ..Health::default()
+        };
+        let rt = RoundTrips { counted: 30, left_out: 4, too_many: None };
+        let (invalid, cause, note) = round_trip_verdict(&late, &rt);
+        assert_eq!((invalid, cause), (None, None));
+        let note = note.expect("what was left out");
+        assert!(note.starts_with("4 of 30 round trips crossed the lab's emulator while it was late"), "{note}");
+        assert!(note.contains("10 of 283 packets"), "and the run as a whole: {note}");
+        let many = RoundTrips { left_out: 9, too_many: Some("9 of 30 round trips of udp 64 B".into()), ..rt.clone() };
+        let (invalid, cause, _) = round_trip_verdict(&late, &many);
+        assert_eq!(invalid.as_deref(), Some("9 of 30 round trips of udp 64 B"));
+        assert_eq!(cause, Some(LabCause::Emulator));
+        let dropped = Health { tun_drops: 5, ..late.clone() };
+        let (invalid, cause, _) = round_trip_verdict(&dropped, &rt);
+        assert!(invalid.is_some_and(|w| w.contains("5 packets overflowed a TUN queue")));
+        assert_eq!(cause, Some(LabCause::Emulator));
+        // nothing left out, nothing late: a plain valid run
+        let (invalid, _, note) = round_trip_verdict(&Health::default(), &RoundTrips::default());
+        assert_eq!((invalid, note), (None, None));
+    }
 }

@@ -261,6 +261,11 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The watch on the lab the test crosses, if it crosses one.
+    pub fn lab_watch(&mut self) -> Option<&mut LabWatch> {
+        self.lab.as_mut()
+    }
+
     /// The run's record: both ends, the notes, and the lab's verdict over
     /// the run (read now: call it once the traffic is over).
     pub fn environment(&mut self, client: EndInfo, agent: Option<EndInfo>, notes: Vec<String>) -> Environment {

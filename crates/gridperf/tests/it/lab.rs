@@ -1715,6 +1715,56 @@ fn hold_up(pid: u32, after: Duration, times: u32, each: Duration, every: Duratio
     })
 }
 
+/// Issue 33, the pause rule for round trips: a round trip that crossed the
+/// lab's emulator while it was late (held up, or a packet over 1 ms behind
+/// schedule) is not the path's and is left out; the others crossed the
+/// path as configured. Eight hold-ups of 40 ms (SIGSTOP of the emulator,
+/// 320 ms: a whole run's verdict would be INVALID) in a 5 s rtt run across
+/// a 10 ms path: valid, at least one round trip left out for each, none
+/// kept that waited through one (p99 under 30 ms), and the note says so.
+/// Hold-ups every 60 ms for the whole run touch more than a quarter of its
+/// round trips: INVALID, and the reason says so.
+#[test]
+fn round_trips_that_crossed_a_held_up_emulator_are_left_out() {
+    if !privileged("round_trips_that_crossed_a_held_up_emulator_are_left_out") {
+        return;
+    }
+    let mut lab = Lab::up("rtl", &["--rtt", "10ms"]);
+    let pid = lab.status()["lab"]["pid"].as_u64().expect("the emulator's pid") as u32;
+    let json = |o: &Output| -> serde_json::Value { serde_json::from_slice(&o.stdout).expect("rtt json") };
+    lab.serve_on_b();
+    let stop = hold_up(pid, Duration::from_millis(1500), 8, Duration::from_millis(40), Duration::from_millis(300));
+    let o = lab.exec_a(&["rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64", "-t", "5s", "--json", "--no-store"]);
+    stop.join().expect("the stopper");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let p = &v["points"][0];
+    let (left_out, count) = (p["left_out"].as_u64().unwrap_or(0), p["summary"]["count"].as_u64().expect("count"));
+    assert!(left_out >= 8 && left_out * 4 <= left_out + count, "{left_out} left out, {count} kept");
+    let p99 = p["summary"]["p99_ns"].as_f64().expect("p99");
+    assert!(p99 < 30e6, "a round trip that waited through a 40 ms hold-up was kept: p99 {p99} ns");
+    let note = v["env"]["lab"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains(&format!("{left_out} of {} round trips crossed", left_out + count)), "{note}");
+    assert!(note.contains("stopped by a signal"), "what held the emulator up: {note}");
+    if let Some(mut a) = lab.agent.take() {
+        let _ = a.wait();
+    }
+    // hold-ups for all of a run of 150 round trips: more than a quarter touched
+    lab.serve_on_b();
+    let stop = hold_up(pid, Duration::ZERO, 120, Duration::from_millis(40), Duration::from_millis(60));
+    let o = lab.exec_a(&["rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64", "-n", "150", "--json", "--no-store"]);
+    stop.join().expect("the stopper");
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("crossed the lab's emulator while it was late (more than 1 in 4 of a point)"),
+        "{}",
+        stderr(&o)
+    );
+    let p = &json(&o)["points"][0];
+    let (left_out, count) = (p["left_out"].as_u64().unwrap_or(0), p["summary"]["count"].as_u64().unwrap_or(0));
+    assert!(left_out * 4 > left_out + count, "{left_out} left out, {count} kept");
+}
+
 /// Issue 33: a run is judged by how much of its time the emulator was
 /// held up (time the emulated link carried nothing), not voided by any one
 /// hold-up of 10 ms. Hold-ups injected with SIGSTOP: one of 30 ms in a 10 s
@@ -1739,7 +1789,22 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
         v["runs"][0]["env"]["lab"]["emulator"]["held_by"]["not_running"]["count"].as_u64().unwrap_or(0) > 0
     };
-    let mut valid = None;
+    // An INVALID run with the hold-up in it must have been voided by what
+    // the machine did beside it: its own hold-ups over 1% of the run, or
+    // over 1% of its packets late (30 ms of a 10 s stream is 0.3% of its
+    // packets). The rootless CI, whose hypervisor takes 4-10% of the CPUs
+    // whenever both are busy, gave six such runs in a row: the rule is
+    // checked on each, and the note on the first valid one.
+    let voided_beside = |o: &Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        let e = &v["runs"][0]["env"]["lab"]["emulator"];
+        let n = |f: &serde_json::Value| f.as_f64().unwrap_or(0.0);
+        let natural = n(&e["held_up_ns"]) - n(&e["held_by"]["not_running"]["ns"]);
+        let delivered = n(&e["links"][0]["delivered"]) + n(&e["links"][1]["delivered"]);
+        let late = n(&e["late_packets"]);
+        natural * 100.0 > n(&e["uptime_s"]) * 1e9 || (late >= 10.0 && late * 100.0 > delivered)
+    };
+    let (mut valid, mut seen) = (None, 0);
     for k in 0..6 {
         if k > 0 {
             crate::quiet();
@@ -1751,17 +1816,28 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         if let Some(mut a) = lab.agent.take() {
             let _ = a.wait();
         }
-        if o.status.code() != Some(4) && held_in(&o) {
+        if !held_in(&o) {
+            continue;
+        }
+        seen += 1;
+        if o.status.code() != Some(4) {
             valid = Some(o);
             break;
         }
+        assert!(voided_beside(&o), "a run voided by one 30 ms hold-up in 10 s: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("with the emulator not running (stopped by a signal"), "its cause said: {err}");
     }
-    let o = valid.expect("a valid run with the hold-up in it, in six");
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
-    let notes = v["runs"][0]["env"]["notes"].to_string();
-    assert!(notes.contains("the lab's emulator was held up"), "the hold-up is noted: {notes}");
-    assert!(notes.contains("with the emulator not running (stopped by a signal"), "and its cause: {notes}");
+    assert!(seen > 0, "the hold-up fell in none of six runs");
+    if let Some(o) = valid {
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
+        let notes = v["runs"][0]["env"]["notes"].to_string();
+        assert!(notes.contains("the lab's emulator was held up"), "the hold-up is noted: {notes}");
+        assert!(notes.contains("with the emulator not running (stopped by a signal"), "and its cause: {notes}");
+    } else {
+        eprintln!("no valid run with the hold-up in it in six: each was voided by the machine's own hold-ups");
+    }
     // eight of 40 ms: 320 ms of 10 s
     lab.serve_on_b();
     let stop = hold_up(pid, Duration::from_secs(1), 8, Duration::from_millis(40), Duration::from_millis(400));

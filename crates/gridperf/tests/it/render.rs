@@ -122,6 +122,7 @@ fn rtt_report() -> RttReport {
             .collect(),
         irregular: None,
         retries: 0,
+        left_out: 0,
     };
     RttReport {
         schema: "gridperf.rtt/1".into(),
