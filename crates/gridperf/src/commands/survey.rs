@@ -648,17 +648,22 @@ pub fn run(o: Opts, out: &mut Output) -> Result<()> {
         )));
     }
     // every network's runs, valid or not, are stored and reported: then the exit says if any is not
-    let invalid: Vec<&str> =
-        runs.iter().filter(|(r, _)| !r.valid()).map(|(r, _)| r.network.as_str()).collect::<Vec<_>>();
-    let mut invalid_nets = invalid.clone();
+    let invalid: Vec<(&str, &str)> =
+        runs.iter().filter(|(r, _)| !r.valid()).map(|(r, _)| (r.network.as_str(), r.kind.as_str())).collect();
+    let mut invalid_nets: Vec<&str> = invalid.iter().map(|(n, _)| *n).collect();
     invalid_nets.dedup();
+    let mut kinds: Vec<&str> = invalid.iter().map(|(_, k)| *k).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
     if !invalid_nets.is_empty() {
+        let (its, it) = if invalid_nets.len() == 1 { ("its", "it") } else { ("their", "them") };
         return Err(Error::measurement(format!(
-            "{} of {} networks are INVALID ({}): their runs are stored and marked, and their rows in the table and the \
-             report are not the network's; measure them again (gridperf survey --profiles {})",
+            "{} of {} networks are INVALID ({}): {its} {} runs are INVALID, stored and marked, and what rests on them \
+             in the table and the report is not the network's; measure {it} again (gridperf survey --profiles {})",
             invalid_nets.len(),
             o.spec.networks.len(),
             invalid_nets.join(", "),
+            kinds.join(" and "),
             invalid_nets.join(",")
         )));
     }

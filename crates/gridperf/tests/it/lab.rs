@@ -387,6 +387,10 @@ fn exec_on_an_unknown_host_lists_the_hosts() {
     assert!(!sleeping(), "the command outlived lab exec");
 }
 
+/// A stream across an emulator stopped for 150 ms (5% of a 3 s run: time
+/// the link carried nothing, what the stream's rate is off by) is INVALID,
+/// and says why. (A round trip run is judged round trip by round trip: see
+/// `round_trips_that_crossed_a_held_up_emulator_are_left_out`.)
 #[test]
 fn a_run_across_a_stalled_emulator_is_marked_invalid() {
     if !privileged("a_run_across_a_stalled_emulator_is_marked_invalid") {
@@ -394,19 +398,29 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
     }
     let mut lab = Lab::up("stall", &["--rtt", "2ms"]);
     let pid = lab.status()["lab"]["pid"].as_u64().expect("emulator pid").to_string();
-    // twice at most: a stop that falls while the probe's one packet is in a
+    // twice at most: a stop that falls while the stream's packets are in a
     // host's stack, not in the emulator's delay line, delays nothing the
-    // emulator had scheduled (the rootless CI once saw that)
+    // emulator had scheduled (the rootless CI once saw that with one probe)
     let mut o = None;
     for _ in 0..2 {
         lab.serve_on_b();
         let name = lab.name.clone();
         let probe = std::thread::spawn(move || {
-            let args =
-                ["lab", "exec", "--name", &name, "a", "--", BIN, "rtt", "10.77.2.1", "--proto", "udp", "--sizes", "64"];
-            let mut all: Vec<&str> = args.to_vec();
-            all.extend_from_slice(&["-t", "3s", "--warmup-time", "0s", "--json"]);
-            run(&all)
+            run(&[
+                "lab",
+                "exec",
+                "--name",
+                &name,
+                "a",
+                "--",
+                BIN,
+                "stream",
+                "10.77.2.1",
+                "-t",
+                "3",
+                "--json",
+                "--no-store",
+            ])
         });
         // stop the emulator for 150 ms in the middle of the run: every packet in
         // flight is then delivered far behind its schedule (while traffic flows
@@ -436,7 +450,7 @@ fn a_run_across_a_stalled_emulator_is_marked_invalid() {
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stderr(&o).contains("INVALID"), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let why = v["env"]["lab"]["invalid"].as_str().expect("invalid says why");
+    let why = v["runs"][0]["env"]["lab"]["invalid"].as_str().expect("invalid says why");
     // 150 ms of a 3 s run: more than the 1% a run may lose, and what held it up
     assert!(why.contains("the emulator was held up for"), "{why}");
     assert!(why.contains("with the emulator not running"), "{why}");
@@ -632,7 +646,9 @@ fn jitter_spreads_the_round_trip_as_configured() {
         .iter()
         .filter_map(serde_json::Value::as_u64)
         .collect();
-    assert!(samples.len() >= 300, "{} samples", samples.len());
+    // those that crossed the emulator while it was late are left out, and counted
+    let left_out = v["points"][0]["left_out"].as_u64().unwrap_or(0) as usize;
+    assert!(samples.len() + left_out >= 300 && left_out * 4 <= 300, "{} samples, {left_out} left out", samples.len());
     // the valid rule's 1% late, and 1% for the hosts' own scheduling on a busy machine
     let beyond = samples.iter().filter(|&&x| x > 25_000_000).count();
     assert!(beyond * 50 <= samples.len(), "{beyond} of {} round trips beyond 25 ms: {s}", samples.len());
@@ -1789,12 +1805,13 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
         v["runs"][0]["env"]["lab"]["emulator"]["held_by"]["not_running"]["count"].as_u64().unwrap_or(0) > 0
     };
-    // An INVALID run with the hold-up in it must have been voided by what
-    // the machine did beside it: its own hold-ups over 1% of the run, or
-    // over 1% of its packets late (30 ms of a 10 s stream is 0.3% of its
-    // packets). The rootless CI, whose hypervisor takes 4-10% of the CPUs
-    // whenever both are busy, gave six such runs in a row: the rule is
-    // checked on each, and the note on the first valid one.
+    // An INVALID run with the hold-up in it must have been voided by the
+    // rule with the machine's own hold-ups in it: over 1% of the run held
+    // up in all, or over 1% of its packets late (30 ms alone is 0.3% of
+    // each). The rootless CI, whose hypervisor takes 4-10% of the CPUs
+    // whenever both are busy, gave six such runs in a row (one: 77 ms of
+    // its own beside the 30): the rule is checked on each, and the note on
+    // the first valid one.
     let voided_beside = |o: &Output| {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
         let e = &v["runs"][0]["env"]["lab"]["emulator"];
@@ -1802,7 +1819,9 @@ fn a_run_is_judged_by_the_share_of_its_time_the_emulator_was_held_up() {
         let natural = n(&e["held_up_ns"]) - n(&e["held_by"]["not_running"]["ns"]);
         let delivered = n(&e["links"][0]["delivered"]) + n(&e["links"][1]["delivered"]);
         let late = n(&e["late_packets"]);
-        natural * 100.0 > n(&e["uptime_s"]) * 1e9 || (late >= 10.0 && late * 100.0 > delivered)
+        let held = n(&e["held_up_ns"]);
+        // the rule broken (over 1% held up, or late), the machine's part in it
+        natural > 0.0 && (held * 100.0 > n(&e["uptime_s"]) * 1e9 || (late >= 10.0 && late * 100.0 > delivered))
     };
     let (mut valid, mut seen) = (None, 0);
     for k in 0..6 {
@@ -1962,7 +1981,10 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
 /// Issue 32: the survey exited 0 with 4 of its 5 networks INVALID. A
 /// network whose runs stay INVALID (its emulator held up 40 ms of every
 /// 200, again and again) makes the survey exit 4, after everything is
-/// stored and reported, and every row of that network is marked.
+/// stored and reported. Its transfer runs, judged as a whole, are INVALID
+/// and marked so; its rtt runs are judged round trip by round trip, and
+/// stand on the round trips that crossed no hold-up (with time-budgeted
+/// points, a hold-up holds one round trip: here 6 of 35 were left out).
 #[test]
 fn a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it() {
     if !privileged("a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it") {
@@ -2013,14 +2035,20 @@ fn a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it() {
     stopper.join().expect("stopper");
     let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o));
     assert_eq!(o.status.code(), Some(4), "{out}{err}");
-    assert!(err.contains("1 of 1 networks are INVALID (man)"), "{err}");
-    // every row of the table marked, the report written, the runs stored
-    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("man")).collect();
-    assert!(!rows.is_empty() && rows.iter().all(|l| l.contains("INVALID")), "{out}");
+    assert!(err.contains("1 of 1 networks are INVALID (man): its transfer runs are INVALID"), "{err}");
+    // the report written, the runs stored, the transfer's marked
     assert!(std::fs::read_to_string(&report).is_ok_and(|h| h.contains("class=\"invalid\"")), "the report");
     let o = run(&["runs", "list", "--db", db.to_str().expect("utf-8"), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("runs json");
-    assert!(v["runs"].as_array().is_some_and(|r| r.len() >= 2), "rtt and transfer stored: {v}");
+    let runs = v["runs"].as_array().expect("runs");
+    let kind = |k: &str| runs.iter().filter(|r| r["kind"] == k).collect::<Vec<_>>();
+    assert!(!kind("rtt").is_empty() && !kind("transfer").is_empty(), "rtt and transfer stored: {v}");
+    assert!(kind("transfer").iter().all(|r| r["invalid"].is_string()), "{v}");
+    // what the table shows rests on the rtt runs: marked INVALID where they are
+    for r in kind("rtt") {
+        let marked = out.lines().any(|l| l.starts_with("man (INVALID)"));
+        assert_eq!(marked, r["invalid"].is_string(), "{out}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 
