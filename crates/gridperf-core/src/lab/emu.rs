@@ -343,8 +343,9 @@ impl<T> DelayLine<T> {
 pub struct Link<T> {
     cfg: LinkConfig,
     rng: Rng,
-    /// Gilbert-Elliott state: true when bad.
+    /// Gilbert-Elliott state: true when bad; and when the chain last stepped.
     bad: bool,
+    stepped_at: Option<u64>,
     bottleneck: VecDeque<InService<T>>,
     /// When the bottleneck finishes sending all it holds.
     busy_until: u64,
@@ -365,6 +366,7 @@ impl<T> Link<T> {
             cfg,
             rng: Rng::new(seed),
             bad: false,
+            stepped_at: None,
             bottleneck: VecDeque::new(),
             busy_until: 0,
             held_bytes: 0,
@@ -390,15 +392,39 @@ impl<T> Link<T> {
         }
     }
 
-    fn lose(&mut self) -> bool {
+    /// Whether a packet arriving at `now` is lost.
+    ///
+    /// The Gilbert-Elliott chain steps once per packet slot: the time a
+    /// full-size (1500-byte) packet takes at the link's rate. Packets back
+    /// to back step it once each, as configured; one that comes k idle
+    /// slots after the last finds the chain stepped k times (the k-step
+    /// transition, exact), so that packets seconds apart (a SYN sent again
+    /// after 1 s, then 2 s; a ping) are no longer one burst: stepped per
+    /// packet, a burst of 4 on a 0.5% path lost a connection's three SYNs
+    /// in a row on 0.3% of connects. The loss rate is unchanged.
+    fn lose(&mut self, now: u64) -> bool {
         match self.cfg.loss {
             Loss::None => false,
             Loss::Random { p } => self.rng.unit() < p,
             Loss::GilbertElliott { p_gb, p_bg, loss_good, loss_bad } => {
-                // step the chain, then decide in the new state
-                let flip = if self.bad { p_bg } else { p_gb };
-                if self.rng.unit() < flip {
-                    self.bad = !self.bad;
+                let slot = self.tx_time(1500);
+                let k = match self.stepped_at {
+                    Some(t) if slot > 0 => (now.saturating_sub(t) / slot).max(1),
+                    _ => 1,
+                };
+                self.stepped_at = Some(now);
+                if k == 1 || p_gb + p_bg <= 0.0 {
+                    // step the chain, then decide in the new state
+                    let flip = if self.bad { p_bg } else { p_gb };
+                    if self.rng.unit() < flip {
+                        self.bad = !self.bad;
+                    }
+                } else {
+                    // P(bad after k steps) = pi + (start - pi) (1 - p_gb - p_bg)^k
+                    let pi = p_gb / (p_gb + p_bg);
+                    let fade = (1.0 - p_gb - p_bg).powf(k as f64);
+                    let p_bad = if self.bad { pi + (1.0 - pi) * fade } else { pi - pi * fade };
+                    self.bad = self.rng.unit() < p_bad;
                 }
                 self.rng.unit() < if self.bad { loss_bad } else { loss_good }
             }
@@ -457,7 +483,7 @@ impl<T> Link<T> {
     pub fn arrive(&mut self, now: u64, bytes: u64, item: T) -> Verdict {
         self.counters.arrived += 1;
         self.counters.arrived_bytes += bytes;
-        if self.lose() {
+        if self.lose(now) {
             self.counters.lost += 1;
             return Verdict::Lost;
         }
@@ -697,6 +723,36 @@ mod tests {
         assert!((rate - expect).abs() < 0.004, "rate {rate}, expected {expect}");
         let mean_burst = runs.iter().sum::<u64>() as f64 / runs.len() as f64;
         assert!((mean_burst - 4.0).abs() < 0.3, "mean burst {mean_burst}, expected 1/p_bg = 4");
+    }
+
+    /// The chain steps per packet slot: on a 100 Mbit/s link (a slot of
+    /// 120 us) packets back to back keep the bursts as configured, and
+    /// packets 1 s apart (a SYN sent again) are lost independently, at
+    /// the same mean rate.
+    #[test]
+    fn gilbert_elliott_bursts_are_of_back_to_back_packets_not_of_packets_seconds_apart() {
+        let loss = Loss::GilbertElliott { p_gb: 0.01, p_bg: 0.25, loss_good: 0.0, loss_bad: 1.0 };
+        let cfg = LinkConfig { loss, rate_bps: Some(100_000_000), queue: QueueLimit::Unlimited, ..Default::default() };
+        let lost_after_lost = |gap_ns: u64| {
+            let mut l = Link::new(cfg.clone(), 11);
+            let (mut prev, mut after_lost, mut both) = (false, 0u64, 0u64);
+            for i in 0..200_000u64 {
+                let lost = l.arrive(i * gap_ns, 100, i) == Verdict::Lost;
+                if prev {
+                    after_lost += 1;
+                    both += u64::from(lost);
+                }
+                prev = lost;
+            }
+            (l.counters.lost as f64 / 200_000.0, both as f64 / after_lost.max(1) as f64)
+        };
+        let expect = loss.mean_rate();
+        // back to back (one slot apart): a loss is followed by another 3 times in 4
+        let (rate, next) = lost_after_lost(120_000);
+        assert!((rate - expect).abs() < 0.005 && (next - 0.75).abs() < 0.03, "rate {rate}, next {next}");
+        // a second apart: the next packet is lost at the mean rate, not 3 times in 4
+        let (rate, next) = lost_after_lost(1_000_000_000);
+        assert!((rate - expect).abs() < 0.005 && (next - expect).abs() < 0.02, "rate {rate}, next {next}");
     }
 
     #[test]
