@@ -352,12 +352,9 @@ pub fn run_with(
                 let counted = g.samples.len() as u64 + g.left_out;
                 j.counted += counted;
                 j.left_out += g.left_out;
-                if g.left_out * crate::lab::LEFT_OUT_PER > counted && j.too_many.is_none() {
+                if g.left_out > 0 && g.samples.is_empty() && j.too_many.is_none() {
                     j.too_many = Some(format!(
-                        "{} of {counted} round trips of {proto} {size} B crossed the lab's emulator while it was \
-                         late (more than 1 in {} of a point)",
-                        g.left_out,
-                        crate::lab::LEFT_OUT_PER
+                        "all {counted} round trips of {proto} {size} B crossed the lab's emulator while it was late"
                     ));
                 }
             }
@@ -365,6 +362,16 @@ pub fn run_with(
             if let Some(p) = out.last() {
                 on_point(p)?;
             }
+        }
+    }
+    if let Some(j) = judged.as_mut().filter(|j| j.too_many.is_none()) {
+        if crate::lab::too_many_left_out(j.left_out, j.counted) {
+            j.too_many = Some(format!(
+                "{} of the run's {} round trips crossed the lab's emulator while it was late (more than 1 in {})",
+                j.left_out,
+                j.counted,
+                crate::lab::LEFT_OUT_PER
+            ));
         }
     }
     if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
