@@ -454,7 +454,7 @@ pub struct RoundTrips {
     pub counted: u64,
     pub left_out: u64,
     /// Why what was left out voids the run, if it does (too large a share
-    /// of a point).
+    /// of the run, or all of a point).
     pub too_many: Option<String>,
 }
 
