@@ -4,6 +4,7 @@
 
 use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
+use crate::lab::emulator::crossing;
 use crate::runner::Target;
 use gridperf_core::analysis::shape::{self, Irregular};
 use gridperf_core::analysis::stats::{self, Summary, Warning};
@@ -92,21 +93,6 @@ struct Gathered {
     round_from: Vec<usize>,
     /// Samples left out for crossing such a window.
     left_out: u64,
-}
-
-/// Which of `spans` (in time order, each a round trip's start and end)
-/// crossed one of `windows` (in time order, apart): one pass over both.
-pub fn crossing(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<bool> {
-    let mut j = 0;
-    spans
-        .iter()
-        .map(|s| {
-            while j < windows.len() && windows[j][1] < s[0] {
-                j += 1;
-            }
-            j < windows.len() && windows[j][0] <= s[1]
-        })
-        .collect()
 }
 
 impl Gathered {
@@ -392,15 +378,10 @@ pub fn run_with(
 mod tests {
     use super::*;
 
-    /// A round trip crosses a late window when the two overlap at all,
-    /// ends included; one pass, both lists in time order.
+    /// The samples whose round trip crossed a late window are left out.
     #[test]
-    fn a_round_trip_that_crossed_a_late_window_is_found_and_left_out() {
+    fn a_round_trip_that_crossed_a_late_window_is_left_out() {
         let spans = [[0, 10], [10, 20], [20, 30], [30, 40], [40, 50], [50, 60]];
-        let windows = [[12, 14], [29, 31], [55, 100]];
-        assert_eq!(crossing(&spans, &windows), vec![false, true, true, true, false, true]);
-        assert_eq!(crossing(&spans, &[]), vec![false; 6]);
-        assert_eq!(crossing(&[], &windows), Vec::<bool>::new());
         // two rounds of three: each round's median is taken again from what is kept
         let mut g = Gathered {
             samples: vec![10, 11, 12, 40, 13, 14],

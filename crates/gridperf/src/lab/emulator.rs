@@ -242,6 +242,22 @@ pub fn late_windows_since(before: &Health, after: &Health) -> Option<Vec<[u64; 2
     Some(after.late_windows.iter().copied().filter(|w| w[1] >= before.mono_ns).collect())
 }
 
+/// Which of `spans` (each a round trip's start and end, in order of their
+/// starts) crossed one of `windows` (in time order, apart, as
+/// [`late_windows_since`] gives them): one pass over both.
+pub fn crossing(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<bool> {
+    let mut j = 0;
+    spans
+        .iter()
+        .map(|s| {
+            while j < windows.len() && windows[j][1] < s[0] {
+                j += 1;
+            }
+            j < windows.len() && windows[j][0] <= s[1]
+        })
+        .collect()
+}
+
 /// Long hold-ups of one cause: how many, and their time, ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldUps {
@@ -1502,6 +1518,21 @@ mod tests {
     /// The late windows: joined where they touch, the latest
     /// LATE_WINDOWS_KEPT kept, and a run's windows told apart from those
     /// before it, or not told at all once some fell out of the list.
+    /// A round trip crosses a late window when the two overlap at all,
+    /// ends included; one pass over both lists.
+    #[test]
+    fn a_round_trip_that_crossed_a_late_window_is_found() {
+        let spans = [[0, 10], [10, 20], [20, 30], [30, 40], [40, 50], [50, 60]];
+        let windows = [[12, 14], [29, 31], [55, 100]];
+        assert_eq!(crossing(&spans, &windows), vec![false, true, true, true, false, true]);
+        assert_eq!(crossing(&spans, &[]), vec![false; 6]);
+        assert_eq!(crossing(&[], &windows), Vec::<bool>::new());
+        // round trips in flight together (several sockets), in order of
+        // their starts: a long one ends past a window a short one missed
+        let spans = [[0, 100], [10, 20], [25, 26], [30, 60]];
+        assert_eq!(crossing(&spans, &[[21, 24], [50, 55]]), vec![true, false, false, true]);
+    }
+
     #[test]
     fn late_windows_are_joined_kept_and_told_since_a_reading() {
         let mut h = Health { mono_ns: 1_000, ..Health::default() };

@@ -368,6 +368,22 @@ pub fn health(name: &str) -> Option<Health> {
     serde_json::from_str(&read_lab_file(name, "health.json")?).ok()
 }
 
+/// The emulator's first health reading taken after `mono_ns`
+/// (CLOCK_MONOTONIC): it writes one every 250 ms, so this waits for the
+/// next, at most `within` (an emulator that is gone writes none).
+pub fn health_after(name: &str, mono_ns: u64, within: Duration) -> Option<Health> {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(h) = health(name).filter(|h| h.mono_ns > mono_ns) {
+            return Some(h);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -492,16 +508,7 @@ impl LabWatch {
     /// more windows than it keeps.
     pub fn late_windows(&self, through: u64) -> Option<Vec<[u64; 2]>> {
         let before = self.before.as_ref()?;
-        let until = Instant::now() + Duration::from_millis(400);
-        loop {
-            if let Some(h) = health(&self.name).filter(|h| h.mono_ns > through) {
-                return emulator::late_windows_since(before, &h);
-            }
-            if Instant::now() >= until {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        emulator::late_windows_since(before, &health_after(&self.name, through, Duration::from_millis(400))?)
     }
 
     /// The run was judged round trip by round trip: its verdict leaves the
@@ -515,18 +522,8 @@ impl LabWatch {
     /// write (at most 300 ms, an emulator that is gone writes none) before
     /// reading it again.
     pub fn record(self) -> gridperf_core::model::LabRecord {
-        let now = health(&self.name);
-        let until = Instant::now() + Duration::from_millis(300);
-        let mut after = now.clone();
-        while Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-            after = health(&self.name);
-            if let (Some(n), Some(a)) = (&now, &after) {
-                if a.uptime_s > n.uptime_s {
-                    break;
-                }
-            }
-        }
+        let after = health_after(&self.name, gridperf_sys::monotonic_ns(), Duration::from_millis(300))
+            .or_else(|| health(&self.name));
         let state = state(&self.name);
         let (emulator, invalid, cause, note) = match (&self.before, &after) {
             (Some(b), Some(a)) => {
