@@ -88,6 +88,29 @@ pub struct Point {
     pub lag_p99_us: Option<u64>,
     /// [`Point::meets_targets`], for scripts.
     pub targets_met: bool,
+    /// The delay figures again as an rtt run across a lab judges its
+    /// round trips: without those that crossed a window in which the
+    /// emulator was late. Absent when the emulator's list of such windows
+    /// did not reach back over a phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_round_trip: Option<ByRoundTrip>,
+}
+
+/// The half-load and delay-table figures over the round trips no late
+/// window of the emulator touched. The point's own figures keep them all:
+/// how late the emulator runs on this machine is what calibration
+/// measures. These say what a run judged round trip by round trip (rtt,
+/// and the survey's and the clone's probes) gets from the lab on it; they
+/// stay a fair draw of the path, for the windows fall where the machine
+/// held the emulator up, not where the path is slow.
+#[derive(Debug, Clone, Serialize)]
+pub struct ByRoundTrip {
+    /// Round trips of the two phases left out, and counted in all.
+    pub left_out: u64,
+    pub counted: u64,
+    pub delay_error_median_ns: f64,
+    pub delay_error_p99_ns: f64,
+    pub table_errors_ns: Vec<(f64, f64)>,
 }
 
 impl Point {
@@ -280,12 +303,47 @@ fn start_sender(
 }
 
 /// Round trips of a small UDP probe from a to b's echo, every `gap`, for `time`.
-fn probe(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration) -> Result<Vec<u64>> {
+fn probe(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration) -> Result<Probed> {
     probe_on(ns, b, gap, time, None)
 }
 
+/// A probe's round trips (ns), and when each began and ended
+/// (CLOCK_MONOTONIC ns, the clock of the emulator's late windows), in
+/// order of their starts.
+#[derive(Debug, Default)]
+struct Probed {
+    rtts: Vec<u64>,
+    spans: Vec<[u64; 2]>,
+}
+
+impl Probed {
+    /// The round trips, sorted.
+    fn sorted(mut self) -> Vec<u64> {
+        self.rtts.sort_unstable();
+        self.rtts
+    }
+
+    /// The round trips that crossed none of `windows`, sorted, and how
+    /// many did.
+    fn untouched(&self, windows: &[[u64; 2]]) -> (Vec<u64>, u64) {
+        let crossed = super::emulator::crossing(&self.spans, windows);
+        let mut kept: Vec<u64> = self.rtts.iter().zip(&crossed).filter(|(_, &c)| !c).map(|(&r, _)| r).collect();
+        kept.sort_unstable();
+        let left_out = (self.rtts.len() - kept.len()) as u64;
+        (kept, left_out)
+    }
+}
+
+/// The windows in which lab `name`'s emulator was late since `before`,
+/// read once it has written a reading after now (None when it did not
+/// within 400 ms, or its list no longer reaches back to `before`).
+fn late_windows(name: &str, before: &Health) -> Option<Vec<[u64; 2]>> {
+    let after = super::health_after(name, gridperf_sys::monotonic_ns(), Duration::from_millis(400))?;
+    super::emulator::late_windows_since(before, &after)
+}
+
 /// The same, the probing thread on `cpu` if given.
-fn probe_on(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, cpu: Option<usize>) -> Result<Vec<u64>> {
+fn probe_on(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, cpu: Option<usize>) -> Result<Probed> {
     in_ns(ns, move || {
         if let Some(c) = cpu {
             let _ = gridperf_sys::set_thread_affinity(&[c]);
@@ -293,7 +351,7 @@ fn probe_on(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, cpu: Option<us
         let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
         s.connect(SocketAddr::new(b.into(), ECHO_PORT))?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        let mut out = Vec::new();
+        let mut out = Probed::default();
         let mut buf = [0u8; 256];
         let end = Instant::now() + time;
         let mut seq = 0u64;
@@ -301,12 +359,14 @@ fn probe_on(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, cpu: Option<us
             seq += 1;
             let mut msg = [0u8; PROBE_PAYLOAD];
             msg[..8].copy_from_slice(&seq.to_be_bytes());
-            let t0 = Instant::now();
+            let t0 = gridperf_sys::monotonic_ns();
             s.send(&msg)?;
             loop {
                 match s.recv(&mut buf) {
                     Ok(n) if n >= 8 && buf[..8] == msg[..8] => {
-                        out.push(t0.elapsed().as_nanos() as u64);
+                        let t1 = gridperf_sys::monotonic_ns();
+                        out.rtts.push(t1.saturating_sub(t0));
+                        out.spans.push([t0, t1]);
                         break;
                     }
                     Ok(_) => continue,
@@ -430,16 +490,18 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
 }
 
 /// [`probe`] from `sockets` sockets at once, their round trips together.
-fn probe_many(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, sockets: usize) -> Result<Vec<u64>> {
-    let runs: Vec<Result<Vec<u64>>> = std::thread::scope(|sc| {
+fn probe_many(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, sockets: usize) -> Result<Probed> {
+    let runs: Vec<Result<Probed>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..sockets).map(|_| sc.spawn(|| probe(ns, b, gap, time))).collect();
         hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("a probe thread panicked")))).collect()
     });
-    let mut all = Vec::new();
+    let mut all: Vec<(u64, [u64; 2])> = Vec::new();
     for r in runs {
-        all.extend(r?);
+        let r = r?;
+        all.extend(r.rtts.into_iter().zip(r.spans));
     }
-    Ok(all)
+    all.sort_unstable_by_key(|&(_, s)| s[0]);
+    Ok(Probed { rtts: all.iter().map(|&(r, _)| r).collect(), spans: all.iter().map(|&(_, s)| s).collect() })
 }
 
 /// The delay table calibration checks: an exponential's quantiles (mean
@@ -526,7 +588,7 @@ fn floor_once(spec: &LabSpec) -> Result<f64> {
     let rtts = settle.and_then(|_| probe_on(&a, B_ADDR, Duration::ZERO, Duration::from_millis(300), pa));
     stop.store(true, Ordering::SeqCst);
     let _ = echo.join();
-    let median = settled_median(&rtts?, FLOOR_SLICE_NS)
+    let median = settled_median(&rtts?.rtts, FLOOR_SLICE_NS)
         .ok_or_else(|| Error::measurement("no round trip came back across the lab's twin"))?;
     // a probe's time on the wire at the link's rate is the path's, not the
     // lab's (a real cable takes it too): it stays in
@@ -682,12 +744,15 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let stop_half = Arc::new(AtomicBool::new(false));
     let load = start_load(&a, B_ADDR, rate as f64 * 0.5, stop_half.clone(), Arc::default())?;
     let probe_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(8_000));
-    let mut half = probe(&a, B_ADDR, Duration::from_millis(5), probe_time)?;
+    let half_probed = probe(&a, B_ADDR, Duration::from_millis(5), probe_time)?;
     stop_half.store(true, Ordering::SeqCst);
     let _ = load.join();
-    half.sort_unstable();
-    let d_med = quantile_sorted(&half, 0.5).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
-    let d_p99 = quantile_sorted(&half, 0.99).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
+    let half_untouched = late_windows(&name, &before).map(|w| half_probed.untouched(&w));
+    let half_counted = half_probed.rtts.len() as u64;
+    let half = half_probed.sorted();
+    let added =
+        |sorted: &[u64], p: f64| quantile_sorted(sorted, p).unwrap_or(f64::NAN) - baseline - 2.0 * delay_ns as f64;
+    let (d_med, d_p99) = (added(&half, 0.5), added(&half, 0.99));
 
     progress("overload");
     let over = overload(&name, &a, &b, rate, delay_ns, seconds, st.pid)?;
@@ -710,7 +775,17 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     drop(guard);
 
     progress("delay table");
-    let (table_errors_ns, table_samples, table_health) = delay_table(&name, rate, delay_ns, queue_bytes, baseline)?;
+    let table = delay_table(&name, rate, delay_ns, queue_bytes, baseline)?;
+    let by_round_trip = match (half_untouched, &table.untouched) {
+        (Some((kept, half_left_out)), Some((table_kept, table_left_out))) => Some(ByRoundTrip {
+            left_out: half_left_out + table_left_out,
+            counted: half_counted + table.samples as u64,
+            delay_error_median_ns: added(&kept, 0.5),
+            delay_error_p99_ns: added(&kept, 0.99),
+            table_errors_ns: table_kept.clone(),
+        }),
+        _ => None,
+    };
 
     let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
     let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
@@ -739,8 +814,8 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         tcp_rate_bps: tcp_rate,
         tcp_rate_error: tcp_rate / rate as f64 - 1.0,
         tcp_retransmits: tcp_retrans,
-        table_errors_ns,
-        table_samples,
+        table_errors_ns: table.errors_ns,
+        table_samples: table.samples,
         sink_drops,
         invalid: d
             .invalid_because()
@@ -755,9 +830,10 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
                 })
             })
             .or_else(|| tcp_health.invalid_because().map(|w| format!("during the TCP flow: {w}")))
-            .or_else(|| table_health.invalid_because().map(|w| format!("during the delay table: {w}"))),
+            .or_else(|| table.health.invalid_because().map(|w| format!("during the delay table: {w}"))),
         lag_p99_us: d.lag_quantile_us(0.99),
         targets_met: false,
+        by_round_trip,
     };
     p.targets_met = p.meets_targets();
     Ok(p)
@@ -775,8 +851,7 @@ fn baseline_rtt(name: &str, rate: u64, queue_bytes: u64) -> Result<f64> {
     let base = probe(&a, B_ADDR, Duration::from_millis(5), Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);
     let _ = (sink.join(), load.join());
-    let mut base = base?;
-    base.sort_unstable();
+    let base = base?.sorted();
     quantile_sorted(&base, 0.5).ok_or_else(|| Error::measurement("no probe came back on the baseline lab"))
 }
 
@@ -816,8 +891,7 @@ fn overload(name: &str, a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64
         let (_, _, stamp0) = sink_count(b, B_ADDR)?;
         let sent0 = sent.load(Ordering::Relaxed);
         let t0 = Instant::now();
-        let mut loaded = probe(a, B_ADDR, Duration::from_millis(20), Duration::from_secs_f64(seconds))?;
-        loaded.sort_unstable();
+        let loaded = probe(a, B_ADDR, Duration::from_millis(20), Duration::from_secs_f64(seconds))?.sorted();
         let (bytes, count, stamp1) = sink_count(b, B_ADDR)?;
         let dt = t0.elapsed().as_secs_f64();
         let offered = (sent.load(Ordering::Relaxed) - sent0) as f64 * ((LOAD_PAYLOAD + 28) * 8) as f64 / dt;
@@ -843,32 +917,48 @@ fn overload(name: &str, a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64
 
 /// Each quantile's error against the table's (ns), the round trips drawn,
 /// and the emulator's health over them.
-type TableErrors = (Vec<(f64, f64)>, usize, Health);
+/// What the delay table's phase found: each quantile's error (the
+/// probability, and the measured quantile less the table's, ns) over all
+/// its round trips, and over those no late window touched with how many
+/// were left out (None when the windows were not known); how many round
+/// trips; the emulator's health over it.
+struct TableErrors {
+    errors_ns: Vec<(f64, f64)>,
+    untouched: Option<(Vec<(f64, f64)>, u64)>,
+    samples: usize,
+    health: Health,
+}
 
-/// A lab whose a -> b delay draws from an exponential table: how its
-/// quantiles came out.
 fn delay_table(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64, baseline: f64) -> Result<TableErrors> {
     let table = exponential_table(TABLE_MEAN_NS);
     let st = bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::Table { q_ns: table.clone() })?;
     let _guard = Down(name.to_string());
     let (a, b) = ab(&st)?;
+    let before = super::health(name).unwrap_or_default();
     let stop = Arc::new(AtomicBool::new(false));
     let sink = start_b(&b, stop.clone())?;
     let table_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(6_000));
     let drawn = probe_many(&a, B_ADDR, Duration::from_millis(5), table_time, 16);
     stop.store(true, Ordering::SeqCst);
     let _ = sink.join();
+    let windows = late_windows(name, &before);
     let health = super::health(name).unwrap_or_default();
-    let mut drawn = drawn?;
-    drawn.sort_unstable();
-    let errors = [0.1, 0.5, 0.9, 0.99]
-        .iter()
-        .filter_map(|&p| {
-            let got = quantile_sorted(&drawn, p)? - baseline - 2.0 * delay_ns as f64;
-            Some((p, got - gridperf_core::lab::emu::table_quantile(&table, p)))
-        })
-        .collect();
-    Ok((errors, drawn.len(), health))
+    let drawn = drawn?;
+    let errors = |sorted: &[u64]| -> Vec<(f64, f64)> {
+        [0.1, 0.5, 0.9, 0.99]
+            .iter()
+            .filter_map(|&p| {
+                let got = quantile_sorted(sorted, p)? - baseline - 2.0 * delay_ns as f64;
+                Some((p, got - gridperf_core::lab::emu::table_quantile(&table, p)))
+            })
+            .collect()
+    };
+    let untouched = windows.map(|w| {
+        let (kept, left_out) = drawn.untouched(&w);
+        (errors(&kept), left_out)
+    });
+    let samples = drawn.rtts.len();
+    Ok(TableErrors { errors_ns: errors(&drawn.sorted()), untouched, samples, health })
 }
 
 /// A calibration point as kept for the labs that come after.

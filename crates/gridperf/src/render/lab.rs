@@ -203,6 +203,12 @@ pub fn profiles(profiles: &[gridperf_core::lab::cfg::Profile]) -> String {
     out
 }
 
+/// The delay table's largest miss over quantiles in [lo, hi).
+fn worst_table_error(errors_ns: &[(f64, f64)], lo: f64, hi: f64) -> String {
+    let e = errors_ns.iter().filter(|(q, _)| (lo..hi).contains(q)).map(|&(_, e)| e);
+    e.max_by(|x, y| x.abs().total_cmp(&y.abs())).map(fmt_signed_ns).unwrap_or_else(|| "-".into())
+}
+
 /// `lab calibrate`: each point against docs/lab.md's targets.
 pub fn calibration(points: &[Point]) -> String {
     let mut out = String::new();
@@ -227,11 +233,7 @@ pub fn calibration(points: &[Point]) -> String {
         "emu CPU"
     );
     for p in points {
-        // the delay table's largest miss over quantiles in [lo, hi)
-        let worst = |lo: f64, hi: f64| {
-            let e = p.table_errors_ns.iter().filter(|(q, _)| (lo..hi).contains(q)).map(|&(_, e)| e);
-            e.max_by(|x, y| x.abs().total_cmp(&y.abs())).map(fmt_signed_ns).unwrap_or_else(|| "-".into())
-        };
+        let worst = |lo: f64, hi: f64| worst_table_error(&p.table_errors_ns, lo, hi);
         let mut verdict = match (&p.invalid, p.meets_targets()) {
             (Some(why), _) => format!("INVALID: {why}"),
             (None, true) => "meets the targets".to_string(),
@@ -260,6 +262,23 @@ pub fn calibration(points: &[Point]) -> String {
             p.lag_p99_us.map(|u| format!("<{u}us")).unwrap_or_default(),
             p.emulator_cpu_percent
         );
+    }
+    for p in points {
+        if let Some(r) = p.by_round_trip.as_ref().filter(|r| r.left_out > 0) {
+            let worst = |lo: f64, hi: f64| worst_table_error(&r.table_errors_ns, lo, hi);
+            let _ = writeln!(
+                out,
+                "{} x {}: as a run judged round trip by round trip sees it ({} of {} round trips left out for crossing a moment the emulator was late): delay err {}, delay p99 {}, table err {}, table p99 {}",
+                fmt_bps(p.rate_bps as f64),
+                fmt_ns(p.delay_ns as f64),
+                r.left_out,
+                r.counted,
+                fmt_signed_ns(r.delay_error_median_ns),
+                fmt_signed_ns(r.delay_error_p99_ns),
+                worst(0.0, 0.95),
+                worst(0.95, 1.0)
+            );
+        }
     }
     let _ = writeln!(
         out,

@@ -558,7 +558,7 @@ fn tune_text_and_json() {
 }
 
 mod lab_fixture {
-    pub use gridperf::lab::calibrate::Point;
+    pub use gridperf::lab::calibrate::{ByRoundTrip, Point};
     pub use gridperf::lab::emulator::{AccessCounters, Health};
     pub use gridperf::lab::{hosts, LabSpec, LabState};
 }
@@ -648,10 +648,25 @@ fn lab_status_profiles_calibration() {
         invalid: None,
         lag_p99_us: Some(128),
         targets_met: true,
+        by_round_trip: Some(ByRoundTrip {
+            left_out: 0,
+            counted: 1_880,
+            delay_error_median_ns: 37_000.0,
+            delay_error_p99_ns: 570_000.0,
+            table_errors_ns: vec![(0.1, 12_000.0), (0.5, -31_000.0), (0.9, 48_000.0), (0.99, 210_000.0)],
+        }),
     };
     let short = Point {
         offered_rate_bps: 90_000_000.0,
         invalid: Some("572 packets overflowed a TUN queue".into()),
+        delay_error_median_ns: 287_000.0,
+        by_round_trip: Some(ByRoundTrip {
+            left_out: 93,
+            counted: 1_880,
+            delay_error_median_ns: 41_000.0,
+            delay_error_p99_ns: 611_000.0,
+            table_errors_ns: vec![(0.1, 15_000.0), (0.5, -28_000.0), (0.9, 52_000.0), (0.99, 230_000.0)],
+        }),
         ..p.clone()
     };
     insta::assert_snapshot!("lab_calibration", render::lab::calibration(&[p, short]));
