@@ -273,7 +273,8 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             let started = crate::host::unix_now();
             let watch = watched.as_deref().map(crate::lab::LabWatch::start);
             let bar = out.bar();
-            bar.set_length(if verify { 16 } else { 5 });
+            // the path's five probes, then with --verify the TCP streams, and both again on the clone
+            bar.set_length(if verify { 2 * (5 + crate::engines::clone::TCP_STEPS) } else { 5 });
             let mut step = 0;
             let mut say = |m: &str| {
                 bar.set_position(step);
