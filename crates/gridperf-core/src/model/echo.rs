@@ -21,6 +21,17 @@ pub struct StepFigures {
     pub cpu_ns: u64,
 }
 
+impl StepFigures {
+    /// Adds another step's figures (a point measured in several steps).
+    pub fn add(&mut self, f: &StepFigures) {
+        self.echoed += f.echoed;
+        self.bytes_in += f.bytes_in;
+        self.dropped_on_purpose += f.dropped_on_purpose;
+        self.send_failed += f.send_failed;
+        self.cpu_ns += f.cpu_ns;
+    }
+}
+
 /// The settings a round-trip or transfer run used.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -136,6 +147,11 @@ pub struct TransferPoint {
     /// Messages lost across all runs (UDP). A run with a loss did not move all its data.
     pub lost: u64,
     pub server: Option<StepFigures>,
+    /// Timed runs measured but left out of the figures (and measured
+    /// again): they crossed a lab's emulator while it was late, and were
+    /// not the emulated path's. The server's figures count them.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub left_out: u64,
 }
 
 /// What `gridperf transfer --json` prints.

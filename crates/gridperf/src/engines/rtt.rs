@@ -122,11 +122,7 @@ impl Gathered {
     }
 
     fn add(&mut self, f: &StepFigures) {
-        self.server.echoed += f.echoed;
-        self.server.bytes_in += f.bytes_in;
-        self.server.dropped_on_purpose += f.dropped_on_purpose;
-        self.server.send_failed += f.send_failed;
-        self.server.cpu_ns += f.cpu_ns;
+        self.server.add(f);
     }
 }
 

@@ -8,8 +8,7 @@ use crate::error::Result;
 use crate::runner::Target;
 use gridperf_core::analysis::stats::{self, Summary, Warning};
 use gridperf_core::model::plan::interleave;
-use gridperf_core::model::{Settings, TransferPoint, TransferReport, TRANSFER_SCHEMA};
-use std::time::Instant;
+use gridperf_core::model::{Settings, StepFigures, TransferPoint, TransferReport, TRANSFER_SCHEMA};
 
 /// The first document's total: 1024 x 1000 bytes.
 pub const PAPER_TOTAL: u64 = 1024 * 1000;
@@ -23,6 +22,15 @@ pub struct TransferOptions {
     pub repeat: u32,
     /// Untimed runs before them.
     pub warmup_runs: u32,
+}
+
+/// Whether a timed run of `run_ns` that lay `late_ns` within the lab's
+/// emulator's late windows is left out: as a whole run is judged (a
+/// stream's, say), more than 1 in HELD_UP_PER of its time. A window adds
+/// about its length to a run of many round trips: a 1 ms hold-up is 0.5%
+/// of a 200 ms run, a 40 ms one a fifth of it.
+fn late_beyond(late_ns: u64, run_ns: u64) -> bool {
+    late_ns.saturating_mul(crate::lab::emulator::HELD_UP_PER) > run_ns
 }
 
 /// Messages per run: the Table 1 loop sends whole messages until at least
@@ -53,6 +61,14 @@ pub fn run_with(
         interleave(&opts.echo.protos, &opts.echo.sizes).into_iter().filter(|p| !skip(p.proto, p.size)).collect();
     let mut out = Vec::with_capacity(points.len());
     let mut warnings = Vec::new();
+    // across a lab, each point is judged run by run, while the emulator's
+    // late windows can be read: a run the emulator was late across for
+    // more than a whole run may be is not the path's (`late_beyond`).
+    // Kept runs stay a fair draw while few are left out (a longer run
+    // meets a window more often; past 1 in LEFT_OUT_PER the run is
+    // INVALID, and under that the odds differ by a few percent across a
+    // point's spread)
+    let mut judged = r.opened.lab_watch().is_some().then(crate::lab::RoundTrips::transfer_runs);
     for (i, pt) in points.iter().enumerate() {
         progress(Progress { done: i, total: points.len(), proto: pt.proto, size: pt.size });
         let idx = r.index(pt.proto)?;
@@ -63,30 +79,74 @@ pub fn run_with(
             r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
         let by_agent = pt.proto.is_stream();
-        r.step(pt.proto, pt.size, by_agent.then_some(runs * messages))?;
-        let mut times = Vec::with_capacity(opts.repeat as usize);
-        let (mut lost, mut in_a_row) = (0u64, 0u64);
-        for run in 0..runs {
-            let t0 = Instant::now();
-            let mut run_lost = 0;
-            for m in 0..messages {
-                match r.pingers[idx].exchange(size) {
-                    Ok(Outcome::Rtt(_)) => in_a_row = 0,
-                    Ok(Outcome::Lost) => {
-                        run_lost += 1;
-                        in_a_row += 1;
-                        r.lost_in_a_row(pt.proto, pt.size, in_a_row)?;
+        // each timed run: its time, its span (CLOCK_MONOTONIC) and its losses
+        let mut timed: Vec<(u64, [u64; 2], u64)> = Vec::with_capacity(opts.repeat as usize);
+        let mut figures = StepFigures::default();
+        let (mut batch, mut warmup) = (runs, opts.warmup_runs as u64);
+        let (mut extra, mut in_a_row) = (0u64, 0u64);
+        let mut kept: Vec<(u64, [u64; 2], u64)>;
+        loop {
+            r.step(pt.proto, pt.size, by_agent.then_some(batch * messages))?;
+            for run in 0..batch {
+                let t0 = gridperf_sys::monotonic_ns();
+                let mut run_lost = 0;
+                for m in 0..messages {
+                    match r.pingers[idx].exchange(size) {
+                        Ok(Outcome::Rtt(_)) => in_a_row = 0,
+                        Ok(Outcome::Lost) => {
+                            run_lost += 1;
+                            in_a_row += 1;
+                            r.lost_in_a_row(pt.proto, pt.size, in_a_row)?;
+                        }
+                        Err(e) => return Err(r.fail(pt.proto, pt.size, run * messages + m + 1, e)),
                     }
-                    Err(e) => return Err(r.fail(pt.proto, pt.size, run * messages + m + 1, e)),
+                }
+                let t1 = gridperf_sys::monotonic_ns();
+                if run >= warmup {
+                    timed.push((t1.saturating_sub(t0), [t0, t1], run_lost));
                 }
             }
-            let ns = t0.elapsed().as_nanos() as u64;
-            if run >= opts.warmup_runs as u64 {
-                times.push(ns);
-                lost += run_lost;
+            figures.add(&r.end_step(idx, by_agent)?);
+            // across a lab, a run its emulator was late across is not the
+            // path's: left out, and measured again while the extra runs
+            // last (a repeat's worth at most)
+            let spans: Vec<[u64; 2]> = timed.iter().map(|t| t.1).collect();
+            let late = match judged.as_ref() {
+                None => vec![0; spans.len()],
+                Some(_) => match r.opened.lab_watch().and_then(|w| w.late_windows(gridperf_sys::monotonic_ns())) {
+                    Some(windows) => crate::lab::emulator::late_within(&spans, &windows),
+                    // not known: the run is judged as a whole
+                    None => {
+                        judged = None;
+                        vec![0; spans.len()]
+                    }
+                },
+            };
+            kept = timed.iter().zip(&late).filter(|(t, &l)| !late_beyond(l, t.0)).map(|(t, _)| *t).collect();
+            let missing = (opts.repeat as u64).saturating_sub(kept.len() as u64);
+            if missing == 0 || extra >= opts.repeat as u64 {
+                break;
+            }
+            batch = missing.min(opts.repeat as u64 - extra);
+            extra += batch;
+            warmup = 0;
+        }
+        let left_out = (timed.len() - kept.len()) as u64;
+        if let Some(j) = judged.as_mut() {
+            j.counted += timed.len() as u64;
+            j.left_out += left_out;
+            if kept.is_empty() && left_out > 0 && j.too_many.is_none() {
+                j.too_many = Some(format!(
+                    "all {left_out} transfer runs of {} {} B crossed the lab's emulator while it was late for over 1 \
+                     in {} of their time",
+                    pt.proto,
+                    pt.size,
+                    crate::lab::emulator::HELD_UP_PER
+                ));
             }
         }
-        let figures = r.end_step(idx, by_agent)?;
+        let times: Vec<u64> = kept.iter().map(|t| t.0).collect();
+        let lost: u64 = kept.iter().map(|t| t.2).sum();
         let time = Summary::from_samples(&times);
         let bytes_per_run = messages * pt.size;
         let rate_bps = time.as_ref().map(|t| bytes_per_run as f64 * 8.0 / (t.median_ns / 1e9));
@@ -96,7 +156,7 @@ pub fn run_with(
             warnings.extend(stats::check(&label, t).into_iter().filter(|w| !matches!(w, Warning::FewSamples { .. })));
         }
         if lost > 0 {
-            warnings.push(Warning::Lost { point: label, lost, sent: messages * opts.repeat as u64 });
+            warnings.push(Warning::Lost { point: label, lost, sent: messages * times.len() as u64 });
         }
         out.push(TransferPoint {
             proto: pt.proto,
@@ -108,10 +168,26 @@ pub fn run_with(
             run_times_ns: times,
             lost,
             server: Some(figures),
+            left_out,
         });
         if let Some(p) = out.last() {
             on_point(p)?;
         }
+    }
+    if let Some(j) = judged.as_mut().filter(|j| j.too_many.is_none()) {
+        if crate::lab::too_many_left_out(j.left_out, j.counted) {
+            j.too_many = Some(format!(
+                "{} of the run's {} transfer runs crossed the lab's emulator while it was late for over 1 in {} of \
+                 their time (more than 1 in {})",
+                j.left_out,
+                j.counted,
+                crate::lab::emulator::HELD_UP_PER,
+                crate::lab::LEFT_OUT_PER
+            ));
+        }
+    }
+    if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
+        w.judged_by_round_trip(j);
     }
     let env = r.close(points.len(), progress, &mut warnings)?;
     Ok(TransferReport { schema: TRANSFER_SCHEMA.into(), settings: settings(opts), env, points: out, warnings })
@@ -120,6 +196,14 @@ pub fn run_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_left_out_when_the_emulator_was_late_for_over_1_in_100_of_it() {
+        assert!(!late_beyond(0, 200_000_000));
+        assert!(!late_beyond(2_000_000, 200_000_000));
+        assert!(late_beyond(2_000_001, 200_000_000));
+        assert!(late_beyond(40_000_000, 240_000_000));
+    }
 
     #[test]
     fn table1_message_count() {

@@ -258,6 +258,26 @@ pub fn crossing(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<bool> {
         .collect()
 }
 
+/// How long each of `spans` (each a run's start and end, in order of their
+/// starts) lay within `windows` (in time order, apart), ns: one pass over
+/// both, as [`crossing`].
+pub fn late_within(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<u64> {
+    let mut j = 0;
+    spans
+        .iter()
+        .map(|s| {
+            while j < windows.len() && windows[j][1] < s[0] {
+                j += 1;
+            }
+            windows[j..]
+                .iter()
+                .take_while(|w| w[0] <= s[1])
+                .map(|w| w[1].min(s[1]).saturating_sub(w[0].max(s[0])))
+                .sum()
+        })
+        .collect()
+}
+
 /// Long hold-ups of one cause: how many, and their time, ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldUps {
@@ -1520,6 +1540,14 @@ mod tests {
     /// before it, or not told at all once some fell out of the list.
     /// A round trip crosses a late window when the two overlap at all,
     /// ends included; one pass over both lists.
+    #[test]
+    fn how_long_a_run_lay_within_late_windows_is_summed() {
+        let spans = [[0, 100], [100, 200], [200, 300]];
+        let windows = [[10, 20], [90, 110], [150, 151], [290, 400]];
+        assert_eq!(late_within(&spans, &windows), vec![20, 11, 10]);
+        assert_eq!(late_within(&spans, &[]), vec![0; 3]);
+    }
+
     #[test]
     fn a_round_trip_that_crossed_a_late_window_is_found() {
         let spans = [[0, 10], [10, 20], [20, 30], [30, 40], [40, 50], [50, 60]];

@@ -462,9 +462,15 @@ pub struct LabWatch {
     by_round_trip: Option<RoundTrips>,
 }
 
-/// A run judged round trip by round trip ([`LabWatch::judged_by_round_trip`]).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A run judged round trip by round trip ([`LabWatch::judged_by_round_trip`]),
+/// or a transfer run by run (each run a loop of round trips).
+#[derive(Debug, Clone, PartialEq)]
 pub struct RoundTrips {
+    /// What was counted: "round trips", or "transfer runs".
+    pub what: &'static str,
+    /// Left out only when late for more than 1 in this many of its time
+    /// (a transfer run), else for any crossing (a round trip).
+    pub late_share_over: Option<u64>,
     /// The round trips counted, and those of them left out for crossing a
     /// window in which the emulator was late.
     pub counted: u64,
@@ -472,6 +478,19 @@ pub struct RoundTrips {
     /// Why what was left out voids the run, if it does (too large a share
     /// of the run, or all of a point).
     pub too_many: Option<String>,
+}
+
+impl Default for RoundTrips {
+    fn default() -> RoundTrips {
+        RoundTrips { what: "round trips", late_share_over: None, counted: 0, left_out: 0, too_many: None }
+    }
+}
+
+impl RoundTrips {
+    /// A transfer judged run by run.
+    pub fn transfer_runs() -> RoundTrips {
+        RoundTrips { what: "transfer runs", late_share_over: Some(emulator::HELD_UP_PER), ..RoundTrips::default() }
+    }
 }
 
 /// A run may lose at most 1 in this many of its round trips to the
@@ -578,10 +597,12 @@ fn round_trip_verdict(
     let lateness = d.invalid_because().filter(|_| other.is_none());
     let note = if rt.left_out > 0 {
         let mut w = format!(
-            "{} of {} round trips crossed the lab's emulator while it was late (held up, or a packet over {} us \
+            "{} of {} {} crossed the lab's emulator while it was late{} (held up, or a packet over {} us \
              behind schedule) and are left out of the figures; the rest crossed the path as configured",
             rt.left_out,
             rt.counted,
+            rt.what,
+            rt.late_share_over.map(|n| format!(" for over 1 in {n} of their time")).unwrap_or_default(),
             emulator::LAG_THRESHOLD_NS / 1000
         );
         if let Some(l) = &lateness {
@@ -590,7 +611,7 @@ fn round_trip_verdict(
         Some(w)
     } else {
         lateness
-            .map(|l| format!("no round trip counted crossed the lab's emulator while it was late ({l})"))
+            .map(|l| format!("none of the {} counted crossed the lab's emulator while it was late ({l})", rt.what))
             .or_else(|| d.held_up_note())
     };
     (invalid, cause, note)
@@ -1112,7 +1133,7 @@ mod tests {
             uptime_s: 3.3,
             ..Health::default()
         };
-        let rt = RoundTrips { counted: 30, left_out: 4, too_many: None };
+        let rt = RoundTrips { counted: 30, left_out: 4, ..RoundTrips::default() };
         let (invalid, cause, note) = round_trip_verdict(&late, &rt);
         assert_eq!((invalid, cause), (None, None));
         let note = note.expect("what was left out");
@@ -1129,5 +1150,12 @@ mod tests {
         // nothing left out, nothing late: a plain valid run
         let (invalid, _, note) = round_trip_verdict(&Health::default(), &RoundTrips::default());
         assert_eq!((invalid, note), (None, None));
+        // a transfer judged run by run says so
+        let runs = RoundTrips { counted: 12, left_out: 2, ..RoundTrips::transfer_runs() };
+        let (invalid, _, note) = round_trip_verdict(&late, &runs);
+        assert_eq!(invalid, None);
+        assert!(note.is_some_and(|n| n.starts_with(
+            "2 of 12 transfer runs crossed the lab's emulator while it was late for over 1 in 100 of their time"
+        )));
     }
 }

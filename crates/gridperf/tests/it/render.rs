@@ -157,6 +157,7 @@ fn transfer_report() -> TransferReport {
             run_times_ns: times,
             lost: 0,
             server: None,
+            left_out: 0,
         }
     };
     TransferReport {
