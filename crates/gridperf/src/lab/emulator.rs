@@ -244,23 +244,15 @@ pub fn late_windows_since(before: &Health, after: &Health) -> Option<Vec<[u64; 2
 
 /// Which of `spans` (each a round trip's start and end, in order of their
 /// starts) crossed one of `windows` (in time order, apart, as
-/// [`late_windows_since`] gives them): one pass over both.
+/// [`late_windows_since`] gives them): lay within one for any time (a
+/// window is at least the 1 ms a packet must be late by, or a hold-up).
 pub fn crossing(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<bool> {
-    let mut j = 0;
-    spans
-        .iter()
-        .map(|s| {
-            while j < windows.len() && windows[j][1] < s[0] {
-                j += 1;
-            }
-            j < windows.len() && windows[j][0] <= s[1]
-        })
-        .collect()
+    late_within(spans, windows).into_iter().map(|ns| ns > 0).collect()
 }
 
-/// How long each of `spans` (each a run's start and end, in order of their
-/// starts) lay within `windows` (in time order, apart), ns: one pass over
-/// both, as [`crossing`].
+/// How long each of `spans` (each a run's or round trip's start and end,
+/// in order of their starts) lay within `windows` (in time order, apart),
+/// ns: one pass over both.
 pub fn late_within(spans: &[[u64; 2]], windows: &[[u64; 2]]) -> Vec<u64> {
     let mut j = 0;
     spans
@@ -1538,8 +1530,8 @@ mod tests {
     /// The late windows: joined where they touch, the latest
     /// LATE_WINDOWS_KEPT kept, and a run's windows told apart from those
     /// before it, or not told at all once some fell out of the list.
-    /// A round trip crosses a late window when the two overlap at all,
-    /// ends included; one pass over both lists.
+    /// A round trip crosses a late window when the two overlap for any
+    /// time; one pass over both lists.
     #[test]
     fn how_long_a_run_lay_within_late_windows_is_summed() {
         let spans = [[0, 100], [100, 200], [200, 300]];
