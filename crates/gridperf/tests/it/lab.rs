@@ -593,7 +593,11 @@ fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
     // steal, the last offering 4.38 Gbit/s); a point INVALID for another
     // phase (the delay table under steal) keeps its rate. A load that fell
     // short (its sender starved: CI once offered 5.00 Gbit/s and counted
-    // 4.18% short) tested nothing, and is measured again too
+    // 4.18% short) tested nothing, and is measured again too. So is a rate
+    // off by more than 1% in a run said valid: the emulator does not yet
+    // say when its own CPU, not the link, set the rate (CI: 4.86 of 5
+    // Gbit/s, the emulator at 103% of a CPU, valid; calibration's verdict
+    // said "misses a target" and kept the rate as not held)
     let mut v = serde_json::Value::Null;
     for k in 0..4 {
         if k > 0 {
@@ -604,7 +608,7 @@ fn calibration_at_5_gbit_per_s_overloads_the_link_and_finds_its_rate() {
         v = serde_json::from_slice(&o.stdout).expect("json");
         let p = &v["points"][0];
         let overloaded = p["offered_rate_bps"].as_f64().is_some_and(|r| r > 1.02 * 5e9);
-        if overloaded && (p["rate_error"].as_f64().is_some_and(|e| e.abs() <= 0.01) || p["invalid"].is_null()) {
+        if overloaded && p["rate_error"].as_f64().is_some_and(|e| e.abs() <= 0.01) {
             break;
         }
     }
