@@ -331,14 +331,7 @@ pub fn run_with(
         };
         for (proto, (g, irregular)) in protos.iter().zip(measured) {
             if let Some(j) = judged.as_mut() {
-                let counted = g.samples.len() as u64 + g.left_out;
-                j.counted += counted;
-                j.left_out += g.left_out;
-                if g.left_out > 0 && g.samples.is_empty() && j.too_many.is_none() {
-                    j.too_many = Some(format!(
-                        "all {counted} round trips of {proto} {size} B crossed the lab's emulator while it was late"
-                    ));
-                }
+                j.count_point(&format!("{proto} {size} B"), g.samples.len() as u64 + g.left_out, g.left_out);
             }
             out.push(point(*proto, size, g, irregular, attempt, opts, &mut warnings));
             if let Some(p) = out.last() {
@@ -346,15 +339,8 @@ pub fn run_with(
             }
         }
     }
-    if let Some(j) = judged.as_mut().filter(|j| j.too_many.is_none()) {
-        if crate::lab::too_many_left_out(j.left_out, j.counted) {
-            j.too_many = Some(format!(
-                "{} of the run's {} round trips crossed the lab's emulator while it was late (more than 1 in {})",
-                j.left_out,
-                j.counted,
-                crate::lab::LEFT_OUT_PER
-            ));
-        }
+    if let Some(j) = judged.as_mut() {
+        j.judge_run();
     }
     if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
         w.judged_by_round_trip(j);

@@ -133,17 +133,7 @@ pub fn run_with(
         }
         let left_out = (timed.len() - kept.len()) as u64;
         if let Some(j) = judged.as_mut() {
-            j.counted += timed.len() as u64;
-            j.left_out += left_out;
-            if kept.is_empty() && left_out > 0 && j.too_many.is_none() {
-                j.too_many = Some(format!(
-                    "all {left_out} transfer runs of {} {} B crossed the lab's emulator while it was late for over 1 \
-                     in {} of their time",
-                    pt.proto,
-                    pt.size,
-                    crate::lab::emulator::HELD_UP_PER
-                ));
-            }
+            j.count_point(&format!("{} {} B", pt.proto, pt.size), timed.len() as u64, left_out);
         }
         let times: Vec<u64> = kept.iter().map(|t| t.0).collect();
         let lost: u64 = kept.iter().map(|t| t.2).sum();
@@ -174,17 +164,8 @@ pub fn run_with(
             on_point(p)?;
         }
     }
-    if let Some(j) = judged.as_mut().filter(|j| j.too_many.is_none()) {
-        if crate::lab::too_many_left_out(j.left_out, j.counted) {
-            j.too_many = Some(format!(
-                "{} of the run's {} transfer runs crossed the lab's emulator while it was late for over 1 in {} of \
-                 their time (more than 1 in {})",
-                j.left_out,
-                j.counted,
-                crate::lab::emulator::HELD_UP_PER,
-                crate::lab::LEFT_OUT_PER
-            ));
-        }
+    if let Some(j) = judged.as_mut() {
+        j.judge_run();
     }
     if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
         w.judged_by_round_trip(j);

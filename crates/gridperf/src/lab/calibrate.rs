@@ -915,8 +915,6 @@ fn overload(name: &str, a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64
     counted
 }
 
-/// Each quantile's error against the table's (ns), the round trips drawn,
-/// and the emulator's health over them.
 /// What the delay table's phase found: each quantile's error (the
 /// probability, and the measured quantile less the table's, ns) over all
 /// its round trips, and over those no late window touched with how many
@@ -929,6 +927,8 @@ struct TableErrors {
     health: Health,
 }
 
+/// A lab whose a -> b delay draws from an exponential table: how its
+/// quantiles came out.
 fn delay_table(name: &str, rate: u64, delay_ns: u64, queue_bytes: u64, baseline: f64) -> Result<TableErrors> {
     let table = exponential_table(TABLE_MEAN_NS);
     let st = bring_up_with(name, rate, delay_ns, queue_bytes, Jitter::Table { q_ns: table.clone() })?;

@@ -1527,11 +1527,8 @@ mod tests {
         assert_eq!(Health { held_up_ns: 9 * MS, ..d }.held_up_beyond(1.0), None);
     }
 
-    /// The late windows: joined where they touch, the latest
-    /// LATE_WINDOWS_KEPT kept, and a run's windows told apart from those
-    /// before it, or not told at all once some fell out of the list.
-    /// A round trip crosses a late window when the two overlap for any
-    /// time; one pass over both lists.
+    /// How long a run lay within late windows: the overlaps summed, one
+    /// pass over both lists.
     #[test]
     fn how_long_a_run_lay_within_late_windows_is_summed() {
         let spans = [[0, 100], [100, 200], [200, 300]];
@@ -1540,6 +1537,7 @@ mod tests {
         assert_eq!(late_within(&spans, &[]), vec![0; 3]);
     }
 
+    /// A round trip crosses a late window when the two overlap for any time.
     #[test]
     fn a_round_trip_that_crossed_a_late_window_is_found() {
         let spans = [[0, 10], [10, 20], [20, 30], [30, 40], [40, 50], [50, 60]];
@@ -1553,6 +1551,9 @@ mod tests {
         assert_eq!(crossing(&spans, &[[21, 24], [50, 55]]), vec![true, false, false, true]);
     }
 
+    /// The late windows: joined where they touch, the latest
+    /// LATE_WINDOWS_KEPT kept, and a run's windows told apart from those
+    /// before it, or not told at all once some fell out of the list.
     #[test]
     fn late_windows_are_joined_kept_and_told_since_a_reading() {
         let mut h = Health { mono_ns: 1_000, ..Health::default() };

@@ -491,6 +491,39 @@ impl RoundTrips {
     pub fn transfer_runs() -> RoundTrips {
         RoundTrips { what: "transfer runs", late_share_over: Some(emulator::HELD_UP_PER), ..RoundTrips::default() }
     }
+
+    /// " for over 1 in N of their time", for a count judged by its share.
+    fn late_for(&self) -> String {
+        self.late_share_over.map(|n| format!(" for over 1 in {n} of their time")).unwrap_or_default()
+    }
+
+    /// Counts a point's `counted` (round trips or runs), `left_out` of
+    /// them; all of a point left out voids the run.
+    pub fn count_point(&mut self, point: &str, counted: u64, left_out: u64) {
+        self.counted += counted;
+        self.left_out += left_out;
+        if left_out > 0 && left_out >= counted && self.too_many.is_none() {
+            self.too_many = Some(format!(
+                "all {counted} {} of {point} crossed the lab's emulator while it was late{}",
+                self.what,
+                self.late_for()
+            ));
+        }
+    }
+
+    /// Once every point is counted: more than 1 in LEFT_OUT_PER of the run
+    /// left out voids it.
+    pub fn judge_run(&mut self) {
+        if self.too_many.is_none() && too_many_left_out(self.left_out, self.counted) {
+            self.too_many = Some(format!(
+                "{} of the run's {} {} crossed the lab's emulator while it was late{} (more than 1 in {LEFT_OUT_PER})",
+                self.left_out,
+                self.counted,
+                self.what,
+                self.late_for()
+            ));
+        }
+    }
 }
 
 /// A run may lose at most 1 in this many of its round trips to the
@@ -602,7 +635,7 @@ fn round_trip_verdict(
             rt.left_out,
             rt.counted,
             rt.what,
-            rt.late_share_over.map(|n| format!(" for over 1 in {n} of their time")).unwrap_or_default(),
+            rt.late_for(),
             emulator::LAG_THRESHOLD_NS / 1000
         );
         if let Some(l) = &lateness {
@@ -1150,6 +1183,27 @@ mod tests {
         // nothing left out, nothing late: a plain valid run
         let (invalid, _, note) = round_trip_verdict(&Health::default(), &RoundTrips::default());
         assert_eq!((invalid, note), (None, None));
+        // counted point by point, judged over the run
+        let mut rt = RoundTrips::default();
+        rt.count_point("udp 64 B", 4, 2);
+        rt.count_point("udp 1 B", 200, 3);
+        rt.judge_run();
+        assert_eq!((rt.counted, rt.left_out, rt.too_many.as_deref()), (204, 5, None));
+        rt.count_point("tcp 64 B", 3, 3);
+        assert_eq!(
+            rt.too_many.as_deref(),
+            Some("all 3 round trips of tcp 64 B crossed the lab's emulator while it was late")
+        );
+        let mut runs = RoundTrips::transfer_runs();
+        runs.count_point("udp 1000 B", 12, 4);
+        runs.judge_run();
+        assert_eq!(
+            runs.too_many.as_deref(),
+            Some(
+                "4 of the run's 12 transfer runs crossed the lab's emulator while it was late for over 1 in 100 of \
+                 their time (more than 1 in 4)"
+            )
+        );
         // a transfer judged run by run says so
         let runs = RoundTrips { counted: 12, left_out: 2, ..RoundTrips::transfer_runs() };
         let (invalid, _, note) = round_trip_verdict(&late, &runs);
