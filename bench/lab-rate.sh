@@ -91,7 +91,10 @@ for mode in $MODES; do
         fi
         log "$mode, hog $hog: calibrate $RATES x $DELAYS"
         J=$WORK/$mode-$hog.json
-        (cd "$WORK" && timeout 1800 "${as[@]}" "$GRIDPERF" lab calibrate --rates "$RATES" --delays "$DELAYS" \
+        # its own state directory: what calibration keeps (under a hog,
+        # too) is not left for the user's labs after the bench
+        mkdir -p "$WORK/state-$mode"; [ "$mode" = user ] && chown "$USER_:$USER_" "$WORK/state-$mode"
+        (cd "$WORK" && timeout 1800 "${as[@]}" env XDG_STATE_HOME="$WORK/state-$mode" "$GRIDPERF" lab calibrate --rates "$RATES" --delays "$DELAYS" \
             --seconds "$SECS" --json >"$J" 2>"$WORK/$mode-$hog.err") || true
         stop_hogs
         python3 - "$J" "$mode" "$hog" >>"$OUT" <<'PY'

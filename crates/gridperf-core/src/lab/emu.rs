@@ -217,6 +217,20 @@ pub struct Counters {
     /// The most packets and bytes that ever waited in the bottleneck queue.
     pub max_queue_packets: u64,
     pub max_queue_bytes: u64,
+    /// Time the link sat idle while a packet for it already waited unread
+    /// in a TUN queue ([`Link::starved`]): the emulator's reading, not the
+    /// link, set the pace meanwhile, ns.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub starved_ns: u64,
+    /// Time the link sat idle through the emulator's hold-ups, from when
+    /// its queue ran dry (or the hold-up began) to the emulator's waking
+    /// ([`Link::idle_through`]): what a hold-up took from its rate, ns.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle_held_ns: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Counters {
@@ -231,6 +245,8 @@ impl Counters {
         self.queue_full += o.queue_full;
         self.max_queue_packets = self.max_queue_packets.max(o.max_queue_packets);
         self.max_queue_bytes = self.max_queue_bytes.max(o.max_queue_bytes);
+        self.starved_ns += o.starved_ns;
+        self.idle_held_ns += o.idle_held_ns;
     }
 }
 
@@ -480,6 +496,35 @@ impl<T> Link<T> {
         }
     }
 
+    /// A packet that was already waiting to be read at `waiting_since`
+    /// (the emulator left it in a TUN queue then) arrives at `now`: the time
+    /// in between that the link sat idle is time its rate was not what set
+    /// the pace (counted in [`Counters::starved_ns`]). Call before
+    /// [`Link::arrive`]; a link without a rate is never idle.
+    pub fn starved(&mut self, waiting_since: u64, now: u64) {
+        if self.cfg.rate_bps.is_some() {
+            self.counters.starved_ns += now.saturating_sub(self.busy_until.max(waiting_since));
+        }
+    }
+
+    /// The emulator was held up from `from` to `to` (it could read and
+    /// write nothing): the link went on sending what its queue held, in
+    /// model time, and sat idle from when that ran out (counted in
+    /// [`Counters::idle_held_ns`]). A link without a rate holds no queue:
+    /// the emulator is what sets its pace, and it is idle throughout.
+    /// Returns the time it added.
+    pub fn idle_through(&mut self, from: u64, to: u64) -> u64 {
+        let idle = to.saturating_sub(self.busy_until.max(from));
+        self.counters.idle_held_ns += idle;
+        idle
+    }
+
+    /// When the link finishes sending all it has been given (0 before the
+    /// first packet, and always for a link without a rate).
+    pub fn busy_until(&self) -> u64 {
+        self.busy_until
+    }
+
     /// A packet of `bytes` (its length on the wire, IP header included)
     /// arrives at `now`.
     pub fn arrive(&mut self, now: u64, bytes: u64, item: T) -> Verdict {
@@ -619,6 +664,63 @@ mod tests {
         assert_eq!(out[0].1, 120_000);
         assert_eq!(out.last().map(|x| x.1), Some(1_200_000_000));
         assert_eq!(l.counters.max_queue_packets, 9_999);
+    }
+
+    /// A link is starved for the time it sat idle after a packet for it was
+    /// known to wait unread: not while it was still sending, not before the
+    /// packet was known to wait, never without a rate.
+    #[test]
+    fn a_link_is_starved_while_idle_with_a_packet_waiting_unread() {
+        let cfg = LinkConfig { rate_bps: Some(100_000_000), ..Default::default() };
+        let mut l = Link::new(cfg.clone(), 1);
+        // busy until 120 us; a packet known to wait from 100 us, read at 200 us
+        l.arrive(0, 1500, 0);
+        l.starved(100_000, 200_000);
+        assert_eq!(l.counters.starved_ns, 80_000);
+        l.arrive(200_000, 1500, 1);
+        // still sending until 320 us: a packet read at 300 us found it busy
+        l.starved(250_000, 300_000);
+        assert_eq!(l.counters.starved_ns, 80_000);
+        l.arrive(300_000, 1500, 2);
+        // known to wait only from 500 us, though the link was idle from 440 us
+        l.starved(500_000, 530_000);
+        assert_eq!(l.counters.starved_ns, 110_000);
+        let mut sum = Counters::default();
+        sum.add(&l.counters);
+        sum.add(&l.counters);
+        assert_eq!(sum.starved_ns, 220_000);
+        let mut free = Link::<u64>::new(LinkConfig { rate_bps: None, ..cfg }, 1);
+        free.starved(0, 1_000_000);
+        assert_eq!(free.counters.starved_ns, 0);
+    }
+
+    /// Through a hold-up the link sends what its queue holds: it is idle
+    /// only from when that ran out, or from the hold-up's start if empty.
+    #[test]
+    fn a_link_is_idle_through_a_hold_up_only_once_its_queue_ran_dry() {
+        let cfg = LinkConfig { rate_bps: Some(100_000_000), ..Default::default() };
+        let mut l = Link::new(cfg, 1);
+        // 100 packets at once: busy until 12 ms
+        for i in 0..100 {
+            l.arrive(0, 1500, i);
+        }
+        // held up from 1 ms to 10 ms: the queue covered it
+        l.idle_through(1_000_000, 10_000_000);
+        assert_eq!(l.counters.idle_held_ns, 0);
+        // from 11 ms to 15 ms: idle from 12 ms
+        l.idle_through(11_000_000, 15_000_000);
+        assert_eq!(l.counters.idle_held_ns, 3_000_000);
+        // from 20 ms to 25 ms, nothing queued: all of it
+        l.idle_through(20_000_000, 25_000_000);
+        assert_eq!(l.counters.idle_held_ns, 8_000_000);
+        let mut sum = Counters::default();
+        sum.add(&l.counters);
+        assert_eq!(sum.idle_held_ns, 8_000_000);
+        // no rate: the emulator sets the pace, idle throughout
+        let mut free = Link::new(LinkConfig { rate_bps: None, ..Default::default() }, 1);
+        free.arrive(0, 1500, 0);
+        free.idle_through(1_000_000, 3_000_000);
+        assert_eq!(free.counters.idle_held_ns, 2_000_000);
     }
 
     #[test]

@@ -142,6 +142,19 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             h.tun_drops,
             h.unroutable
         );
+        let [ab, ba] = &h.links;
+        if ab.idle_held_ns + ab.starved_ns + ba.idle_held_ns + ba.starved_ns > 0 {
+            let ms = |ns: u64| ns as f64 / 1e6;
+            let _ = writeln!(
+                out,
+                "  the link idle through hold-ups a -> b {:.1} ms, b -> a {:.1} ms; while packets for it waited unread \
+                 in a TUN queue a -> b {:.1} ms, b -> a {:.1} ms",
+                ms(ab.idle_held_ns),
+                ms(ba.idle_held_ns),
+                ms(ab.starved_ns),
+                ms(ba.starved_ns)
+            );
+        }
         if h.long_stalls > 0 {
             let _ = writeln!(
                 out,
@@ -164,7 +177,7 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, held up for at most 1% of the time, no drops the model did not decide"
+                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, the link idle for want of the emulator at most 1% of the time, no drops the model did not decide"
                 );
             }
         }

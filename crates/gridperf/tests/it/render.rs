@@ -604,8 +604,10 @@ fn health(late: u64) -> lab_fixture::Health {
         queue_full: 10,
         max_queue_packets: 17,
         max_queue_bytes: 25_500,
+        starved_ns: 0,
+        idle_held_ns: 0,
     };
-    h.links[1] = gridperf_core::lab::emu::Counters { arrived: 5_000, delivered: 4_950, lost: 50, ..h.links[0] };
+    h.links[1] = gridperf_core::lab::emu::Counters { arrived: 5_000, delivered: 4_950, lost: 50, ..h.links[0].clone() };
     h.lag_hist = vec![9_000, 900, 50, 30, 10, 5, 4, 1];
     h.access = vec![AccessCounters { host: "a2".into(), ..Default::default() }];
     h
