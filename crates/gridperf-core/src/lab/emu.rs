@@ -512,17 +512,8 @@ impl<T> Link<T> {
     /// model time, and sat idle from when that ran out (counted in
     /// [`Counters::idle_held_ns`]). A link without a rate holds no queue:
     /// the emulator is what sets its pace, and it is idle throughout.
-    /// Returns the time it added.
-    pub fn idle_through(&mut self, from: u64, to: u64) -> u64 {
-        let idle = to.saturating_sub(self.busy_until.max(from));
-        self.counters.idle_held_ns += idle;
-        idle
-    }
-
-    /// When the link finishes sending all it has been given (0 before the
-    /// first packet, and always for a link without a rate).
-    pub fn busy_until(&self) -> u64 {
-        self.busy_until
+    pub fn idle_through(&mut self, from: u64, to: u64) {
+        self.counters.idle_held_ns += to.saturating_sub(self.busy_until.max(from));
     }
 
     /// A packet of `bytes` (its length on the wire, IP header included)

@@ -188,8 +188,7 @@ pub struct Health {
     pub mono_ns: u64,
     /// The latest spans, CLOCK_MONOTONIC ns, in which the emulator was
     /// late: each hold-up a host's packets waited through (from when it
-    /// should have woken to when it did, or on a link that ran dry through
-    /// it, to when the backlog it held back has drained) and each packet written more than
+    /// should have woken to when it did) and each packet written more than
     /// LAG_THRESHOLD_NS behind schedule (from when it was due to when it
     /// was written), merged where they touch; at most LATE_WINDOWS_KEPT.
     /// A round trip that crossed none of them crossed the emulated path as
@@ -254,6 +253,21 @@ pub fn late_windows_since(before: &Health, after: &Health) -> Option<Vec<[u64; 2
         return None;
     }
     Some(after.late_windows.iter().copied().filter(|w| w[1] >= before.mono_ns).collect())
+}
+
+/// Adds windows read since an earlier reading (as [`late_windows_since`]
+/// gives them: the first may be the one open then, grown since) to those
+/// read before, in time order, joined where they touch or overlap.
+pub fn join_windows(all: &mut Vec<[u64; 2]>, since: Vec<[u64; 2]>) {
+    for w in since {
+        match all.last_mut() {
+            Some(last) if w[0] <= last[1] => {
+                last[0] = last[0].min(w[0]);
+                last[1] = last[1].max(w[1]);
+            }
+            _ => all.push(w),
+        }
+    }
 }
 
 /// Which of `spans` (each a round trip's start and end, in order of their
@@ -1162,15 +1176,10 @@ pub fn run(
         // a link's idle after a hold-up while packets waited unread counts
         // from the waking, not from before it (counted as the hold-up's)
         let mut held_woke = None;
-        // the links that ran dry through it: what waited unread comes in at
-        // once on waking, and queues where it would have been sent as it came
-        let mut drained: Vec<usize> = Vec::new();
         if overslept > LAG_THRESHOLD_NS && waited {
             // what it took from each link: the link's idle time through it
-            for (k, l) in links.iter_mut().enumerate() {
-                if l.idle_through(now_after - overslept, now_after) > 0 && l.config().rate_bps.is_some() {
-                    drained.push(k);
-                }
+            for l in links.iter_mut() {
+                l.idle_through(now_after - overslept, now_after);
             }
             held_woke = Some(now_after);
             health.held_up_ns += overslept;
@@ -1316,17 +1325,6 @@ pub fn run(
                         _ => {}
                     }
                 }
-            }
-        }
-        // the queue a hold-up's backlog built on a link that ran dry through
-        // it is the hold-up's: a packet that crossed the link before it
-        // drained waited behind what the hold-up held back, so the late
-        // window lasts until then (a round trip under half a load kept the
-        // backlog's wait after the window closed: calibration's p99)
-        for &k in &drained {
-            let drains_at = links[k].busy_until();
-            if drains_at > now_after {
-                health.late_from(mono0 + now_after - overslept, mono0 + drains_at);
             }
         }
         let now = now_ns();
@@ -1719,6 +1717,21 @@ mod tests {
         // their starts: a long one ends past a window a short one missed
         let spans = [[0, 100], [10, 20], [25, 26], [30, 60]];
         assert_eq!(crossing(&spans, &[[21, 24], [50, 55]]), vec![true, false, false, true]);
+    }
+
+    /// Windows read in turns join into one list: the window open at the
+    /// earlier reading, grown since, is joined, not repeated.
+    #[test]
+    fn windows_read_in_turns_are_joined_in_order() {
+        let mut all = vec![[10, 20], [30, 40]];
+        join_windows(&mut all, vec![[30, 45], [50, 60]]);
+        assert_eq!(all, vec![[10, 20], [30, 45], [50, 60]]);
+        join_windows(&mut all, vec![[70, 80]]);
+        join_windows(&mut all, vec![]);
+        assert_eq!(all, vec![[10, 20], [30, 45], [50, 60], [70, 80]]);
+        let mut none = Vec::new();
+        join_windows(&mut none, vec![[1, 2], [2, 3]]);
+        assert_eq!(none, vec![[1, 3]]);
     }
 
     /// The late windows: joined where they touch, the latest
