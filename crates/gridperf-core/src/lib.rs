@@ -30,3 +30,9 @@ pub mod rng;
 pub mod svg;
 pub mod units;
 pub mod wire;
+
+/// For serde's `skip_serializing_if`: a counter or figure left out of the
+/// JSON while it is zero (absent reads back as zero: `#[serde(default)]`).
+pub fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}

@@ -516,7 +516,7 @@ pub struct SeqStats {
     /// Times a datagram arrived beyond the next expected number: each one
     /// opens a run of lost (or, on a reordering path, late) numbers, so that
     /// lost / gaps is the mean loss burst.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
     pub gaps: u64,
     /// One-way transit times (receive minus send clock) relative to the
     /// first datagram's, ns: at most [`TRANSIT_SAMPLES`], spread evenly over
@@ -530,10 +530,6 @@ pub struct SeqStats {
     /// two hosts compare once each is shifted by its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transit_first_ns: Option<i64>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// The most transit samples a UDP receiver keeps per stream.

@@ -220,17 +220,13 @@ pub struct Counters {
     /// Time the link sat idle while a packet for it already waited unread
     /// in a TUN queue ([`Link::starved`]): the emulator's reading, not the
     /// link, set the pace meanwhile, ns.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
     pub starved_ns: u64,
     /// Time the link sat idle through the emulator's hold-ups, from when
     /// its queue ran dry (or the hold-up began) to the emulator's waking
     /// ([`Link::idle_through`]): what a hold-up took from its rate, ns.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
     pub idle_held_ns: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl Counters {

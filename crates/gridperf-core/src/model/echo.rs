@@ -98,22 +98,14 @@ pub struct RttPoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irregular: Option<crate::analysis::shape::Irregular>,
     /// How many times the point was measured again because it was irregular.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
     pub retries: u32,
     /// Round trips measured but left out of the figures: they crossed a
     /// lab's emulator while it was late (held up by the machine, or a
     /// packet over 1 ms behind schedule), and were not the emulated path's.
     /// `sent` counts them; the summary does not.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
     pub left_out: u64,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-fn is_zero_u64(n: &u64) -> bool {
-    *n == 0
 }
 
 /// What `gridperf rtt --json` prints.
@@ -150,7 +142,7 @@ pub struct TransferPoint {
     /// Timed runs measured but left out of the figures (and measured
     /// again): they crossed a lab's emulator while it was late, and were
     /// not the emulated path's. The server's figures count them.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
     pub left_out: u64,
 }
 

@@ -184,7 +184,7 @@ pub struct Health {
     pub realtime: Option<bool>,
     /// When this reading was written, CLOCK_MONOTONIC ns (one clock for
     /// the emulator and every process on the lab's hosts).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "gridperf_core::is_zero")]
     pub mono_ns: u64,
     /// The latest spans, CLOCK_MONOTONIC ns, in which the emulator was
     /// late: each hold-up a host's packets waited through (from when it
@@ -198,12 +198,8 @@ pub struct Health {
     pub late_windows: Vec<[u64; 2]>,
     /// How many late windows were begun since the emulator started (the
     /// kept ones and those that fell out of the list).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "gridperf_core::is_zero")]
     pub late_windows_begun: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// How a run across the emulator is judged.
@@ -222,17 +218,12 @@ impl Health {
     /// Notes that the emulator was late from `from` to `to` (CLOCK_MONOTONIC
     /// ns): joined to the last window where they touch or overlap.
     pub fn late_from(&mut self, from: u64, to: u64) {
-        if let Some(last) = self.late_windows.last_mut() {
-            if from <= last[1] && to >= last[0] {
-                last[0] = last[0].min(from);
-                last[1] = last[1].max(to);
-                return;
-            }
+        if join_window(&mut self.late_windows, [from, to.max(from)]) {
+            return;
         }
-        if self.late_windows.len() >= LATE_WINDOWS_KEPT {
+        if self.late_windows.len() > LATE_WINDOWS_KEPT {
             self.late_windows.remove(0);
         }
-        self.late_windows.push([from, to.max(from)]);
         self.late_windows_begun += 1;
     }
 }
@@ -260,12 +251,22 @@ pub fn late_windows_since(before: &Health, after: &Health) -> Option<Vec<[u64; 2
 /// read before, in time order, joined where they touch or overlap.
 pub fn join_windows(all: &mut Vec<[u64; 2]>, since: Vec<[u64; 2]>) {
     for w in since {
-        match all.last_mut() {
-            Some(last) if w[0] <= last[1] => {
-                last[0] = last[0].min(w[0]);
-                last[1] = last[1].max(w[1]);
-            }
-            _ => all.push(w),
+        join_window(all, w);
+    }
+}
+
+/// Joins `w` to the last of `all` where they touch or overlap (true), or
+/// appends it (false).
+fn join_window(all: &mut Vec<[u64; 2]>, w: [u64; 2]) -> bool {
+    match all.last_mut() {
+        Some(last) if w[0] <= last[1] && w[1] >= last[0] => {
+            last[0] = last[0].min(w[0]);
+            last[1] = last[1].max(w[1]);
+            true
+        }
+        _ => {
+            all.push(w);
+            false
         }
     }
 }
