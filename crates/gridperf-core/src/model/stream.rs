@@ -21,6 +21,10 @@ pub struct StreamEnd {
     /// was whole, in ns (None: every interval is whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_interval_ns: Option<u64>,
+    /// CLOCK_MONOTONIC when this end's clock started, ns: on one machine
+    /// (both ends in a lab) the scale of the lab emulator's late windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_mono_ns: Option<u64>,
     /// From the start: when the first and the last byte moved, in ns.
     pub first_ns: Option<u64>,
     pub last_ns: Option<u64>,
@@ -68,6 +72,11 @@ pub struct StreamResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<crate::analysis::flow::TcpSample>,
     pub broken: Option<String>,
+    /// A run across a lab judged interval by interval: the receiver's
+    /// intervals (from 0) left out of its figures for crossing a window in
+    /// which the lab's emulator was late.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out_intervals: Vec<u32>,
 }
 
 impl StreamResult {

@@ -604,6 +604,7 @@ impl TryFrom<StreamArgs> for commands::stream::Opts {
                 path_rate_bps: a.expect.as_deref().map(|r| rate(r, "--expect")).transpose()?,
                 notes: Vec::new(),
                 client_cpu: cpus.map(|c| c.0),
+                by_interval: None,
             },
             best,
             timeline: a.timeline.clone(),

@@ -406,6 +406,8 @@ pub struct Running {
     cut: Vec<Vec<u64>>,
     last: Vec<u64>,
     pub start: Instant,
+    /// CLOCK_MONOTONIC at `start`, ns (each end's `start_mono_ns`).
+    start_mono: u64,
     pub interval: Duration,
     next_cut: Instant,
 }
@@ -420,6 +422,7 @@ pub fn launch(
     cpu: Option<usize>,
 ) -> std::io::Result<Running> {
     let start = Instant::now();
+    let start_mono = gridperf_sys::monotonic_ns();
     let send_until = start + omit + Duration::from_millis(spec.duration_ms);
     let t = Arc::new(Timing {
         start,
@@ -517,6 +520,7 @@ pub fn launch(
         cut: vec![Vec::new(); n],
         last: vec![0; n],
         start,
+        start_mono,
         interval,
         next_cut: start + interval,
     })
@@ -605,6 +609,7 @@ impl Running {
         for (k, e) in ends.iter_mut().enumerate() {
             e.intervals = std::mem::take(&mut self.cut[k]);
             e.last_interval_ns = partial.filter(|&ns| ns < self.interval.as_nanos() as u64);
+            e.start_mono_ns = Some(self.start_mono);
         }
         (ends, samples)
     }

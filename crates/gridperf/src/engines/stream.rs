@@ -38,6 +38,12 @@ pub struct StreamOptions {
     pub notes: Vec<String>,
     /// The CPU the client's stream threads run on, if pinned.
     pub client_cpu: Option<usize>,
+    /// Across a lab, judge the run interval by interval, looking this far
+    /// back from each (what arrived in an interval left the bottleneck up
+    /// to a one-way delay before): see [`judge_intervals`]. For a figure
+    /// taken from the kept intervals alone (lab clone's rate); None judges
+    /// the run as a whole.
+    pub by_interval: Option<Duration>,
 }
 
 /// What the client sees while a run goes: (run, ms since start, receiver
@@ -49,10 +55,34 @@ pub type OnInterval<'a> = dyn FnMut(u32, u64, &[(u32, u64)]) + 'a;
 /// spec, the client by the options: one figure for both), no notes; a run
 /// across a lab whose emulator fell behind is an error (exit 4).
 pub fn probe(target: &Target, deadlines: Deadlines, spec: StreamSpec) -> Result<StreamRun> {
+    probe_judged(target, deadlines, spec, None)
+}
+
+/// As [`probe`], judged interval by interval across a lab (`lead`: the
+/// path's one-way delay or more): each stream's `left_out_intervals` are
+/// those to leave out of a figure taken per interval.
+pub fn probe_by_interval(target: &Target, deadlines: Deadlines, spec: StreamSpec, lead: Duration) -> Result<StreamRun> {
+    probe_judged(target, deadlines, spec, Some(lead))
+}
+
+fn probe_judged(
+    target: &Target,
+    deadlines: Deadlines,
+    spec: StreamSpec,
+    by_interval: Option<Duration>,
+) -> Result<StreamRun> {
     validate(&spec).map_err(crate::error::Error::usage)?;
     let omit = Duration::from_millis(spec.omit_ms);
-    let opts =
-        StreamOptions { spec, omit, repeat: 1, deadlines, path_rate_bps: None, notes: Vec::new(), client_cpu: None };
+    let opts = StreamOptions {
+        spec,
+        omit,
+        repeat: 1,
+        deadlines,
+        path_rate_bps: None,
+        notes: Vec::new(),
+        client_cpu: None,
+        by_interval,
+    };
     let r = run(target, &opts, &mut |_, _, _| {})?;
     let run =
         r.runs.into_iter().next().ok_or_else(|| crate::error::Error::network("the probe stream returned nothing"))?;
@@ -304,8 +334,71 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
     let (client_ends, client_samples) = running.finish();
     let agent_ends = agent_ends.unwrap_or_default();
     let agent_final = session.finish()?;
+    let left_out = match (opts.by_interval, opened.lab_watch()) {
+        (Some(lead), Some(watch)) => {
+            let receivers: Vec<&StreamEnd> = layout
+                .iter()
+                .filter_map(|&(i, up)| if up { &agent_ends } else { &client_ends }.iter().find(|e| e.index == i))
+                .collect();
+            judge_intervals(watch, &receivers, Duration::from_millis(spec.interval_ms), lead)
+        }
+        _ => Vec::new(),
+    };
     let env = opened.environment(host::end_info(None, false), Some(agent_final), opts.notes.clone());
-    Ok(assemble(spec, opts, &layout, client_ends, client_samples, agent_ends, agent_samples, env))
+    let mut run = assemble(spec, opts, &layout, client_ends, client_samples, agent_ends, agent_samples, env);
+    for s in &mut run.streams {
+        if let Some((_, l)) = left_out.iter().find(|(i, _)| *i == s.index) {
+            s.left_out_intervals = l.clone();
+        }
+    }
+    Ok(run)
+}
+
+/// Judges a run across a lab interval by interval: each receiver's report
+/// intervals that lay within the emulator's late windows (each looked at
+/// `lead` earlier too) for more than 1 in HELD_UP_PER of their time are
+/// left out, by stream index, and the run's verdict leaves the lateness out
+/// (what else voids a run still does, and so does leaving out more than 1
+/// in LEFT_OUT_PER of the intervals). An interval's rate is the link's
+/// while the emulator kept up: a hold-up that left the link idle takes
+/// from the rate of the intervals it lay in, and from no other. Nothing is
+/// left out, and the run is judged as a whole, when the windows cannot be
+/// known (the emulator unread) or a receiver did not say when its clock
+/// started (an older agent).
+fn judge_intervals(
+    watch: &mut crate::lab::LabWatch,
+    receivers: &[&StreamEnd],
+    interval: Duration,
+    lead: Duration,
+) -> Vec<(u32, Vec<u32>)> {
+    use crate::lab::emulator::{late_within, over_share, HELD_UP_PER};
+    if receivers.is_empty() || receivers.iter().any(|e| e.start_mono_ns.is_none()) {
+        return Vec::new();
+    }
+    let Some(windows) = watch.late_windows(gridperf_sys::monotonic_ns()) else {
+        return Vec::new();
+    };
+    let (step, lead) = (interval.as_nanos() as u64, lead.as_nanos() as u64);
+    let mut judged =
+        crate::lab::RoundTrips { what: "report intervals", late_share_over: Some(HELD_UP_PER), ..Default::default() };
+    let mut out = Vec::new();
+    for e in receivers {
+        let start = e.start_mono_ns.unwrap_or(0);
+        let spans: Vec<[u64; 2]> = (0..e.intervals.len() as u64)
+            .map(|k| [(start + k * step).saturating_sub(lead), start + (k + 1) * step])
+            .collect();
+        let left: Vec<u32> = late_within(&spans, &windows)
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, late)| over_share(late, step))
+            .map(|(k, _)| k as u32)
+            .collect();
+        judged.count_point(&format!("stream {}", e.index), spans.len() as u64, left.len() as u64);
+        out.push((e.index, left));
+    }
+    judged.judge_run();
+    watch.judged_by_round_trip(judged);
+    out
 }
 
 /// Adds what the agent sent of stream `index` to what came before it: of
@@ -402,6 +495,7 @@ fn assemble(
             verdict,
             timeline,
             broken,
+            left_out_intervals: Vec::new(),
         });
     }
     let sum = |up: bool| -> Option<f64> {

@@ -26,12 +26,8 @@ pub struct TransferOptions {
 
 /// Whether a timed run of `run_ns` that lay `late_ns` within the lab's
 /// emulator's late windows is left out: as a whole run is judged (a
-/// stream's, say), more than 1 in HELD_UP_PER of its time. A window adds
-/// about its length to a run of many round trips: a 1 ms hold-up is 0.5%
-/// of a 200 ms run, a 40 ms one a fifth of it.
-fn late_beyond(late_ns: u64, run_ns: u64) -> bool {
-    late_ns.saturating_mul(crate::lab::emulator::HELD_UP_PER) > run_ns
-}
+/// stream's, say), more than 1 in HELD_UP_PER of its time.
+use crate::lab::emulator::over_share as late_beyond;
 
 /// Messages per run: the Table 1 loop sends whole messages until at least
 /// `total` bytes have gone, so the last one may overshoot.

@@ -44,6 +44,19 @@ pub const LAG_LIMIT_NS: u64 = 10_000_000;
 /// longer voids an 8 s run: on a VM whose CPUs the hypervisor takes for
 /// tens of ms, every run had one.)
 pub const HELD_UP_PER: u64 = 100;
+
+/// Whether `ns` of a run's (or a part of it's) `span_ns` is more than the
+/// 1 in HELD_UP_PER the emulator's lateness may take from it: a window
+/// adds about its length to a part of many packets, so a 1 ms hold-up is
+/// 0.5% of a 200 ms transfer run and 1% of a 100 ms report interval.
+pub fn over_share(ns: u64, span_ns: u64) -> bool {
+    ns.saturating_mul(HELD_UP_PER) > span_ns
+}
+
+/// Seconds as whole ns, a negative span as none.
+fn ns_of(span_s: f64) -> u64 {
+    (span_s.max(0.0) * 1e9) as u64
+}
 /// A direction that delivered under 1 in this many of the busiest
 /// direction's bytes carries the other's acknowledgements: its idle time is
 /// not a measured rate's ([`Health::idle_ns`]).
@@ -737,14 +750,14 @@ impl Health {
         let whole = judged == Judged::Whole;
         let too_many_late =
             whole && self.late_packets >= LATE_MIN && self.late_packets * LATE_PER_PACKETS > delivered.max(1);
-        let span_ns = (self.uptime_s.max(0.0) * 1e9) as u64;
+        let span_ns = ns_of(self.uptime_s);
         // what the hold-ups took from a rate: the time the link sat idle
         // through them (not while its queue still had work), and idle after
         // while packets for it waited unread; a run judged round trip by
         // round trip has left out what crossed a hold-up
         let (idle_held, starved) = self.idle_ns();
         let idle = if whole { idle_held + starved } else { starved };
-        let over = idle.saturating_mul(HELD_UP_PER) > span_ns;
+        let over = over_share(idle, span_ns);
         let held_too_long = over && whole && idle_held > 0;
         if too_many_late {
             let mut w = format!(
@@ -843,8 +856,8 @@ impl Health {
     /// rule, and nothing said why).
     pub fn starved_beyond(&self, span_s: f64) -> Option<String> {
         let (_, ns) = self.idle_ns();
-        let span_ns = (span_s.max(0.0) * 1e9) as u64;
-        (ns.saturating_mul(HELD_UP_PER) > span_ns).then(|| self.starved_words(ns, span_s))
+        let span_ns = ns_of(span_s);
+        over_share(ns, span_ns).then(|| self.starved_words(ns, span_s))
     }
 
     /// Why the emulator's hold-ups in this span void a figure measured over
@@ -853,8 +866,8 @@ impl Health {
     /// what held it up. A hold-up just outside the measured part counts
     /// too: the span holds it, and the verdict errs on the strict side.
     pub fn held_up_beyond(&self, span_s: f64) -> Option<String> {
-        let span_ns = (span_s.max(0.0) * 1e9) as u64;
-        (self.held_up_ns.saturating_mul(HELD_UP_PER) > span_ns).then(|| {
+        let span_ns = ns_of(span_s);
+        over_share(self.held_up_ns, span_ns).then(|| {
             let mut w = format!(
                 "the emulator was held up for {} ms around the {span_s:.2} s measured (more than 1 in {HELD_UP_PER})",
                 self.held_up_ns / 1_000_000
@@ -893,8 +906,8 @@ impl Health {
         // lab's own hosts holding its emulator 65 ms of a 10 s run with a
         // 250 ms pause in it: the pause is why)
         let others_ns = h.other_tasks.ns + if short == Some(Cause::OtherTasks) { self.short_held.ns } else { 0 };
-        let span_ns = (self.uptime_s.max(0.0) * 1e9) as u64;
-        let others_alone = others_ns.saturating_mul(HELD_UP_PER) > span_ns;
+        let span_ns = ns_of(self.uptime_s);
+        let others_alone = over_share(others_ns, span_ns);
         let others = (held && h.other_tasks.count > 0) || short == Some(Cause::OtherTasks);
         Some(if others && (others_alone || !decisive) {
             LabCause::OtherTasks
@@ -912,7 +925,7 @@ impl Health {
     /// The drops the rest of the run would have made in as long, if so.
     pub fn pause_burst_drops(&self) -> Option<f64> {
         let queue_full: u64 = self.links.iter().map(|c| c.queue_full).sum();
-        let span_ns = (self.uptime_s.max(0.0) * 1e9) as u64;
+        let span_ns = ns_of(self.uptime_s);
         let rest_ns = span_ns.saturating_sub(self.pause_window_ns).max(1);
         let expected =
             queue_full.saturating_sub(self.pause_drops) as f64 * self.pause_window_ns as f64 / rest_ns as f64;
@@ -924,8 +937,8 @@ impl Health {
     /// long the link sat idle for them (the bound its figures stayed
     /// within), and what held it up.
     pub fn held_up_note(&self) -> Option<String> {
-        let span_ns = (self.uptime_s.max(0.0) * 1e9) as u64;
-        let much = self.held_up_ns.saturating_mul(HELD_UP_PER) > span_ns;
+        let span_ns = ns_of(self.uptime_s);
+        let much = over_share(self.held_up_ns, span_ns);
         if self.invalid_because().is_some() || (self.long_stalls == 0 && !much) {
             return None;
         }

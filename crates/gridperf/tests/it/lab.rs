@@ -2304,8 +2304,8 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     let flags: Vec<&str> = h.flags.iter().map(String::as_str).collect();
     let mut lab = Lab::up("clone", &flags);
     lab.serve_on_b_with(&[]);
-    let out = std::env::temp_dir().join(format!("gridperf-clone-test-{}.json", std::process::id()));
-    let out_s = out.display().to_string();
+    let out_file = crate::Scratch::new("clone-test", ".json");
+    let (out, out_s) = (&out_file.0, out_file.s());
     // the clone is never told the settings: only the agent's address
     let o = unless_invalid(|| {
         lab.exec_a(&["lab", "clone", "10.77.2.1", "--time", "20s", "--max-rate", "600M", "--out", &out_s, "--json"])
@@ -2345,8 +2345,8 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     }
     // the profile file brings the clone up; a field out of range is named and nothing is brought up
     // from stored runs across the same path: a stream's TCP_INFO, an rtt run's round trips
-    let db = std::env::temp_dir().join(format!("gridperf-clone-test-{}.db", std::process::id()));
-    let db_s = db.display().to_string();
+    let db_file = crate::Scratch::new("clone-test", ".db");
+    let db_s = db_file.s();
     let o = unless_invalid(|| lab.exec_a(&["stream", "10.77.2.1", "-t", "3", "-C", "cubic", "--db", &db_s]));
     assert!(o.status.success(), "{}", stderr(&o));
     let o = unless_invalid(|| {
@@ -2382,7 +2382,7 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     let f = from_run(&id_of("rtt"));
     within("an rtt run's RTT", 2.0 * f["profile"]["ab"]["delay_s"]["value"].as_f64().expect("delay"), h.rtt_s, 0.05);
     assert!(f["profile"]["ab"]["rate_bps"]["value"].is_null(), "{f}");
-    let _ = std::fs::remove_file(&db);
+    drop(db_file);
     // (this test holds the lab lock: the clone's lab is brought up by hand)
     let dup = format!("{}-dup", lab.name);
     let o = run(&["lab", "up", "--name", &dup, "--profile-file", &out_s, "--json"]);
@@ -2393,9 +2393,9 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     within("the clone lab's rate a->b", ab_rate, h.rate_ab, 0.10);
     assert!(labs_named(&dup).is_empty());
     let mut bad: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("profile")).expect("json");
+        serde_json::from_str(&std::fs::read_to_string(out).expect("profile")).expect("json");
     bad["profile"]["ab"]["mtu"]["value"] = serde_json::json!(90000.0);
-    std::fs::write(&out, bad.to_string()).expect("write");
+    std::fs::write(out, bad.to_string()).expect("write");
     let bad_name = format!("{}-bad", lab.name);
     let o = run(&["lab", "up", "--name", &bad_name, "--profile-file", &out_s]);
     if o.status.success() {
@@ -2404,7 +2404,6 @@ fn a_clone_of_a_hidden_path_finds_its_rates_delay_loss_and_queue() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("profile.ab.mtu") && stderr(&o).contains("576 to 65535"), "{}", stderr(&o));
     assert!(labs_named(&bad_name).is_empty());
-    let _ = std::fs::remove_file(&out);
 }
 
 /// Issue 36: `lab clone --verify` across a right-skewed path (exponential
@@ -2418,11 +2417,15 @@ fn a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_draw
     if !privileged("a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_drawn") {
         return;
     }
+    // a jitter well above the machine's own round-trip noise, which the
+    // clone counts twice (docs/clone.md): across 4 ms with 400 us of it, CI
+    // measured the clone's p95 10.5% over the real path's (7.20 against
+    // 6.51 ms), where 1 ms of jitter each way puts that noise at under 5%
     let mut lab =
-        Lab::up("clonev", &["--rate", "200M", "--rtt", "4ms", "--jitter", "400us/exponential", "--queue", "1bdp"]);
+        Lab::up("clonev", &["--rate", "200M", "--rtt", "10ms", "--jitter", "1ms/exponential", "--queue", "1bdp"]);
     lab.serve_on_b_with(&[]);
-    let db = std::env::temp_dir().join(format!("gridperf-clonev-test-{}.db", std::process::id()));
-    let db_s = db.display().to_string();
+    let db_file = crate::Scratch::new("clonev-test", ".db");
+    let db_s = db_file.s();
     let o = unless_invalid(|| {
         lab.exec_a(&[
             "lab",
@@ -2480,11 +2483,76 @@ fn a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_draw
     let back: serde_json::Value = serde_json::from_slice(&o.stdout).expect("clone json");
     assert_eq!(back["profile"], v["profile"]);
     assert_eq!(back["verify"], v["verify"]);
-    let html = std::env::temp_dir().join(format!("gridperf-clonev-test-{}.html", std::process::id()));
-    let o = run(&["report", "--db", &db_s, "-o", &html.display().to_string()]);
+    let html_file = crate::Scratch::new("clonev-test", ".html");
+    let html = &html_file.0;
+    let o = run(&["report", "--db", &db_s, "-o", &html_file.s()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let page = std::fs::read_to_string(&html).expect("report");
+    let page = std::fs::read_to_string(html).expect("report");
     assert!(page.contains("round trips: the path to 10.77.2.1 and its clone"), "no clone chart");
     assert!(page.contains("real path") && page.contains(">clone<") && page.contains("measured the same way"));
-    let _ = (std::fs::remove_file(&db), std::fs::remove_file(&html));
+}
+
+/// Issue 33, the pause rule for a rate taken per interval: `lab clone`'s
+/// overrun (a UDP stream past the path's rate, whose rate is the mean of
+/// its 100 ms report intervals) is judged interval by interval. A 40 ms
+/// hold-up of the emulator (SIGSTOP) once the a -> b overrun fills the
+/// link's queue idles the link for about 2% of the 1.5 s probe: a whole
+/// run's verdict voids it (CI saw three tries in a row INVALID so, under
+/// steal). It takes from the intervals it lay in alone, and those are left
+/// out: the clone is valid, its rate the path's, and its notes say what
+/// was left out. (At 250 Mbit/s, 40 ms of load fits the TUN queue of 1000
+/// packets: the emulator reads it all after.)
+#[test]
+fn a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in() {
+    if !privileged("a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in") {
+        return;
+    }
+    let mut lab = Lab::up("cloneh", &["--rate", "200M", "--rtt", "4ms", "--queue", "1bdp"]);
+    let pid = lab.status()["lab"]["pid"].as_u64().expect("the emulator's pid") as u32;
+    let queue_full = |lab: &Lab| lab.status()["health"]["links"][0]["queue_full"].as_u64().unwrap_or(0);
+    lab.serve_on_b_with(&[]);
+    let mut last = None;
+    // a try whose overrun the machine's own hold-ups voided as well (more
+    // than a quarter of its intervals left out) is measured again without
+    // this hold-up: up to three tries, each once the machine is quiet
+    for _ in 0..3 {
+        crate::quiet();
+        let full = queue_full(&lab);
+        let mut clone = crate::bin()
+            .args(["lab", "exec", "--name", &lab.name, "a", "--", BIN])
+            .args(["lab", "clone", "10.77.2.1", "--time", "20s", "--max-rate", "250M", "--json", "--no-store"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("lab clone");
+        // the emulator writes its health every 250 ms: the hold-up lands
+        // 0.2-0.5 s into the 1.5 s overrun
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut held = false;
+        while !held && Instant::now() < until && clone.try_wait().ok().flatten().is_none() {
+            if queue_full(&lab) > full {
+                hold_up(pid, Duration::from_millis(200), 1, Duration::from_millis(40), Duration::ZERO)
+                    .join()
+                    .expect("the stopper");
+                held = true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = clone.wait_with_output().expect("lab clone");
+        assert!(held, "the a -> b overrun never filled the link's queue: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        let notes = v["notes"].to_string();
+        let judged = notes.contains("a -> b (to the agent), the overrun: ")
+            && notes.contains("report intervals crossed the lab's emulator while it was late");
+        last = Some((o, v));
+        if judged {
+            break;
+        }
+    }
+    let (o, v) = last.expect("a try");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("report intervals crossed the lab's emulator while it was late"), "{notes}");
+    let rate = v["profile"]["ab"]["rate_bps"]["value"].as_f64().expect("a rate");
+    assert!((rate / 200e6 - 1.0).abs() <= 0.03, "a -> b: {rate} bit/s on a 200 Mbit/s link; {notes}");
 }

@@ -48,6 +48,32 @@ use gridperf::runner::Deadlines;
 use gridperf_core::model::plan::Proto;
 use std::time::Duration;
 
+/// A file or directory a test writes in the temporary directory, named
+/// for the test and this process, and removed when the test ends, passed
+/// or panicked.
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    /// `$TMPDIR/gridperf-{name}-{pid}{ext}` (ext with its dot, or "").
+    pub fn new(name: &str, ext: &str) -> Scratch {
+        Scratch(std::env::temp_dir().join(format!("gridperf-{name}-{}{ext}", std::process::id())))
+    }
+
+    pub fn s(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.0.is_dir() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        } else {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
 /// A home of this test run's own: every gridperf a test starts gets it
 /// (and XDG directories beneath it) and no GRIDPERF_DB, so that no test
 /// reads or writes the user's store, key or lab state.

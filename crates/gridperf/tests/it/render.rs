@@ -213,6 +213,7 @@ fn stream_end(index: u32, sending: bool, bytes: u64, proto: Proto) -> StreamEnd 
         omitted_bytes: 0,
         intervals: vec![bytes / 2, bytes / 2],
         last_interval_ns: None,
+        start_mono_ns: None,
         first_ns: Some(1_000_000),
         last_ns: Some(2_001_000_000),
         cpu_ns: 700_000_000,
@@ -267,6 +268,7 @@ fn tcp_stream(index: u32, bytes: u64, cwnd0: u32) -> StreamResult {
         verdict: Some(verdict),
         timeline,
         broken: (index == 1).then(|| "receiver: receiving: Connection reset by peer (os error 104)".to_string()),
+        left_out_intervals: vec![],
     }
 }
 
@@ -326,6 +328,7 @@ fn udp_report() -> StreamReport {
         verdict: None,
         timeline: vec![],
         broken: None,
+        left_out_intervals: vec![],
     };
     StreamReport { spec: stream_spec("udp", 1), ..stream_report(vec![stream_run(vec![st])]) }
 }

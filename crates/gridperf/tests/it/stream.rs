@@ -210,6 +210,7 @@ fn options(spec: gridperf_core::wire::StreamSpec) -> gridperf::engines::stream::
         path_rate_bps: None,
         notes: Vec::new(),
         client_cpu: None,
+        by_interval: None,
     }
 }
 
