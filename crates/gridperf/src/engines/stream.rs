@@ -385,7 +385,11 @@ fn judge_intervals(
     for e in receivers {
         let start = e.start_mono_ns.unwrap_or(0);
         let spans: Vec<[u64; 2]> = (0..e.intervals.len() as u64)
-            .map(|k| [(start + k * step).saturating_sub(lead), start + (k + 1) * step])
+            // (saturating: the figure came from the agent)
+            .map(|k| {
+                let from = start.saturating_add(k.saturating_mul(step));
+                [from.saturating_sub(lead), from.saturating_add(step)]
+            })
             .collect();
         let left: Vec<u32> = late_within(&spans, &windows)
             .into_iter()

@@ -1816,10 +1816,26 @@ fn transfer_runs_that_crossed_a_held_up_emulator_are_left_out_and_measured_again
                            --warmup-time 0s --json --no-store"
         .split_whitespace()
         .collect();
-    lab.serve_on_b();
-    let stop = hold_up(pid, Duration::from_millis(600), 3, Duration::from_millis(40), Duration::from_millis(700));
-    let o = lab.exec_a(&args);
-    stop.join().expect("the stopper");
+    // the machine's own hold-ups leave runs out too: the rootless CI once
+    // left out 7 of 23 (more than a quarter) beside the three injected,
+    // so up to three tries, each once the hypervisor leaves the machine alone
+    let mut o = None;
+    for _ in 0..3 {
+        crate::quiet();
+        lab.serve_on_b();
+        let stop = hold_up(pid, Duration::from_millis(600), 3, Duration::from_millis(40), Duration::from_millis(700));
+        let tried = lab.exec_a(&args);
+        stop.join().expect("the stopper");
+        if let Some(mut a) = lab.agent.take() {
+            let _ = a.wait();
+        }
+        let valid = tried.status.success();
+        o = Some(tried);
+        if valid {
+            break;
+        }
+    }
+    let o = o.expect("a try");
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
     let p = &v["points"][0];
@@ -1832,9 +1848,6 @@ fn transfer_runs_that_crossed_a_held_up_emulator_are_left_out_and_measured_again
     assert!(max - median < 30e6, "a run that waited through a 40 ms hold-up was kept: {times:?}");
     let note = v["env"]["lab"]["note"].as_str().unwrap_or_default();
     assert!(note.contains(&format!("{left_out} of {} transfer runs crossed", left_out + 16)), "{note}");
-    if let Some(mut a) = lab.agent.take() {
-        let _ = a.wait();
-    }
     // hold-ups all through: every run touched, the extra ones too
     lab.serve_on_b();
     let stop = hold_up(pid, Duration::ZERO, 100, Duration::from_millis(40), Duration::from_millis(100));
