@@ -576,6 +576,13 @@ impl LabWatch {
         Some(all)
     }
 
+    /// Whether the run so far, through the reading [`LabWatch::late_windows`]
+    /// last waited for, is INVALID judged as a whole; None before such a read.
+    pub fn invalid_as_a_whole(&self) -> Option<bool> {
+        let (after, _) = self.windows.as_ref()?;
+        Some(after.since(self.before.as_ref()?).invalid_because().is_some())
+    }
+
     /// The run was judged round trip by round trip: its verdict leaves the
     /// emulator's late packets and hold-ups out, and says what was left out.
     pub fn judged_by_round_trip(&mut self, judged: RoundTrips) {
