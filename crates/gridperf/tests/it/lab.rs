@@ -2507,20 +2507,22 @@ fn a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_draw
 
 /// Issue 33, the pause rule for a rate taken per interval: `lab clone`'s
 /// overrun (a UDP stream past the path's rate, whose rate is the mean of
-/// its 100 ms report intervals) is judged interval by interval. A 40 ms
-/// hold-up of the emulator (SIGSTOP) once the a -> b overrun fills the
-/// link's queue idles the link for about 2% of the 1.5 s probe: a whole
-/// run's verdict voids it (CI saw three tries in a row INVALID so, under
-/// steal). It takes from the intervals it lay in alone, and those are left
-/// out: the clone is valid, its rate the path's, and its notes say what
-/// was left out. (At 250 Mbit/s, 40 ms of load fits the TUN queue of 1000
-/// packets: the emulator reads it all after.)
+/// its 100 ms report intervals) is judged interval by interval once it is
+/// INVALID as a whole. An 80 ms hold-up of the emulator (SIGSTOP) once the
+/// a -> b overrun fills the link's queue idles the link for about 2% of
+/// the probe's span (setup and linger with it; a 40 ms one was under the
+/// 1% in CI, and the run was valid as a whole): a whole run's verdict
+/// voids it (CI saw three tries in a row INVALID so, under steal). It takes
+/// from the intervals it lay in alone, and those are left out: the clone
+/// is valid, its rate the path's, and its notes say what was left out.
+/// (At 120 Mbit/s, 80 ms of load fits the TUN queue of 1000 packets: the
+/// emulator reads it all after.)
 #[test]
 fn a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in() {
     if !privileged("a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in") {
         return;
     }
-    let mut lab = Lab::up("cloneh", &["--rate", "200M", "--rtt", "4ms", "--queue", "1bdp"]);
+    let mut lab = Lab::up("cloneh", &["--rate", "100M", "--rtt", "4ms", "--queue", "1bdp"]);
     let pid = lab.status()["lab"]["pid"].as_u64().expect("the emulator's pid") as u32;
     let queue_full = |lab: &Lab| lab.status()["health"]["links"][0]["queue_full"].as_u64().unwrap_or(0);
     lab.serve_on_b_with(&[]);
@@ -2533,7 +2535,7 @@ fn a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in() {
         let full = queue_full(&lab);
         let mut clone = crate::bin()
             .args(["lab", "exec", "--name", &lab.name, "a", "--", BIN])
-            .args(["lab", "clone", "10.77.2.1", "--time", "20s", "--max-rate", "250M", "--json", "--no-store"])
+            .args(["lab", "clone", "10.77.2.1", "--time", "20s", "--max-rate", "120M", "--json", "--no-store"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -2544,7 +2546,7 @@ fn a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in() {
         let mut held = false;
         while !held && Instant::now() < until && clone.try_wait().ok().flatten().is_none() {
             if queue_full(&lab) > full {
-                hold_up(pid, Duration::from_millis(200), 1, Duration::from_millis(40), Duration::ZERO)
+                hold_up(pid, Duration::from_millis(200), 1, Duration::from_millis(80), Duration::ZERO)
                     .join()
                     .expect("the stopper");
                 held = true;
@@ -2567,5 +2569,5 @@ fn a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in() {
     let notes = v["notes"].to_string();
     assert!(notes.contains("report intervals crossed the lab's emulator while it was late"), "{notes}");
     let rate = v["profile"]["ab"]["rate_bps"]["value"].as_f64().expect("a rate");
-    assert!((rate / 200e6 - 1.0).abs() <= 0.03, "a -> b: {rate} bit/s on a 200 Mbit/s link; {notes}");
+    assert!((rate / 100e6 - 1.0).abs() <= 0.03, "a -> b: {rate} bit/s on a 100 Mbit/s link; {notes}");
 }
