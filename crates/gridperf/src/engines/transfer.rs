@@ -5,6 +5,7 @@
 
 use super::echo::{start, EchoOptions, Outcome, Progress};
 use crate::error::Result;
+use crate::lab::emulator::over_share;
 use crate::runner::Target;
 use gridperf_core::analysis::stats::{self, Summary, Warning};
 use gridperf_core::model::plan::interleave;
@@ -23,11 +24,6 @@ pub struct TransferOptions {
     /// Untimed runs before them.
     pub warmup_runs: u32,
 }
-
-/// Whether a timed run of `run_ns` that lay `late_ns` within the lab's
-/// emulator's late windows is left out: as a whole run is judged (a
-/// stream's, say), more than 1 in HELD_UP_PER of its time.
-use crate::lab::emulator::over_share as late_beyond;
 
 /// Messages per run: the Table 1 loop sends whole messages until at least
 /// `total` bytes have gone, so the last one may overshoot.
@@ -59,7 +55,7 @@ pub fn run_with(
     let mut warnings = Vec::new();
     // across a lab, each point is judged run by run, while the emulator's
     // late windows can be read: a run the emulator was late across for
-    // more than a whole run may be is not the path's (`late_beyond`).
+    // more than a whole run may be is not the path's (`over_share`).
     // Kept runs stay a fair draw while few are left out (a longer run
     // meets a window more often; past 1 in LEFT_OUT_PER the run is
     // INVALID, and under that the odds differ by a few percent across a
@@ -118,7 +114,7 @@ pub fn run_with(
                     }
                 },
             };
-            kept = timed.iter().zip(&late).filter(|(t, &l)| !late_beyond(l, t.0)).map(|(t, _)| *t).collect();
+            kept = timed.iter().zip(&late).filter(|(t, &l)| !over_share(l, t.0)).map(|(t, _)| *t).collect();
             let missing = (opts.repeat as u64).saturating_sub(kept.len() as u64);
             if missing == 0 || extra >= opts.repeat as u64 {
                 break;
@@ -176,10 +172,10 @@ mod tests {
 
     #[test]
     fn a_run_is_left_out_when_the_emulator_was_late_for_over_1_in_100_of_it() {
-        assert!(!late_beyond(0, 200_000_000));
-        assert!(!late_beyond(2_000_000, 200_000_000));
-        assert!(late_beyond(2_000_001, 200_000_000));
-        assert!(late_beyond(40_000_000, 240_000_000));
+        assert!(!over_share(0, 200_000_000));
+        assert!(!over_share(2_000_000, 200_000_000));
+        assert!(over_share(2_000_001, 200_000_000));
+        assert!(over_share(40_000_000, 240_000_000));
     }
 
     #[test]

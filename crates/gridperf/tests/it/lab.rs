@@ -1816,26 +1816,19 @@ fn transfer_runs_that_crossed_a_held_up_emulator_are_left_out_and_measured_again
                            --warmup-time 0s --json --no-store"
         .split_whitespace()
         .collect();
-    // the machine's own hold-ups leave runs out too: the rootless CI once
-    // left out 7 of 23 (more than a quarter) beside the three injected,
-    // so up to three tries, each once the hypervisor leaves the machine alone
-    let mut o = None;
-    for _ in 0..3 {
-        crate::quiet();
-        lab.serve_on_b();
+    // the machine's own hold-ups leave runs out too (the rootless CI once
+    // left out 7 of 23, more than a quarter, beside the three injected):
+    // tried again while INVALID, each try once the machine is quiet
+    lab.serve_on_b();
+    let o = lab.unless_invalid_serving(|lab| {
         let stop = hold_up(pid, Duration::from_millis(600), 3, Duration::from_millis(40), Duration::from_millis(700));
-        let tried = lab.exec_a(&args);
+        let o = lab.exec_a(&args);
         stop.join().expect("the stopper");
-        if let Some(mut a) = lab.agent.take() {
-            let _ = a.wait();
-        }
-        let valid = tried.status.success();
-        o = Some(tried);
-        if valid {
-            break;
-        }
+        o
+    });
+    if let Some(mut a) = lab.agent.take() {
+        let _ = a.wait();
     }
-    let o = o.expect("a try");
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
     let p = &v["points"][0];
