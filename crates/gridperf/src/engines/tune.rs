@@ -321,11 +321,13 @@ pub fn probe_in_lab(
     let mut agent = crate::lab::run::start_agent(b, port, crate::lab::hosts_niced(name))?;
     // the lab's emulator watched: a probe it did not keep up with is taken again
     let target = Target { lab: Some(name.to_string()), ..Target::remote(std::net::SocketAddr::from((b.addr, port))) };
+    // the probes' own error keeps its kind (an invalid run is exit 4, not a
+    // network failure); only entering the namespace fails as an io::Error
     let result = gridperf_sys::in_netns(&a.netns, move || {
-        probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path, congestion.as_deref(), &*say)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+        Ok(probe_both_ways(&target, deadlines, (&ends.0, &ends.1), path, congestion.as_deref(), &*say))
     });
     // the agent stops within a second of SIGTERM; one that does not is killed
     crate::lab::stop_child(&mut agent, std::time::Duration::from_secs(3));
-    result.map_err(|e| Error::network(format!("the share probes across lab {name}: {e}")))
+    let what = format!("the share probes across lab {name}");
+    result.map_err(|e| Error::network(format!("{what}: {e}")))?.map_err(|e| e.context(what))
 }
