@@ -281,6 +281,12 @@ pub struct LabRecord {
     pub name: String,
     pub profile: Option<String>,
     pub description: String,
+    /// The lab's own round trip on this machine, ns, measured as it came up
+    /// and taken off its delays (half each way): a round trip across the
+    /// lab is at least its delays as asked less this. None when nothing was
+    /// taken off (no delay, the loopback lab, or a floor measured busy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_ns: Option<f64>,
     /// The emulator's counters over the run (its health file, before and after).
     pub emulator: serde_json::Value,
     /// Why the run is invalid, if the emulator fell behind or dropped what its model did not.

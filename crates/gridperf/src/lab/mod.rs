@@ -616,6 +616,7 @@ impl LabWatch {
         gridperf_core::model::LabRecord {
             name: self.name,
             profile: state.as_ref().and_then(|s| s.spec.profile.clone()),
+            floor_ns: state.as_ref().and_then(|s| s.spec.floor_ns),
             description: state.map(|s| s.spec.description).unwrap_or_default(),
             emulator,
             invalid,

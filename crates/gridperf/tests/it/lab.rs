@@ -854,8 +854,14 @@ fn rtt_across_a_profile_with_lab_brings_it_up_and_down() {
     });
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    // at least the 2 ms less the lab's own round trip, taken off its delays
+    // as it came up (the hosts' costs at run time may be less than the
+    // floor measured then, on a machine busier then: a rootless pass once
+    // saw 1.83 ms)
     let median = v["points"][0]["summary"]["median_ns"].as_f64().expect("median");
-    assert!((2_000_000.0..3_000_000.0).contains(&median), "median RTT {median} ns across a 2 ms lab");
+    let floor = v["env"]["lab"]["floor_ns"].as_f64().expect("the lab's own round trip, taken off");
+    assert!(floor > 0.0 && floor < 1e6, "the lab's own round trip: {floor} ns");
+    assert!((2e6 - floor..3e6).contains(&median), "median RTT {median} ns across a 2 ms lab ({floor} ns taken off)");
     assert_eq!(v["env"]["lab"]["profile"], "man", "{}", v["env"]["lab"]);
     assert!(v["env"]["lab"]["invalid"].is_null(), "{}", v["env"]["lab"]);
     assert_eq!(labs(), before, "the run's lab was left behind");
@@ -2484,11 +2490,16 @@ fn a_verified_clone_of_a_right_skewed_path_keeps_its_tail_and_is_stored_and_draw
     assert!(err("RTT p50 (64 B)").abs() <= 0.10, "{}", row("RTT p50 (64 B)"));
     assert!(err("RTT p95 (64 B)").abs() <= 0.10, "{}", row("RTT p95 (64 B)"));
     assert!(err("TCP, 4 CUBIC streams a -> b").abs() <= 0.15, "{}", row("TCP, 4 CUBIC streams a -> b"));
+    // each side's streams carry at most its own link's rate: the real
+    // path's 200 Mbit/s, and the clone's fitted rate (within the 10% above:
+    // CI once fitted a rate a few percent over, and 4 streams carried
+    // 205.5 Mbit/s across it)
+    let fitted = v["profile"]["ab"]["rate_bps"]["value"].as_f64().expect("the clone's rate a -> b");
     for what in ["TCP, 1 CUBIC stream a -> b", "TCP, 4 CUBIC streams a -> b"] {
         let r = row(what);
-        for side in ["real", "clone"] {
+        for (side, link) in [("real", 200e6), ("clone", fitted)] {
             let bps = r[side].as_f64().expect("a throughput");
-            assert!(bps > 100e6 && bps <= 200e6, "{what} {side}: {bps} bit/s on a 200 Mbit/s path");
+            assert!(bps > 100e6 && bps <= link, "{what} {side}: {bps} bit/s on a {link} bit/s link");
         }
     }
     // stored: one run of kind clone, with both sides' round trips and the comparison
