@@ -354,7 +354,8 @@ fn run_once(target: &Target, opts: &StreamOptions, run_no: u32, on_interval: &mu
     Ok(run)
 }
 
-/// Judges a run across a lab that is INVALID as a whole interval by interval: each receiver's report
+/// Judges a run across a lab interval by interval, once it is INVALID as a
+/// whole (a valid one keeps every interval): each receiver's report
 /// intervals that lay within the emulator's late windows (each looked at
 /// `lead` earlier too) for more than 1 in HELD_UP_PER of their time are
 /// left out, by stream index, and the run's verdict leaves the lateness out
