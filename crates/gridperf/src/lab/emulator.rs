@@ -1013,12 +1013,9 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
 /// Runs until `stop` is set; calls `report` with the health figures about
 /// every `report_every`. The TUN devices must have been made with offloads
 /// (each packet behind a virtio-net header).
-// Long by design: the emulator's one event loop (sleep or tick, read the
-// devices, deliver what fell due, account); its state lives across
-// iterations and its steps are marked, and at 10 Gbit/s it is the hot path.
 pub fn run(
     pauses: Option<&std::path::Path>,
-    mut ports: Vec<Port>,
+    ports: Vec<Port>,
     bottleneck: &[(LinkConfig, LinkConfig)],
     seed: u64,
     stop: &AtomicBool,
@@ -1026,11 +1023,36 @@ pub fn run(
     report: &mut dyn FnMut(&Health),
 ) -> io::Result<Health> {
     let _ = gridperf_sys::set_timer_slack_ns(1);
-    // a real-time thread is not kept waiting behind the hosts' own work on
-    // a small machine; without the privilege the lag counters will say so
-    // root may; so may a user whose RLIMIT_RTPRIO allows it (limits.conf's rtprio)
+    let realtime = take_realtime();
+    for p in &ports {
+        gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
+    }
+    let mut emu = Emulator::new(pauses, ports, bottleneck, seed, realtime)?;
+    // at once: what runs on the hosts is niced when the emulator is not real-time
+    emu.health.mono_ns = gridperf_sys::monotonic_ns();
+    report(&emu.health);
+    let mut last_report = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if !emu.turn()? {
+            continue;
+        }
+        if last_report.elapsed() >= report_every {
+            emu.take_stock();
+            report(&emu.health);
+            last_report = Instant::now();
+        }
+    }
+    emu.take_stock();
+    Ok(emu.health)
+}
+
+/// Makes this thread real-time (SCHED_FIFO) if it may: a real-time thread
+/// is not kept waiting behind the hosts' own work on a small machine. Root
+/// may, and so may a user whose RLIMIT_RTPRIO allows it (limits.conf's
+/// rtprio); without it the lag counters will say so.
+fn take_realtime() -> bool {
     let limit = gridperf_sys::rtprio_limit();
-    let realtime = match gridperf_sys::set_realtime(50) {
+    match gridperf_sys::set_realtime(50) {
         Ok(()) => true,
         Err(_) if limit > 0 && gridperf_sys::set_realtime(limit as i32).is_ok() => true,
         Err(e) => {
@@ -1045,46 +1067,74 @@ pub fn run(
             );
             false
         }
-    };
-    for p in &ports {
-        gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
-    // links 2k and 2k + 1: the bottleneck's path k, A to B and B to A (one
-    // path but for `--paths`); then each host's access link, up (from the
-    // host) and down (to it)
-    let n_paths = bottleneck.len().max(1);
-    let mut links: Vec<Link<Item>> = Vec::new();
-    for (k, (ab, ba)) in bottleneck.iter().enumerate() {
-        let s = seed.wrapping_add((k as u64) << 32);
-        links.push(Link::new(ab.clone(), s));
-        links.push(Link::new(ba.clone(), s ^ 0x5bd1_e995));
+}
+
+/// The emulated links and which of them a packet crosses: links 2k and
+/// 2k + 1 are the bottleneck's path k, A to B and B to A (one path but for
+/// `--paths`); then each host's access link, up (from the host) and down
+/// (to it).
+struct Fabric {
+    links: Vec<Link<Item>>,
+    /// Per port: its access links (up, down), if it has one.
+    access: Vec<Option<(usize, usize)>>,
+    n_paths: usize,
+}
+
+impl Fabric {
+    fn new(bottleneck: &[(LinkConfig, LinkConfig)], ports: &[Port], seed: u64) -> Fabric {
+        let mut links: Vec<Link<Item>> = Vec::new();
+        for (k, (ab, ba)) in bottleneck.iter().enumerate() {
+            let s = seed.wrapping_add((k as u64) << 32);
+            links.push(Link::new(ab.clone(), s));
+            links.push(Link::new(ba.clone(), s ^ 0x5bd1_e995));
+        }
+        if links.is_empty() {
+            links = vec![Link::new(LinkConfig::default(), seed), Link::new(LinkConfig::default(), seed ^ 0x5bd1_e995)];
+        }
+        let mut access = Vec::new();
+        for (i, p) in ports.iter().enumerate() {
+            access.push(p.access.clone().map(|cfg| {
+                let up = links.len();
+                links.push(Link::new(cfg.clone(), seed.wrapping_add(2 * i as u64 + 2)));
+                links.push(Link::new(cfg, seed.wrapping_add(2 * i as u64 + 3)));
+                (up, up + 1)
+            }));
+        }
+        Fabric { links, access, n_paths: bottleneck.len().max(1) }
     }
-    if links.is_empty() {
-        links = vec![Link::new(LinkConfig::default(), seed), Link::new(LinkConfig::default(), seed ^ 0x5bd1_e995)];
+
+    /// The links a packet from port `from` to port `to` crosses, in order,
+    /// `dir` being the bottleneck's link it hashed onto.
+    fn path(&self, from: usize, dir: usize, to: usize) -> Vec<usize> {
+        let mut path = Vec::with_capacity(3);
+        if let Some((up, _)) = self.access[from] {
+            path.push(up);
+        }
+        path.push(dir);
+        if let Some((_, down)) = self.access[to] {
+            path.push(down);
+        }
+        path
     }
-    let mut access_idx: Vec<Option<(usize, usize)>> = Vec::new();
-    for (i, p) in ports.iter().enumerate() {
-        access_idx.push(p.access.clone().map(|cfg| {
-            let up = links.len();
-            links.push(Link::new(cfg.clone(), seed.wrapping_add(2 * i as u64 + 2)));
-            links.push(Link::new(cfg, seed.wrapping_add(2 * i as u64 + 3)));
-            (up, up + 1)
-        }));
-    }
-    let snapshot = |links: &[Link<Item>], ports: &[Port], health: &mut Health| {
+
+    /// The links' counters into `health`: the bottleneck's summed over its
+    /// paths (and each path's when there are several), each access link's.
+    fn snapshot(&self, ports: &[Port], health: &mut Health) {
+        let links = &self.links;
         let mut sum = [Counters::default(), Counters::default()];
         health.paths.clear();
-        for k in 0..n_paths {
+        for k in 0..self.n_paths {
             sum[0].add(&links[2 * k].counters);
             sum[1].add(&links[2 * k + 1].counters);
-            if n_paths > 1 {
+            if self.n_paths > 1 {
                 health.paths.push([links[2 * k].counters.clone(), links[2 * k + 1].counters.clone()]);
             }
         }
         health.links = sum;
         health.access = ports
             .iter()
-            .zip(&access_idx)
+            .zip(&self.access)
             .filter_map(|(p, a)| {
                 a.map(|(u, d)| AccessCounters {
                     host: p.name.clone(),
@@ -1093,84 +1143,189 @@ pub fn run(
                 })
             })
             .collect();
-    };
-    let fds: Vec<i32> = ports.iter().map(|p| p.tun.as_raw_fd()).collect();
-    let mut tuns: Vec<File> = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
-    let start = Instant::now();
-    let now_ns = || start.elapsed().as_nanos() as u64;
-    // the emulator's clock on CLOCK_MONOTONIC, the hosts' clock too
-    let mono0 = gridperf_sys::monotonic_ns().saturating_sub(now_ns());
-    let mut health = Health { lag_hist: vec![0; LAG_BUCKETS], realtime: Some(realtime), ..Health::default() };
-    // at once: what runs on the hosts is niced when the emulator is not real-time
-    health.mono_ns = gridperf_sys::monotonic_ns();
-    report(&health);
-    let mut buf = vec![0u8; VNET_HDR_LEN + 65_536];
-    let mut last_report = Instant::now();
-    let mut pace = Pace::default();
-    let mut backlog = false;
-    let mut last_packet: u64 = 0;
-    // the last whole-lab pause, on the emulator's clock: packets falling
-    // due within it are the pause's, not the emulator's lag
-    let mut paused: (u64, u64) = (0, 0);
-    // a round trip of the bottleneck and a little: how long after a pause
-    // its burst may still overrun a queue
-    let burst_window = 2 * bottleneck.iter().map(|(a, b)| a.delay_ns + b.delay_ns).max().unwrap_or(0) + 10_000_000;
-    // what held the emulator up, read across each long hold-up
-    let mut probe = gridperf_sys::SchedProbe::for_this_thread();
-    let mut probed = probe.sample();
-    let mut probed_at: u64 = 0;
-    // drops the hosts' kernels count at the TUN devices, from the start
-    let tun_base: Vec<u64> =
-        ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
-    let tun_drops = |ports: &mut Vec<Port>| -> u64 {
-        ports
-            .iter_mut()
-            .zip(&tun_base)
-            .map(|(p, base)| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(*base).saturating_sub(*base))
-            .sum()
-    };
-    // when the last turn of the loop began, if it spun before a due packet and moved nothing
-    let mut spun_from: Option<u64> = None;
-    // when the emulator last woke: the turn's work (reading, deciding,
-    // writing) ran from then to the top of the next turn
-    let mut woke_at = now_ns();
-    // the short hold-ups since the probe was last read: how many, how long
-    let mut span_short: (u64, u64) = (0, 0);
-    // per port: when its last batch stopped with packets left in its TUN
-    // queue, so that the first read next finds one that waited from then
-    let mut left_unread: Vec<Option<u64>> = vec![None; ports.len()];
-    while !stop.load(Ordering::Relaxed) {
-        let now = now_ns();
-        let worked = now.saturating_sub(woke_at);
-        if let Some(from) = spun_from.take() {
-            pace.spun += now.saturating_sub(from);
+    }
+}
+
+/// One turn's waking: when the turn began and woke, what it asked to
+/// sleep, which devices had packets, and when a link's next one fell due.
+struct Woken {
+    /// When the turn began (before any nap).
+    began: u64,
+    woke: u64,
+    nap: u64,
+    timeout: u64,
+    ready: Vec<bool>,
+    wake: Option<u64>,
+    ticking: bool,
+}
+
+/// The emulator's state across the turns of its event loop.
+struct Emulator<'p> {
+    pauses: Option<&'p std::path::Path>,
+    ports: Vec<Port>,
+    fds: Vec<i32>,
+    tuns: Vec<File>,
+    fabric: Fabric,
+    seed: u64,
+    start: Instant,
+    /// The emulator's clock (ns from `start`) on CLOCK_MONOTONIC, the hosts' clock too.
+    mono0: u64,
+    health: Health,
+    buf: Vec<u8>,
+    pace: Pace,
+    /// A device still held more than the last batch took.
+    backlog: bool,
+    last_packet: u64,
+    /// The last whole-lab pause, on the emulator's clock: packets falling
+    /// due within it are the pause's, not the emulator's lag.
+    paused: (u64, u64),
+    /// A round trip of the bottleneck and a little: how long after a pause
+    /// its burst may still overrun a queue.
+    burst_window: u64,
+    /// What held the emulator up, read across each long hold-up.
+    probe: gridperf_sys::SchedProbe,
+    probed: gridperf_sys::SchedSample,
+    probed_at: u64,
+    /// Drops the hosts' kernels count at the TUN devices, at the start.
+    tun_base: Vec<u64>,
+    /// When the last turn began, if it spun before a due packet and moved nothing.
+    spun_from: Option<u64>,
+    /// When the emulator last woke: the turn's work (reading, deciding,
+    /// writing) ran from then to the top of the next turn.
+    woke_at: u64,
+    /// The short hold-ups since the probe was last read: how many, how long.
+    span_short: (u64, u64),
+    /// Per port: when its last batch stopped with packets left in its TUN
+    /// queue, so that the first read next finds one that waited from then.
+    left_unread: Vec<Option<u64>>,
+}
+
+impl<'p> Emulator<'p> {
+    fn new(
+        pauses: Option<&'p std::path::Path>,
+        mut ports: Vec<Port>,
+        bottleneck: &[(LinkConfig, LinkConfig)],
+        seed: u64,
+        realtime: bool,
+    ) -> io::Result<Emulator<'p>> {
+        let fabric = Fabric::new(bottleneck, &ports, seed);
+        let fds = ports.iter().map(|p| p.tun.as_raw_fd()).collect();
+        let tuns = ports.iter().map(|p| p.tun.try_clone()).collect::<io::Result<_>>()?;
+        let start = Instant::now();
+        let mono0 = gridperf_sys::monotonic_ns().saturating_sub(start.elapsed().as_nanos() as u64);
+        let burst_window = 2 * bottleneck.iter().map(|(a, b)| a.delay_ns + b.delay_ns).max().unwrap_or(0) + 10_000_000;
+        let mut probe = gridperf_sys::SchedProbe::for_this_thread();
+        let probed = probe.sample();
+        let tun_base = ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
+        let left_unread = vec![None; ports.len()];
+        let mut emu = Emulator {
+            pauses,
+            ports,
+            fds,
+            tuns,
+            fabric,
+            seed,
+            start,
+            mono0,
+            health: Health { lag_hist: vec![0; LAG_BUCKETS], realtime: Some(realtime), ..Health::default() },
+            buf: vec![0u8; VNET_HDR_LEN + 65_536],
+            pace: Pace::default(),
+            backlog: false,
+            last_packet: 0,
+            paused: (0, 0),
+            burst_window,
+            probe,
+            probed,
+            probed_at: 0,
+            tun_base,
+            spun_from: None,
+            woke_at: 0,
+            span_short: (0, 0),
+            left_unread,
+        };
+        emu.woke_at = emu.now_ns();
+        Ok(emu)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// One turn: wait, judge a hold-up, read what arrived, deliver what
+    /// fell due. False when a hold-up came while reading: what fell due
+    /// meanwhile is written next turn, once the hold-up is judged.
+    fn turn(&mut self) -> io::Result<bool> {
+        let w = self.wait()?;
+        let held_woke = self.judge_hold_up(&w);
+        self.backlog = false;
+        // what the hosts sent during a tick arrived, as far as the emulator
+        // can know, uniformly over it: it takes the middle. A packet is then
+        // written at the first tick after it is due, so under load every
+        // packet spends on average half a tick (TICK_NS / 2) more in the
+        // lab than its settings say, at any delay, and at most a tick.
+        let base = if w.ticking { w.began + (w.woke - w.began) / 2 } else { w.woke };
+        let mut moved = 0u64;
+        for i in 0..self.ports.len() {
+            if w.ready[i] {
+                moved += self.read_port(i, base, w.woke, held_woke)?;
+            }
         }
-        let wake = links.iter().filter_map(|l| l.next_wake()).min();
+        let now = self.now_ns();
+        // held up while reading (it takes tens of us): what fell due
+        // meanwhile is written next turn, once the hold-up is judged (its
+        // cause, a whole-lab pause's window), not counted as lag now (CI: a
+        // 30 ms `lab pause` whose late packets all counted as the emulator's)
+        if now.saturating_sub(w.woke) > LAG_LIMIT_NS {
+            return Ok(false);
+        }
+        moved += self.deliver_due(now);
+        self.pace.account(w.began, w.woke, w.nap + w.timeout, moved, self.probed.idle_ns);
+        if !w.ticking && w.nap + w.timeout == 0 && moved == 0 && w.wake.is_some_and(|d| d > now) {
+            self.spun_from = Some(w.began);
+        }
+        Ok(true)
+    }
+
+    /// Sleeps or ticks until packets arrive or one falls due.
+    fn wait(&mut self) -> io::Result<Woken> {
+        let now = self.now_ns();
+        if let Some(from) = self.spun_from.take() {
+            self.pace.spun += now.saturating_sub(from);
+        }
+        let wake = self.fabric.links.iter().filter_map(|l| l.next_wake()).min();
         // sleep until shortly before the next packet is due (at most 100 ms,
         // to see the stop flag), then spin: waking an idle virtual CPU takes
         // 50-150 us here, more than the delay error the lab may make
         // while traffic flows, never sleep more than 5 ms: a stall (the
         // emulator not running) longer than that always shows as a late wake
-        let cap = if now.saturating_sub(last_packet) < 1_000_000_000 { 5_000_000 } else { 100_000_000 };
+        let cap = if now.saturating_sub(self.last_packet) < 1_000_000_000 { 5_000_000 } else { 100_000_000 };
         let until_due = wake.map_or(cap, |w| w.saturating_sub(now)).min(cap);
-        let ticking = pace.ticking;
+        let ticking = self.pace.ticking;
         let (nap, timeout) = if ticking {
             // under load: a tick's nap without watching the devices, then
             // whatever arrived or fell due meanwhile in one go; no nap while
             // a device still holds more than the last batch took
-            (if backlog { 0 } else { TICK_NS }, 0)
+            (if self.backlog { 0 } else { TICK_NS }, 0)
         } else {
             // ...then spin, but only while the emulator has CPU to spare: a
             // SCHED_FIFO thread busy more than 95% of a second is stopped for
             // the rest of it by the kernel's RT throttling (a 50 ms stall)
-            (0, until_due.saturating_sub(if pace.may_spin { SPIN_NS } else { 0 }))
+            (0, until_due.saturating_sub(if self.pace.may_spin { SPIN_NS } else { 0 }))
         };
         if nap > 0 {
             std::thread::sleep(Duration::from_nanos(nap));
         }
-        let ready = gridperf_sys::ppoll_readable(&fds, Some(timeout))?;
-        let now_after = now_ns();
-        woke_at = now_after;
+        let ready = gridperf_sys::ppoll_readable(&self.fds, Some(timeout))?;
+        Ok(Woken { began: now, woke: self.now_ns(), nap, timeout, ready, wake, ticking })
+    }
+
+    /// Counts the turn's waking as a hold-up when it came later than asked
+    /// while packets waited, and lays a long one at the door of what took
+    /// the time. Returns when the emulator woke from a hold-up, if it did.
+    fn judge_hold_up(&mut self, w: &Woken) -> Option<u64> {
+        let now_after = w.woke;
+        let worked = w.began.saturating_sub(self.woke_at);
+        self.woke_at = now_after;
         // woken later than asked: the emulator was not running (descheduled,
         // stopped), and whatever the hosts sent meanwhile waited unseen. A
         // stop or descheduling while it worked shows only in how long the
@@ -1179,43 +1334,52 @@ pub fn run(
         // ms `lab pause` in it was said valid, with no pause of 200 ms
         // seen: the stop came while the emulator worked)
         let held_in_work = if worked > LAG_LIMIT_NS { worked } else { 0 };
-        let overslept = now_after.saturating_sub(now + nap + timeout) + held_in_work;
+        let overslept = now_after.saturating_sub(w.began + w.nap + w.timeout) + held_in_work;
+        let health = &mut self.health;
         if overslept > LAG_THRESHOLD_NS {
             health.stalls += 1;
             health.max_lag_ns = health.max_lag_ns.max(overslept);
         }
         // a hold-up matters when packets waited through it: a host's unseen
         // in a TUN queue, or the lab's own falling due meanwhile
-        let waited = ready.iter().any(|&r| r) || wake.is_some_and(|w| w < now_after);
+        let waited = w.ready.iter().any(|&r| r) || w.wake.is_some_and(|d| d < now_after);
         // a link's idle after a hold-up while packets waited unread counts
         // from the waking, not from before it (counted as the hold-up's)
         let mut held_woke = None;
         if overslept > LAG_THRESHOLD_NS && waited {
             // what it took from each link: the link's idle time through it
-            for l in links.iter_mut() {
+            for l in self.fabric.links.iter_mut() {
                 l.idle_through(now_after - overslept, now_after);
             }
             held_woke = Some(now_after);
             health.held_up_ns += overslept;
-            health.late_from(mono0 + now_after - overslept, mono0 + now_after);
+            health.late_from(self.mono0 + now_after - overslept, self.mono0 + now_after);
             if overslept <= LAG_LIMIT_NS {
-                span_short = (span_short.0 + 1, span_short.1 + overslept);
+                self.span_short = (self.span_short.0 + 1, self.span_short.1 + overslept);
             }
         }
-        if overslept > LAG_LIMIT_NS && waited {
+        let long = overslept > LAG_LIMIT_NS && waited;
+        if !long && now_after.saturating_sub(self.probed_at) < PROBE_EVERY_NS {
+            return held_woke;
+        }
+        let now_probe = self.probe.sample();
+        if self.span_short.0 > 0 {
+            health.short_held.add_span(self.span_short.0, self.span_short.1, &self.probed, &now_probe);
+            self.span_short = (0, 0);
+        }
+        if long {
             health.long_stalls += 1;
-            let now_probe = probe.sample();
-            if span_short.0 > 0 {
-                health.short_held.add_span(span_short.0, span_short.1, &probed, &now_probe);
-                span_short = (0, 0);
-            }
-            let h = &mut health.held_by;
             let mono = gridperf_sys::monotonic_ns();
-            let injected = pauses
+            let injected = self
+                .pauses
                 .and_then(|p| std::fs::read_to_string(p).ok())
                 .is_some_and(|text| paused_by_lab(&text, mono.saturating_sub(overslept), mono));
-            let cause =
-                if injected { Cause::LabPaused } else { held_by(&probed, &now_probe, overslept, probe.tick_ns()) };
+            let cause = if injected {
+                Cause::LabPaused
+            } else {
+                held_by(&self.probed, &now_probe, overslept, self.probe.tick_ns())
+            };
+            let h = &mut health.held_by;
             match cause {
                 Cause::MachinePaused => h.machine_paused.add(overslept),
                 Cause::CpuStolen => h.cpu_stolen.add(overslept),
@@ -1224,133 +1388,121 @@ pub fn run(
                 Cause::LabPaused => h.lab_paused.add(overslept),
             }
             if cause.whole_lab() {
-                paused = (now_after - overslept, now_after);
-                health.pause_window_ns += burst_window;
+                self.paused = (now_after - overslept, now_after);
+                health.pause_window_ns += self.burst_window;
                 if overslept >= PAUSE_RTO_NS {
                     health.rto_pauses += 1;
                 }
             }
-            probed = now_probe;
-            probed_at = now_after;
-        } else if now_after.saturating_sub(probed_at) >= PROBE_EVERY_NS {
-            let now_probe = probe.sample();
-            if span_short.0 > 0 {
-                health.short_held.add_span(span_short.0, span_short.1, &probed, &now_probe);
-                span_short = (0, 0);
-            }
-            probed = now_probe;
-            probed_at = now_after;
         }
-        let slept_from = now;
-        let mut moved = 0u64;
-        backlog = false;
-        let now = now_after;
-        // what the hosts sent during a tick arrived, as far as the emulator
-        // can know, uniformly over it: it takes the middle. A packet is then
-        // written at the first tick after it is due, so under load every
-        // packet spends on average half a tick (TICK_NS / 2) more in the
-        // lab than its settings say, at any delay, and at most a tick.
-        let base = if ticking { slept_from + (now_after - slept_from) / 2 } else { now };
-        // A packet arrived before it was read, no earlier than the tick's
-        // stamp allows: the stamp is at most half a tick before the read.
-        // What the emulator reads after a stall (descheduled mid-batch, or
-        // a nap the kernel stretched) may have been sent just before: the
-        // tick's stamp would put it long before, and deliver it early (a
-        // 10 ms path's RTT measured 9.54 ms rootless on a busy machine).
-        // What waited unseen through the stall is late instead, as counted.
-        let arrival = |read_at: u64| base.max(read_at.saturating_sub(TICK_NS / 2));
-        for (i, r) in ready.iter().enumerate() {
-            if !r {
-                continue;
+        self.probed = now_probe;
+        self.probed_at = now_after;
+        held_woke
+    }
+
+    /// Reads a bounded batch from port `i`'s device (so that one busy
+    /// sender cannot starve the schedule) and puts each packet on its
+    /// first link. Returns how many wire segments it read.
+    fn read_port(&mut self, i: usize, base: u64, woke: u64, held_woke: Option<u64>) -> io::Result<u64> {
+        // the packet first read here waited unread since then, if the last
+        // batch left it
+        let left = self.left_unread[i].take();
+        let mut waiting_since = held_woke.or(left);
+        let mut moved = 0;
+        for taken in 0..=BATCH {
+            if taken == BATCH {
+                self.backlog = true;
+                self.left_unread[i] = Some(self.now_ns());
+                break;
             }
-            // the packet first read here waited unread since then, if the
-            // last batch left it
-            let left = left_unread[i].take();
-            let mut waiting_since = held_woke.or(left);
-            // a bounded batch per port, so one busy sender cannot starve the schedule
-            for taken in 0..=BATCH {
-                if taken == BATCH {
-                    backlog = true;
-                    left_unread[i] = Some(now_ns());
-                    break;
+            let n = match self.tuns[i].read(&mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.last_packet = woke;
+            // A packet arrived before it was read, no earlier than the
+            // tick's stamp allows: the stamp is at most half a tick before
+            // the read. What the emulator reads after a stall (descheduled
+            // mid-batch, or a nap the kernel stretched) may have been sent
+            // just before: the tick's stamp would put it long before, and
+            // deliver it early (a 10 ms path's RTT measured 9.54 ms
+            // rootless on a busy machine). What waited unseen through the
+            // stall is late instead, as counted.
+            let arrived = base.max(self.now_ns().saturating_sub(TICK_NS / 2));
+            moved += self.admit(i, n, arrived, waiting_since.take());
+        }
+        Ok(moved)
+    }
+
+    /// Routes the packet of `n` bytes in the buffer, read from port `i`:
+    /// onto its first link, segment by segment, or straight across to a
+    /// host on the same side. Returns how many wire segments it has.
+    fn admit(&mut self, i: usize, n: usize, arrived: u64, waited_from: Option<u64>) -> u64 {
+        let health = &mut self.health;
+        if n <= VNET_HDR_LEN {
+            health.unroutable += 1;
+            return 0;
+        }
+        let pkt = &self.buf[VNET_HDR_LEN..n];
+        let Some(dst) = dest_v4(pkt).and_then(|d| self.ports.iter().position(|p| p.addr == d)) else {
+            health.unroutable += 1;
+            return 0;
+        };
+        if self.ports[dst].side == self.ports[i].side {
+            health.same_side += 1;
+            if !matches!(self.tuns[dst].write(&self.buf[..n]), Ok(w) if w == n) {
+                health.undecided_drops += 1;
+            }
+            return 0;
+        }
+        // the path this connection hashes onto, then its direction
+        let dir =
+            2 * flow_path(pkt, self.fabric.n_paths, self.seed) + if self.ports[i].side == Side::A { 0 } else { 1 };
+        let hdr = VnetHdr::parse(&self.buf[..n]).unwrap_or_default();
+        let lens = gso::segments(&hdr, pkt);
+        if lens.len() > 1 {
+            health.super_packets += 1;
+        }
+        let path = self.fabric.path(i, dir, dst);
+        let first = path[0];
+        let links = &mut self.fabric.links;
+        // the first link idle while this packet waited unread: the
+        // emulator's reading, not the link, set the pace meanwhile
+        if let Some(from) = waited_from {
+            links[first].starved(from, arrived);
+        }
+        let segments = lens.len() as u64;
+        let p = Rc::new(RefCell::new(InFlight {
+            buf: self.buf[..n].to_vec(),
+            dst,
+            path,
+            survived: vec![false; lens.len()],
+            lens: lens.clone(),
+            pending: 0,
+        }));
+        // loss and queueing are decided per wire segment
+        for (k, len) in lens.into_iter().enumerate() {
+            match links[first].arrive(arrived, len as u64, (p.clone(), k, 0)) {
+                Verdict::Accepted => p.borrow_mut().pending += 1,
+                Verdict::QueueFull if self.paused.1 > 0 && arrived < self.paused.1 + self.burst_window => {
+                    health.pause_drops += 1
                 }
-                let n = match tuns[i].read(&mut buf) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                last_packet = now;
-                let arrived = arrival(now_ns());
-                let waited_from = waiting_since.take();
-                if n <= VNET_HDR_LEN {
-                    health.unroutable += 1;
-                    continue;
-                }
-                let pkt = &buf[VNET_HDR_LEN..n];
-                let Some(dst) = dest_v4(pkt).and_then(|d| ports.iter().position(|p| p.addr == d)) else {
-                    health.unroutable += 1;
-                    continue;
-                };
-                if ports[dst].side == ports[i].side {
-                    health.same_side += 1;
-                    if !matches!(tuns[dst].write(&buf[..n]), Ok(w) if w == n) {
-                        health.undecided_drops += 1;
-                    }
-                    continue;
-                }
-                // the path this connection hashes onto, then its direction
-                let dir = 2 * flow_path(pkt, n_paths, seed) + if ports[i].side == Side::A { 0 } else { 1 };
-                let hdr = VnetHdr::parse(&buf[..n]).unwrap_or_default();
-                let lens = gso::segments(&hdr, pkt);
-                moved += lens.len() as u64;
-                if lens.len() > 1 {
-                    health.super_packets += 1;
-                }
-                let mut path = Vec::with_capacity(3);
-                if let Some((up, _)) = access_idx[i] {
-                    path.push(up);
-                }
-                path.push(dir);
-                if let Some((_, down)) = access_idx[dst] {
-                    path.push(down);
-                }
-                let first = path[0];
-                // the first link idle while this packet waited unread: the
-                // emulator's reading, not the link, set the pace meanwhile
-                if let Some(from) = waited_from {
-                    links[first].starved(from, arrived);
-                }
-                let p = Rc::new(RefCell::new(InFlight {
-                    buf: buf[..n].to_vec(),
-                    dst,
-                    path,
-                    survived: vec![false; lens.len()],
-                    lens: lens.clone(),
-                    pending: 0,
-                }));
-                // loss and queueing are decided per wire segment
-                for (k, len) in lens.into_iter().enumerate() {
-                    match links[first].arrive(arrived, len as u64, (p.clone(), k, 0)) {
-                        Verdict::Accepted => p.borrow_mut().pending += 1,
-                        Verdict::QueueFull if paused.1 > 0 && arrived < paused.1 + burst_window => {
-                            health.pause_drops += 1
-                        }
-                        _ => {}
-                    }
-                }
+                _ => {}
             }
         }
-        let now = now_ns();
-        // held up while reading (it takes tens of us): what fell due
-        // meanwhile is written next turn, once the hold-up is judged (its
-        // cause, a whole-lab pause's window), not counted as lag now (CI: a
-        // 30 ms `lab pause` whose late packets all counted as the emulator's)
-        if now.saturating_sub(now_after) > LAG_LIMIT_NS {
-            continue;
-        }
-        // every segment due by now, in time order across all links, so that
-        // a link fed by several others sees its arrivals in order
+        segments
+    }
+
+    /// Moves every segment due by `now` on to its next link, in time order
+    /// across all links (so that a link fed by several others sees its
+    /// arrivals in order), and writes each packet whose last segment came
+    /// out. Returns how many segments it moved.
+    fn deliver_due(&mut self, now: u64) -> u64 {
+        let mut moved = 0;
+        let links = &mut self.fabric.links;
+        let health = &mut self.health;
         loop {
             let next = links.iter_mut().enumerate().filter_map(|(i, l)| l.peek_due(now).map(|t| (t, i))).min();
             let Some((_, li)) = next else { break };
@@ -1364,7 +1516,7 @@ pub fn run(
                 Some((nl, len)) => {
                     // on to the next link, arriving when it left this one
                     let v = links[nl].arrive(due, len as u64, (p.clone(), k, hop + 1));
-                    if v == Verdict::QueueFull && paused.1 > 0 && due < paused.1 + burst_window {
+                    if v == Verdict::QueueFull && self.paused.1 > 0 && due < self.paused.1 + self.burst_window {
                         health.pause_drops += 1;
                     }
                     if v != Verdict::Accepted {
@@ -1385,8 +1537,8 @@ pub fn run(
             health.max_lag_ns = health.max_lag_ns.max(lag);
             health.lag_hist[lag_bucket(lag)] += 1;
             if lag > LAG_THRESHOLD_NS {
-                health.late_from(mono0 + due, mono0 + now);
-                if (paused.0..=paused.1).contains(&due) {
+                health.late_from(self.mono0 + due, self.mono0 + now);
+                if (self.paused.0..=self.paused.1).contains(&due) {
                     health.paused_late_packets += 1;
                 } else {
                     health.late_packets += 1;
@@ -1395,26 +1547,25 @@ pub fn run(
             if lag > LAG_LIMIT_NS {
                 health.very_late_packets += 1;
             }
-            deliver(&mut tuns[q.dst], &q, &mut health);
+            deliver(&mut self.tuns[q.dst], &q, health);
         }
-        pace.account(slept_from, now_after, nap + timeout, moved, probed.idle_ns);
-        if !ticking && nap + timeout == 0 && moved == 0 && wake.is_some_and(|w| w > now) {
-            spun_from = Some(slept_from);
-        }
-        if last_report.elapsed() >= report_every {
-            health.tun_drops = tun_drops(&mut ports);
-            snapshot(&links, &ports, &mut health);
-            health.uptime_s = start.elapsed().as_secs_f64();
-            health.mono_ns = gridperf_sys::monotonic_ns();
-            report(&health);
-            last_report = Instant::now();
-        }
+        moved
     }
-    health.tun_drops = tun_drops(&mut ports);
-    snapshot(&links, &ports, &mut health);
-    health.uptime_s = start.elapsed().as_secs_f64();
-    health.mono_ns = gridperf_sys::monotonic_ns();
-    Ok(health)
+
+    /// The figures a report carries, brought up to date: the TUN drops
+    /// since the start, the links' counters, the uptime and the clock.
+    fn take_stock(&mut self) {
+        let health = &mut self.health;
+        health.tun_drops = self
+            .ports
+            .iter_mut()
+            .zip(&self.tun_base)
+            .map(|(p, base)| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(*base).saturating_sub(*base))
+            .sum();
+        self.fabric.snapshot(&self.ports, health);
+        health.uptime_s = self.start.elapsed().as_secs_f64();
+        health.mono_ns = gridperf_sys::monotonic_ns();
+    }
 }
 
 /// Wraps a TUN descriptor for reading and writing.
