@@ -202,6 +202,24 @@ impl EchoTest {
             .ok_or_else(|| Error::internal(format!("no data socket for {proto}")))
     }
 
+    /// Ends a run judged point by point across a lab: the run's verdict
+    /// over what it left out goes to the lab's watch, then [`Self::close`].
+    pub fn close_judged(
+        mut self,
+        judged: Option<crate::lab::RoundTrips>,
+        points: usize,
+        progress: &mut dyn FnMut(Progress),
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Environment> {
+        if let Some(mut j) = judged {
+            j.judge_run();
+            if let Some(w) = self.opened.lab_watch() {
+                w.judged_by_round_trip(j);
+            }
+        }
+        self.close(points, progress, warnings)
+    }
+
     /// Reports the last progress, adds the run-wide warnings, and ends the test.
     pub fn close(
         self,

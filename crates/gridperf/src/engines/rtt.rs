@@ -339,13 +339,7 @@ pub fn run_with(
             }
         }
     }
-    if let Some(j) = judged.as_mut() {
-        j.judge_run();
-    }
-    if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
-        w.judged_by_round_trip(j);
-    }
-    let env = r.close(points.len(), progress, &mut warnings)?;
+    let env = r.close_judged(judged, points.len(), progress, &mut warnings)?;
     Ok(RttReport {
         schema: RTT_SCHEMA.into(),
         measure: gridperf_core::model::Measure::Rtt.name().into(),

@@ -156,13 +156,7 @@ pub fn run_with(
             on_point(p)?;
         }
     }
-    if let Some(j) = judged.as_mut() {
-        j.judge_run();
-    }
-    if let (Some(j), Some(w)) = (judged, r.opened.lab_watch()) {
-        w.judged_by_round_trip(j);
-    }
-    let env = r.close(points.len(), progress, &mut warnings)?;
+    let env = r.close_judged(judged, points.len(), progress, &mut warnings)?;
     Ok(TransferReport { schema: TRANSFER_SCHEMA.into(), settings: settings(opts), env, points: out, warnings })
 }
 

@@ -436,56 +436,27 @@ fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, PgError> {
         .map_err(|e| usage(format!("TLS: {e}")))?;
     let check_chain = matches!(tls.mode, SslMode::VerifyCa | SslMode::VerifyFull)
         || (tls.mode == SslMode::Require && tls.root_cert.is_some());
-    if !check_chain {
-        #[derive(Debug)]
-        struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-        impl ServerCertVerifier for Unchecked {
-            fn verify_server_cert(
-                &self,
-                _: &CertificateDer<'_>,
-                _: &[CertificateDer<'_>],
-                _: &ServerName<'_>,
-                _: &[u8],
-                _: UnixTime,
-            ) -> Result<ServerCertVerified, TlsError> {
-                Ok(ServerCertVerified::assertion())
-            }
-            fn verify_tls12_signature(
-                &self,
-                m: &[u8],
-                c: &CertificateDer<'_>,
-                d: &DigitallySignedStruct,
-            ) -> Result<HandshakeSignatureValid, TlsError> {
-                rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-            }
-            fn verify_tls13_signature(
-                &self,
-                m: &[u8],
-                c: &CertificateDer<'_>,
-                d: &DigitallySignedStruct,
-            ) -> Result<HandshakeSignatureValid, TlsError> {
-                rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-            }
-            fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-                self.0.signature_verification_algorithms.supported_schemes()
-            }
+    let chain = if check_chain {
+        let roots = root_store(tls.root_cert.as_deref())?;
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| usage(format!("TLS: the root certificates: {e}")))?;
+        if tls.mode == SslMode::VerifyFull {
+            return Ok(builder.with_webpki_verifier(webpki).with_no_client_auth());
         }
-        return Ok(builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-            .with_no_client_auth());
-    }
-    let roots = root_store(tls.root_cert.as_deref())?;
-    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| usage(format!("TLS: the root certificates: {e}")))?;
-    if tls.mode == SslMode::VerifyFull {
-        return Ok(builder.with_webpki_verifier(webpki).with_no_client_auth());
-    }
-    // verify-ca (and require with a root): the chain must hold, the name need not
+        Some(webpki)
+    } else {
+        None
+    };
+    /// What checks less than verify-full: nothing (require and prefer), or
+    /// the chain but not the name (verify-ca, and require with a root).
+    /// The handshake's signatures are checked either way.
     #[derive(Debug)]
-    struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
-    impl ServerCertVerifier for ChainOnly {
+    struct Lenient {
+        chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    }
+    impl ServerCertVerifier for Lenient {
         fn verify_server_cert(
             &self,
             end: &CertificateDer<'_>,
@@ -494,7 +465,8 @@ fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, PgError> {
             ocsp: &[u8],
             now: UnixTime,
         ) -> Result<ServerCertVerified, TlsError> {
-            match self.0.verify_server_cert(end, mid, name, ocsp, now) {
+            let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+            match chain.verify_server_cert(end, mid, name, ocsp, now) {
                 Err(TlsError::InvalidCertificate(
                     rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. },
                 )) => Ok(ServerCertVerified::assertion()),
@@ -507,7 +479,7 @@ fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, PgError> {
             c: &CertificateDer<'_>,
             d: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, TlsError> {
-            self.0.verify_tls12_signature(m, c, d)
+            rustls::crypto::verify_tls12_signature(m, c, d, &self.provider.signature_verification_algorithms)
         }
         fn verify_tls13_signature(
             &self,
@@ -515,13 +487,16 @@ fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, PgError> {
             c: &CertificateDer<'_>,
             d: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, TlsError> {
-            self.0.verify_tls13_signature(m, c, d)
+            rustls::crypto::verify_tls13_signature(m, c, d, &self.provider.signature_verification_algorithms)
         }
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.supported_verify_schemes()
+            self.provider.signature_verification_algorithms.supported_schemes()
         }
     }
-    Ok(builder.dangerous().with_custom_certificate_verifier(Arc::new(ChainOnly(webpki))).with_no_client_auth())
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Lenient { chain, provider }))
+        .with_no_client_auth())
 }
 
 /// The certificates a chain must lead to: sslrootcert's file, `system`'s
