@@ -1,7 +1,7 @@
 //! One sending connection: blocks from the queue out, acknowledgments in.
 
 use super::*;
-use gridperf_core::copy::seal::TAG_LEN;
+use gridperf_core::copy::seal::{Sealer, TAG_LEN};
 use gridperf_core::copy::{block_cv, block_len};
 use gridperf_core::wire::block::{Ack, AckStatus, BlockHeader, ACK_LEN, FRAME_HEADER};
 use std::collections::VecDeque;
@@ -85,9 +85,9 @@ type InFlight = (Mutex<VecDeque<(u32, u64, u64)>>, Condvar);
 /// queue, when the pool closes it (`ctl`) or it fails (then the error);
 /// at the end, a connection still holding blocks that another delivered
 /// first (the tail) is reset rather than made to finish sending them.
-// Long by design: the writer, its TCP_INFO sampler and its
-// acknowledgment reader run in one thread scope and share its locals (the
-// blocks in flight, the stop flags); the writer's loop is the rest.
+// The writer, its TCP_INFO sampler (`sample_tcp`) and its acknowledgment
+// reader (`Acks`) run in one thread scope and share its locals (the blocks
+// in flight, the stop flags); the writer's loop is the rest.
 pub fn send_stream(
     index: u32,
     files: &[SourceFile],
@@ -105,7 +105,7 @@ pub fn send_stream(
     // (best effort: without it the copy is only slower at its tail)
     let _ = gridperf_sys::set_notsent_lowat(&sock, (UNSENT_BLOCKS * block).min(u64::from(u32::MAX)) as u32);
     let mut work = StreamWork { index, ..Default::default() };
-    let (mut sealer, mut opener) = Crypt::split(crypt);
+    let (mut sealer, opener) = Crypt::split(crypt);
     let t0 = Instant::now();
     let sample_now = || {
         gridperf_sys::tcp_info(&sock)
@@ -113,7 +113,7 @@ pub fn send_stream(
             .map(|(info, _)| crate::datapath::stream::sample(&info, t0.elapsed().as_nanos() as u64))
     };
     sock.set_write_timeout(Some(idle))?;
-    let mut reader = sock.try_clone()?;
+    let reader = sock.try_clone()?;
     reader.set_read_timeout(Some(idle))?;
     // acknowledgments: the blocks this stream has in flight, in order
     let in_flight: Arc<InFlight> = Arc::default();
@@ -124,66 +124,13 @@ pub fn send_stream(
     let broken = AtomicBool::new(false);
     let acks = std::thread::scope(|scope| -> io::Result<StreamWork> {
         // TCP_INFO every TCP_SAMPLE_GAP while the stream sends, as `stream` reads it
-        let sampler = scope.spawn(|| {
-            let (mut v, mut gap) = (Vec::new(), TCP_SAMPLE_GAP);
-            while sampling.load(Ordering::SeqCst) {
-                v.extend(sample_now());
-                if v.len() >= MAX_TCP_SAMPLES {
-                    // a long copy: every other sample, and half as often from now on
-                    v = v.into_iter().step_by(2).collect();
-                    gap *= 2;
-                }
-                // woken at once when the stream ends (the step grows on a long copy)
-                std::thread::park_timeout(gap);
-            }
-            v
-        });
+        let sampler = scope.spawn(|| sample_tcp(&sampling, &sample_now));
         let flight = in_flight.clone();
         let finished = done.clone();
         let broken = &broken;
-        let ack_thread = scope.spawn(move || -> io::Result<()> {
-            let mut b = [0u8; ACK_LEN + TAG_LEN];
-            // a failed reader stops its connection at once (the writer too):
-            // the blocks it holds go back to the queue for the others
-            let fail = |e: io::Error, reader: &TcpStream| {
-                broken.store(true, Ordering::SeqCst);
-                let _ = reader.shutdown(std::net::Shutdown::Both);
-                e
-            };
-            loop {
-                match read_frame(&mut reader, opener.as_mut(), &mut b, ACK_LEN) {
-                    Ok(()) => {}
-                    Err(_) if finished.load(Ordering::SeqCst) || ctl.cancel.load(Ordering::SeqCst) => return Ok(()),
-                    Err(e) => return Err(fail(e, &reader)),
-                }
-                let Some(a) = Ack::decode(b[..ACK_LEN].try_into().expect("an ack's length")) else {
-                    let why = "an acknowledgment with a status no receiver sends".to_string();
-                    queue.stop(format!("stream {index}: {why}"));
-                    return Err(fail(io::Error::new(io::ErrorKind::InvalidData, why), &reader));
-                };
-                let (lock_, cv) = &*flight;
-                let mut f = lock(lock_);
-                let Some(pos) = f.iter().position(|&(file, i, _)| file == a.file && i == a.index) else {
-                    // the other end is not speaking this protocol: nothing it says can be trusted
-                    let why = format!("an acknowledgment of a block not sent on it: {a:?}");
-                    queue.stop(format!("stream {index}: {why}"));
-                    drop(f);
-                    return Err(fail(io::Error::new(io::ErrorKind::InvalidData, why), &reader));
-                };
-                let (_, _, len) = f.remove(pos).expect("found");
-                drop(f);
-                match a.status {
-                    AckStatus::Ok | AckStatus::Damaged => {
-                        if queue.acked(index, (a.file, a.index), a.status == AckStatus::Ok) {
-                            moved.fetch_add(len, Ordering::Relaxed);
-                        }
-                    }
-                    // the writing end cannot write this file (its disk is full,
-                    // say): no more of it is sent, and its outcome says why
-                    AckStatus::Failed => queue.fail_file((a.file, a.index), WRITE_FAILED.into()),
-                }
-                cv.notify_all();
-            }
+        let ack_thread = scope.spawn(move || {
+            let acks = Acks { index, flight: &flight, finished: &finished, broken, ctl, queue, moved };
+            acks.read(reader, opener)
         });
         let mut buf = vec![0u8; block as usize + TAG_LEN];
         let mut head = [0u8; FRAME_HEADER + TAG_LEN];
@@ -206,32 +153,13 @@ pub fn send_stream(
                 let cv = block_cv(data, idx * block);
                 work.hash_ns += t.elapsed().as_nanos() as u64;
                 // wait for room: at most unacked_limit(block) blocks unacknowledged
-                {
-                    let (lock_, cv_) = &*in_flight;
-                    let mut fl = lock(lock_);
-                    let until = Instant::now() + idle;
-                    while fl.len() >= limit {
-                        if cancelled() {
-                            queue.release(index, [(file, idx)]);
-                            return Ok(());
-                        }
-                        if Instant::now() > until {
-                            queue.release(index, [(file, idx)]);
-                            return Err(io::Error::new(
-                                io::ErrorKind::TimedOut,
-                                "no acknowledgment within the deadline",
-                            ));
-                        }
-                        if ack_thread.is_finished() {
-                            queue.release(index, [(file, idx)]);
-                            return Err(io::Error::new(
-                                io::ErrorKind::ConnectionAborted,
-                                "the other end stopped acknowledging",
-                            ));
-                        }
-                        fl = cv_.wait_timeout(fl, Duration::from_millis(100)).unwrap_or_else(PoisonError::into_inner).0;
+                let room = wait_for_room(&in_flight, limit, idle, &cancelled, || ack_thread.is_finished());
+                match room {
+                    Ok(true) => lock(&in_flight.0).push_back((file, idx, len)),
+                    Ok(false) | Err(_) => {
+                        queue.release(index, [(file, idx)]);
+                        return room.map(|_| ());
                     }
-                    fl.push_back((file, idx, len));
                 }
                 let t = Instant::now();
                 head[..FRAME_HEADER].copy_from_slice(&BlockHeader { file, index: idx, len: len as u32, cv }.encode());
@@ -303,4 +231,115 @@ pub fn send_stream(
     work.tcp = tcp_verdict(&samples, work.bytes, window);
     work.ended = lock(&ctl.why).clone();
     Ok(work)
+}
+
+/// TCP_INFO every TCP_SAMPLE_GAP while `sampling` holds, as `stream`
+/// reads it; past MAX_TCP_SAMPLES every other sample, and half as often.
+fn sample_tcp<S>(sampling: &AtomicBool, sample_now: &dyn Fn() -> Option<S>) -> Vec<S> {
+    let (mut v, mut gap) = (Vec::new(), TCP_SAMPLE_GAP);
+    while sampling.load(Ordering::SeqCst) {
+        v.extend(sample_now());
+        if v.len() >= MAX_TCP_SAMPLES {
+            // a long copy: every other sample, and half as often from now on
+            v = v.into_iter().step_by(2).collect();
+            gap *= 2;
+        }
+        // woken at once when the stream ends (the step grows on a long copy)
+        std::thread::park_timeout(gap);
+    }
+    v
+}
+
+/// Waits until the stream has fewer than `limit` blocks unacknowledged:
+/// true then, false when the pool cancelled the stream meanwhile, an error
+/// when no acknowledgment came within `idle` or the reader of them ended.
+fn wait_for_room(
+    in_flight: &InFlight,
+    limit: usize,
+    idle: Duration,
+    cancelled: &dyn Fn() -> bool,
+    reader_ended: impl Fn() -> bool,
+) -> io::Result<bool> {
+    let (lock_, cv) = in_flight;
+    let mut fl = lock(lock_);
+    let until = Instant::now() + idle;
+    while fl.len() >= limit {
+        if cancelled() {
+            return Ok(false);
+        }
+        if Instant::now() > until {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no acknowledgment within the deadline"));
+        }
+        if reader_ended() {
+            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the other end stopped acknowledging"));
+        }
+        fl = cv.wait_timeout(fl, Duration::from_millis(100)).unwrap_or_else(PoisonError::into_inner).0;
+    }
+    Ok(true)
+}
+
+/// The reader of one sending stream's acknowledgments, beside its writer.
+struct Acks<'a> {
+    index: u32,
+    flight: &'a InFlight,
+    /// The writer sent its last block and every one was acknowledged.
+    finished: &'a AtomicBool,
+    /// Set when this reader fails: the writer stops too.
+    broken: &'a AtomicBool,
+    ctl: &'a ConnCtl,
+    queue: &'a BlockQueue,
+    moved: &'a AtomicU64,
+}
+
+impl Acks<'_> {
+    /// Reads acknowledgments until the stream ends: each takes its block
+    /// out of flight and tells the queue; a block not sent on this stream
+    /// or a status no receiver sends stops the copy.
+    fn read(&self, mut reader: TcpStream, mut opener: Option<Sealer>) -> io::Result<()> {
+        let index = self.index;
+        let mut b = [0u8; ACK_LEN + TAG_LEN];
+        // a failed reader stops its connection at once (the writer too):
+        // the blocks it holds go back to the queue for the others
+        let fail = |e: io::Error, reader: &TcpStream| {
+            self.broken.store(true, Ordering::SeqCst);
+            let _ = reader.shutdown(std::net::Shutdown::Both);
+            e
+        };
+        loop {
+            match read_frame(&mut reader, opener.as_mut(), &mut b, ACK_LEN) {
+                Ok(()) => {}
+                Err(_) if self.finished.load(Ordering::SeqCst) || self.ctl.cancel.load(Ordering::SeqCst) => {
+                    return Ok(())
+                }
+                Err(e) => return Err(fail(e, &reader)),
+            }
+            let Some(a) = Ack::decode(b[..ACK_LEN].try_into().expect("an ack's length")) else {
+                let why = "an acknowledgment with a status no receiver sends".to_string();
+                self.queue.stop(format!("stream {index}: {why}"));
+                return Err(fail(io::Error::new(io::ErrorKind::InvalidData, why), &reader));
+            };
+            let (lock_, cv) = self.flight;
+            let mut f = lock(lock_);
+            let Some(pos) = f.iter().position(|&(file, i, _)| file == a.file && i == a.index) else {
+                // the other end is not speaking this protocol: nothing it says can be trusted
+                let why = format!("an acknowledgment of a block not sent on it: {a:?}");
+                self.queue.stop(format!("stream {index}: {why}"));
+                drop(f);
+                return Err(fail(io::Error::new(io::ErrorKind::InvalidData, why), &reader));
+            };
+            let (_, _, len) = f.remove(pos).expect("found");
+            drop(f);
+            match a.status {
+                AckStatus::Ok | AckStatus::Damaged => {
+                    if self.queue.acked(index, (a.file, a.index), a.status == AckStatus::Ok) {
+                        self.moved.fetch_add(len, Ordering::Relaxed);
+                    }
+                }
+                // the writing end cannot write this file (its disk is full,
+                // say): no more of it is sent, and its outcome says why
+                AckStatus::Failed => self.queue.fail_file((a.file, a.index), WRITE_FAILED.into()),
+            }
+            cv.notify_all();
+        }
+    }
 }
