@@ -536,14 +536,9 @@ const FLOOR_TWIN_DELAY_NS: u64 = 100_000;
 /// busy (CI once measured 8 ms rootless, and a 20 ms lab came out at 12 ms):
 /// it is measured again, up to [`FLOOR_TRIES`] times, and the lowest kept.
 pub fn floor_ns(spec: &LabSpec) -> Result<f64> {
-    floor_at(spec, [FLOOR_TWIN_DELAY_NS; 2])
-}
-
-/// [`floor_ns`] on a twin whose delays are `delays` (a -> b, b -> a), ns.
-fn floor_at(spec: &LabSpec, delays: [u64; 2]) -> Result<f64> {
     let mut best = f64::INFINITY;
     for _ in 0..FLOOR_TRIES {
-        best = best.min(floor_once(spec, delays)?);
+        best = best.min(floor_once(spec)?);
         if best <= FLOOR_PLAUSIBLE_NS {
             break;
         }
@@ -559,12 +554,12 @@ pub const FLOOR_PLAUSIBLE_NS: f64 = 1_000_000.0;
 const FLOOR_TRIES: usize = 3;
 
 /// One measurement of [`floor_ns`].
-fn floor_once(spec: &LabSpec, delays: [u64; 2]) -> Result<f64> {
+fn floor_once(spec: &LabSpec) -> Result<f64> {
     // a name of its own: a survey brings labs up side by side, each with its twin
     static TWINS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let name = format!("fl{}x{}", std::process::id() % 100_000, TWINS.fetch_add(1, Ordering::Relaxed) % 100);
-    let bare = |l: &LinkConfig, delay_ns: u64| LinkConfig {
-        delay_ns,
+    let bare = |l: &LinkConfig| LinkConfig {
+        delay_ns: FLOOR_TWIN_DELAY_NS,
         jitter: Jitter::None,
         loss: gridperf_core::lab::emu::Loss::None,
         ..l.clone()
@@ -572,8 +567,8 @@ fn floor_once(spec: &LabSpec, delays: [u64; 2]) -> Result<f64> {
     let st = super::up(LabSpec {
         name: name.clone(),
         hosts: (1, 1),
-        ab: bare(&spec.ab, delays[0]),
-        ba: bare(&spec.ba, delays[1]),
+        ab: bare(&spec.ab),
+        ba: bare(&spec.ba),
         profile: None,
         description: "the lab's own round trip".into(),
         access: Vec::new(),
@@ -598,7 +593,7 @@ fn floor_once(spec: &LabSpec, delays: [u64; 2]) -> Result<f64> {
     // a probe's time on the wire at the link's rate is the path's, not the
     // lab's (a real cable takes it too): it stays in
     let wire = |l: &LinkConfig| l.rate_bps.map_or(0.0, |r| ((PROBE_PAYLOAD + 28) * 8) as f64 * 1e9 / r as f64);
-    Ok((median - (delays[0] + delays[1]) as f64 - wire(&spec.ab) - wire(&spec.ba)).max(0.0))
+    Ok((median - 2.0 * FLOOR_TWIN_DELAY_NS as f64 - wire(&spec.ab) - wire(&spec.ba)).max(0.0))
 }
 
 /// How long a slice of [`floor_ns`]'s probes is: half the emulator's pace window.
@@ -653,20 +648,7 @@ pub fn without_floor(mut spec: LabSpec) -> Result<LabSpec> {
     if spec.loopback || delays(&spec).iter().all(|d| *d == 0) {
         return Ok(spec);
     }
-    let mut floor = floor_ns(&spec)?;
-    // the lab's own round trip depends on its delay when that is short: at
-    // 0.1 ms each way it measured 64-81 us here, where a lab left with 15 us
-    // each way (crossover-fe, 0.1 ms less that floor) cost 84-92 us and one
-    // left with 60-70 us (lan-gige, 0.2 ms) 40-75 us: such a lab is measured
-    // again on a twin with the delays it is about to have, and that kept
-    let half = super::floor_each_way_ns(floor);
-    let left = [spec.ab.delay_ns.saturating_sub(half), spec.ba.delay_ns.saturating_sub(half)];
-    if floor <= FLOOR_PLAUSIBLE_NS && left.iter().any(|d| *d < super::emulator::SPIN_NS) {
-        let again = floor_at(&spec, left)?;
-        if again <= FLOOR_PLAUSIBLE_NS {
-            floor = again;
-        }
-    }
+    let floor = floor_ns(&spec)?;
     let fmt = gridperf_core::units::fmt_ns;
     if floor > FLOOR_PLAUSIBLE_NS {
         // taking a busy moment's figure off would shorten the lab for its life
