@@ -516,16 +516,30 @@ fn exponential_table(mean_ns: f64) -> Vec<i64> {
     t
 }
 
-/// The delay each way of [`floor_ns`]'s twin: less than the emulator's spin
-/// (`SPIN_NS`), so it spins into each due packet as it does for the short
-/// paths whose round trip the floor matters to.
-const FLOOR_TWIN_DELAY_NS: u64 = 100_000;
+/// The most delay each way of [`floor_ns`]'s twin: a longer path's own
+/// round trip is a small share of it, and the twin's probes still come
+/// back often enough for a median in each 50 ms slice.
+const FLOOR_TWIN_MAX_DELAY_NS: u64 = 2_000_000;
+
+/// The delay each way of [`floor_ns`]'s twin for a link asked to delay
+/// `asked`: the lab's own, up to [`FLOOR_TWIN_MAX_DELAY_NS`]. The lab's own
+/// round trip grows with its delay: the hosts' CPUs sit idle longer
+/// between a message and its answer, and a virtual CPU halted past the
+/// hypervisor's polling takes longer to wake. Across crossover-fe rtt
+/// measured 43-51 us of it at 0.1 ms, 75-88 us at 0.3 ms, 113-114 us at 1
+/// ms and 164-175 us at 3 ms. A twin at another delay measures another
+/// floor: one at 0.1 ms each way for every lab left crossover-fe's 0.1 ms
+/// at 67-80 us and a 1 ms path at 1043-1047 us.
+fn twin_delay_ns(asked: u64) -> u64 {
+    asked.min(FLOOR_TWIN_MAX_DELAY_NS)
+}
 
 /// The lab's own round trip on this machine, ns: the median of 64-byte UDP
 /// round trips, back to back for 0.3 s (after 0.15 s unmeasured, the
-/// emulator's pace settling), across a twin of `spec` (its rates and
-/// queues; no jitter or loss; 0.1 ms each way), less the twin's 0.2 ms
-/// and the probe's time on the wire at the link's rate (a real path's too):
+/// emulator's pace settling), across a twin of `spec` (its rates, queues
+/// and delays, those up to 2 ms each way, [`twin_delay_ns`]; no jitter or
+/// loss), less the twin's delays and the probe's time on the wire at the
+/// link's rate (a real path's too):
 /// the hosts' stacks, the TUN devices and the emulator's wake-ups, the two
 /// ends pinned to CPUs of their own as an rtt run's are. Back
 /// to back as a ping-pong is, and with a delay as a path has: a probe
@@ -559,7 +573,7 @@ fn floor_once(spec: &LabSpec) -> Result<f64> {
     static TWINS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let name = format!("fl{}x{}", std::process::id() % 100_000, TWINS.fetch_add(1, Ordering::Relaxed) % 100);
     let bare = |l: &LinkConfig| LinkConfig {
-        delay_ns: FLOOR_TWIN_DELAY_NS,
+        delay_ns: twin_delay_ns(l.delay_ns),
         jitter: Jitter::None,
         loss: gridperf_core::lab::emu::Loss::None,
         ..l.clone()
@@ -593,7 +607,8 @@ fn floor_once(spec: &LabSpec) -> Result<f64> {
     // a probe's time on the wire at the link's rate is the path's, not the
     // lab's (a real cable takes it too): it stays in
     let wire = |l: &LinkConfig| l.rate_bps.map_or(0.0, |r| ((PROBE_PAYLOAD + 28) * 8) as f64 * 1e9 / r as f64);
-    Ok((median - 2.0 * FLOOR_TWIN_DELAY_NS as f64 - wire(&spec.ab) - wire(&spec.ba)).max(0.0))
+    let delays = (twin_delay_ns(spec.ab.delay_ns) + twin_delay_ns(spec.ba.delay_ns)) as f64;
+    Ok((median - delays - wire(&spec.ab) - wire(&spec.ba)).max(0.0))
 }
 
 /// How long a slice of [`floor_ns`]'s probes is: half the emulator's pace window.
