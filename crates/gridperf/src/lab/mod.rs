@@ -1066,8 +1066,15 @@ fn run_loopback(
 }
 
 /// Packets each host's TUN device holds before the emulator reads them, at
-/// least: an Ethernet device's default length.
-pub const HOST_TXQUEUELEN: u32 = 1000;
+/// least. Not an Ethernet device's 1000: the kernel lets each TCP socket
+/// keep 4 MB in its device's queue (`tcp_limit_output_bytes`), in
+/// super-packets of up to 64 KB, so 16 streams fill 1000 entries with
+/// 64 MB at most, and sixteen copy streams across cern-icepp overflowed
+/// it in each of three tries (786 and 3877 packets in two of them, the
+/// emulator not held up once for 10 ms). The bytes are the sockets'
+/// (charged to their send buffers), so a longer queue costs no memory
+/// of its own.
+pub const HOST_TXQUEUELEN: u32 = 10_000;
 
 /// The fastest rate among a lab's links (bottleneck paths and access links).
 pub fn fastest_rate(spec: &LabSpec) -> Option<u64> {
