@@ -94,16 +94,19 @@ for mode in $MODES; do
         # its own state directory: what calibration keeps (under a hog,
         # too) is not left for the user's labs after the bench
         mkdir -p "$WORK/state-$mode"; [ "$mode" = user ] && chown "$USER_:$USER_" "$WORK/state-$mode"
+        rc=0
         (cd "$WORK" && timeout 1800 "${as[@]}" env XDG_STATE_HOME="$WORK/state-$mode" "$GRIDPERF" lab calibrate --rates "$RATES" --delays "$DELAYS" \
-            --seconds "$SECS" --json >"$J" 2>"$WORK/$mode-$hog.err") || true
+            --seconds "$SECS" --json >"$J" 2>"$WORK/$mode-$hog.err") || rc=$?
         stop_hogs
-        python3 - "$J" "$mode" "$hog" >>"$OUT" <<'PY'
+        # a calibrate that failed says why in the table: its exit and its last words
+        python3 - "$J" "$mode" "$hog" "$rc" "$WORK/$mode-$hog.err" >>"$OUT" <<'PY'
 import json, sys
-path, mode, hog = sys.argv[1:4]
+path, mode, hog, rc, err = sys.argv[1:6]
 try:
     pts = json.load(open(path))["points"]
 except Exception as e:
-    print(f"| {mode} | {hog} | calibrate failed: {e} |"); sys.exit()
+    last = [l.strip() for l in open(err, errors="replace") if l.strip()][-1:] or ["(nothing on stderr)"]
+    print(f"| {mode} | {hog} | calibrate failed (exit {rc}): {last[0].replace('|', '/')} |"); sys.exit()
 def r(b): return f"{b/1e9:.2f} Gbit/s" if b >= 1e9 else f"{b/1e6:.1f} Mbit/s"
 def t(ns): return f"{ns/1e6:.3g} ms" if abs(ns) >= 1e6 else f"{ns/1e3:+.0f} us"
 for p in pts:

@@ -419,7 +419,11 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
     }
     let listener = in_ns(b, || std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, TCP_PORT)))?;
     let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
+    // the receiver stops only once the sender has: a receiver that closed
+    // first, data unread, reset the flow under the sender's last write (a
+    // calibrate under a CPU hog failed so: "Broken pipe")
+    let stop_rx = Arc::new(AtomicBool::new(false));
+    let s2 = stop_rx.clone();
     let (conn_tx, conn_rx) = std::sync::mpsc::channel();
     let rx = std::thread::spawn(move || -> std::io::Result<()> {
         listener.set_nonblocking(false)?;
@@ -455,6 +459,8 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
             match tx.write(&chunk) {
                 Ok(_) => {}
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                // the measurement is over: how the flow ends does not matter
+                Err(_) if s3.load(Ordering::Relaxed) => break,
                 Err(e) => return Err(e),
             }
         }
@@ -478,8 +484,10 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
         Ok((n1.wrapping_sub(n0), t0.elapsed().as_secs_f64()))
     });
     stop.store(true, Ordering::SeqCst);
-    let sent = sender.join().map_err(|_| Error::internal("the TCP sender panicked"))?;
+    let sent = sender.join().map_err(|_| Error::internal("the TCP sender panicked"));
+    stop_rx.store(true, Ordering::SeqCst);
     let _ = rx.join();
+    let sent = sent?;
     let (segs, dt) = measured?;
     let (mss, retrans) = sent.map_err(|e| Error::measurement(format!("the calibration TCP flow broke: {e}")))?;
     if mss == 0 {
