@@ -586,11 +586,13 @@ fn floor_once(spec: &LabSpec) -> Result<f64> {
         loss: gridperf_core::lab::emu::Loss::None,
         ..l.clone()
     };
+    let (there, back) = (bare(&spec.ab), bare(&spec.ba));
+    let delays = (there.delay_ns + back.delay_ns) as f64;
     let st = super::up(LabSpec {
         name: name.clone(),
         hosts: (1, 1),
-        ab: bare(&spec.ab),
-        ba: bare(&spec.ba),
+        ab: there,
+        ba: back,
         profile: None,
         description: "the lab's own round trip".into(),
         access: Vec::new(),
@@ -615,7 +617,6 @@ fn floor_once(spec: &LabSpec) -> Result<f64> {
     // a probe's time on the wire at the link's rate is the path's, not the
     // lab's (a real cable takes it too): it stays in
     let wire = |l: &LinkConfig| l.rate_bps.map_or(0.0, |r| ((PROBE_PAYLOAD + 28) * 8) as f64 * 1e9 / r as f64);
-    let delays = (twin_delay_ns(spec.ab.delay_ns) + twin_delay_ns(spec.ba.delay_ns)) as f64;
     Ok((median - delays - wire(&spec.ab) - wire(&spec.ba)).max(0.0))
 }
 

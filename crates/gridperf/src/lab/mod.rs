@@ -1084,8 +1084,8 @@ pub fn fastest_rate(spec: &LabSpec) -> Option<u64> {
 }
 
 /// The TUN queue of a lab's hosts: [`HOST_TXQUEUELEN`], or 5 ms of the
-/// fastest link in full-size packets where that is more (4,167 at 10
-/// Gbit/s). A queue that overflows while the emulator is held up a
+/// fastest link in full-size packets where that is more (above 24 Gbit/s;
+/// 4,167 at 10 Gbit/s). A queue that overflows while the emulator is held up a
 /// millisecond loses packets no link decided to drop (a 10G x 50 ms lab
 /// lost 745 to a queue of 1000 under one TCP flow); a hold-up long enough
 /// to matter is counted as such either way.
