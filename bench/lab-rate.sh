@@ -107,6 +107,11 @@ try:
 except Exception as e:
     last = [l.strip() for l in open(err, errors="replace") if l.strip()][-1:] or ["(nothing on stderr)"]
     print(f"| {mode} | {hog} | calibrate failed (exit {rc}): {last[0].replace('|', '/')} |"); sys.exit()
+# a TCP flow a window held below the link says so (tcpi_rwnd_limited +
+# tcpi_sndbuf_limited; a flow at the link rate waits on the window too, at a full queue)
+def win(p):
+    w = p.get('tcp_window_limited', 0)
+    return f", on a window {w*100:.0f}% ({p.get('tcp_receive_window_bytes', 0)//1024} KB)" if w > 0.05 and p['tcp_rate_error'] < -0.05 else ""
 def r(b): return f"{b/1e9:.2f} Gbit/s" if b >= 1e9 else f"{b/1e6:.1f} Mbit/s"
 def t(ns): return f"{ns/1e6:.3g} ms" if abs(ns) >= 1e6 else f"{ns/1e3:+.0f} us"
 for p in pts:
@@ -114,7 +119,7 @@ for p in pts:
     line = p["rate_bps"] / 8 * (p["delay_ns"] / 1e9) + p["queue_bytes"]
     verdict = p["invalid"] or ("meets the targets" if p["targets_met"] else "misses a target")
     print(f"| {mode} | {hog} | {r(p['rate_bps'])} | {p['delay_ns']/1e6:g} ms | {r(p['offered_rate_bps'])} "
-          f"| {p['rate_error']*100:+.2f}% | {r(p['tcp_rate_bps'])} | {t(p['delay_error_median_ns'])} | {t(p['delay_error_p99_ns'])} "
+          f"| {p['rate_error']*100:+.2f}% | {r(p['tcp_rate_bps'])}{win(p)} | {t(p['delay_error_median_ns'])} | {t(p['delay_error_p99_ns'])} "
           f"| {p['loaded_rtt_p99_ns']/1e6:.1f} ms | {p['queue_bound_ns']/1e6:.1f} ms | <{p['lag_p99_us']} us "
           f"| {p['emulator_cpu_percent']:.0f}% | {p['emulator_cpu_percent']/gbit:.0f}% | {line/1e6:.1f} MB | {verdict} |")
 PY

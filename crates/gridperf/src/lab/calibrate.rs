@@ -61,6 +61,12 @@ pub struct Point {
     pub tcp_rate_bps: f64,
     pub tcp_rate_error: f64,
     pub tcp_retransmits: u32,
+    /// The share of the TCP flow's measured time its sender waited on a
+    /// window, the receiver's or its own send buffer (tcpi_rwnd_limited and
+    /// tcpi_sndbuf_limited), and the receiver's window at its end: a flow held
+    /// below the link by a window, not by the emulator, says so here.
+    pub tcp_window_limited: f64,
+    pub tcp_receive_window_bytes: u32,
     /// Probe RTT on the zero-delay lab of the same rate (hosts and emulator).
     pub baseline_rtt_ns: f64,
     /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
@@ -407,7 +413,7 @@ fn sink_count(ns: &str, b: Ipv4Addr) -> Result<(u64, u64, i64)> {
 /// 1500-byte packet), and the sender's retransmissions. Both hosts' TCP buffers may grow to `buf` bytes
 /// (tcp_rmem and tcp_wmem are per namespace), so that the window does not
 /// cap the flow below the link rate.
-fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time: Duration) -> Result<(f64, u32)> {
+fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time: Duration) -> Result<TcpFlow> {
     use std::io::{Read, Write};
     let limits = format!("4096 131072 {buf}");
     for ns in [a, b] {
@@ -472,29 +478,42 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
     // (tcpi_delivered, counted at the sender per wire segment): what the link
     // carried, which the bytes an application reads show only late and in
     // jumps when a loss is repaired
-    let delivered = |c: &std::net::TcpStream| {
-        gridperf_sys::tcp_info(c).map(|(i, _)| i.delivered).map_err(|e| Error::measurement(format!("TCP_INFO: {e}")))
+    let info = |c: &std::net::TcpStream| {
+        gridperf_sys::tcp_info(c).map(|(i, _)| i).map_err(|e| Error::measurement(format!("TCP_INFO: {e}")))
     };
     let measured = conn.map_err(|_| Error::measurement("the calibration TCP flow did not connect")).and_then(|_| {
         std::thread::sleep(warmup);
-        let n0 = delivered(&probe_tx)?;
+        let i0 = info(&probe_tx)?;
         let t0 = Instant::now();
         std::thread::sleep(time);
-        let n1 = delivered(&probe_tx)?;
-        Ok((n1.wrapping_sub(n0), t0.elapsed().as_secs_f64()))
+        let i1 = info(&probe_tx)?;
+        let dt = t0.elapsed().as_secs_f64();
+        let waited =
+            (i1.rwnd_limited_us + i1.sndbuf_limited_us).saturating_sub(i0.rwnd_limited_us + i0.sndbuf_limited_us);
+        Ok((i1.delivered.wrapping_sub(i0.delivered), dt, (waited as f64 / 1e6 / dt).min(1.0), i1.snd_wnd))
     });
     stop.store(true, Ordering::SeqCst);
     let sent = sender.join().map_err(|_| Error::internal("the TCP sender panicked"));
     stop_rx.store(true, Ordering::SeqCst);
     let _ = rx.join();
     let sent = sent?;
-    let (segs, dt) = measured?;
-    let (mss, retrans) = sent.map_err(|e| Error::measurement(format!("the calibration TCP flow broke: {e}")))?;
+    let (segs, dt, window_limited, receive_window) = measured?;
+    let (mss, retransmits) = sent.map_err(|e| Error::measurement(format!("the calibration TCP flow broke: {e}")))?;
     if mss == 0 {
         return Err(Error::measurement("the calibration TCP flow reported no MSS"));
     }
     // a bulk flow's data segments are full: an MTU-sized packet each
-    Ok((segs as f64 * 1500.0 * 8.0 / dt, retrans))
+    Ok(TcpFlow { rate_bps: segs as f64 * 1500.0 * 8.0 / dt, retransmits, window_limited, receive_window })
+}
+
+/// What [`tcp_rate`] measured.
+struct TcpFlow {
+    rate_bps: f64,
+    retransmits: u32,
+    /// The share of the measured time the sender waited on a window.
+    window_limited: f64,
+    /// The receiver's window, bytes, at the end.
+    receive_window: u32,
 }
 
 /// [`probe`] from `sockets` sockets at once, their round trips together.
@@ -794,7 +813,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     // the bytes a receiver reads jump when a loss is repaired (the data held
     // out of order becomes readable at once), so the window spans many round trips
     let window = Duration::from_secs_f64(seconds.max(20.0 * rtt).min(12.0));
-    let (tcp_rate, tcp_retrans) = tcp_rate(&a, &b, B_ADDR, buf, warmup, window)?;
+    let tcp = tcp_rate(&a, &b, B_ADDR, buf, warmup, window)?;
     let tcp_health = super::health(&name).unwrap_or_default().since(&after);
     drop(guard);
 
@@ -836,9 +855,11 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         loaded_rtt_max_ns: loaded.last().copied().unwrap_or(0) as f64,
         queue_bound_ns: bound,
         emulator_cpu_percent: over.cpu_percent,
-        tcp_rate_bps: tcp_rate,
-        tcp_rate_error: tcp_rate / rate as f64 - 1.0,
-        tcp_retransmits: tcp_retrans,
+        tcp_rate_bps: tcp.rate_bps,
+        tcp_rate_error: tcp.rate_bps / rate as f64 - 1.0,
+        tcp_retransmits: tcp.retransmits,
+        tcp_window_limited: tcp.window_limited,
+        tcp_receive_window_bytes: tcp.receive_window,
         table_errors_ns: table.errors_ns,
         table_samples: table.samples,
         sink_drops,

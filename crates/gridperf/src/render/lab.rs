@@ -276,6 +276,17 @@ pub fn calibration(points: &[Point]) -> String {
             p.emulator_cpu_percent
         );
     }
+    for p in points.iter().filter(|p| p.tcp_window_limited > 0.05 && p.tcp_rate_error < -0.05) {
+        let _ = writeln!(
+            out,
+            "{} x {}: the TCP flow waited on a window {:.0}% of its measured time (the receiver's window at its end: {} KB): a window, not the link, held it at {}",
+            fmt_bps(p.rate_bps as f64),
+            fmt_ns(p.delay_ns as f64),
+            p.tcp_window_limited * 100.0,
+            p.tcp_receive_window_bytes / 1024,
+            fmt_bps(p.tcp_rate_bps)
+        );
+    }
     for p in points {
         if let Some(r) = p.by_round_trip.as_ref().filter(|r| r.left_out > 0) {
             let worst = |lo: f64, hi: f64| worst_table_error(&r.table_errors_ns, lo, hi);
