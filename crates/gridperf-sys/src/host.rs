@@ -22,10 +22,57 @@ pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
     cvt_i(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(drop)
 }
 
+static CONTINUED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn on_sigcont(_: libc::c_int) {
+    // async-signal-safe: one atomic add
+    CONTINUED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Counts the times this process is continued after a stop (SIGSTOP,
+/// SIGTSTP): a handler for SIGCONT, which is delivered on every continue.
+/// Slow system calls are restarted (SA_RESTART), but a ppoll(2) or
+/// nanosleep(2) it interrupts returns EINTR. See [`continued`].
+pub fn count_continues() -> io::Result<()> {
+    // SAFETY: a zeroed sigaction with a handler that only adds to an
+    // atomic; sigemptyset on its mask.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigcont as *const () as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        cvt_i(libc::sigaction(libc::SIGCONT, &sa, std::ptr::null_mut())).map(drop)
+    }
+}
+
+/// How many times this process was continued after a stop since
+/// [`count_continues`] (0 without it).
+pub fn continued() -> u64 {
+    CONTINUED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Collects the exit status of a child of this process that has ended,
 /// without waiting (a no-op for a process that is not our child, or runs).
 pub fn reap(pid: u32) {
     let mut status = 0;
     // SAFETY: waitpid writes the status to a valid int; WNOHANG never blocks.
     unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+}
+
+#[cfg(test)]
+mod continue_tests {
+    #[test]
+    fn a_continue_is_counted() -> std::io::Result<()> {
+        super::count_continues()?;
+        let before = super::continued();
+        // SIGCONT to a running process is delivered as any signal is
+        super::signal(std::process::id(), libc::SIGCONT)?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while super::continued() == before {
+            assert!(std::time::Instant::now() < deadline, "the continue was not counted");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(super::continued(), before + 1);
+        Ok(())
+    }
 }

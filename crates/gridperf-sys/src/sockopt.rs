@@ -271,7 +271,8 @@ pub fn peer_closed(fd: RawFd) -> bool {
         .map_or(true, |r| r[0] & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
-/// ppoll(2) for readability with a nanosecond timeout (None = wait for ever).
+/// ppoll(2) for readability with a nanosecond timeout (None = wait for ever);
+/// a signal handler's interruption returns at once, with nothing ready.
 pub fn ppoll_readable(fds: &[RawFd], timeout_ns: Option<u64>) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> =
         fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
@@ -280,14 +281,14 @@ pub fn ppoll_readable(fds: &[RawFd], timeout_ns: Option<u64>) -> io::Result<Vec<
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     });
     let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    loop {
-        // SAFETY: pfds is a valid array of the length given; tsp is null or points to ts.
-        let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, tsp, std::ptr::null()) };
-        match cvt_i(r) {
-            Ok(_) => return Ok(pfds.iter().map(|p| p.revents != 0).collect()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
+    // SAFETY: pfds is a valid array of the length given; tsp is null or points to ts.
+    let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, tsp, std::ptr::null()) };
+    match cvt_i(r) {
+        Ok(_) => Ok(pfds.iter().map(|p| p.revents != 0).collect()),
+        // a signal's handler ran (a continue after a stop, say): back at
+        // once, nothing ready, rather than the whole timeout again
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![false; fds.len()]),
+        Err(e) => Err(e),
     }
 }
 

@@ -431,6 +431,11 @@ pub struct HeldBy {
     /// Every CPU's steal rose by half the hold-up or more: the hypervisor
     /// paused the whole machine, the hosts with it. Outside gridperf.
     pub machine_paused: HoldUps,
+    /// The emulator's own sleep ran late while every CPU sat idle: the
+    /// hypervisor left the machine halted past its timer (no steal shows,
+    /// as no CPU asked to run), the hosts with it. Outside gridperf.
+    #[serde(default)]
+    pub machine_idle: HoldUps,
     /// The steal of some CPUs rose so: the hypervisor took the emulator's
     /// CPU, while the hosts may have run on another. Outside gridperf.
     pub cpu_stolen: HoldUps,
@@ -450,6 +455,7 @@ impl HeldBy {
     fn minus(&self, b: &HeldBy) -> HeldBy {
         HeldBy {
             machine_paused: self.machine_paused.minus(&b.machine_paused),
+            machine_idle: self.machine_idle.minus(&b.machine_idle),
             cpu_stolen: self.cpu_stolen.minus(&b.cpu_stolen),
             other_tasks: self.other_tasks.minus(&b.other_tasks),
             not_running: self.not_running.minus(&b.not_running),
@@ -461,6 +467,7 @@ impl HeldBy {
     pub fn words(&self) -> String {
         let parts: Vec<String> = [
             (self.machine_paused, Cause::MachinePaused),
+            (self.machine_idle, Cause::MachineIdle),
             (self.cpu_stolen, Cause::CpuStolen),
             (self.other_tasks, Cause::OtherTasks),
             (self.not_running, Cause::NotRunning),
@@ -475,21 +482,25 @@ impl HeldBy {
 }
 
 /// Which cause a long hold-up of `held_ns` had, from the probe's readings
-/// before and after it: the CPUs' steal (at `tick_ns` resolution) and the
-/// emulator thread's time waiting on a run queue.
+/// before and after it: the CPUs' steal and idle time (at `tick_ns`
+/// resolution) and the emulator thread's time waiting on a run queue.
+/// `asleep`: the hold-up was the emulator's own sleep running late (not
+/// its work taking long, nor a stop by a signal).
 pub fn held_by(
     before: &gridperf_sys::SchedSample,
     after: &gridperf_sys::SchedSample,
     held_ns: u64,
     tick_ns: u64,
+    asleep: bool,
 ) -> Cause {
-    let stole: Vec<u64> = after.steal_ns.iter().zip(&before.steal_ns).map(|(a, b)| a.saturating_sub(*b)).collect();
+    let rose = |a: &[u64], b: &[u64]| -> Vec<u64> { a.iter().zip(b).map(|(a, b)| a.saturating_sub(*b)).collect() };
+    let stole = rose(&after.steal_ns, &before.steal_ns);
     // steal is counted in ticks: half the hold-up, less half a tick
-    let stolen = |ns: u64| ns.saturating_mul(2).saturating_add(tick_ns) >= held_ns;
-    if !stole.is_empty() && stole.iter().all(|&ns| stolen(ns)) {
+    let half = |ns: u64| ns.saturating_mul(2).saturating_add(tick_ns) >= held_ns;
+    if !stole.is_empty() && stole.iter().all(|&ns| half(ns)) {
         return Cause::MachinePaused;
     }
-    if stole.iter().any(|&ns| stolen(ns)) {
+    if stole.iter().any(|&ns| half(ns)) {
         return Cause::CpuStolen;
     }
     let waited = match (before.waited_ns, after.waited_ns) {
@@ -497,16 +508,33 @@ pub fn held_by(
         _ => 0,
     };
     if waited.saturating_mul(2) >= held_ns {
-        Cause::OtherTasks
-    } else {
-        Cause::NotRunning
+        return Cause::OtherTasks;
     }
+    // its own sleep ran late while every CPU sat idle (or was taken): nothing
+    // on this machine ran, the timer that ends the sleep came late. A
+    // virtual CPU the hypervisor leaves halted past its timer shows no steal
+    // (it did not ask to run); the trace of a 10G run as a user showed both
+    // CPUs without a single switch for 26.7 ms, the emulator asleep
+    let idled = rose(&after.cpu_idle_ns, &before.cpu_idle_ns);
+    if asleep
+        && !idled.is_empty()
+        && idled.len() == stole.len()
+        && idled
+            .iter()
+            .zip(&stole)
+            .all(|(&i, &s)| i.saturating_mul(2).saturating_add(s.saturating_mul(2)).saturating_add(tick_ns) >= held_ns)
+    {
+        return Cause::MachineIdle;
+    }
+    Cause::NotRunning
 }
 
 /// What held the emulator up once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
     MachinePaused,
+    /// Every CPU idle through the emulator's late sleep: the machine's timer came late.
+    MachineIdle,
     CpuStolen,
     OtherTasks,
     NotRunning,
@@ -521,6 +549,9 @@ impl Cause {
             Cause::MachinePaused => {
                 "by the hypervisor pausing the whole machine (steal on every CPU; outside gridperf)"
             }
+            Cause::MachineIdle => {
+                "by the hypervisor not waking the idle machine (every CPU idle through it, the emulator's timer late; outside gridperf)"
+            }
             Cause::CpuStolen => "by the hypervisor taking the emulator's CPU (steal; outside gridperf)",
             Cause::OtherTasks => "by other tasks holding the CPUs (the emulator waited to run)",
             Cause::NotRunning => "with the emulator not running (stopped by a signal, or held in the kernel)",
@@ -531,7 +562,7 @@ impl Cause {
     /// The emulator and the lab's hosts were all stopped together: nothing
     /// in the lab could have seen a packet sooner (see [`Health::paused_late_packets`]).
     pub fn whole_lab(self) -> bool {
-        matches!(self, Cause::MachinePaused | Cause::LabPaused)
+        matches!(self, Cause::MachinePaused | Cause::MachineIdle | Cause::LabPaused)
     }
 }
 
@@ -915,7 +946,8 @@ impl Health {
         let short = self.short_held.cause().filter(|_| any_held);
         // a pause past TCP's timeout, or its burst's drops, void a run alone
         let decisive = self.rto_pauses > 0 || self.pause_burst_drops().is_some();
-        let outside = (held && h.machine_paused.count + h.cpu_stolen.count + h.lab_paused.count > 0)
+        let outside = (held
+            && h.machine_paused.count + h.machine_idle.count + h.cpu_stolen.count + h.lab_paused.count > 0)
             || matches!(short, Some(Cause::MachinePaused | Cause::CpuStolen))
             || decisive;
         // other tasks' hold-ups: the user's to act on, unless an outside
@@ -1040,6 +1072,9 @@ pub fn run(
     report: &mut dyn FnMut(&Health),
 ) -> io::Result<Health> {
     let _ = gridperf_sys::set_timer_slack_ns(1);
+    // a stop by a signal (SIGSTOP of the emulator) is told from the
+    // machine's late timer by the continue that ends it
+    let _ = gridperf_sys::count_continues();
     let realtime = take_realtime();
     for p in &ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
@@ -1203,6 +1238,8 @@ struct Emulator<'p> {
     probe: gridperf_sys::SchedProbe,
     probed: gridperf_sys::SchedSample,
     probed_at: u64,
+    /// How many times the process had been continued after a stop (SIGCONT) at the last probe.
+    continued: u64,
     /// Drops the hosts' kernels count at the TUN devices, at the start.
     tun_base: Vec<u64>,
     /// When the last turn began, if it spun before a due packet and moved nothing.
@@ -1254,6 +1291,7 @@ impl<'p> Emulator<'p> {
             probe,
             probed,
             probed_at: 0,
+            continued: gridperf_sys::continued(),
             tun_base,
             spun_from: None,
             woke_at: 0,
@@ -1394,11 +1432,14 @@ impl<'p> Emulator<'p> {
             let cause = if injected {
                 Cause::LabPaused
             } else {
-                held_by(&self.probed, &now_probe, overslept, self.probe.tick_ns())
+                // its own sleep ran late, and no stop by a signal ended it
+                let stopped = gridperf_sys::continued() != self.continued;
+                held_by(&self.probed, &now_probe, overslept, self.probe.tick_ns(), held_in_work == 0 && !stopped)
             };
             let h = &mut health.held_by;
             match cause {
                 Cause::MachinePaused => h.machine_paused.add(overslept),
+                Cause::MachineIdle => h.machine_idle.add(overslept),
                 Cause::CpuStolen => h.cpu_stolen.add(overslept),
                 Cause::OtherTasks => h.other_tasks.add(overslept),
                 Cause::NotRunning => h.not_running.add(overslept),
@@ -1414,6 +1455,7 @@ impl<'p> Emulator<'p> {
         }
         self.probed = now_probe;
         self.probed_at = now_after;
+        self.continued = gridperf_sys::continued();
         held_woke
     }
 
@@ -2037,19 +2079,37 @@ mod tests {
             waited_ns: Some(waited),
             steal_ns: steal.to_vec(),
             idle_ns: 0,
+            cpu_idle_ns: vec![0; steal.len()],
         };
         let tick = 10 * MS;
         let before = s(&[0, 0], 0);
-        // 30 ms held: 20 ms of steal on both CPUs (ticks of 10 ms)
-        assert_eq!(held_by(&before, &s(&[20 * MS, 30 * MS], 0), 30 * MS, tick), Cause::MachinePaused);
-        assert_eq!(held_by(&before, &s(&[30 * MS, 0], 0), 30 * MS, tick), Cause::CpuStolen);
-        assert_eq!(held_by(&before, &s(&[0, 0], 25 * MS), 30 * MS, tick), Cause::OtherTasks);
-        assert_eq!(held_by(&before, &s(&[0, 0], 2 * MS), 30 * MS, tick), Cause::NotRunning);
-        // one tick of steal explains a 15 ms hold-up (steal is counted in ticks)
-        assert_eq!(held_by(&before, &s(&[10 * MS, 10 * MS], 0), 15 * MS, tick), Cause::MachinePaused);
-        // without schedstats or /proc/stat: not running, the cause unknown
-        let none = gridperf_sys::SchedSample::default();
-        assert_eq!(held_by(&none, &none, 30 * MS, tick), Cause::NotRunning);
+        for asleep in [true, false] {
+            // 30 ms held: 20 ms of steal on both CPUs (ticks of 10 ms)
+            assert_eq!(held_by(&before, &s(&[20 * MS, 30 * MS], 0), 30 * MS, tick, asleep), Cause::MachinePaused);
+            assert_eq!(held_by(&before, &s(&[30 * MS, 0], 0), 30 * MS, tick, asleep), Cause::CpuStolen);
+            assert_eq!(held_by(&before, &s(&[0, 0], 25 * MS), 30 * MS, tick, asleep), Cause::OtherTasks);
+            assert_eq!(held_by(&before, &s(&[0, 0], 2 * MS), 30 * MS, tick, asleep), Cause::NotRunning);
+            // one tick of steal explains a 15 ms hold-up (steal is counted in ticks)
+            assert_eq!(held_by(&before, &s(&[10 * MS, 10 * MS], 0), 15 * MS, tick, asleep), Cause::MachinePaused);
+            // without schedstats or /proc/stat: not running, the cause unknown
+            let none = gridperf_sys::SchedSample::default();
+            assert_eq!(held_by(&none, &none, 30 * MS, tick, asleep), Cause::NotRunning);
+        }
+        // its own sleep 27 ms late, both CPUs idle through it (or one of
+        // them taken): the machine was left halted past its timer
+        let idle = |cpu_idle: &[u64], steal: &[u64]| gridperf_sys::SchedSample {
+            cpu_idle_ns: cpu_idle.to_vec(),
+            ..s(steal, 2 * MS)
+        };
+        let after = idle(&[20 * MS, 30 * MS], &[0, 0]);
+        assert_eq!(held_by(&before, &after, 27 * MS, tick, true), Cause::MachineIdle);
+        assert!(Cause::MachineIdle.whole_lab());
+        // idle counted in ticks, as steal is
+        assert_eq!(held_by(&before, &idle(&[20 * MS, 10 * MS], &[0, 0]), 27 * MS, tick, true), Cause::MachineIdle);
+        // held while it worked (in the kernel, its CPU idle meanwhile): not the machine's
+        assert_eq!(held_by(&before, &after, 27 * MS, tick, false), Cause::NotRunning);
+        // one CPU busy through it (the hosts ran): the emulator, not the machine, was held
+        assert_eq!(held_by(&before, &idle(&[30 * MS, 0], &[0, 0]), 27 * MS, tick, true), Cause::NotRunning);
     }
 
     /// Short hold-ups judged together: /proc/stat's steal moves in 10 ms
@@ -2064,6 +2124,7 @@ mod tests {
             // what /proc/stat shows: whole ticks of the true steal
             steal_ns: vec![steal / tick * tick, (steal + 4 * MS) / tick * tick],
             idle_ns: 0,
+            cpu_idle_ns: Vec::new(),
         };
         // 200 spans of 20 ms, each with one hold-up of 3 ms
         let spans = |steal_per: u64, waited_per: u64| {
