@@ -9,7 +9,10 @@
 #   bench/copy-lab-peers.sh [--profiles cern-icepp,wan] [--size-cern-icepp 2G]
 #       [--size-wan 64M] [--window 32M] [--window-lambda 8M]
 #       [--streams 1,2,4] [--tools gridperf,gridftp,xrootd] [--no-stream-ref]
-#       [--gridperf PATH] [--out DIR]
+#       [--set-PROFILE FIELD=VALUE[,FIELD=VALUE]] [--gridperf PATH] [--out DIR]
+#
+# --set-PROFILE overrides fields of that profile's lab as `lab up --set`
+# does: `--profiles baltic --set-baltic rate=10G` is 10 Gbit/s x 20 ms.
 #
 # --streams takes counts and `auto` (gridperf's -P auto; the peers have
 # none, their cells show "-"); --no-stream-ref leaves out the `gridperf
@@ -44,6 +47,7 @@ GRIDPERF=$REPO/target/release/gridperf
 PROFILES=cern-icepp,wan
 declare -A SIZE=([cern-icepp]=2G [wan]=64M)
 declare -A WIN=()
+declare -A SETS=()
 WINDOW=32M
 STREAMS=1,2,4
 TOOLS=gridperf,gridftp,xrootd
@@ -55,6 +59,7 @@ while [ $# -gt 0 ]; do
         --size-*) SIZE[${1#--size-}]=$2; shift 2 ;;
         --window) WINDOW=$2; shift 2 ;;
         --window-*) WIN[${1#--window-}]=$2; shift 2 ;;
+        --set-*) SETS[${1#--set-}]=$2; shift 2 ;;
         --streams) STREAMS=$2; shift 2 ;;
         --tools) TOOLS=$2; shift 2 ;;
         --no-stream-ref) STREAM_REF=0; shift ;;
@@ -190,7 +195,10 @@ for PROFILE in "${profs[@]}"; do
     bytes=$(numfmt --from=iec "$size")
     head -c "$bytes" /dev/urandom > "$WORK/file.dat"
     chmod 644 "$WORK/file.dat"
-    "$GRIDPERF" lab up --name "$LAB" --profile "$PROFILE" \
+    sets=()
+    IFS=, read -r -a kv <<< "${SETS[$PROFILE]:-}"
+    for s in "${kv[@]}"; do sets+=(--set "$s"); done
+    "$GRIDPERF" lab up --name "$LAB" --profile "$PROFILE" "${sets[@]}" \
         --sysctl "net.ipv4.tcp_rmem=4096 131072 67108864" --sysctl "net.ipv4.tcp_wmem=4096 16384 67108864" \
         > "$OUT/$PROFILE-lab.txt" 2>&1 || die "lab up $PROFILE failed (see $OUT/$PROFILE-lab.txt)"
     B=$("$GRIDPERF" lab status --name "$LAB" --json |

@@ -111,7 +111,8 @@ except Exception as e:
 # tcpi_sndbuf_limited; a flow at the link rate waits on the window too, at a full queue)
 def win(p):
     w = p.get('tcp_window_limited', 0)
-    return f", on a window {w*100:.0f}% ({p.get('tcp_receive_window_bytes', 0)//1024} KB)" if w > 0.05 and p['tcp_rate_error'] < -0.05 else ""
+    th = f", threshold {p['tcp_receiver_threshold_bytes']//1024} KB" if 'tcp_receiver_threshold_bytes' in p else ""
+    return f", on a window {w*100:.0f}% ({p.get('tcp_receive_window_bytes', 0)//1024} KB{th})" if w > 0.05 and p['tcp_rate_error'] < -0.05 else ""
 def r(b): return f"{b/1e9:.2f} Gbit/s" if b >= 1e9 else f"{b/1e6:.1f} Mbit/s"
 def t(ns): return f"{ns/1e6:.3g} ms" if abs(ns) >= 1e6 else f"{ns/1e3:+.0f} us"
 for p in pts:

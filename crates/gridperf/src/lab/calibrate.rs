@@ -67,6 +67,10 @@ pub struct Point {
     /// below the link by a window, not by the emulator, says so here.
     pub tcp_window_limited: f64,
     pub tcp_receive_window_bytes: u32,
+    /// The receiver's window threshold at the end (tcpi_rcv_ssthresh): the
+    /// kernel clamps it to two segments when the receive buffer overflows,
+    /// and a window held small by it grows back only as the buffer allows.
+    pub tcp_receiver_threshold_bytes: u32,
     /// Probe RTT on the zero-delay lab of the same rate (hosts and emulator).
     pub baseline_rtt_ns: f64,
     /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
@@ -431,7 +435,7 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
     let stop_rx = Arc::new(AtomicBool::new(false));
     let s2 = stop_rx.clone();
     let (conn_tx, conn_rx) = std::sync::mpsc::channel();
-    let rx = std::thread::spawn(move || -> std::io::Result<()> {
+    let rx = std::thread::spawn(move || -> std::io::Result<u32> {
         listener.set_nonblocking(false)?;
         let (mut c, _) = listener.accept()?;
         c.set_read_timeout(Some(Duration::from_millis(200)))?;
@@ -445,7 +449,7 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(gridperf_sys::tcp_info(&c).map(|(i, _)| i.rcv_ssthresh).unwrap_or(0))
     });
     let mut tx = in_ns(a, move || {
         // CUBIC, the loss-based standard, fills a link with a 1-BDP drop-tail
@@ -495,7 +499,7 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
     stop.store(true, Ordering::SeqCst);
     let sent = sender.join().map_err(|_| Error::internal("the TCP sender panicked"));
     stop_rx.store(true, Ordering::SeqCst);
-    let _ = rx.join();
+    let receiver_threshold = rx.join().ok().and_then(|r| r.ok()).unwrap_or(0);
     let sent = sent?;
     let (segs, dt, window_limited, receive_window) = measured?;
     let (mss, retransmits) = sent.map_err(|e| Error::measurement(format!("the calibration TCP flow broke: {e}")))?;
@@ -503,7 +507,13 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
         return Err(Error::measurement("the calibration TCP flow reported no MSS"));
     }
     // a bulk flow's data segments are full: an MTU-sized packet each
-    Ok(TcpFlow { rate_bps: segs as f64 * 1500.0 * 8.0 / dt, retransmits, window_limited, receive_window })
+    Ok(TcpFlow {
+        rate_bps: segs as f64 * 1500.0 * 8.0 / dt,
+        retransmits,
+        window_limited,
+        receive_window,
+        receiver_threshold,
+    })
 }
 
 /// What [`tcp_rate`] measured.
@@ -512,8 +522,9 @@ struct TcpFlow {
     retransmits: u32,
     /// The share of the measured time the sender waited on a window.
     window_limited: f64,
-    /// The receiver's window, bytes, at the end.
+    /// The receiver's window, bytes, at the end, and its threshold (tcpi_rcv_ssthresh).
     receive_window: u32,
+    receiver_threshold: u32,
 }
 
 /// [`probe`] from `sockets` sockets at once, their round trips together.
@@ -860,6 +871,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         tcp_retransmits: tcp.retransmits,
         tcp_window_limited: tcp.window_limited,
         tcp_receive_window_bytes: tcp.receive_window,
+        tcp_receiver_threshold_bytes: tcp.receiver_threshold,
         table_errors_ns: table.errors_ns,
         table_samples: table.samples,
         sink_drops,

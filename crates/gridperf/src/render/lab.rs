@@ -279,11 +279,12 @@ pub fn calibration(points: &[Point]) -> String {
     for p in points.iter().filter(|p| p.tcp_window_limited > 0.05 && p.tcp_rate_error < -0.05) {
         let _ = writeln!(
             out,
-            "{} x {}: the TCP flow waited on a window {:.0}% of its measured time (the receiver's window at its end: {} KB): a window, not the link, held it at {}",
+            "{} x {}: the TCP flow waited on a window {:.0}% of its measured time (the receiver's window at its end: {} KB, its threshold tcpi_rcv_ssthresh {} KB): a window, not the link, held it at {}",
             fmt_bps(p.rate_bps as f64),
             fmt_ns(p.delay_ns as f64),
             p.tcp_window_limited * 100.0,
             p.tcp_receive_window_bytes / 1024,
+            p.tcp_receiver_threshold_bytes / 1024,
             fmt_bps(p.tcp_rate_bps)
         );
     }

@@ -642,6 +642,7 @@ fn lab_status_profiles_calibration() {
         tcp_retransmits: 912,
         tcp_window_limited: 0.0,
         tcp_receive_window_bytes: 2_400_000,
+        tcp_receiver_threshold_bytes: 2_400_000,
         baseline_rtt_ns: 174_000.0,
         delay_error_median_ns: 37_000.0,
         delay_error_p99_ns: 570_000.0,
@@ -666,10 +667,11 @@ fn lab_status_profiles_calibration() {
     };
     let short = Point {
         offered_rate_bps: 90_000_000.0,
-        tcp_rate_bps: 21_200_000.0,
-        tcp_rate_error: -0.788,
+        tcp_rate_bps: 5_600_000.0,
+        tcp_rate_error: -0.944,
         tcp_window_limited: 0.93,
-        tcp_receive_window_bytes: 131_072,
+        tcp_receive_window_bytes: 5_792,
+        tcp_receiver_threshold_bytes: 2_896,
         invalid: Some("572 packets overflowed a TUN queue".into()),
         delay_error_median_ns: 287_000.0,
         by_round_trip: Some(ByRoundTrip {
