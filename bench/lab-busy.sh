@@ -107,7 +107,7 @@ except Exception: print("-")' "$j")
 try:
     v=json.load(open(sys.argv[1])); e=v["runs"][0]["env"]["lab"]["emulator"]
     hb=e.get("held_by",{}); parts=[]
-    for k,n in (("machine_paused","machine"),("machine_idle","machine idle"),("cpu_stolen","stolen"),("other_tasks","tasks"),("not_running","not running")):
+    for k,n in (("machine_paused","machine"),("machine_idle","machine idle"),("cpu_stolen","stolen"),("other_tasks","tasks"),("working","own work"),("not_running","not running")):
         c=hb.get(k,{}).get("count",0)
         if c: parts.append("%s %d (%d ms)" % (n,c,hb[k]["ns"]//1000000))
     l=e["links"][0]; idle=(l.get("idle_held_ns",0)+l.get("starved_ns",0))/1e6

@@ -442,6 +442,11 @@ pub struct HeldBy {
     /// The emulator waited on a run queue for half the hold-up or more:
     /// other tasks of this machine held the CPUs.
     pub other_tasks: HoldUps,
+    /// The emulator was on the CPU through it: a turn of its own work ran
+    /// long (the kernel's network work for the hosts, done in its system
+    /// calls, included).
+    #[serde(default)]
+    pub working: HoldUps,
     /// Neither: the emulator was not runnable (stopped by a signal, or held
     /// in the kernel).
     pub not_running: HoldUps,
@@ -458,6 +463,7 @@ impl HeldBy {
             machine_idle: self.machine_idle.minus(&b.machine_idle),
             cpu_stolen: self.cpu_stolen.minus(&b.cpu_stolen),
             other_tasks: self.other_tasks.minus(&b.other_tasks),
+            working: self.working.minus(&b.working),
             not_running: self.not_running.minus(&b.not_running),
             lab_paused: self.lab_paused.minus(&b.lab_paused),
         }
@@ -470,6 +476,7 @@ impl HeldBy {
             (self.machine_idle, Cause::MachineIdle),
             (self.cpu_stolen, Cause::CpuStolen),
             (self.other_tasks, Cause::OtherTasks),
+            (self.working, Cause::Working),
             (self.not_running, Cause::NotRunning),
             (self.lab_paused, Cause::LabPaused),
         ]
@@ -485,11 +492,14 @@ impl HeldBy {
 /// before and after it: the CPUs' steal and idle time (at `tick_ns`
 /// resolution) and the emulator thread's time waiting on a run queue.
 /// `asleep`: the hold-up was the emulator's own sleep running late (not
-/// its work taking long, nor a stop by a signal).
+/// its work taking long, nor a stop by a signal). `span_ns`: the time
+/// between the two readings, over which the thread's own time on a CPU
+/// tells whether it was on one through the hold-up.
 pub fn held_by(
     before: &gridperf_sys::SchedSample,
     after: &gridperf_sys::SchedSample,
     held_ns: u64,
+    span_ns: u64,
     tick_ns: u64,
     asleep: bool,
 ) -> Cause {
@@ -509,6 +519,18 @@ pub fn held_by(
     };
     if waited.saturating_mul(2) >= held_ns {
         return Cause::OtherTasks;
+    }
+    // a turn of work that ran long with the thread on a CPU all along (off
+    // one for under half the hold-up): its own work, or the kernel's done in
+    // its system calls (a packet written to a TUN device is received by the
+    // host's TCP in the writer's context). A trace of a user's calibrate at
+    // 10G x 50 ms under a CPU hog showed 20 hold-ups said "not running" while
+    // the thread never left the CPU for over 10 ms but at its teardown
+    if let (Some(b), Some(a)) = (before.ran_ns, after.ran_ns) {
+        let off = span_ns.saturating_sub(a.saturating_sub(b));
+        if !asleep && off.saturating_mul(2) < held_ns {
+            return Cause::Working;
+        }
     }
     // its own sleep ran late while every CPU sat idle (or was taken): nothing
     // on this machine ran, the timer that ends the sleep came late. A
@@ -535,6 +557,8 @@ pub enum Cause {
     MachinePaused,
     /// Every CPU idle through the emulator's late sleep: the machine's timer came late.
     MachineIdle,
+    /// On the CPU throughout: a turn of its own work (or the kernel's in its system calls) ran long.
+    Working,
     CpuStolen,
     OtherTasks,
     NotRunning,
@@ -554,6 +578,9 @@ impl Cause {
             }
             Cause::CpuStolen => "by the hypervisor taking the emulator's CPU (steal; outside gridperf)",
             Cause::OtherTasks => "by other tasks holding the CPUs (the emulator waited to run)",
+            Cause::Working => {
+                "by its own work, on the CPU throughout (a turn that ran long: its packets, or the kernel's network work for the lab's hosts done in its system calls)"
+            }
             Cause::NotRunning => "with the emulator not running (stopped by a signal, or held in the kernel)",
             Cause::LabPaused => "by `gridperf lab pause` stopping the whole lab (injected)",
         }
@@ -1434,7 +1461,8 @@ impl<'p> Emulator<'p> {
             } else {
                 // its own sleep ran late, and no stop by a signal ended it
                 let stopped = gridperf_sys::continued() != self.continued;
-                held_by(&self.probed, &now_probe, overslept, self.probe.tick_ns(), held_in_work == 0 && !stopped)
+                let span = now_after.saturating_sub(self.probed_at);
+                held_by(&self.probed, &now_probe, overslept, span, self.probe.tick_ns(), held_in_work == 0 && !stopped)
             };
             let h = &mut health.held_by;
             match cause {
@@ -1442,6 +1470,7 @@ impl<'p> Emulator<'p> {
                 Cause::MachineIdle => h.machine_idle.add(overslept),
                 Cause::CpuStolen => h.cpu_stolen.add(overslept),
                 Cause::OtherTasks => h.other_tasks.add(overslept),
+                Cause::Working => h.working.add(overslept),
                 Cause::NotRunning => h.not_running.add(overslept),
                 Cause::LabPaused => h.lab_paused.add(overslept),
             }
@@ -2085,15 +2114,21 @@ mod tests {
         let before = s(&[0, 0], 0);
         for asleep in [true, false] {
             // 30 ms held: 20 ms of steal on both CPUs (ticks of 10 ms)
-            assert_eq!(held_by(&before, &s(&[20 * MS, 30 * MS], 0), 30 * MS, tick, asleep), Cause::MachinePaused);
-            assert_eq!(held_by(&before, &s(&[30 * MS, 0], 0), 30 * MS, tick, asleep), Cause::CpuStolen);
-            assert_eq!(held_by(&before, &s(&[0, 0], 25 * MS), 30 * MS, tick, asleep), Cause::OtherTasks);
-            assert_eq!(held_by(&before, &s(&[0, 0], 2 * MS), 30 * MS, tick, asleep), Cause::NotRunning);
+            assert_eq!(
+                held_by(&before, &s(&[20 * MS, 30 * MS], 0), 30 * MS, 40 * MS, tick, asleep),
+                Cause::MachinePaused
+            );
+            assert_eq!(held_by(&before, &s(&[30 * MS, 0], 0), 30 * MS, 40 * MS, tick, asleep), Cause::CpuStolen);
+            assert_eq!(held_by(&before, &s(&[0, 0], 25 * MS), 30 * MS, 40 * MS, tick, asleep), Cause::OtherTasks);
+            assert_eq!(held_by(&before, &s(&[0, 0], 2 * MS), 30 * MS, 40 * MS, tick, asleep), Cause::NotRunning);
             // one tick of steal explains a 15 ms hold-up (steal is counted in ticks)
-            assert_eq!(held_by(&before, &s(&[10 * MS, 10 * MS], 0), 15 * MS, tick, asleep), Cause::MachinePaused);
+            assert_eq!(
+                held_by(&before, &s(&[10 * MS, 10 * MS], 0), 15 * MS, 40 * MS, tick, asleep),
+                Cause::MachinePaused
+            );
             // without schedstats or /proc/stat: not running, the cause unknown
             let none = gridperf_sys::SchedSample::default();
-            assert_eq!(held_by(&none, &none, 30 * MS, tick, asleep), Cause::NotRunning);
+            assert_eq!(held_by(&none, &none, 30 * MS, 40 * MS, tick, asleep), Cause::NotRunning);
         }
         // its own sleep 27 ms late, both CPUs idle through it (or one of
         // them taken): the machine was left halted past its timer
@@ -2102,14 +2137,26 @@ mod tests {
             ..s(steal, 2 * MS)
         };
         let after = idle(&[20 * MS, 30 * MS], &[0, 0]);
-        assert_eq!(held_by(&before, &after, 27 * MS, tick, true), Cause::MachineIdle);
+        assert_eq!(held_by(&before, &after, 27 * MS, 40 * MS, tick, true), Cause::MachineIdle);
         assert!(Cause::MachineIdle.whole_lab());
         // idle counted in ticks, as steal is
-        assert_eq!(held_by(&before, &idle(&[20 * MS, 10 * MS], &[0, 0]), 27 * MS, tick, true), Cause::MachineIdle);
+        assert_eq!(
+            held_by(&before, &idle(&[20 * MS, 10 * MS], &[0, 0]), 27 * MS, 40 * MS, tick, true),
+            Cause::MachineIdle
+        );
         // held while it worked (in the kernel, its CPU idle meanwhile): not the machine's
-        assert_eq!(held_by(&before, &after, 27 * MS, tick, false), Cause::NotRunning);
+        assert_eq!(held_by(&before, &after, 27 * MS, 40 * MS, tick, false), Cause::NotRunning);
         // one CPU busy through it (the hosts ran): the emulator, not the machine, was held
-        assert_eq!(held_by(&before, &idle(&[30 * MS, 0], &[0, 0]), 27 * MS, tick, true), Cause::NotRunning);
+        assert_eq!(held_by(&before, &idle(&[30 * MS, 0], &[0, 0]), 27 * MS, 40 * MS, tick, true), Cause::NotRunning);
+        // a turn of work 30 ms long, the thread on the CPU for 35 ms of the
+        // 40 between the readings: its own work, not a stop or a wait in the kernel
+        let ran = |ns: u64| gridperf_sys::SchedSample { ran_ns: Some(ns), ..s(&[0, 0], 2 * MS) };
+        assert_eq!(held_by(&before, &ran(35 * MS), 30 * MS, 40 * MS, tick, false), Cause::Working);
+        assert!(!Cause::Working.whole_lab());
+        // on the CPU for 25 ms of 40: off it for 15 of the 30 held, not throughout
+        assert_eq!(held_by(&before, &ran(25 * MS), 30 * MS, 40 * MS, tick, false), Cause::NotRunning);
+        // a sleep that ran late was not work, whatever the rest of the span was
+        assert_eq!(held_by(&before, &ran(35 * MS), 30 * MS, 40 * MS, tick, true), Cause::NotRunning);
     }
 
     /// Short hold-ups judged together: /proc/stat's steal moves in 10 ms
