@@ -138,9 +138,10 @@ impl SchedProbe {
         if let Some(f) = &self.stat {
             if let Ok(n) = f.read_at(&mut self.buf, 0) {
                 let text = String::from_utf8_lossy(&self.buf[..n]);
-                out.steal_ns = parse_steal(&text, self.ticks_per_s);
+                let m = parse_machine_times(&text, self.ticks_per_s);
+                out.steal_ns = m.steal_ns;
+                out.cpu_idle_ns = m.idle_ns;
                 out.idle_ns = parse_idle(&text, self.ticks_per_s);
-                out.cpu_idle_ns = parse_cpu_idle(&text, self.ticks_per_s);
             }
         }
         out
@@ -161,24 +162,7 @@ pub fn parse_idle(stat: &str, ticks_per_s: u64) -> u64 {
 /// Each CPU's steal from /proc/stat's text (`cpuN user nice system idle
 /// iowait irq softirq steal ...`, in clock ticks), ns.
 pub fn parse_steal(stat: &str, ticks_per_s: u64) -> Vec<u64> {
-    per_cpu(stat, ticks_per_s, &[8])
-}
-
-/// Each CPU's idle time (idle and iowait) from /proc/stat's text, ns.
-pub fn parse_cpu_idle(stat: &str, ticks_per_s: u64) -> Vec<u64> {
-    per_cpu(stat, ticks_per_s, &[4, 5])
-}
-
-/// The sum of the figures at `fields` (after the name) of each `cpuN` line, ns.
-fn per_cpu(stat: &str, ticks_per_s: u64, fields: &[usize]) -> Vec<u64> {
-    stat.lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let ticks: u64 = fields.iter().filter_map(|&k| f.get(k).and_then(|v| v.parse::<u64>().ok())).sum();
-            ticks.saturating_mul(1_000_000_000 / ticks_per_s.max(1))
-        })
-        .collect()
+    parse_machine_times(stat, ticks_per_s).steal_ns
 }
 
 /// The whole machine's CPU time from /proc/stat, and its runnable tasks: what
@@ -284,9 +268,6 @@ mod machine_tests {
         assert_eq!(m.busy_ns, vec![(10 + 2 + 3 + 6 + 7) * 10_000_000, 5 * 10_000_000]);
         assert_eq!(m.idle_ns, vec![45 * 10_000_000, 2 * 10_000_000]);
         assert_eq!(m.steal_ns, vec![80_000_000, 10_000_000]);
-        // the probe's own per-CPU readings agree with the machine's
-        assert_eq!(parse_cpu_idle(text, 100), m.idle_ns);
-        assert_eq!(parse_steal(text, 100), m.steal_ns);
         assert_eq!(m.procs_running, 3);
         assert!(!machine_times().busy_ns.is_empty());
     }
