@@ -304,4 +304,19 @@ for prof in dict.fromkeys(r[0] for r in rows):
         print(f"  {p:<8}   copy {copy_s:>6.1f} s {size * 8 / copy_s / 1e6:>7.1f} Mbit/s"
               f"   stream {tcp_s:>6.1f} s {size * 8 / tcp_s / 1e6:>7.1f} Mbit/s   copy / stream {tcp_s / copy_s:.2f}x")
 PY
+# the summary kept in git: each try's verdict, its first reason (the raw
+# lab-status lines stay in verdicts.txt, which git ignores)
+python3 - "$OUT/verdicts.txt" >> "$OUT/run.md" <<'PY'
+import sys
+print("\n## Each try's verdict\n")
+for l in open(sys.argv[1]):
+    head, _, rest = l.strip().partition(": ")
+    if "INVALID by its own check" in rest:
+        v = "INVALID (the copy's own check, exit 4)"
+    elif "INVALID since the earlier status: " in rest:
+        v = "INVALID: " + rest.split("INVALID since the earlier status: ", 1)[1].split(";")[0][:160]
+    else:
+        v = "valid"
+    print(f"- {head}: {v}")
+PY
 log "raw times, each gridperf copy's JSON and the servers' logs in $OUT"
