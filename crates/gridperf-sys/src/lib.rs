@@ -42,6 +42,8 @@ mod bulk;
 pub use bulk::*;
 mod capture;
 pub use capture::*;
+mod sockdiag;
+pub use sockdiag::*;
 
 #[cfg(test)]
 mod root_tests;
