@@ -59,6 +59,19 @@ pub fn sysctl(name: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
+/// The machine's TCP memory, when it is past the kernel's pressure mark
+/// (see [`gridperf_core::analysis::stats::tcp_memory_pressure`]). Machine-wide:
+/// every namespace's sockets count, orphans of ended programs included.
+pub fn tcp_memory_pressure() -> Option<gridperf_core::analysis::stats::Warning> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    gridperf_core::analysis::stats::tcp_memory_pressure(
+        &read("/proc/net/sockstat"),
+        &read("/proc/sys/net/ipv4/tcp_mem"),
+        &read("/proc/net/protocols"),
+        gridperf_sys::page_size(),
+    )
+}
+
 /// Whether a restarted connection would start from the slow one's
 /// slow-start threshold: Linux keeps TCP metrics per destination
 /// (`net.ipv4.tcp_no_metrics_save` 0) and, unless

@@ -134,6 +134,36 @@ pub enum Warning {
     /// The point's median does not describe it (two modes, a drift), also
     /// after measuring it again; conclusions leave it out.
     Irregular { point: String, why: String, retries: u32 },
+    /// The machine's TCP memory was past the kernel's pressure mark
+    /// (net.ipv4.tcp_mem), where Linux clamps every TCP window to a few
+    /// segments: the rate then is the machine's memory, not the network's.
+    TcpMemoryPressure { used_bytes: u64, pressure_bytes: u64, orphans: u64 },
+}
+
+/// The machine's TCP memory from /proc/net/sockstat ("TCP: inuse N orphan
+/// N tw N alloc N mem PAGES"), /proc/sys/net/ipv4/tcp_mem (three page
+/// counts: low, pressure, high) and the kernel's own flag (the "press"
+/// column of /proc/net/protocols' TCP line, "yes" or "no"): a
+/// [`Warning::TcpMemoryPressure`] when TCP is under pressure or at its mark.
+pub fn tcp_memory_pressure(sockstat: &str, tcp_mem: &str, protocols: &str, page: u64) -> Option<Warning> {
+    let tcp = sockstat.lines().find_map(|l| l.strip_prefix("TCP:"))?;
+    let field = |name: &str| {
+        let words: Vec<&str> = tcp.split_whitespace().collect();
+        words.windows(2).find(|w| w[0] == name).and_then(|w| w[1].parse::<u64>().ok())
+    };
+    let (used, orphans) = (field("mem")?, field("orphan").unwrap_or(0));
+    let pressure = tcp_mem.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    // protocol size sockets memory press ...: the fifth column
+    let flagged = protocols
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("TCP"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        == Some("yes");
+    (flagged || used >= pressure).then_some(Warning::TcpMemoryPressure {
+        used_bytes: used * page,
+        pressure_bytes: pressure * page,
+        orphans,
+    })
 }
 
 /// What made a lab run INVALID, for what to do about it.
@@ -185,6 +215,23 @@ impl Warning {
                 "{point}: {why}{}; a median does not describe it, and conclusions leave it out",
                 if *retries > 0 { format!(" (measured {} times)", retries + 1) } else { String::new() }
             ),
+            Warning::TcpMemoryPressure { used_bytes, pressure_bytes, orphans } => format!(
+                "TCP was under memory pressure: the machine's TCP sockets held {} MB, past the kernel's pressure \
+                 mark of {} MB (net.ipv4.tcp_mem){}; under pressure Linux clamps every TCP window to a few \
+                 segments, so the rate measured is the machine's memory, not the network's. {}",
+                used_bytes >> 20,
+                pressure_bytes >> 20,
+                if *orphans > 0 {
+                    format!(", {orphans} of them orphans (their programs ended with data unsent)")
+                } else {
+                    String::new()
+                },
+                if *orphans > 0 {
+                    "Orphans time out within minutes: run it again then."
+                } else {
+                    "Use smaller buffers (-w), or raise net.ipv4.tcp_mem."
+                }
+            ),
             Warning::LabInvalid { why, cause } => format!(
                 "INVALID: the lab's emulator did not keep up during this run ({why}); its figures are not the emulated network's. {}",
                 lab_invalid_advice(*cause)
@@ -202,7 +249,7 @@ impl Warning {
             Warning::Irregular { .. } => {
                 Some("that one median does not describe (two modes, a drift): left out of conclusions")
             }
-            Warning::Unpinned | Warning::LabInvalid { .. } => None,
+            Warning::Unpinned | Warning::LabInvalid { .. } | Warning::TcpMemoryPressure { .. } => None,
         }
     }
 }
@@ -279,6 +326,31 @@ pub fn check(point: &str, s: &Summary) -> Vec<Warning> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_memory_pressure_is_read_from_the_kernel() {
+        // this machine after two 10 Gbit/s calibrations: orphans held 1.2 GB
+        let stat = "sockets: used 7\nTCP: inuse 1 orphan 10 tw 0 alloc 11 mem 308517\nUDP: inuse 0 mem 235\n";
+        let protocols = "protocol  size sockets  memory press maxhdr  slab module     cl co di ac io in de\n\
+                         UDP       1344      0     235   NI       0   yes  kernel      y  y  y  n  y  y  y\n\
+                         TCP       2304      1  308517   no     192   yes  kernel      y  y  y  y  y  y  y\n";
+        // past the low mark, under the pressure mark, not flagged: nothing
+        assert_eq!(tcp_memory_pressure(stat, "287898\t383866\t575796\n", protocols, 4096), None);
+        // past the pressure mark
+        let w = tcp_memory_pressure(stat, "200000 300000 400000", protocols, 4096);
+        assert_eq!(
+            w,
+            Some(Warning::TcpMemoryPressure { used_bytes: 308517 * 4096, pressure_bytes: 300000 * 4096, orphans: 10 })
+        );
+        let text = w.map(|w| w.message()).unwrap_or_default();
+        assert!(text.contains("held 1205 MB, past the kernel's pressure mark of 1171 MB"), "{text}");
+        assert!(text.contains("10 of them orphans"), "{text}");
+        // flagged by the kernel (it leaves pressure only below the low mark)
+        let flagged = protocols.replace("308517   no ", "308517   yes");
+        assert!(tcp_memory_pressure(stat, "287898 383866 575796", &flagged, 4096).is_some());
+        // unreadable: nothing said
+        assert_eq!(tcp_memory_pressure("", "1 2 3", protocols, 4096), None);
+    }
 
     #[test]
     fn exact_quantiles_type7() {

@@ -93,8 +93,13 @@ fn probe_judged(
 /// Runs the test `repeat` times.
 pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) -> Result<StreamReport> {
     let mut runs = Vec::new();
+    // the machine's TCP memory past its pressure mark, before or after a
+    // run (orphans of an interrupted run, or this run's own buffers)
+    let mut pressure = None;
     for r in 0..opts.repeat {
+        pressure = pressure.or_else(crate::host::tcp_memory_pressure);
         runs.push(run_once(target, opts, r, on_interval)?);
+        pressure = pressure.or_else(crate::host::tcp_memory_pressure);
     }
     let totals: Vec<f64> = runs.iter().map(|r| r.up_bps.unwrap_or(0.0) + r.down_bps.unwrap_or(0.0)).collect();
     let median = gridperf_core::analysis::stats::median(&totals);
@@ -110,6 +115,7 @@ pub fn run(target: &Target, opts: &StreamOptions, on_interval: &mut OnInterval) 
             warnings.push(w);
         }
     }
+    warnings.extend(pressure);
     let notes = buffer_notes(&opts.spec, runs.first());
     Ok(StreamReport {
         schema: gridperf_core::model::STREAM_SCHEMA.into(),

@@ -71,6 +71,10 @@ pub struct Point {
     /// kernel clamps it to two segments when the receive buffer overflows,
     /// and a window held small by it grows back only as the buffer allows.
     pub tcp_receiver_threshold_bytes: u32,
+    /// The machine's TCP memory was past the kernel's pressure mark during
+    /// the TCP flow (its windows clamped to a few segments): what it said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_memory_pressure: Option<String>,
     /// Probe RTT on the zero-delay lab of the same rate (hosts and emulator).
     pub baseline_rtt_ns: f64,
     /// Added delay error: probe RTT at half load minus baseline minus 2 x delay.
@@ -428,6 +432,9 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
         })?;
     }
     let listener = in_ns(b, || std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, TCP_PORT)))?;
+    // before the flow: what other sockets on the machine hold (orphans an
+    // interrupted run left) may put TCP under memory pressure by itself
+    let memory_pressure = crate::host::tcp_memory_pressure();
     let stop = Arc::new(AtomicBool::new(false));
     // the receiver stops only once the sender has: a receiver that closed
     // first, data unread, reset the flow under the sender's last write (a
@@ -500,6 +507,8 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
     let sent = sender.join().map_err(|_| Error::internal("the TCP sender panicked"));
     stop_rx.store(true, Ordering::SeqCst);
     let receiver_threshold = rx.join().ok().and_then(|r| r.ok()).unwrap_or(0);
+    // the machine's TCP memory as the flow ends, its own buffers included
+    let memory_pressure = memory_pressure.or_else(crate::host::tcp_memory_pressure).map(|w| w.message());
     let sent = sent?;
     let (segs, dt, window_limited, receive_window) = measured?;
     let (mss, retransmits) = sent.map_err(|e| Error::measurement(format!("the calibration TCP flow broke: {e}")))?;
@@ -513,6 +522,7 @@ fn tcp_rate(a: &str, b: &str, b_addr: Ipv4Addr, buf: u64, warmup: Duration, time
         window_limited,
         receive_window,
         receiver_threshold,
+        memory_pressure,
     })
 }
 
@@ -525,6 +535,8 @@ struct TcpFlow {
     /// The receiver's window, bytes, at the end, and its threshold (tcpi_rcv_ssthresh).
     receive_window: u32,
     receiver_threshold: u32,
+    /// The machine's TCP memory past its pressure mark, before or after it.
+    memory_pressure: Option<String>,
 }
 
 /// [`probe`] from `sockets` sockets at once, their round trips together.
@@ -872,6 +884,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         tcp_window_limited: tcp.window_limited,
         tcp_receive_window_bytes: tcp.receive_window,
         tcp_receiver_threshold_bytes: tcp.receiver_threshold,
+        tcp_memory_pressure: tcp.memory_pressure,
         table_errors_ns: table.errors_ns,
         table_samples: table.samples,
         sink_drops,

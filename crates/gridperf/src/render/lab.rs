@@ -289,6 +289,11 @@ pub fn calibration(points: &[Point]) -> String {
         );
     }
     for p in points {
+        if let Some(w) = &p.tcp_memory_pressure {
+            let _ = writeln!(out, "{} x {}: the TCP flow's {w}", fmt_bps(p.rate_bps as f64), fmt_ns(p.delay_ns as f64));
+        }
+    }
+    for p in points {
         if let Some(r) = p.by_round_trip.as_ref().filter(|r| r.left_out > 0) {
             let worst = |lo: f64, hi: f64| worst_table_error(&r.table_errors_ns, lo, hi);
             let _ = writeln!(

@@ -643,6 +643,7 @@ fn lab_status_profiles_calibration() {
         tcp_window_limited: 0.0,
         tcp_receive_window_bytes: 2_400_000,
         tcp_receiver_threshold_bytes: 2_400_000,
+        tcp_memory_pressure: None,
         baseline_rtt_ns: 174_000.0,
         delay_error_median_ns: 37_000.0,
         delay_error_p99_ns: 570_000.0,
@@ -672,6 +673,7 @@ fn lab_status_profiles_calibration() {
         tcp_window_limited: 0.93,
         tcp_receive_window_bytes: 5_792,
         tcp_receiver_threshold_bytes: 2_896,
+        tcp_memory_pressure: None,
         invalid: Some("572 packets overflowed a TUN queue".into()),
         delay_error_median_ns: 287_000.0,
         by_round_trip: Some(ByRoundTrip {
