@@ -74,12 +74,20 @@ pub fn set_link_txqueuelen(name: &str, len: u32) -> io::Result<()> {
     msg[32..34].copy_from_slice(&8u16.to_ne_bytes());
     msg[34..36].copy_from_slice(&IFLA_TXQLEN.to_ne_bytes());
     msg[36..40].copy_from_slice(&len.to_ne_bytes());
+    let sock = netlink_socket(libc::NETLINK_ROUTE)?;
+    // SAFETY: msg is valid for reads of its length; a NULL address sends to the kernel.
+    let n = unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr() as *const libc::c_void, msg.len(), 0) };
+    cvt(n, -1)?;
+    netlink_ack(&sock, "rtnetlink")
+}
+
+/// A netlink socket of `protocol` whose reads wait 2 s at most (the kernel
+/// answers at once; a deadline all the same).
+pub(crate) fn netlink_socket(protocol: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) call.
-    let fd =
-        cvt_i(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
+    let fd = cvt_i(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) })?;
     // SAFETY: fresh descriptor, now owned.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // the kernel answers at once; a deadline all the same
     let tv = libc::timeval { tv_sec: 2, tv_usec: 0 };
     // SAFETY: tv lives across the call and its size is passed.
     cvt_i(unsafe {
@@ -91,16 +99,18 @@ pub fn set_link_txqueuelen(name: &str, len: u32) -> io::Result<()> {
             size_of::<libc::timeval>() as libc::socklen_t,
         )
     })?;
-    // SAFETY: msg is valid for reads of its length; a NULL address sends to the kernel.
-    let n = unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr() as *const libc::c_void, msg.len(), 0) };
-    cvt(n, -1)?;
-    let mut ack = [0u8; 256];
+    Ok(sock)
+}
+
+/// The answer to a netlink request sent with NLM_F_ACK: an NLMSG_ERROR
+/// message, its header then the error number (0: done).
+pub(crate) fn netlink_ack(sock: &OwnedFd, what: &str) -> io::Result<()> {
+    let mut ack = [0u8; 512];
     // SAFETY: ack is valid for writes of its length.
     let n = cvt(unsafe { libc::recv(sock.as_raw_fd(), ack.as_mut_ptr() as *mut libc::c_void, ack.len(), 0) }, -1)?;
-    // an NLMSG_ERROR message: its header, then the error number (0: done)
     let kind = u16::from_ne_bytes([ack[4], ack[5]]);
     if n < 20 || kind != libc::NLMSG_ERROR as u16 {
-        return Err(io::Error::other(format!("rtnetlink: unexpected answer of {n} bytes, type {kind}")));
+        return Err(io::Error::other(format!("{what}: unexpected answer of {n} bytes, type {kind}")));
     }
     match i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]) {
         0 => Ok(()),

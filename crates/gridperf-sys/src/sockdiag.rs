@@ -33,16 +33,7 @@ pub struct TcpSockets {
 /// The TCP sockets of the calling thread's network namespace that may
 /// hold data (not listeners, not TIME_WAIT).
 pub fn tcp_sockets() -> io::Result<TcpSockets> {
-    let sock = diag_socket()?;
-    let mut out = TcpSockets::default();
-    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        for (_, orphan, queued) in dump(&sock, family)? {
-            out.sockets += 1;
-            out.orphans += u32::from(orphan);
-            out.queued_bytes += queued;
-        }
-    }
-    Ok(out)
+    walk(false)
 }
 
 /// Aborts every TCP socket of the calling thread's network namespace that
@@ -52,6 +43,10 @@ pub fn tcp_sockets() -> io::Result<TcpSockets> {
 /// gives it) and a kernel with CONFIG_INET_DIAG_DESTROY (EOPNOTSUPP
 /// otherwise).
 pub fn abort_tcp_sockets() -> io::Result<TcpSockets> {
+    walk(true)
+}
+
+fn walk(abort: bool) -> io::Result<TcpSockets> {
     let sock = diag_socket()?;
     let mut out = TcpSockets::default();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
@@ -59,6 +54,9 @@ pub fn abort_tcp_sockets() -> io::Result<TcpSockets> {
             out.sockets += 1;
             out.orphans += u32::from(orphan);
             out.queued_bytes += queued;
+            if !abort {
+                continue;
+            }
             match request(&sock, SOCK_DESTROY, libc::NLM_F_REQUEST | libc::NLM_F_ACK, family, &id)
                 .and_then(|()| ack(&sock))
             {
@@ -73,25 +71,7 @@ pub fn abort_tcp_sockets() -> io::Result<TcpSockets> {
 }
 
 fn diag_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2) call.
-    let fd = cvt_i(unsafe {
-        libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG)
-    })?;
-    // SAFETY: fresh descriptor, now owned.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // the kernel answers at once; a deadline all the same
-    let tv = libc::timeval { tv_sec: 2, tv_usec: 0 };
-    // SAFETY: tv lives across the call and its size is passed.
-    cvt_i(unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv as *const libc::timeval as *const libc::c_void,
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    })?;
-    Ok(sock)
+    links::netlink_socket(libc::NETLINK_SOCK_DIAG)
 }
 
 /// Sends one inet_diag_req_v2 for TCP sockets of `family` (and `id`).
@@ -116,18 +96,8 @@ fn recv(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     cvt(n, -1).map(|n| n as usize)
 }
 
-/// The answer to a request with NLM_F_ACK: an NLMSG_ERROR, 0 for done.
 fn ack(sock: &OwnedFd) -> io::Result<()> {
-    let mut buf = [0u8; 512];
-    let n = recv(sock, &mut buf)?;
-    let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-    if n < 20 || kind != libc::NLMSG_ERROR as u16 {
-        return Err(io::Error::other(format!("sock_diag: unexpected answer of {n} bytes, type {kind}")));
-    }
-    match i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]) {
-        0 => Ok(()),
-        e => Err(io::Error::from_raw_os_error(-e)),
-    }
+    links::netlink_ack(sock, "sock_diag")
 }
 
 /// Every TCP socket of `family` in [`STATES`]: its id, whether it is an
