@@ -528,21 +528,27 @@ fn an_unreadable_file_is_named_and_the_rest_of_the_directory_goes_on() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// A relay in the middle: the client talks to 127.0.0.2:PORT, which
-/// forwards to the agent on 127.0.0.1, and relays the data connections too
-/// (their port read from the agent's ready message as it passes), keeping
-/// what the client sent on them and flipping the byte at `flip` of the
-/// first one, if asked.
+/// A relay in the middle: the client talks to ADDR:PORT, which forwards
+/// to the agent on 127.0.0.1, and relays the data connections too (their
+/// port read from the agent's ready message as it passes, and listened on
+/// at ADDR), keeping what the client sent on them and flipping the byte at
+/// `flip` of the first one, if asked. ADDR is a loopback address of the
+/// relay's own (127.77.0.N): the agent's data port is free on 127.0.0.1,
+/// not on an address other tests' agents and relays listen on (on
+/// 127.0.0.2 one in a CI run found it taken, by luck).
 struct Relay {
+    addr: std::net::Ipv4Addr,
     port: u16,
     seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 fn relay(agent_port: u16, flip: Option<usize>) -> Relay {
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
     use std::sync::{Arc, Mutex};
-    let l = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+    let addr = Ipv4Addr::new(127, 77, 0, NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(1));
+    let l = TcpListener::bind((addr, 0)).expect("bind the relay's address");
     let port = l.local_addr().expect("addr").port();
     let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
     let kept = seen.clone();
@@ -593,7 +599,7 @@ fn relay(agent_port: u16, flip: Option<usize>) -> Relay {
                     let digits: String = s[i + 11..].chars().take_while(char::is_ascii_digit).collect();
                     if let Ok(dp) = digits.parse::<u16>() {
                         relayed = true;
-                        let dl = TcpListener::bind(("127.0.0.2", dp)).expect("bind the data port");
+                        let dl = TcpListener::bind((addr, dp)).expect("bind the data port");
                         let keep = kept.clone();
                         std::thread::spawn(move || {
                             let mut first = true;
@@ -617,7 +623,7 @@ fn relay(agent_port: u16, flip: Option<usize>) -> Relay {
             }
         }
     });
-    Relay { port, seen }
+    Relay { addr, port, seen }
 }
 
 #[test]
@@ -636,7 +642,7 @@ fn an_encrypted_copy_shows_nothing_on_the_wire_and_a_byte_altered_there_stops_it
     // a copy through a relay (flipping the byte at `flip` of the first data connection)
     let through = |name: &str, streams: &str, flip: Option<usize>, extra: &[&str]| {
         let r = relay(agent_port, flip);
-        let (port, dst) = (r.port.to_string(), format!("127.0.0.2:{name}"));
+        let (port, dst) = (r.port.to_string(), format!("{}:{name}", r.addr));
         let mut a = vec!["copy", src, &dst, "--port", &port, "-P", streams, "--block", "1M", "--no-store"];
         a.extend_from_slice(extra);
         (run(&a), r)
