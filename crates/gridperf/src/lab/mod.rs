@@ -859,11 +859,8 @@ pub fn down(name: &str) -> Result<bool> {
         for h in &s.hosts {
             end_processes_in(&h.netns, h.ns_inode, None);
         }
-        // and their sockets, while the emulator still holds a rootless
-        // lab's namespaces
-        for h in &s.hosts {
-            abort_sockets_in(&h.netns);
-        }
+        // their sockets, orphans now, the emulator resets on its way out
+        // (abort_sockets_in; clean does it for one that is gone)
         // an emulator of this process's that already ended is a zombie
         // until collected (emulator_alive counts it gone): collect it
         gridperf_sys::reap(s.pid);
