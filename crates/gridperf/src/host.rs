@@ -39,6 +39,11 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
+/// Nanoseconds since the Unix epoch, by this host's clock.
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// What an agent's checks need to know of this host.
 pub fn limits() -> gridperf_core::wire::HostLimits {
     gridperf_core::wire::HostLimits { congestion: congestion_available(), cpus: cpus() }

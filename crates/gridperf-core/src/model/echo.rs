@@ -136,6 +136,10 @@ pub struct TransferPoint {
     pub rate_bps: Option<f64>,
     /// Total time of each run in nanoseconds.
     pub run_times_ns: Vec<u64>,
+    /// When each run of `run_times_ns` began (ns since the Unix epoch, this
+    /// host's clock): a slow run set beside what else happened then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_started_unix_ns: Vec<u64>,
     /// Messages lost across all runs (UDP). A run with a loss did not move all its data.
     pub lost: u64,
     pub server: Option<StepFigures>,

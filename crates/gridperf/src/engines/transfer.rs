@@ -71,16 +71,17 @@ pub fn run_with(
             r.preheat(idx, pt.proto, pt.size, opts.echo.warmup_time)?;
         }
         let by_agent = pt.proto.is_stream();
-        // each timed run: its time, its span (CLOCK_MONOTONIC) and its losses
-        let mut timed: Vec<(u64, [u64; 2], u64)> = Vec::with_capacity(opts.repeat as usize);
+        // each timed run: its time, its span (CLOCK_MONOTONIC), its losses and its start (Unix ns)
+        let mut timed: Vec<(u64, [u64; 2], u64, u64)> = Vec::with_capacity(opts.repeat as usize);
         let mut figures = StepFigures::default();
         let (mut batch, mut warmup) = (runs, opts.warmup_runs as u64);
         let (mut extra, mut in_a_row) = (0u64, 0u64);
-        let mut kept: Vec<(u64, [u64; 2], u64)>;
+        let mut kept: Vec<(u64, [u64; 2], u64, u64)>;
         loop {
             r.step(pt.proto, pt.size, by_agent.then_some(batch * messages))?;
             for run in 0..batch {
                 let t0 = gridperf_sys::monotonic_ns();
+                let started = crate::host::unix_now_ns();
                 let mut run_lost = 0;
                 for m in 0..messages {
                     match r.pingers[idx].exchange(size) {
@@ -95,7 +96,7 @@ pub fn run_with(
                 }
                 let t1 = gridperf_sys::monotonic_ns();
                 if run >= warmup {
-                    timed.push((t1.saturating_sub(t0), [t0, t1], run_lost));
+                    timed.push((t1.saturating_sub(t0), [t0, t1], run_lost, started));
                 }
             }
             figures.add(&r.end_step(idx, by_agent)?);
@@ -128,6 +129,7 @@ pub fn run_with(
             j.count_point(&format!("{} {} B", pt.proto, pt.size), timed.len() as u64, left_out);
         }
         let times: Vec<u64> = kept.iter().map(|t| t.0).collect();
+        let started: Vec<u64> = kept.iter().map(|t| t.3).collect();
         let lost: u64 = kept.iter().map(|t| t.2).sum();
         let time = Summary::from_samples(&times);
         let bytes_per_run = messages * pt.size;
@@ -148,6 +150,7 @@ pub fn run_with(
             time,
             rate_bps,
             run_times_ns: times,
+            run_started_unix_ns: started,
             lost,
             server: Some(figures),
             left_out,

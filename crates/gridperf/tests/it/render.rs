@@ -155,6 +155,7 @@ fn transfer_report() -> TransferReport {
             rate_bps: time.as_ref().map(|t| (messages * size) as f64 * 8.0 / (t.median_ns / 1e9)),
             time,
             run_times_ns: times,
+            run_started_unix_ns: vec![],
             lost: 0,
             server: None,
             left_out: 0,
