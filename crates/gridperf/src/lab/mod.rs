@@ -1127,6 +1127,31 @@ pub fn host_txqueuelen(spec: &LabSpec) -> u32 {
     (packets.ceil() as u32).clamp(HOST_TXQUEUELEN, 100_000)
 }
 
+/// The fastest link from which the emulator has a CPU of its own and the
+/// hosts receive on the others (RPS).
+pub const STEER_FROM_BPS: u64 = 5_000_000_000;
+
+/// Where a fast lab's emulator runs, and the CPUs its hosts receive on:
+/// a packet the emulator writes to a host's TUN device is otherwise
+/// received by that host's TCP inside the emulator's write, on its CPU.
+/// None below [`STEER_FROM_BPS`] (the hop to another CPU adds an
+/// interrupt's latency to each packet), on one CPU, or past 32 CPUs.
+fn steering(spec: &LabSpec) -> Option<(usize, String)> {
+    steer(fastest_rate(spec)?, &crate::host::cpus())
+}
+
+/// [`steering`] for a lab whose fastest link is `fastest` bits/s on a
+/// machine whose CPUs this process may use are `cpus`: the last is the
+/// emulator's, the rest the hosts' (`rps_default_mask`, hex).
+fn steer(fastest: u64, cpus: &[usize]) -> Option<(usize, String)> {
+    let own = *cpus.last()?;
+    if fastest < STEER_FROM_BPS || cpus.len() < 2 || cpus.iter().any(|&c| c >= 32) {
+        return None;
+    }
+    let mask: u32 = cpus.iter().filter(|&&c| c != own).fold(0, |m, &c| m | 1 << c);
+    Some((own, format!("{mask:x}")))
+}
+
 fn build_and_run(
     spec: &LabSpec,
     hosts: &mut [Host],
@@ -1136,10 +1161,17 @@ fn build_and_run(
 ) -> Result<()> {
     let mut ports = Vec::new();
     let txqueuelen = host_txqueuelen(spec);
+    let steer = steering(spec);
     for h in hosts.iter_mut() {
         make_netns(h, held)?;
         let (addr, mtu) = (h.addr, spec.mtu);
+        let rps = steer.as_ref().map(|s| s.1.clone());
         let (fd, dev) = gridperf_sys::in_netns(&h.netns, move || {
+            // before the device is made: it takes the namespace's default
+            // (Linux 6.2+; without it the hosts receive on the emulator's CPU)
+            if let Some(mask) = rps {
+                let _ = std::fs::write("/proc/sys/net/core/rps_default_mask", mask);
+            }
             let fd = gridperf_sys::tun_create("gp0", true)?;
             gridperf_sys::set_link_mtu("gp0", mtu)?;
             // the host's NIC queue: an Ethernet device's default length
@@ -1173,6 +1205,9 @@ fn build_and_run(
     let hpath = d.join("health.json");
     let pauses = d.join(emulator::PAUSES_FILE);
     let (slot, writer) = health_writer(hpath.clone())?;
+    if let Some((own, _)) = &steer {
+        let _ = gridperf_sys::set_thread_affinity(&[*own]);
+    }
     let health = emulator::run(
         Some(&pauses),
         ports,
@@ -1269,6 +1304,18 @@ fn write_atomic<T: Serialize>(path: &std::path::Path, v: &T) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fast_lab_gives_its_emulator_a_cpu_and_its_hosts_the_others() {
+        assert_eq!(steer(10_000_000_000, &[0, 1]), Some((1, "1".to_string())));
+        assert_eq!(steer(5_000_000_000, &[0, 2, 5, 7]), Some((7, "25".to_string())));
+        // slower labs: each packet is received on the emulator's CPU, no hop
+        assert_eq!(steer(2_500_000_000, &[0, 1]), None);
+        // one CPU, or CPUs past what a 32-bit mask says
+        assert_eq!(steer(10_000_000_000, &[3]), None);
+        assert_eq!(steer(10_000_000_000, &[0, 40]), None);
+        assert_eq!(steer(10_000_000_000, &[]), None);
+    }
 
     /// The emulator's report never waits on the file system: with the
     /// writer stuck in a write (opening a FIFO no one reads), reports are
