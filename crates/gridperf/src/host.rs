@@ -36,7 +36,7 @@ pub const SYSCTLS: &[&str] = &[
 
 /// Seconds since the Unix epoch, by this host's clock, for the record.
 pub fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    unix_now_ns() as f64 / 1e9
 }
 
 /// Nanoseconds since the Unix epoch, by this host's clock.

@@ -642,9 +642,9 @@ const BUSY_PACKETS: u64 = Pace::WINDOW_NS / TICK_NS;
 /// Gbit/s the emulator never slept, and was held up once or twice in each
 /// calibration point for 38-55 ms, "by other tasks"; a trace showed it
 /// runnable, on the CPU 99% of the second before, its CPU idle.
-pub const ROOM_SHARE: f64 = 0.08;
+const ROOM_SHARE: f64 = 0.08;
 /// The span over which [`ROOM_SHARE`] is kept.
-pub const ROOM_SPAN_NS: u64 = 10_000_000;
+const ROOM_SPAN_NS: u64 = 10_000_000;
 /// How often a real-time emulator reads its own CPU time to see whether it
 /// owes a nap (a system call: not every turn).
 const ROOM_CHECK_NS: u64 = 250_000;
@@ -679,6 +679,12 @@ impl Room {
     /// Whether it is time to check again.
     fn due(&self, now: u64) -> bool {
         now.saturating_sub(self.checked) >= ROOM_CHECK_NS
+    }
+
+    /// Whether a real-time emulator (`realtime`) owes its CPU a nap at
+    /// `now`: checked every [`ROOM_CHECK_NS`], from its own CPU time.
+    fn nap_owed(&mut self, realtime: bool, now: u64) -> bool {
+        realtime && self.due(now) && self.owed(now, gridperf_sys::thread_cpu_ns())
     }
 }
 
@@ -1454,7 +1460,7 @@ impl<'p> Emulator<'p> {
         // flat out as a real-time thread: a tick's nap now and then, so that
         // the kernel never takes its CPU back for 50 ms at once (ROOM_SHARE)
         // (a wait asked for is no nap: the devices may hold packets already)
-        if self.realtime && nap == 0 && self.room.due(now) && self.room.owed(now, gridperf_sys::thread_cpu_ns()) {
+        if nap == 0 && self.room.nap_owed(self.realtime, now) {
             nap = TICK_NS;
             timeout = timeout.saturating_sub(TICK_NS);
         }
@@ -1704,11 +1710,8 @@ impl<'p> Emulator<'p> {
             // each received by a host's TCP in this thread's writes) rests
             // on the way too: turns of 5 ms and more at 10 Gbit/s took the
             // emulator to 99% of its CPU, napping between turns
-            if self.realtime && moved % 16 == 0 {
-                let t = self.start.elapsed().as_nanos() as u64;
-                if self.room.due(t) && self.room.owed(t, gridperf_sys::thread_cpu_ns()) {
-                    std::thread::sleep(Duration::from_nanos(TICK_NS));
-                }
+            if moved % 16 == 0 && self.room.nap_owed(self.realtime, self.start.elapsed().as_nanos() as u64) {
+                std::thread::sleep(Duration::from_nanos(TICK_NS));
             }
         }
         moved
