@@ -132,7 +132,7 @@ pub(super) fn serve(
     }
     // a client that asked for a test it may run is one: never cut to make room
     admitted.settle();
-    let _slot = slots::take(shared, &mut ctl, req.queue_ms).map_err(counted(Refusal::Busy))?;
+    let slot = slots::take(shared, &mut ctl, req.queue_ms).map_err(counted(Refusal::Busy))?;
     shared.log.line(&format!("gridperf serve: {peer}: {}", req.test.describe()));
     let (kind, began) = (req.test.kind_name(), Instant::now());
     shared.metrics.begin();
@@ -142,6 +142,11 @@ pub(super) fn serve(
         Test::Fanout(spec) => fanout::run(shared, &mut ctl, peer, spec),
         Test::Copy(spec) => copy::run(shared, &mut ctl, peer, spec, session_secret.as_ref()),
     };
+    // the client has its result and may ask for its next test at once: the
+    // slot is free before the agent's own bookkeeping (giving the test's
+    // memory back took long enough on a busy machine that `lab clone`'s next
+    // probe was told "busy: 1 test running", its own)
+    drop(slot);
     shared.metrics.end(peer.ip().to_canonical(), kind, result.is_ok(), began.elapsed().as_secs_f64());
     shared.tests_done.fetch_add(1, Ordering::SeqCst);
     // the test's buffers are free: back to the kernel, not kept by the allocator while the agent idles

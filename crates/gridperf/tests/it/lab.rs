@@ -1784,8 +1784,11 @@ fn hold_up(
 /// schedule) is not the path's and is left out; the others crossed the
 /// path as configured. Eight hold-ups of 40 ms (SIGSTOP of the emulator,
 /// 320 ms: a whole run's verdict would be INVALID) in a 5 s rtt run across
-/// a 10 ms path: valid, at least one round trip left out for each, none
-/// kept that waited through one (p99 under 30 ms), and the note says so.
+/// a 10 ms path: valid, round trips left out for at least half of them,
+/// none kept that waited through one (p99 under 30 ms), and the note says
+/// so. (Not one for each: a hold-up that fell between two steps of the
+/// run, while the client and the agent talked over the control connection,
+/// met no timed round trip: CI's root run left 7 out for 8.)
 /// Hold-ups every 60 ms for the whole run touch more than a quarter of its
 /// round trips: INVALID, and the reason says so.
 #[test]
@@ -1804,7 +1807,7 @@ fn round_trips_that_crossed_a_held_up_emulator_are_left_out() {
     let v = json(&o);
     let p = &v["points"][0];
     let (left_out, count) = (p["left_out"].as_u64().unwrap_or(0), p["summary"]["count"].as_u64().expect("count"));
-    assert!(left_out >= 8 && left_out * 4 <= left_out + count, "{left_out} left out, {count} kept");
+    assert!(left_out >= 4 && left_out * 4 <= left_out + count, "{left_out} left out, {count} kept");
     let p99 = p["summary"]["p99_ns"].as_f64().expect("p99");
     assert!(p99 < 30e6, "a round trip that waited through a 40 ms hold-up was kept: p99 {p99} ns");
     let note = v["env"]["lab"]["note"].as_str().unwrap_or_default();
@@ -2147,8 +2150,8 @@ fn a_whole_lab_pause_is_judged_by_what_it_did_to_the_run() {
 }
 
 /// Issue 32: the survey exited 0 with 4 of its 5 networks INVALID. A
-/// network whose runs stay INVALID (its emulator held up 40 ms of every
-/// 200, again and again) makes the survey exit 4, after everything is
+/// network whose runs stay INVALID (its emulator held up 60 ms of every
+/// 150, again and again) makes the survey exit 4, after everything is
 /// stored and reported. Its transfer runs, judged as a whole, are INVALID
 /// and marked so; its rtt runs are judged round trip by round trip, and
 /// stand on the round trips that crossed no hold-up (with time-budgeted
@@ -2175,10 +2178,15 @@ fn a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it() {
     // the survey's labs are named for its pid
     let tag = (child.id() % 100_000).to_string();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // 40% of the time held: every transfer run, however short, crosses a
+    // hold-up more often than the 1 in 4 that voids a run (at 40 ms of
+    // every 200 the share was 20% plus a run's length, and CI's quick runs
+    // came in under the quarter: the survey exited 0)
     let stopper = {
         let done = done.clone();
         std::thread::spawn(move || {
             let until = Instant::now() + Duration::from_secs(180);
+            let mut stops = 0u32;
             while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
                 let pids: Vec<u32> = emulators_named("")
                     .iter()
@@ -2190,19 +2198,22 @@ fn a_survey_with_an_invalid_network_exits_4_after_storing_and_reporting_it() {
                 for &p in &pids {
                     let _ = gridperf_sys::signal(p, libc::SIGSTOP);
                 }
-                std::thread::sleep(Duration::from_millis(40));
+                stops += u32::from(!pids.is_empty());
+                std::thread::sleep(Duration::from_millis(60));
                 for &p in &pids {
                     let _ = gridperf_sys::signal(p, libc::SIGCONT);
                 }
-                std::thread::sleep(Duration::from_millis(160));
+                std::thread::sleep(Duration::from_millis(90));
             }
+            stops
         })
     };
     let o = child.wait_with_output().expect("survey");
     done.store(true, std::sync::atomic::Ordering::Relaxed);
-    stopper.join().expect("stopper");
+    let stops = stopper.join().expect("stopper");
     let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o));
-    assert_eq!(o.status.code(), Some(4), "{out}{err}");
+    assert!(stops >= 10, "the survey's emulator was stopped only {stops} times: {out}{err}");
+    assert_eq!(o.status.code(), Some(4), "stopped {stops} times: {out}{err}");
     assert!(err.contains("1 of 1 networks are INVALID (man): its transfer runs are INVALID"), "{err}");
     // the report written, the runs stored, the transfer's marked
     assert!(std::fs::read_to_string(&report).is_ok_and(|h| h.contains("class=\"invalid\"")), "the report");
