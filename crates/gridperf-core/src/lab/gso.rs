@@ -255,20 +255,9 @@ pub fn cuts(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<V
             let several = j - i > 1;
             // CWR belongs to the first segment: a run without it is no ECN super-packet
             let gso_type = if i == 0 { hdr.gso_type } else { hdr.gso_type & !GSO_ECN };
-            let mut head = vec![0u8; VNET_HDR_LEN + headers];
-            VnetHdr {
-                flags: F_NEEDS_CSUM,
-                gso_type: if several { gso_type } else { GSO_NONE },
-                hdr_len: headers as u16,
-                gso_size: if several { hdr.gso_size } else { 0 },
-                csum_start: ip_len as u16,
-                csum_offset: 16,
-            }
-            .write(&mut head[..VNET_HDR_LEN]);
-            let p = &mut head[VNET_HDR_LEN..];
-            p.copy_from_slice(&pkt[..headers]);
-            set_ip_header(p, ip_len, v6, headers + data.len(), id0.wrapping_add(i as u16));
-            let t = &mut p[ip_len..];
+            let gso = several.then_some((gso_type, hdr.gso_size));
+            let mut head = run_head(pkt, (ip_len, headers, v6), gso, 16, data.len(), id0.wrapping_add(i as u16));
+            let t = &mut head[VNET_HDR_LEN + ip_len..];
             t[4..8].copy_from_slice(&seq0.wrapping_add((i * mss) as u32).to_be_bytes());
             // FIN and PSH belong to the last segment, CWR to the first
             let mut flags = flags0;
@@ -284,6 +273,36 @@ pub fn cuts(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<V
             Cut { head, data }
         })
         .collect())
+}
+
+/// A run's virtio-net header (NEEDS_CSUM at `csum_offset` into the
+/// transport header; GSO type and size when it holds several segments)
+/// and the super-packet's headers with the IP header's length and id set
+/// for a run of `data_len` payload bytes. `layout` is the IP header's
+/// length, all headers' length, and whether it is IPv6.
+fn run_head(
+    pkt: &[u8],
+    layout: (usize, usize, bool),
+    gso: Option<(u8, u16)>,
+    csum_offset: u16,
+    data_len: usize,
+    id: u16,
+) -> Vec<u8> {
+    let (ip_len, headers, v6) = layout;
+    let mut head = vec![0u8; VNET_HDR_LEN + headers];
+    VnetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type: gso.map_or(GSO_NONE, |g| g.0),
+        hdr_len: headers as u16,
+        gso_size: gso.map_or(0, |g| g.1),
+        csum_start: ip_len as u16,
+        csum_offset,
+    }
+    .write(&mut head[..VNET_HDR_LEN]);
+    let p = &mut head[VNET_HDR_LEN..];
+    p.copy_from_slice(&pkt[..headers]);
+    set_ip_header(p, ip_len, v6, headers + data_len, id);
+    head
 }
 
 /// The runs `[i, j)` of consecutive indices below `n` for which `keep` is true.
@@ -319,20 +338,10 @@ fn cuts_udp(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<V
         .map(|(i, j)| {
             let data = headers + i * size..headers + payload_len.min(j * size);
             let several = j - i > 1;
-            let mut head = vec![0u8; VNET_HDR_LEN + headers];
-            VnetHdr {
-                flags: F_NEEDS_CSUM,
-                gso_type: if several { hdr.gso_type } else { GSO_NONE },
-                hdr_len: headers as u16,
-                gso_size: if several { hdr.gso_size } else { 0 },
-                csum_start: ip_len as u16,
-                csum_offset: 6,
-            }
-            .write(&mut head[..VNET_HDR_LEN]);
-            let p = &mut head[VNET_HDR_LEN..];
-            p.copy_from_slice(&pkt[..headers]);
+            let gso = several.then_some((hdr.gso_type, hdr.gso_size));
             // the kernel numbers a USO packet's datagrams id0, id0 + 1, ...
-            set_ip_header(p, ip_len, v6, headers + data.len(), id0.wrapping_add(i as u16));
+            let mut head = run_head(pkt, (ip_len, headers, v6), gso, 6, data.len(), id0.wrapping_add(i as u16));
+            let p = &mut head[VNET_HDR_LEN..];
             let udp_len = (8 + data.len()) as u32;
             p[ip_len + 4..ip_len + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
             // the pseudo-header sum for this length, not inverted (CHECKSUM_PARTIAL)
