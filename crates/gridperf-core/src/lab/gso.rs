@@ -7,9 +7,9 @@
 //! The lab decides loss and queueing per wire segment, never per
 //! super-packet ([`segments`] says how many and how long). When every
 //! segment survives, the super-packet is passed on whole; when some do not,
-//! [`split`] cuts it into the surviving segments, as the kernel's GSO would
-//! have, each with its own header and a checksum left for the receiver's
-//! kernel to check (NEEDS_CSUM).
+//! [`cuts`] cuts it into runs of the surviving segments, as the kernel's
+//! GSO would have, each with its own header and a checksum left for the
+//! receiver's kernel to check (NEEDS_CSUM).
 
 use thiserror::Error;
 
@@ -200,18 +200,10 @@ pub struct Cut {
     pub data: std::ops::Range<usize>,
 }
 
-impl Cut {
-    /// The piece as one packet (virtio-net header first).
-    pub fn joined(&self, pkt: &[u8]) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.head.len() + self.data.len());
-        v.extend_from_slice(&self.head);
-        v.extend_from_slice(&pkt[self.data.clone()]);
-        v
-    }
-}
-
 /// Cuts a TCP or UDP super-packet into runs of the segments (datagrams)
-/// for which `keep(i)` is true. A run of several leaves as one smaller
+/// for which `keep(i)` is true, without copying the payload: each run's
+/// own headers, and where its payload lies in `pkt` (the emulator writes
+/// the two with one `writev`). A run of several leaves as one smaller
 /// super-packet (the receiving kernel, or a UDP_GRO socket, takes it as
 /// the sender's kernel made it), a run of one as a plain packet. Each
 /// comes with its own virtio-net header, its checksum left to the
@@ -220,16 +212,8 @@ impl Cut {
 ///
 /// Under a steady overload a queue drops the tail of most super-packets,
 /// and one write per surviving segment would cost the emulator more than
-/// the link it emulates (a TCP flow's slow start overflowing a 10G x 50
-/// ms queue: turns of 30 to 230 ms writing segment by segment, each
-/// write a system call and a wake-up of the receiving host's CPU).
-pub fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<Vec<u8>>, GsoError> {
-    Ok(cuts(hdr, pkt, keep)?.iter().map(|c| c.joined(pkt)).collect())
-}
-
-/// [`split`] without copying the payload: each piece's headers, and where
-/// its payload lies in `pkt` (the emulator writes the two with `writev`;
-/// copying each cut's payload was half its user-space CPU at 10 Gbit/s).
+/// the link it emulates: each write is a system call, a copy and, at 5
+/// Gbit/s and more, a wake-up of the receiving host's CPU.
 pub fn cuts(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<Cut>, GsoError> {
     let gso = hdr.gso_type & !GSO_ECN;
     if gso == GSO_UDP_L4 {
@@ -355,6 +339,15 @@ fn cuts_udp(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<V
 mod tests {
     use super::*;
 
+    /// [`cuts`], each piece joined into one packet (virtio-net header first).
+    fn split(hdr: &VnetHdr, pkt: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<Vec<u8>>, GsoError> {
+        Ok(cuts(hdr, pkt, keep)?.iter().map(|c| joined(c, pkt)).collect())
+    }
+
+    fn joined(c: &Cut, pkt: &[u8]) -> Vec<u8> {
+        [&c.head[..], &pkt[c.data.clone()]].concat()
+    }
+
     /// An IPv4/TCP super-packet: 20 B IP, 32 B TCP (timestamps), `payload` bytes.
     fn super_v4(payload: usize, flags: u8) -> Vec<u8> {
         let total = 52 + payload;
@@ -460,7 +453,7 @@ mod tests {
         let cuts = cuts(&gso_hdr(1448), &pkt, keep).expect("cuts");
         assert_eq!(cuts.iter().map(|c| c.data.clone()).collect::<Vec<_>>(), vec![52..1500, 2948..4396, 5844..7292]);
         assert!(cuts.iter().all(|c| c.head.len() == VNET_HDR_LEN + 52));
-        let joined: Vec<Vec<u8>> = cuts.iter().map(|c| c.joined(&pkt)).collect();
+        let joined: Vec<Vec<u8>> = cuts.iter().map(|c| joined(c, &pkt)).collect();
         assert_eq!(joined, split(&gso_hdr(1448), &pkt, keep).expect("split"));
     }
 

@@ -42,6 +42,11 @@ const INTERVAL_MS: u64 = 100;
 /// frees the slot of the probe before moments after its result.
 const NEXT_PROBE_WAIT: Duration = Duration::from_secs(3);
 
+/// `d` with a wait of at least [`NEXT_PROBE_WAIT`] in the agent's queue.
+fn waiting(d: Deadlines) -> Deadlines {
+    Deadlines { queue: d.queue.max(NEXT_PROBE_WAIT), ..d }
+}
+
 /// A probe across a lab whose emulator fell behind is taken again, up to
 /// this many times in all (the clone's time budget stretches by as much).
 const PROBE_TRIES: u32 = 3;
@@ -52,10 +57,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     // in the agent's queue for the slot of the one before (CI, a busy
     // machine: the overrun back was told "busy: 1 test(s) running", the
     // paced stream just ended)
-    let o = &CloneOptions {
-        deadlines: Deadlines { queue: o.deadlines.queue.max(NEXT_PROBE_WAIT), ..o.deadlines },
-        ..o.clone()
-    };
+    let o = &CloneOptions { deadlines: waiting(o.deadlines), ..o.clone() };
     let start = Instant::now();
     let budget = o.budget.as_secs_f64();
     let mut notes = Vec::new();
@@ -226,7 +228,7 @@ pub const TCP_STEPS: u64 = 2 + FOUR_STREAM_RUNS as u64;
 
 /// Adds one and four CUBIC streams' throughput to a clone's measurements.
 pub fn add_tcp(f: &mut CloneFile, target: &Target, deadlines: Deadlines, say: &mut dyn FnMut(&str)) -> Result<()> {
-    let deadlines = Deadlines { queue: deadlines.queue.max(NEXT_PROBE_WAIT), ..deadlines };
+    let deadlines = waiting(deadlines);
     let rtt_s = f.measured.as_ref().and_then(|m| m.rtt_p50_s).unwrap_or(0.0);
     let m = f.measured.get_or_insert_with(Default::default);
     say("TCP: one CUBIC stream a -> b");
