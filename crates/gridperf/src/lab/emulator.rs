@@ -114,6 +114,34 @@ fn tun_tx_dropped(net_dev: &mut File) -> Option<u64> {
     fields.get(11).copied()
 }
 
+/// Where a VM's kernel counts the free memory it has handed back to its
+/// hypervisor (free page reporting, virtio-balloon): KiB since it booted.
+const VM_REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
+
+/// How much freed memory this VM had handed back to its hypervisor, KiB
+/// since boot, read from the file kept open (None where the kernel does
+/// not report, or keeps no count).
+fn vm_reported_kib(f: &mut File) -> Option<u64> {
+    use std::io::Seek;
+    f.seek(io::SeekFrom::Start(0)).ok()?;
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// The smallest block of free memory the VM hands back (a power of two
+/// of pages); past the largest block the kernel keeps (order 10 on x86,
+/// 4 MiB) it hands back none.
+const VM_REPORTING_ORDER: &str = "/sys/module/page_reporting/parameters/page_reporting_order";
+const MAX_PAGE_ORDER: u32 = 10;
+
+/// Whether this VM hands its free memory back to its hypervisor now: the
+/// size of the blocks it hands back, bytes, if it does.
+fn vm_reporting_block() -> Option<u64> {
+    let order: u32 = std::fs::read_to_string(VM_REPORTING_ORDER).ok()?.trim().parse().ok()?;
+    (order <= MAX_PAGE_ORDER).then(|| 4096u64 << order)
+}
+
 /// The emulator's self-monitoring figures, per direction and overall.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
@@ -213,6 +241,20 @@ pub struct Health {
     /// kept ones and those that fell out of the list).
     #[serde(default, skip_serializing_if = "gridperf_core::is_zero")]
     pub late_windows_begun: u64,
+    /// The freed memory this VM had handed back to its hypervisor (free
+    /// page reporting), KiB: since boot in a raw reading, within the span
+    /// in a difference; None where the kernel does not report. Memory the
+    /// hypervisor took back is faulted in again by it when the kernel next
+    /// uses it, slowly: on this project's VM 200 MB took 0.3-0.9 s to
+    /// touch after a quiet ten seconds, against 0.1 s when used a moment
+    /// before, and the kernel's buffers for a 10 Gbit/s lab churn through
+    /// such memory (1.4-1.9 GiB handed back in one 10G calibration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_reported_kib: Option<u64>,
+    /// The smallest free block this VM hands back, bytes, when it does
+    /// (read as the emulator starts: `page_reporting_order`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_reporting_block: Option<u64>,
 }
 
 /// How a run across the emulator is judged.
@@ -693,10 +735,82 @@ impl Room {
 const BATCH: usize = 64;
 
 /// A read buffer: the virtio-net header and the largest packet.
-const READ_BUF: usize = VNET_HDR_LEN + 65_536;
+const READ_BUF: usize = VNET_HDR_LEN + SUPER_PACKET;
 /// Read buffers kept for reuse (4 MiB): a steady flow gives one back for
 /// each one it takes.
 const SPARE_BUFS: usize = 64;
+
+/// The read buffers a lab's emulator starts with, every page of them
+/// written once before the lab is up: enough for its fullest link's
+/// delay line and queue in super-packets ([`LinkConfig::held_bytes`]),
+/// at least [`SPARE_BUFS`]. Memory touched for the first time is slow on
+/// a VM that gives free memory back to its host (this project's, with
+/// page reporting): 200 MB took 0.3-0.9 s there, against 0.1 s for
+/// memory used a moment before, and a 10 Gbit/s x 50 ms lab's emulator
+/// filled its 187.5 MB of delay line and queue with fresh buffers in the
+/// first quarter second of a load, held up by its own reads.
+pub struct ReadBuffers {
+    bufs: Vec<Vec<u8>>,
+    /// How long writing them took.
+    pub took: Duration,
+}
+
+impl ReadBuffers {
+    /// For a lab of these links: the bottleneck's, and the hosts' access links.
+    pub fn for_links<'a>(links: impl IntoIterator<Item = &'a LinkConfig>) -> ReadBuffers {
+        ReadBuffers::of(buffers_for(links))
+    }
+
+    /// The bytes [`ReadBuffers::for_links`] would take.
+    pub fn bytes_for<'a>(links: impl IntoIterator<Item = &'a LinkConfig>) -> u64 {
+        (buffers_for(links) * READ_BUF) as u64
+    }
+
+    fn of(n: usize) -> ReadBuffers {
+        // a packet buffer a packet, freed as it leaves the delay line:
+        // without this, glibc gave the heap's top back and faulted it in
+        // again, zeroed, page by page (29% of the emulator's CPU in a 10
+        // Gbit/s copy)
+        let _ = gridperf_sys::keep_freed_memory();
+        let t = Instant::now();
+        let bufs = (0..n)
+            .map(|_| {
+                let mut b = vec![0u8; READ_BUF];
+                // calloc leaves fresh memory unwritten: write a byte a page
+                // (not a zero, which the compiler may know is there)
+                for i in (0..READ_BUF).step_by(4096) {
+                    b[i] = 1;
+                }
+                b
+            })
+            .collect();
+        ReadBuffers { bufs, took: t.elapsed() }
+    }
+
+    /// The bytes they take.
+    pub fn bytes(&self) -> u64 {
+        (self.bufs.len() * READ_BUF) as u64
+    }
+}
+
+/// The largest packet a TUN device hands over: a super-packet.
+const SUPER_PACKET: usize = 65_536;
+
+/// How many read buffers hold the fullest of these links' delay line and
+/// queue in super-packets, and at least [`SPARE_BUFS`]: one direction
+/// full, as a bulk flow fills it (the other carries its acknowledgments,
+/// copied out of the read buffer); a link without a bound adds none.
+fn buffers_for<'a>(links: impl IntoIterator<Item = &'a LinkConfig>) -> usize {
+    let held = links
+        .into_iter()
+        .filter_map(|l| {
+            let (b, bounded) = l.held_bytes(SUPER_PACKET as u32);
+            bounded.then_some(b)
+        })
+        .max()
+        .unwrap_or(0);
+    usize::try_from(held.div_ceil(SUPER_PACKET as u64)).unwrap_or(usize::MAX).max(SPARE_BUFS)
+}
 
 /// How the emulator paces itself, decided afresh every 100 ms from the last
 /// window: it may spin before a due packet only while its work (not asleep,
@@ -863,7 +977,34 @@ impl Health {
             mono_ns: 0,
             late_windows: Vec::new(),
             late_windows_begun: 0,
+            vm_reported_kib: self.vm_reported_kib.zip(before.vm_reported_kib).map(|(a, b)| a.saturating_sub(b)),
+            vm_reporting_block: self.vm_reporting_block,
         }
+    }
+
+    /// For a span whose emulator was held up by its own work, on a VM that
+    /// hands its free memory back to its hypervisor: that, as the likeliest
+    /// cause. Memory the kernel uses again after it was handed back waits
+    /// on the hypervisor to fault it in, and a fast lab's kernel buffers
+    /// grow and churn through it. On this project's VM, 10 Gbit/s
+    /// calibrations alternated with the reporting on and off (`echo 11 >
+    /// .../page_reporting_order`, root): at 5 ms, hold-ups by the
+    /// emulator's own work of 0-577 ms a point on, 0-24 ms off (docs/lab.md).
+    fn vm_memory_words(&self) -> Option<String> {
+        let block = self.vm_reporting_block?;
+        (self.held_by.working.count > 0).then(|| {
+            let within = match self.vm_reported_kib {
+                Some(k) if k >= 1 << 10 => format!(", {} MiB of it within this span", k >> 10),
+                _ => String::new(),
+            };
+            format!(
+                "this VM hands its free memory back to its hypervisor (free page reporting, blocks of {} and \
+                 more{within}), and the kernel's next use of such memory waits on the hypervisor to fault it in: \
+                 the likeliest cause of the turns that ran long (outside gridperf; see docs/lab.md, \"A VM that \
+                 hands back its free memory\")",
+                gridperf_core::units::fmt_size(block)
+            )
+        })
     }
 
     /// Why a measurement taken across the emulator cannot be trusted, if it
@@ -926,6 +1067,7 @@ impl Health {
                 LAG_LIMIT_NS / 1_000_000,
                 self.held_by.words()
             ));
+            why.extend(self.vm_memory_words());
         }
         if let Some(w) = self.short_held.words().filter(|_| too_many_late || held_too_long) {
             why.push(format!("held up {w}"));
@@ -1009,6 +1151,9 @@ impl Health {
             );
             if self.long_stalls > 0 {
                 w += &format!(", {}", self.held_by.words());
+            }
+            if let Some(m) = self.vm_memory_words() {
+                w += &format!("; {m}");
             }
             w
         })
@@ -1165,14 +1310,22 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
     }
 }
 
+/// What an emulator moves packets between and across: the hosts' devices,
+/// the bottleneck (a link each way per path), its read buffers, and the
+/// seed of its loss and jitter.
+pub struct Setup<'a> {
+    pub ports: Vec<Port>,
+    pub bottleneck: &'a [(LinkConfig, LinkConfig)],
+    pub buffers: ReadBuffers,
+    pub seed: u64,
+}
+
 /// Runs until `stop` is set; calls `report` with the health figures about
 /// every `report_every`. The TUN devices must have been made with offloads
 /// (each packet behind a virtio-net header).
 pub fn run(
     pauses: Option<&std::path::Path>,
-    ports: Vec<Port>,
-    bottleneck: &[(LinkConfig, LinkConfig)],
-    seed: u64,
+    setup: Setup,
     stop: &AtomicBool,
     report_every: Duration,
     report: &mut dyn FnMut(&Health),
@@ -1181,15 +1334,12 @@ pub fn run(
     // a stop by a signal (SIGSTOP of the emulator) is told from the
     // machine's late timer by the continue that ends it
     let _ = gridperf_sys::count_continues();
-    // a packet buffer a packet, freed as it leaves the delay line: without
-    // this, glibc gave the heap's top back and faulted it in again, zeroed,
-    // page by page (29% of the emulator's CPU in a 10 Gbit/s copy)
-    let _ = gridperf_sys::keep_freed_memory();
     let realtime = take_realtime();
-    for p in &ports {
+    for p in &setup.ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
-    let mut emu = Emulator::new(pauses, ports, bottleneck, seed, realtime)?;
+    let Setup { ports, bottleneck, buffers, seed } = setup;
+    let mut emu = Emulator::new(pauses, ports, bottleneck, seed, realtime, buffers)?;
     // at once: what runs on the hosts is niced when the emulator is not real-time
     emu.health.mono_ns = gridperf_sys::monotonic_ns();
     report(&emu.health);
@@ -1337,6 +1487,10 @@ struct Emulator<'p> {
     buf: Vec<u8>,
     /// Read buffers of delivered super-packets, for the reads to come.
     spare: Vec<Vec<u8>>,
+    /// How many of them are kept: as many as it started with
+    /// ([`ReadBuffers`]), so that a delay line filled again takes none
+    /// fresh from the heap.
+    spare_cap: usize,
     pace: Pace,
     /// A device still held more than the last batch took.
     backlog: bool,
@@ -1368,6 +1522,8 @@ struct Emulator<'p> {
     /// Per port: when its last batch stopped with packets left in its TUN
     /// queue, so that the first read next finds one that waited from then.
     left_unread: Vec<Option<u64>>,
+    /// The VM's count of memory handed back to its hypervisor, if it keeps one.
+    vm_reported: Option<File>,
 }
 
 impl<'p> Emulator<'p> {
@@ -1377,6 +1533,7 @@ impl<'p> Emulator<'p> {
         bottleneck: &[(LinkConfig, LinkConfig)],
         seed: u64,
         realtime: bool,
+        buffers: ReadBuffers,
     ) -> io::Result<Emulator<'p>> {
         let fabric = Fabric::new(bottleneck, &ports, seed);
         let fds = ports.iter().map(|p| p.tun.as_raw_fd()).collect();
@@ -1399,7 +1556,8 @@ impl<'p> Emulator<'p> {
             mono0,
             health: Health { lag_hist: vec![0; LAG_BUCKETS], realtime: Some(realtime), ..Health::default() },
             buf: vec![0u8; READ_BUF],
-            spare: Vec::new(),
+            spare_cap: buffers.bufs.len(),
+            spare: buffers.bufs,
             pace: Pace::default(),
             backlog: false,
             last_packet: 0,
@@ -1416,7 +1574,10 @@ impl<'p> Emulator<'p> {
             woke_at: 0,
             span_short: (0, 0),
             left_unread,
+            vm_reported: File::open(VM_REPORTED_KIB).ok(),
         };
+        emu.health.vm_reporting_block = vm_reporting_block();
+        emu.health.vm_reported_kib = emu.vm_reported.as_mut().and_then(vm_reported_kib);
         emu.woke_at = emu.now_ns();
         Ok(emu)
     }
@@ -1737,7 +1898,7 @@ impl<'p> Emulator<'p> {
             deliver(&mut self.tuns[q.dst], &q, health);
             drop(q);
             // its buffer, if it was a read buffer, serves a read again
-            if self.spare.len() < SPARE_BUFS {
+            if self.spare.len() < self.spare_cap {
                 let mut q = p.borrow_mut();
                 if q.buf.capacity() >= READ_BUF {
                     let mut b = std::mem::take(&mut q.buf);
@@ -1767,6 +1928,7 @@ impl<'p> Emulator<'p> {
             .map(|(p, base)| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(*base).saturating_sub(*base))
             .sum();
         self.fabric.snapshot(&self.ports, health);
+        health.vm_reported_kib = self.vm_reported.as_mut().and_then(vm_reported_kib);
         health.uptime_s = self.start.elapsed().as_secs_f64();
         health.mono_ns = gridperf_sys::monotonic_ns();
     }
@@ -2377,6 +2539,65 @@ mod tests {
         // no spare left: a new buffer, full length
         let _ = take_buf(&mut buf, &mut spare, 60_000);
         assert_eq!(buf.len(), READ_BUF);
+    }
+
+    #[test]
+    fn turns_that_ran_long_while_the_vm_handed_back_memory_say_so() {
+        let run = |vm_kib: Option<u64>, working: bool| Health {
+            vm_reporting_block: vm_kib.map(|_| 128 << 10),
+            links: [Counters { delivered: 80_000, idle_held_ns: 150 * MS, ..Counters::default() }, Counters::default()],
+            long_stalls: 3,
+            held_up_ns: 150 * MS,
+            held_by: if working {
+                HeldBy { working: held(3, 150 * MS), ..HeldBy::default() }
+            } else {
+                HeldBy { other_tasks: held(3, 150 * MS), ..HeldBy::default() }
+            },
+            uptime_s: 7.0,
+            vm_reported_kib: vm_kib,
+            ..Health::default()
+        };
+        let why = run(Some(1_400 << 10), true).invalid_because().expect("invalid");
+        assert!(
+            why.contains("by its own work") && why.contains("blocks of 128 KiB and more, 1400 MiB of it within"),
+            "{why}"
+        );
+        let over = run(Some(1_400 << 10), true).held_up_beyond(3.0).expect("held up");
+        assert!(over.contains("hands its free memory back"), "{over}");
+        // a quiet span still says the VM hands memory back, without a figure
+        let quiet = run(Some(0), true).invalid_because().expect("invalid");
+        assert!(quiet.contains("(free page reporting, blocks of 128 KiB and more)"), "{quiet}");
+        // a VM that hands nothing back, or hold-ups not its own work: not said
+        for h in [run(None, true), run(Some(1_400 << 10), false)] {
+            let why = h.invalid_because().expect("invalid");
+            assert!(!why.contains("free memory"), "{why}");
+        }
+        // a difference of two readings is what was handed back between them
+        let (a, b) = (run(Some(5_000), true), run(Some(7_500), true));
+        assert_eq!(b.since(&a).vm_reported_kib, Some(2_500));
+        assert_eq!(b.since(&run(None, true)).vm_reported_kib, None);
+    }
+
+    #[test]
+    fn read_buffers_hold_the_fullest_links_line_and_queue_each_page_written() {
+        use gridperf_core::lab::emu::QueueLimit;
+        // 1 Gbit/s x 20 ms with a 1-BDP queue (40 ms): 2.5 MB + 5 MB
+        let wan = LinkConfig {
+            rate_bps: Some(1_000_000_000),
+            delay_ns: 20_000_000,
+            queue: QueueLimit::Bytes(5_000_000),
+            ..LinkConfig::default()
+        };
+        let ack_way = LinkConfig { queue: QueueLimit::Bytes(1_000_000), ..wan.clone() };
+        let n = buffers_for([&wan, &ack_way]);
+        let (held, _) = wan.held_bytes(SUPER_PACKET as u32);
+        assert!(n * SUPER_PACKET >= held as usize && (n - 1) * SUPER_PACKET < held as usize, "{n} for {held}");
+        // one direction full, not both; an unbounded link adds nothing
+        assert_eq!(buffers_for([&wan, &wan]), n);
+        assert_eq!(buffers_for([&LinkConfig::default()]), SPARE_BUFS);
+        let b = ReadBuffers::of(3);
+        assert_eq!((b.bufs.len(), b.bytes()), (3, 3 * READ_BUF as u64));
+        assert!(b.bufs.iter().all(|v| v.len() == READ_BUF && (0..READ_BUF).step_by(4096).all(|i| v[i] == 1)));
     }
 
     #[test]

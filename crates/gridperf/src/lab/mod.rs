@@ -742,6 +742,20 @@ pub fn memory_of(spec: &LabSpec) -> (u64, Vec<String>) {
     (total, unbounded)
 }
 
+/// Every link a lab's emulator emulates: the bottleneck's, each way and
+/// on each path, then the hosts' access links (one config for up and down).
+fn emulated_links(spec: &LabSpec) -> Vec<LinkConfig> {
+    let mut links: Vec<LinkConfig> = spec.bottleneck().into_iter().flat_map(|(ab, ba)| [ab, ba]).collect();
+    links.extend(hosts_of(spec).iter().filter_map(|h| spec.access_of(&h.name)));
+    links
+}
+
+/// What the emulator holds from the start, whatever passes: its read
+/// buffers ([`emulator::ReadBuffers`]).
+pub fn held_from_start(spec: &LabSpec) -> u64 {
+    emulator::ReadBuffers::bytes_for(&emulated_links(spec))
+}
+
 /// The memory a lab may take: half of what the machine has available now.
 fn memory_cap() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -1197,6 +1211,15 @@ fn build_and_run(
             access: spec.access_of(&h.name),
         });
     }
+    // the emulator's read buffers, written before the lab is up: not
+    // faulted in, fresh, while a run's first load fills the delay line
+    let bottleneck = spec.bottleneck();
+    let buffers = emulator::ReadBuffers::for_links(&emulated_links(spec));
+    eprintln!(
+        "gridperf lab emulator: {} of read buffers written in {:.0} ms",
+        gridperf_core::units::fmt_size(buffers.bytes()),
+        buffers.took.as_secs_f64() * 1e3
+    );
     // health first, then state: once the lab is up, both can be read
     write_atomic(&d.join("health.json"), &Health::default())?;
     let state = LabState { spec: spec.clone(), pid: std::process::id(), hosts: hosts.to_vec() };
@@ -1210,9 +1233,7 @@ fn build_and_run(
     }
     let health = emulator::run(
         Some(&pauses),
-        ports,
-        &spec.bottleneck(),
-        spec.seed,
+        emulator::Setup { ports, bottleneck: &bottleneck, buffers, seed: spec.seed },
         stop,
         Duration::from_millis(250),
         &mut |h| slot.put(h),

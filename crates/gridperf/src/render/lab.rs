@@ -76,8 +76,11 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
         };
         let _ = writeln!(
             out,
-            "  emulator memory: up to {} with every delay line and queue full{more}",
-            gridperf_core::units::fmt_size(held)
+            "  emulator memory: its delay lines and queues hold up to {} when full{more}; its read buffers take {} \
+             from the start (64 at least, and enough for the fullest link's line and queue in super-packets, written before the \
+             lab came up)",
+            gridperf_core::units::fmt_size(held),
+            gridperf_core::units::fmt_size(crate::lab::held_from_start(s))
         );
     }
     let _ = writeln!(out, "hosts:");
