@@ -171,7 +171,9 @@ pub fn tcp_memory_pressure(sockstat: &str, tcp_mem: &str, protocols: &str, page:
 #[serde(rename_all = "kebab-case")]
 pub enum LabCause {
     /// Outside gridperf: the hypervisor paused the machine or took the
-    /// emulator's CPU, or the lab was paused on purpose (`lab pause`).
+    /// emulator's CPU, or held the emulator's work up faulting in memory
+    /// the VM had handed back to it, or the lab was paused on purpose
+    /// (`lab pause`).
     Outside,
     /// Other programs of this machine held the CPUs.
     OtherTasks,

@@ -1178,8 +1178,12 @@ impl Health {
         let short = self.short_held.cause().filter(|_| any_held);
         // a pause past TCP's timeout, or its burst's drops, void a run alone
         let decisive = self.rto_pauses > 0 || self.pause_burst_drops().is_some();
+        // its own work held up on a VM that hands its free memory back:
+        // the likeliest cause is the hypervisor's faults ([`Health::vm_memory_words`])
+        let vm_memory = held && self.vm_memory_words().is_some();
         let outside = (held
             && h.machine_paused.count + h.machine_idle.count + h.cpu_stolen.count + h.lab_paused.count > 0)
+            || vm_memory
             || matches!(short, Some(Cause::MachinePaused | Cause::CpuStolen))
             || decisive;
         // other tasks' hold-ups: the user's to act on, unless an outside
@@ -2572,6 +2576,8 @@ mod tests {
             let why = h.invalid_because().expect("invalid");
             assert!(!why.contains("free memory"), "{why}");
         }
+        assert_eq!(run(Some(0), true).invalid_cause(), Some(LabCause::Outside));
+        assert_eq!(run(None, true).invalid_cause(), Some(LabCause::Emulator));
         // a difference of two readings is what was handed back between them
         let (a, b) = (run(Some(5_000), true), run(Some(7_500), true));
         assert_eq!(b.since(&a).vm_reported_kib, Some(2_500));
