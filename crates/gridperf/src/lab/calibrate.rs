@@ -1119,7 +1119,11 @@ pub fn keep(points: &[Point], root: bool, at: &str) -> Result<std::path::PathBuf
 /// What to say before a lab whose fastest link runs at `rate` comes up,
 /// from what calibration found on this machine with the same privilege:
 /// nothing when a calibration at that rate or above held its rate (or
-/// there is none to go by); else that it did not hold, or was not tried.
+/// there is none to go by); that it did not hold when one at that rate or
+/// below failed; else that the rate was not tried, with the highest that
+/// held and the nearest above that did not. A failure above the rate says
+/// nothing of the rate itself: a failed 10 Gbit/s calibration once warned
+/// every 100 Mbit/s lab that it might come out INVALID.
 pub fn advice(kept: &[Kept], rate: u64, root: bool) -> Option<String> {
     use gridperf_core::units::fmt_bps;
     let mine: Vec<&Kept> = kept.iter().filter(|k| k.root == root).collect();
@@ -1127,20 +1131,29 @@ pub fn advice(kept: &[Kept], rate: u64, root: bool) -> Option<String> {
         return None;
     }
     let who = if root { "as root" } else { "without root (no real-time priority)" };
-    if let Some(k) = mine.iter().filter(|k| k.rate_bps >= rate).min_by_key(|k| k.rate_bps) {
+    let why = |k: &Kept| format!("{} ({}): {}", fmt_bps(k.rate_bps as f64), k.at, k.why.as_deref().unwrap_or("missed"));
+    // a failure that a higher rate holding belies says nothing either
+    let held_up_to = mine.iter().filter(|k| k.rate_held).map(|k| k.rate_bps).max().unwrap_or(0);
+    let failed = |k: &&&Kept| !k.rate_held && k.rate_bps > held_up_to;
+    if let Some(k) = mine.iter().filter(failed).filter(|k| k.rate_bps <= rate).max_by_key(|k| k.rate_bps) {
         return Some(format!(
-            "no calibration of this machine's lab {who} at {} or above held its rate; the nearest, at {} ({}): {}: \
-             this run may come out INVALID; try a lower rate, or a quieter machine",
-            fmt_bps(rate as f64),
-            fmt_bps(k.rate_bps as f64),
-            k.at,
-            k.why.as_deref().unwrap_or("missed")
+            "the calibration of this machine's lab {who} did not hold its rate at {}: this run at {} may come out \
+             INVALID; try a lower rate, or a quieter machine",
+            why(k),
+            fmt_bps(rate as f64)
         ));
     }
     let best = mine.iter().filter(|k| k.rate_held).max_by_key(|k| k.rate_bps)?;
+    let above = mine
+        .iter()
+        .filter(failed)
+        .filter(|k| k.rate_bps > rate)
+        .min_by_key(|k| k.rate_bps)
+        .map(|k| format!(" (it did not hold at {})", why(k)))
+        .unwrap_or_default();
     Some(format!(
-        "this machine's lab was calibrated {who} up to {} ({}); {} was not tried: `gridperf lab calibrate --rates {} \
-         --delays 5ms` says whether it can be emulated here",
+        "this machine's lab was calibrated {who} up to {} ({}){above}; {} was not tried: `gridperf lab calibrate \
+         --rates {} --delays 5ms` says whether it can be emulated here",
         fmt_bps(best.rate_bps as f64),
         best.at,
         fmt_bps(rate as f64),
@@ -1218,10 +1231,21 @@ mod tests {
         // held at that rate or above: nothing to say
         assert_eq!(advice(&kept, 1_000_000_000, true), None);
         assert_eq!(advice(&kept, 500_000_000, true), None);
-        // the calibration at 10G did not hold, as root: said, with why and when
+        // between what held (1G) and what did not (10G): not tried, both said
         let w = advice(&kept, 5_000_000_000, true).expect("said");
-        assert!(w.contains("at 5.00 Gbit/s or above held its rate") && w.contains("at 10.00 Gbit/s"), "{w}");
-        assert!(w.contains("the load did not overload the link") && w.contains("2026-11-26"), "{w}");
+        assert!(w.contains("up to 1.00 Gbit/s") && w.contains("--rates 5G"), "{w}");
+        assert!(w.contains("did not hold at 10.00 Gbit/s (2026-11-26") && w.contains("did not overload"), "{w}");
+        // failed at that rate or below: it may come out INVALID, with why and when
+        let w = advice(&kept, 10_000_000_000, true).expect("said");
+        assert!(w.contains("did not hold its rate at 10.00 Gbit/s (2026-11-26 01:00:00 UTC)"), "{w}");
+        assert!(w.contains("the load did not overload the link") && w.contains("may come out INVALID"), "{w}");
+        let w = advice(&[k(1_000_000_000, true, false)], 2_500_000_000, true).expect("said");
+        assert!(w.contains("at 1.00 Gbit/s") && w.contains("this run at 2.50 Gbit/s"), "{w}");
+        // ...unless a higher rate held since
+        let w = advice(&[k(1_000_000_000, true, false), k(2_500_000_000, true, true)], 5_000_000_000, true);
+        assert!(w.as_deref().is_some_and(|w| w.contains("up to 2.50 Gbit/s") && !w.contains("did not")), "{w:?}");
+        // a failure above the rate alone says nothing of it
+        assert_eq!(advice(&[k(10_000_000_000, true, false)], 100_000_000, true), None);
         // each privilege by its own calibration: without root 10G held
         assert_eq!(advice(&kept, 10_000_000_000, false), None);
         // above anything tried: the highest that held, and how to try
