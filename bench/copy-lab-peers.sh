@@ -9,7 +9,12 @@
 #   bench/copy-lab-peers.sh [--profiles cern-icepp,wan] [--size-cern-icepp 2G]
 #       [--size-wan 64M] [--window 32M] [--window-lambda 8M]
 #       [--streams 1,2,4] [--tools gridperf,gridftp,xrootd] [--no-stream-ref]
-#       [--set-PROFILE FIELD=VALUE[,FIELD=VALUE]] [--gridperf PATH] [--out DIR]
+#       [--set-PROFILE FIELD=VALUE[,FIELD=VALUE]] [--vm-keep-memory] [--gridperf PATH] [--out DIR]
+#
+# --vm-keep-memory: on a VM that hands its free memory back to the
+# hypervisor (free page reporting), stop that for the run and put it back
+# after (bench/lib.sh vm_keep_memory; docs/lab.md): a 10 Gbit/s copy there
+# writes 4 GiB into tmpfs, each page faulted in again by the hypervisor.
 #
 # --set-PROFILE overrides fields of that profile's lab as `lab up --set`
 # does: `--profiles baltic --set-baltic rate=10G` is 10 Gbit/s x 20 ms.
@@ -52,6 +57,7 @@ WINDOW=32M
 STREAMS=1,2,4
 TOOLS=gridperf,gridftp,xrootd
 STREAM_REF=1
+KEEP_MEMORY=0
 OUT=$REPO/bench/results/copy-lab-peers-$(date +%Y%m%d-%H%M%S)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -63,6 +69,7 @@ while [ $# -gt 0 ]; do
         --streams) STREAMS=$2; shift 2 ;;
         --tools) TOOLS=$2; shift 2 ;;
         --no-stream-ref) STREAM_REF=0; shift ;;
+        --vm-keep-memory) KEEP_MEMORY=1; shift ;;
         --gridperf) GRIDPERF=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         *) echo "copy-lab-peers: unknown argument $1" >&2; exit 2 ;;
@@ -76,7 +83,6 @@ install_debs globus-gridftp-server-progs globus-gass-copy-progs xrootd-server xr
 [ -x "$GRIDPERF" ] || (cd "$REPO" && cargo build --release -p gridperf)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-run_header "$OUT/run.md"
 LAB=cpl$$
 WORK=$(mktemp -d /dev/shm/gridperf-copy-lab.XXXXXX)
 chmod 755 "$WORK"
@@ -92,10 +98,13 @@ cleanup() {
     stop_servers
     "$GRIDPERF" lab down --name "$LAB" >/dev/null 2>&1 || true
     sysctl -qw net.core.rmem_max="$old_r" net.core.wmem_max="$old_w"
+    vm_memory_restore
     cp "$WORK"/logs/* "$OUT"/ 2>/dev/null || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+if [ "$KEEP_MEMORY" = 1 ]; then vm_keep_memory; fi
+run_header "$OUT/run.md"
 sysctl -qw net.core.rmem_max=67108864 net.core.wmem_max=67108864
 for d in gridftp xrootd gridperf logs; do mkdir -p "$WORK/$d"; done
 chmod 777 "$WORK/gridftp" "$WORK/xrootd"

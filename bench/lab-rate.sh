@@ -8,7 +8,10 @@
 # own veth pair between two namespaces (no emulation), run in the same go.
 #
 # Usage: bench/lab-rate.sh [--rates 100M,1G,2.5G,5G,10G] [--delays 5ms,50ms]
-#        [--modes "root user"] [--hog "off on"] [--seconds S] [--gridperf PATH] [--user NAME]
+#        [--modes "root user"] [--hog "off on"] [--seconds S] [--vm-keep-memory] [--gridperf PATH] [--user NAME]
+# --vm-keep-memory stops the VM's free page reporting for the run and puts
+# it back after (bench/lib.sh vm_keep_memory; docs/lab.md, "A VM that hands
+# back its free memory"); the run header says which.
 # Needs root (the user series runs through runuser; the veth pair). Every
 # process it starts it stops by pid; the namespaces and the veth pair it
 # makes it removes by name.
@@ -18,7 +21,7 @@ BENCH=lab-rate
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 . "$REPO/bench/lib.sh"
 GRIDPERF=$REPO/target/release/gridperf
-RATES=100M,1G,2.5G,5G,10G DELAYS=5ms,50ms MODES="root user" HOGS="off on" SECS=3 USER_=gridperf-bench
+RATES=100M,1G,2.5G,5G,10G DELAYS=5ms,50ms MODES="root user" HOGS="off on" SECS=3 USER_=gridperf-bench KEEP_MEMORY=0
 while [ $# -gt 0 ]; do
     case $1 in
         --rates) RATES=$2; shift 2 ;;
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
         --seconds) SECS=$2; shift 2 ;;
         --gridperf) GRIDPERF=$2; shift 2 ;;
         --user) USER_=$2; shift 2 ;;
+        --vm-keep-memory) KEEP_MEMORY=1; shift ;;
         *) die "unknown argument $1" ;;
     esac
 done
@@ -51,7 +55,8 @@ cleanup() {
     ip netns del "$NSA" 2>/dev/null || true
     ip netns del "$NSB" 2>/dev/null || true
 }
-trap cleanup EXIT
+trap 'cleanup; vm_memory_restore' EXIT
+if [ "$KEEP_MEMORY" = 1 ]; then vm_keep_memory; fi
 NCPU=$(nproc)
 OUT=$REPO/bench/results/lab-rate-$(date -u +%Y%m%d-%H%M%S).md
 

@@ -61,8 +61,60 @@ run_header() {
         echo "- started: $(date -u '+%Y-%m-%d %H:%M:%S') UTC, gridperf $rev, as $(id -un)"
         echo "- machine: $(uname -sr), $(nproc) CPUs (${cpu:-unknown}), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) memory, virtualisation: ${virt:-unknown}"
         echo "- TCP: congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc 2>/dev/null || echo unknown); CPU steal since boot $(awk '/^cpu / {printf "%.1f s", $9/100}' /proc/stat)"
+        echo "- memory: $(vm_memory_words)"
         echo
     } >>"$file"
+}
+
+# The VM's free page reporting: the memory its kernel frees, handed back
+# to the hypervisor (Firecracker, Cloud Hypervisor; this project's
+# machine). The kernel's next use of such memory waits on the hypervisor
+# to fault it in (docs/lab.md, "A VM that hands back its free memory").
+VM_REPORTING=/sys/module/page_reporting/parameters/page_reporting_order
+VM_REPORTING_OLD=
+
+# vm_memory_words: what the run header says of it.
+vm_memory_words() {
+    local o
+    if [ ! -r "$VM_REPORTING" ]; then
+        echo "no free page reporting (the kernel keeps what it frees)"
+        return
+    fi
+    o=$(cat "$VM_REPORTING")
+    if [ -n "$VM_REPORTING_OLD" ]; then
+        echo "free page reporting stopped for this run (--vm-keep-memory: page_reporting_order $VM_REPORTING_OLD -> $o, put back after)"
+    elif [ "$o" -le 10 ]; then
+        echo "the VM hands its free memory back to the hypervisor (free page reporting, page_reporting_order $o)"
+    else
+        echo "free page reporting present but off (page_reporting_order $o)"
+    fi
+}
+
+# vm_keep_memory: stops the VM's free page reporting for the bench's run
+# (root) and writes WARM_MIB of memory once (a tmpfs file, then removed:
+# default half the available memory, at most 12 GiB), so that what the
+# runs use was used since it was last handed back. vm_memory_restore,
+# from the bench's EXIT trap, puts the setting back.
+vm_keep_memory() {
+    local mib
+    if [ ! -w "$VM_REPORTING" ]; then
+        warn "--vm-keep-memory: no free page reporting to stop here (or not root)"
+        return 0
+    fi
+    VM_REPORTING_OLD=$(cat "$VM_REPORTING")
+    echo 11 >"$VM_REPORTING"
+    mib=${WARM_MIB:-$(awk '/MemAvailable/ {m = int($2 / 2048); print (m > 12288 ? 12288 : m)}' /proc/meminfo)}
+    log "free page reporting stopped (page_reporting_order $VM_REPORTING_OLD -> 11); writing $mib MiB once"
+    head -c "${mib}M" /dev/zero >/dev/shm/gridperf-bench-warm.$$ 2>/dev/null || true
+    rm -f /dev/shm/gridperf-bench-warm.$$
+}
+
+vm_memory_restore() {
+    if [ -n "$VM_REPORTING_OLD" ]; then
+        echo "$VM_REPORTING_OLD" >"$VM_REPORTING" || true
+        log "free page reporting put back (page_reporting_order $VM_REPORTING_OLD)"
+        VM_REPORTING_OLD=
+    fi
 }
 
 # wait_listen PROTO PORT PID: until a socket is bound to PORT, the process
