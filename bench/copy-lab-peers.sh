@@ -8,7 +8,7 @@
 #
 #   bench/copy-lab-peers.sh [--profiles cern-icepp,wan] [--size-cern-icepp 2G]
 #       [--size-wan 64M] [--window 32M] [--window-lambda 8M]
-#       [--streams 1,2,4] [--tools gridperf,gridftp,xrootd] [--no-stream-ref]
+#       [--streams 1,2,4] [--tools gridperf,gridftp,xrootd,gridftp-verify] [--no-stream-ref]
 #       [--set-PROFILE FIELD=VALUE[,FIELD=VALUE]] [--vm-keep-memory] [--gridperf PATH] [--out DIR]
 #
 # --vm-keep-memory: on a VM that hands its free memory back to the
@@ -18,6 +18,10 @@
 #
 # --set-PROFILE overrides fields of that profile's lab as `lab up --set`
 # does: `--profiles baltic --set-baltic rate=10G` is 10 Gbit/s x 20 ms.
+#
+# gridftp-verify is globus-url-copy with -verify-checksum (the server's MD5
+# of the file against the client's, after the transfer): a copy that is
+# verified, as every gridperf copy is (blake3 per block, at both ends).
 #
 # --streams takes counts and `auto` (gridperf's -P auto; the peers have
 # none, their cells show "-"); --no-stream-ref leaves out the `gridperf
@@ -137,7 +141,7 @@ valid() {
 one() {
     local tool=$1 p=$2 dest t0 t1 try rc
     case "$tool" in
-        gridftp) dest=$WORK/gridftp/file.dat ;;
+        gridftp | gridftp-verify) dest=$WORK/gridftp/file.dat ;;
         xrootd) dest=$WORK/xrootd/file.dat ;;
         gridperf) dest=$WORK/gridperf/file.dat ;;
     esac
@@ -148,6 +152,10 @@ one() {
         rc=0
         case "$tool" in
             gridftp) on a timeout 1800 globus-url-copy -fast -p "$p" -tcp-bs "$window" \
+                "file://$WORK/file.dat" "ftp://$B:5811$dest" ;;
+            # with its checksum checked after the transfer (MD5 at both ends,
+            # as the server computes it): GridFTP's way to verify a copy
+            gridftp-verify) on a timeout 1800 globus-url-copy -fast -p "$p" -tcp-bs "$window" -verify-checksum \
                 "file://$WORK/file.dat" "ftp://$B:5811$dest" ;;
             xrootd) on a timeout 1800 xrdcp -s -f -S "$p" "$WORK/file.dat" \
                 "root://$B:5812/$dest" ;;
