@@ -2627,3 +2627,69 @@ fn a_clones_overrun_leaves_out_the_intervals_a_hold_up_lay_in() {
     let rate = v["profile"]["ab"]["rate_bps"]["value"].as_f64().expect("a rate");
     assert!((rate / 100e6 - 1.0).abs() <= 0.03, "a -> b: {rate} bit/s on a 100 Mbit/s link; {notes}");
 }
+
+/// A `nice -n 19` busy loop on every CPU (what a build does to a user's
+/// machine), ended by its pid when dropped.
+struct Hog(Vec<Child>);
+
+impl Hog {
+    fn on_every_cpu() -> Hog {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Hog((0..cpus)
+            .map(|_| {
+                Command::new("nice")
+                    .args(["-n", "19", "sh", "-c", "while :; do :; done"])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("nice -n 19 sh")
+            })
+            .collect())
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Issue 33's busy machine, kept short (bench/lab-busy.sh runs ten 5 s
+/// runs a series): with a niced busy loop on every CPU, streams across
+/// baltic (1 Gbit/s x 20 ms) are valid, as root (the emulator real-time)
+/// and as a user (a short fair slice, its hosts niced below it). The hog
+/// may not hold the lab up: a run it voided ("other-tasks") fails the
+/// test. A run the hypervisor voided ("outside") is tried again once the
+/// machine is quiet, as every lab test's is: its steal is no luck of ours
+/// to bet on, and the run says whose it was.
+#[test]
+fn streams_across_baltic_are_valid_beside_a_niced_hog_on_every_cpu() {
+    if !privileged("streams_across_baltic_are_valid_beside_a_niced_hog_on_every_cpu") {
+        return;
+    }
+    let _serial = serial();
+    let (mut valid, mut tries) = (0, 0);
+    while valid < 3 {
+        tries += 1;
+        assert!(tries <= 8, "{valid} of 3 runs valid in {} tries beside the hog", tries - 1);
+        let hog = Hog::on_every_cpu();
+        let o = run(&["stream", "--lab", "baltic", "-t", "2", "-C", "cubic", "--no-store", "--json"]);
+        drop(hog);
+        if o.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
+            let bps = v["runs"][0]["up_bps"].as_f64().expect("up_bps");
+            assert!(bps > 0.5e9, "{bps} bit/s across 1 Gbit/s beside the hog: {}", stderr(&o));
+            valid += 1;
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        let lab = &v["env"]["lab"];
+        let cause = lab["cause"].as_str().or_else(|| v["runs"][0]["env"]["lab"]["cause"].as_str());
+        assert_eq!(cause, Some("outside"), "INVALID beside a niced hog, not by the hypervisor: {}", stderr(&o));
+        said_invalid(&o);
+        crate::quiet();
+    }
+}
