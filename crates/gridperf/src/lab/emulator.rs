@@ -1147,7 +1147,7 @@ impl Health {
     /// figures measure. Until 2026-12-02 the hold-ups' own time was judged
     /// here, against the rule every run across a lab is judged by (README,
     /// "The emulator watches itself"): a calibration's overloads went
-    /// INVALID for 31-53 ms of short hold-ups in 3 s, the link's 1-BDP
+    /// INVALID for 31-57 ms of short hold-ups in 3 s, the link's 1-BDP
     /// queue full through all of them. Idle time just outside the measured
     /// part counts too: the span holds it, and the verdict errs on the
     /// strict side.
