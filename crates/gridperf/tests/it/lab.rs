@@ -2660,22 +2660,26 @@ impl Drop for Hog {
 /// runs a series): with a niced busy loop on every CPU, streams across
 /// baltic (1 Gbit/s x 20 ms) are valid, as root (the emulator real-time)
 /// and as a user (a short fair slice, its hosts niced below it). The hog
-/// may not hold the lab up: a run it voided ("other-tasks") fails the
-/// test. A run the hypervisor voided ("outside") is tried again once the
-/// machine is quiet, as every lab test's is: its steal is no luck of ours
-/// to bet on, and the run says whose it was.
+/// may not hold the lab up: runs voided "by other tasks" twice fail the
+/// test (once may be another test's lab beside this one: the rootless
+/// phase runs two at a time, and only the heavy ones take the lock). A
+/// run voided for another cause is tried again once the machine is quiet,
+/// as every lab test's is: the hypervisor's steal, or hold-ups of 1-10 ms
+/// it cannot lay at any door (the rootless CI once met 60 ms of them in a
+/// 2 s run, "not running"), are no luck of ours to bet on, and the run
+/// says whose they were. Three valid runs in ten tries.
 #[test]
 fn streams_across_baltic_are_valid_beside_a_niced_hog_on_every_cpu() {
     if !privileged("streams_across_baltic_are_valid_beside_a_niced_hog_on_every_cpu") {
         return;
     }
     let _serial = serial();
-    let (mut valid, mut tries) = (0, 0);
+    let (mut valid, mut by_others, mut tries) = (0, Vec::new(), 0);
     while valid < 3 {
         tries += 1;
-        assert!(tries <= 8, "{valid} of 3 runs valid in {} tries beside the hog", tries - 1);
+        assert!(tries <= 10, "{valid} of 3 runs valid in {} tries beside the hog", tries - 1);
         let hog = Hog::on_every_cpu();
-        let o = run(&["stream", "--lab", "baltic", "-t", "2", "-C", "cubic", "--no-store", "--json"]);
+        let o = run(&["stream", "--lab", "baltic", "-t", "4", "-C", "cubic", "--no-store", "--json"]);
         drop(hog);
         if o.status.success() {
             let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
@@ -2686,9 +2690,11 @@ fn streams_across_baltic_are_valid_beside_a_niced_hog_on_every_cpu() {
         }
         assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        let lab = &v["env"]["lab"];
-        let cause = lab["cause"].as_str().or_else(|| v["runs"][0]["env"]["lab"]["cause"].as_str());
-        assert_eq!(cause, Some("outside"), "INVALID beside a niced hog, not by the hypervisor: {}", stderr(&o));
+        let cause = v["runs"][0]["env"]["lab"]["cause"].as_str().unwrap_or("").to_string();
+        if cause == "other-tasks" {
+            by_others.push(stderr(&o));
+            assert!(by_others.len() < 2, "INVALID twice by other tasks beside a niced hog: {}", by_others.join("\n"));
+        }
         said_invalid(&o);
         crate::quiet();
     }
