@@ -35,6 +35,11 @@ const PACED_PPS: f64 = 20_000.0;
 const OVERRUN_STREAM_BPS: f64 = 3e9;
 /// Datagram payload of the overrunning stream (a 1500-byte IP packet).
 const FULL: u64 = 1472;
+/// Round trips the delay's fit wants before the probe stops (its median's
+/// interval from order statistics needs 6; a few dozen make it narrow).
+const ENOUGH_RTTS: usize = 30;
+/// The most round-trip probes of the budget's share each.
+const RTT_PROBES: u32 = 4;
 /// The receivers' report interval.
 const INTERVAL_MS: u64 = 100;
 
@@ -50,6 +55,29 @@ fn waiting(d: Deadlines) -> Deadlines {
 /// A probe across a lab whose emulator fell behind is taken again, up to
 /// this many times in all (the clone's time budget stretches by as much).
 const PROBE_TRIES: u32 = 3;
+
+/// The round trips of one or more probes, put together.
+#[derive(Debug, Default)]
+struct RoundTrips {
+    samples: Vec<u64>,
+    sent: u64,
+    lost: u64,
+    left_out: u64,
+    probes: u32,
+}
+
+/// Takes `probe` until [`ENOUGH_RTTS`] round trips came back, at most
+/// [`RTT_PROBES`] times.
+fn round_trips(mut probe: impl FnMut() -> Result<RoundTrips>) -> Result<RoundTrips> {
+    let mut g = RoundTrips::default();
+    while g.samples.len() < ENOUGH_RTTS && g.probes < RTT_PROBES {
+        let p = probe()?;
+        g.samples.extend(p.samples);
+        (g.sent, g.lost, g.left_out, g.probes) =
+            (g.sent + p.sent, g.lost + p.lost, g.left_out + p.left_out, g.probes + 1);
+    }
+    Ok(g)
+}
 
 /// Runs the probes against `target` and fits the path; `say` hears each step.
 pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Result<CloneFile> {
@@ -68,19 +96,38 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
     let mut ro = rtt::RttOptions::counted(EchoOptions::plain(vec![Proto::Udp], vec![64], o.deadlines), 0, 2);
     ro.duration = Some(rtt_time);
     ro.keep_samples = true;
-    let r = again_if_invalid(PROBE_TRIES, || {
-        let r = rtt::run(target, &ro, &mut |_| {})?;
-        crate::runner::lab_valid(&r.env).map(|_| r)
+    // a lost message costs the probe its timeout (1 s), and a loss burst
+    // of a few costs it all: CI's clone of an 11 ms path with 0.22% loss in
+    // bursts of 3 got 3 round trips back in 2 s. Round trips are taken
+    // again until [`ENOUGH_RTTS`] came back, up to [`RTT_PROBES`] probes.
+    let RoundTrips { samples, sent, lost, left_out, probes } = round_trips(|| {
+        let r = again_if_invalid(PROBE_TRIES, || {
+            let r = rtt::run(target, &ro, &mut |_| {})?;
+            crate::runner::lab_valid(&r.env).map(|_| r)
+        })?;
+        let p = r.points.into_iter().next().ok_or_else(|| Error::network("the round-trip probe returned no point"))?;
+        Ok(RoundTrips {
+            samples: p.samples_ns.unwrap_or_default(),
+            sent: p.sent,
+            lost: p.lost,
+            left_out: p.left_out,
+            probes: 1,
+        })
     })?;
-    let point = r.points.first().ok_or_else(|| Error::network("the round-trip probe returned no point"))?;
-    let samples = point.samples_ns.clone().unwrap_or_default();
     if samples.is_empty() {
         return Err(Error::network(format!(
-            "no round trip came back from {} in {:.0} s ({} sent): the path loses everything, or the agent's UDP port is blocked",
+            "no round trip came back from {} in {probes} probe(s) of {:.0} s ({sent} sent): the path loses everything, or the agent's UDP port is blocked",
             o.host,
             rtt_time.as_secs_f64(),
-            point.sent
         )));
+    }
+    if probes > 1 {
+        notes.push(format!(
+            "the round trips were taken in {probes} probes of {:.0} s, {} coming back: each lost message costs its 1 s timeout{}",
+            rtt_time.as_secs_f64(),
+            samples.len(),
+            if left_out > 0 { format!(" ({left_out} more left out: they crossed the lab's emulator while it was late)") } else { String::new() }
+        ));
     }
     let (delay, jitter, shape) = clone::fit_delay(&samples);
     let table = (shape == clone::JitterShape::RightSkewed).then(|| clone::fit_table(&samples)).flatten();
@@ -94,8 +141,8 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
         ..Default::default()
     };
     let rtt_s = 2.0 * delay.value.unwrap_or(0.0);
-    if point.lost > 0 {
-        notes.push(format!("{} of {} round-trip messages were lost", point.lost, point.sent));
+    if lost > 0 {
+        notes.push(format!("{lost} of {sent} round-trip messages were lost"));
     }
 
     // each direction: the overrun (rate, queue) then the paced stream (loss);
@@ -333,5 +380,28 @@ fn seq_of(s: &StreamResult) -> (u64, u64, u64, u64, Vec<i64>) {
     match s.receiver.udp.as_ref() {
         Some(u) => (sent, sent.saturating_sub(u.distinct), u.gaps, u.reordered, absolute(u)),
         None => (sent, sent, 0, 0, Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(n: usize, lost: u64) -> RoundTrips {
+        RoundTrips { samples: vec![10_000_000; n], sent: n as u64 + lost, lost, left_out: 0, probes: 1 }
+    }
+
+    /// A probe a loss burst cut short (its timeouts took the time) is taken
+    /// again until enough round trips came back, and no more than that.
+    #[test]
+    fn round_trips_cut_short_by_lost_messages_are_taken_again_up_to_a_bound() {
+        let mut given = vec![probe(3, 3), probe(20, 1), probe(40, 0), probe(40, 0)].into_iter();
+        let g = round_trips(|| Ok(given.next().expect("no more probes than needed"))).unwrap();
+        assert_eq!((g.probes, g.samples.len(), g.sent, g.lost), (3, 63, 67, 4));
+        let g = round_trips(|| Ok(probe(40, 0))).unwrap();
+        assert_eq!((g.probes, g.samples.len()), (1, 40));
+        // a path that keeps losing: bounded
+        let g = round_trips(|| Ok(probe(2, 3))).unwrap();
+        assert_eq!((g.probes, g.samples.len(), g.lost), (RTT_PROBES, 8, 12));
     }
 }
