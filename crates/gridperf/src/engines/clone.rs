@@ -396,12 +396,12 @@ mod tests {
     #[test]
     fn round_trips_cut_short_by_lost_messages_are_taken_again_up_to_a_bound() {
         let mut given = vec![probe(3, 3), probe(20, 1), probe(40, 0), probe(40, 0)].into_iter();
-        let g = round_trips(|| Ok(given.next().expect("no more probes than needed"))).unwrap();
+        let g = round_trips(|| Ok(given.next().expect("no more probes than needed"))).expect("the probes");
         assert_eq!((g.probes, g.samples.len(), g.sent, g.lost), (3, 63, 67, 4));
-        let g = round_trips(|| Ok(probe(40, 0))).unwrap();
+        let g = round_trips(|| Ok(probe(40, 0))).expect("the probes");
         assert_eq!((g.probes, g.samples.len()), (1, 40));
         // a path that keeps losing: bounded
-        let g = round_trips(|| Ok(probe(2, 3))).unwrap();
+        let g = round_trips(|| Ok(probe(2, 3))).expect("the probes");
         assert_eq!((g.probes, g.samples.len(), g.lost), (RTT_PROBES, 8, 12));
     }
 }
