@@ -74,18 +74,39 @@ impl Drop for Scratch {
     }
 }
 
+const TEST_HOME_PREFIX: &str = "gridperf-test-home-";
+
 /// A home of this test run's own: every gridperf a test starts gets it
 /// (and XDG directories beneath it) and no GRIDPERF_DB, so that no test
-/// reads or writes the user's store, key or lab state.
+/// reads or writes the user's store, key or lab state. A static has no
+/// drop, so each run removes the homes of the runs before it that have
+/// ended (a day of CI had left 21 in /tmp): at most the last is left.
 pub fn test_home() -> &'static std::path::Path {
     static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     HOME.get_or_init(|| {
-        let h = std::env::temp_dir().join(format!("gridperf-test-home-{}", std::process::id()));
+        let h = std::env::temp_dir().join(format!("{TEST_HOME_PREFIX}{}", std::process::id()));
         for d in [".local/share", ".local/state", ".config", ".cache"] {
             std::fs::create_dir_all(h.join(d)).expect("the test home");
         }
+        sweep_homes_of_ended_runs(&h);
         h
     })
+}
+
+/// Removes the test homes of runs no longer running that belong to the
+/// owner of `own` (this run's).
+fn sweep_homes_of_ended_runs(own: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(uid) = std::fs::metadata(own).map(|m| m.uid()) else { return };
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(TEST_HOME_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let ours = e.metadata().is_ok_and(|m| m.uid() == uid && m.is_dir());
+        if ours && pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Keeps a command away from the user's files: the run's own home, its
