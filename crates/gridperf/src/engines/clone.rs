@@ -56,7 +56,8 @@ fn waiting(d: Deadlines) -> Deadlines {
 /// this many times in all (the clone's time budget stretches by as much).
 const PROBE_TRIES: u32 = 3;
 
-/// The round trips of one or more probes, put together.
+/// The round trips of one or more probes, put together (`probes`: how
+/// many, counted by [`round_trips`]).
 #[derive(Debug, Default)]
 struct RoundTrips {
     samples: Vec<u64>,
@@ -111,7 +112,7 @@ pub fn run(target: &Target, o: &CloneOptions, say: &mut dyn FnMut(&str)) -> Resu
             sent: p.sent,
             lost: p.lost,
             left_out: p.left_out,
-            probes: 1,
+            ..RoundTrips::default()
         })
     })?;
     if samples.is_empty() {
@@ -388,7 +389,7 @@ mod tests {
     use super::*;
 
     fn probe(n: usize, lost: u64) -> RoundTrips {
-        RoundTrips { samples: vec![10_000_000; n], sent: n as u64 + lost, lost, left_out: 0, probes: 1 }
+        RoundTrips { samples: vec![10_000_000; n], sent: n as u64 + lost, lost, ..RoundTrips::default() }
     }
 
     /// A probe a loss burst cut short (its timeouts took the time) is taken

@@ -936,23 +936,10 @@ fn four_streams_fill_a_10_gbit_per_s_lab_in_a_valid_run() {
         return;
     }
     let _serial = serial();
-    let args = [
-        "stream",
-        "--lab",
-        "baltic",
-        "--lab-set",
-        "rate=10G",
-        "--lab-set",
-        "rtt=5ms",
-        "-P",
-        "4",
-        "-t",
-        "3",
-        "-C",
-        "cubic",
-        "--no-store",
-        "--json",
-    ];
+    let args: Vec<&str> =
+        "stream --lab baltic --lab-set rate=10G --lab-set rtt=5ms -P 4 -t 3 -C cubic --no-store --json"
+            .split_whitespace()
+            .collect();
     let o = unless_invalid(|| run(&args));
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
