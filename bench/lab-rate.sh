@@ -81,8 +81,11 @@ run_header "$OUT"
     echo "as root and as an unprivileged user, without and with a \`nice -n 19\` busy loop on every CPU."
     echo "The ceiling, the kernel's veth pair between two namespaces, one iperf3 TCP stream for 5 s: **$VETH Gbit/s**."
     echo
-    echo "| as | hog | rate | one-way delay | offered | UDP rate error | TCP | delay error median | p99 | probe p99, queue full | bound | lag p99 | emulator CPU | CPU per Gbit/s | delay line + queue | verdict |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "The added delay's error, median and p99: the RTT of a probe sent every 1 ms at half load, less 2 x the delay, against the same probe's on a zero-delay lab of the rate (the baseline), median against median and p99 against p99 (the baseline's p99 the lowest of its four 0.5 s parts')."
+    echo "The p99 against the baseline's median (the hosts' own spread in it too) is the column after, and the baseline's median / p99 the one after that."
+    echo
+    echo "| as | hog | rate | one-way delay | offered | UDP rate error | TCP | delay error median | p99 | p99 over the baseline's median | baseline median / p99 | probe p99, queue full | bound | lag p99 | emulator CPU | CPU per Gbit/s | delay line + queue | verdict |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >>"$OUT"
 for mode in $MODES; do
     for hog in $HOGS; do
@@ -124,8 +127,14 @@ for p in pts:
     gbit = p["rate_bps"] / 1e9
     line = p["rate_bps"] / 8 * (p["delay_ns"] / 1e9) + p["queue_bytes"]
     verdict = p["invalid"] or ("meets the targets" if p["targets_met"] else "misses a target")
+    # a point measured again after an INVALID try says so, and why each was
+    earlier = p.get("earlier_invalid", [])
+    if earlier:
+        verdict += f" (at try {p['tries']}; before it: " + "; ".join(f"try {i+1} INVALID: {w}" for i, w in enumerate(earlier)) + ")"
     print(f"| {mode} | {hog} | {r(p['rate_bps'])} | {p['delay_ns']/1e6:g} ms | {r(p['offered_rate_bps'])} "
           f"| {p['rate_error']*100:+.2f}% | {r(p['tcp_rate_bps'])}{win(p)} | {t(p['delay_error_median_ns'])} | {t(p['delay_error_p99_ns'])} "
+          f"| {t(p['delay_error_p99_ns'] + p['baseline_rtt_p99_ns'] - p['baseline_rtt_ns'])} "
+          f"| {p['baseline_rtt_ns']/1e3:.0f} / {p['baseline_rtt_p99_ns']/1e3:.0f} us "
           f"| {p['loaded_rtt_p99_ns']/1e6:.1f} ms | {p['queue_bound_ns']/1e6:.1f} ms | <{p['lag_p99_us']} us "
           f"| {p['emulator_cpu_percent']:.0f}% | {p['emulator_cpu_percent']/gbit:.0f}% | {line/1e6:.1f} MB | {verdict} |")
 PY

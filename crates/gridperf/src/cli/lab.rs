@@ -240,6 +240,11 @@ pub struct LabCalibrateArgs {
     /// Seconds of overload per point for the rate and queue measurements.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
+    /// Tries per point, at most: a point that comes out INVALID (the emulator held up, by the
+    /// machine or by other tasks) is measured again, as the survey's points are, and the earlier
+    /// tries' verdicts are kept beside it (1 to 5; 1: never again).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub tries: u32,
     #[command(flatten)]
     pub print: super::JsonArgs,
 }
@@ -485,7 +490,10 @@ impl TryFrom<LabCommand> for commands::lab::Opts {
                 if !(1.0..=60.0).contains(&a.seconds) {
                     return Err(Error::usage("--seconds takes 1 to 60"));
                 }
-                Opts::Calibrate { rates, delays, seconds: a.seconds }
+                if !(1..=5).contains(&a.tries) {
+                    return Err(Error::usage(format!("--tries takes 1 to 5, not {}", a.tries)));
+                }
+                Opts::Calibrate { rates, delays, seconds: a.seconds, tries: a.tries }
             }
         })
     }

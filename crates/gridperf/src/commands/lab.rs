@@ -37,6 +37,8 @@ pub enum Opts {
         rates: Vec<u64>,
         delays: Vec<u64>,
         seconds: f64,
+        /// Tries per point while it comes out INVALID.
+        tries: u32,
     },
     /// The emulator process itself (started by `lab up`).
     Emulator {
@@ -350,13 +352,13 @@ pub fn run(o: Opts, out: &mut Output) -> Result<Option<i32>> {
             }
             show_clone(&f, to.as_deref(), out)?;
         }
-        Opts::Calibrate { rates, delays, seconds } => {
+        Opts::Calibrate { rates, delays, seconds, tries } => {
             let mut points = Vec::new();
             for &rate in &rates {
                 for &delay in &delays {
                     let label = format!("{} {}", fmt_bps(rate as f64), fmt_ns(delay as f64));
                     let mut say = |phase: &str| eprintln!("gridperf lab calibrate: {label}: {phase}");
-                    points.push(lab::calibrate::point(rate, delay, seconds, &mut say)?);
+                    points.push(lab::calibrate::point_tried(rate, delay, seconds, tries, &mut say)?);
                 }
             }
             // kept, so that a lab beyond what this machine can emulate is said before its run

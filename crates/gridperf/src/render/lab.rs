@@ -313,9 +313,25 @@ pub fn calibration(points: &[Point]) -> String {
             );
         }
     }
+    for p in points.iter().filter(|p| !p.earlier_invalid.is_empty()) {
+        let last = if p.invalid.is_some() { "INVALID again" } else { "valid" };
+        let _ = writeln!(
+            out,
+            "{} x {}: {last} at try {}; before it: {}",
+            fmt_bps(p.rate_bps as f64),
+            fmt_ns(p.delay_ns as f64),
+            p.tries,
+            p.earlier_invalid
+                .iter()
+                .enumerate()
+                .map(|(i, w)| format!("try {} INVALID ({w})", i + 1))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     let _ = writeln!(
         out,
-        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. TCP: a bulk TCP (CUBIC) flow's rate (IP bits per second: the data segments delivered, as the sender's TCP_INFO counts them with SACK, retransmissions included, x 1500 bytes), for information: TCP's own dynamics share in it. targets: rate error within 1% (the UDP flow); added delay error at most 0.1 ms at the median and 1 ms at p99 (probe RTT at half load minus the same probe on a zero-delay lab minus 2 x delay); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it; the delay table (an exponential's, mean 0.3 ms, drawn a -> b, probed from 16 sockets): its p10, p50 and p90 within 0.1 ms (table err: the worst), its p99 within 1 ms. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
+        "\noffered: the UDP load sent at 1.1 x the rate (IP bits per second) while the received rate was measured. TCP: a bulk TCP (CUBIC) flow's rate (IP bits per second: the data segments delivered, as the sender's TCP_INFO counts them with SACK, retransmissions included, x 1500 bytes), for information: TCP's own dynamics share in it. targets: rate error within 1% (the UDP flow); added delay error at most 0.1 ms at the median and 1 ms at p99 (the RTT of a probe sent every 1 ms at half load, less 2 x delay, against the same probe's on a zero-delay lab, median against median and p99 against p99); probe RTT with the queue full at most base + 2 x delay + queue/rate + two packet times, p99 within 1 ms of it; the delay table (an exponential's, mean 0.3 ms, drawn a -> b, probed from 16 sockets): its p10, p50 and p90 within 0.1 ms (table err: the worst), its p99 within 1 ms. lag p99: the emulator's own lateness behind its schedule; the rest of a delay error is the hosts' (their wake-ups on this machine)"
     );
     out
 }

@@ -646,6 +646,7 @@ fn lab_status_profiles_calibration() {
         tcp_receiver_threshold_bytes: 2_400_000,
         tcp_memory_pressure: None,
         baseline_rtt_ns: 174_000.0,
+        baseline_rtt_p99_ns: 290_000.0,
         delay_error_median_ns: 37_000.0,
         delay_error_p99_ns: 570_000.0,
         table_errors_ns: vec![(0.1, 12_000.0), (0.5, -31_000.0), (0.9, 48_000.0), (0.99, 210_000.0)],
@@ -659,6 +660,8 @@ fn lab_status_profiles_calibration() {
         invalid: None,
         lag_p99_us: Some(128),
         targets_met: true,
+        tries: 1,
+        earlier_invalid: Vec::new(),
         by_round_trip: Some(ByRoundTrip {
             left_out: 0,
             counted: 1_880,
@@ -676,6 +679,8 @@ fn lab_status_profiles_calibration() {
         tcp_receiver_threshold_bytes: 2_896,
         tcp_memory_pressure: None,
         invalid: Some("572 packets overflowed a TUN queue".into()),
+        tries: 2,
+        earlier_invalid: vec!["the emulator was held up 3 time(s) for more than 10 ms".into()],
         delay_error_median_ns: 287_000.0,
         by_round_trip: Some(ByRoundTrip {
             left_out: 93,
