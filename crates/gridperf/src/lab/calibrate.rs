@@ -420,12 +420,11 @@ fn probe_paced(ns: &str, b: Ipv4Addr, every: Duration, time: Duration) -> Result
         s.connect(SocketAddr::new(b.into(), ECHO_PORT))?;
         s.set_read_timeout(Some(Duration::from_millis(20)))?;
         let tx = s.try_clone()?;
-        let sent = Arc::new(AtomicU64::new(0));
-        let done = Arc::new(AtomicBool::new(false));
-        let (sent2, done2) = (sent.clone(), done.clone());
-        let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        // the sender says how many it sent once it is done
+        let sender = std::thread::spawn(move || {
             let _ = gridperf_sys::set_timer_slack_ns(1);
             let start = Instant::now();
+            let mut sent = 0u64;
             for k in 0u32.. {
                 let due = every * k;
                 if due >= time {
@@ -437,36 +436,29 @@ fn probe_paced(ns: &str, b: Ipv4Addr, every: Duration, time: Duration) -> Result
                 let mut msg = [0u8; PROBE_PAYLOAD];
                 msg[..8].copy_from_slice(&gridperf_sys::monotonic_ns().to_be_bytes());
                 // a full send buffer is a probe not sent, not a failed run
-                if tx.send(&msg).is_ok() {
-                    sent2.fetch_add(1, Ordering::Relaxed);
-                }
+                sent += u64::from(tx.send(&msg).is_ok());
             }
-            done2.store(true, Ordering::Release);
-            Ok(())
+            sent
         });
         let mut got: Vec<[u64; 2]> = Vec::new();
         let mut buf = [0u8; 256];
-        let mut drain_end: Option<Instant> = None;
-        loop {
-            if drain_end.is_none() && done.load(Ordering::Acquire) {
-                drain_end = Some(Instant::now() + PACED_DRAIN);
-            }
-            if let Some(end) = drain_end {
-                if got.len() as u64 >= sent.load(Ordering::Relaxed) || Instant::now() >= end {
-                    break;
-                }
-            }
+        let mut recv = |got: &mut Vec<[u64; 2]>| {
             if let Ok(n) = s.recv(&mut buf) {
                 let t1 = gridperf_sys::monotonic_ns();
-                if n >= 8 {
-                    let t0 = u64::from_be_bytes(buf[..8].try_into().unwrap_or_default());
-                    if t0 <= t1 {
-                        got.push([t0, t1]);
-                    }
+                let t0 = buf.get(..8).and_then(|b| b.try_into().ok()).map_or(u64::MAX, u64::from_be_bytes);
+                if n >= 8 && t0 <= t1 {
+                    got.push([t0, t1]);
                 }
             }
+        };
+        while !sender.is_finished() {
+            recv(&mut got);
         }
-        sender.join().map_err(|_| std::io::Error::other("the probe's sender panicked"))??;
+        let sent = sender.join().map_err(|_| std::io::Error::other("the probe's sender panicked"))?;
+        let end = Instant::now() + PACED_DRAIN;
+        while (got.len() as u64) < sent && Instant::now() < end {
+            recv(&mut got);
+        }
         got.sort_unstable_by_key(|s| s[0]);
         Ok(Probed { rtts: got.iter().map(|s| s[1] - s[0]).collect(), spans: got })
     })

@@ -279,12 +279,13 @@ pub fn calibration(points: &[Point]) -> String {
             p.emulator_cpu_percent
         );
     }
+    // the lines under the table, each of one point
+    let at = |p: &Point| format!("{} x {}", fmt_bps(p.rate_bps as f64), fmt_ns(p.delay_ns as f64));
     for p in points.iter().filter(|p| p.tcp_window_limited > 0.05 && p.tcp_rate_error < -0.05) {
         let _ = writeln!(
             out,
-            "{} x {}: the TCP flow waited on a window {:.0}% of its measured time (the receiver's window at its end: {} KB, its threshold tcpi_rcv_ssthresh {} KB): a window, not the link, held it at {}",
-            fmt_bps(p.rate_bps as f64),
-            fmt_ns(p.delay_ns as f64),
+            "{}: the TCP flow waited on a window {:.0}% of its measured time (the receiver's window at its end: {} KB, its threshold tcpi_rcv_ssthresh {} KB): a window, not the link, held it at {}",
+            at(p),
             p.tcp_window_limited * 100.0,
             p.tcp_receive_window_bytes / 1024,
             p.tcp_receiver_threshold_bytes / 1024,
@@ -293,7 +294,7 @@ pub fn calibration(points: &[Point]) -> String {
     }
     for p in points {
         if let Some(w) = &p.tcp_memory_pressure {
-            let _ = writeln!(out, "{} x {}: the TCP flow's {w}", fmt_bps(p.rate_bps as f64), fmt_ns(p.delay_ns as f64));
+            let _ = writeln!(out, "{}: the TCP flow's {w}", at(p));
         }
     }
     for p in points {
@@ -301,9 +302,8 @@ pub fn calibration(points: &[Point]) -> String {
             let worst = |lo: f64, hi: f64| worst_table_error(&r.table_errors_ns, lo, hi);
             let _ = writeln!(
                 out,
-                "{} x {}: as a run judged round trip by round trip sees it ({} of {} round trips left out for crossing a moment the emulator was late): delay err {}, delay p99 {}, table err {}, table p99 {}",
-                fmt_bps(p.rate_bps as f64),
-                fmt_ns(p.delay_ns as f64),
+                "{}: as a run judged round trip by round trip sees it ({} of {} round trips left out for crossing a moment the emulator was late): delay err {}, delay p99 {}, table err {}, table p99 {}",
+                at(p),
                 r.left_out,
                 r.counted,
                 fmt_signed_ns(r.delay_error_median_ns),
@@ -315,19 +315,9 @@ pub fn calibration(points: &[Point]) -> String {
     }
     for p in points.iter().filter(|p| !p.earlier_invalid.is_empty()) {
         let last = if p.invalid.is_some() { "INVALID again" } else { "valid" };
-        let _ = writeln!(
-            out,
-            "{} x {}: {last} at try {}; before it: {}",
-            fmt_bps(p.rate_bps as f64),
-            fmt_ns(p.delay_ns as f64),
-            p.tries,
-            p.earlier_invalid
-                .iter()
-                .enumerate()
-                .map(|(i, w)| format!("try {} INVALID ({w})", i + 1))
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
+        let before: Vec<String> =
+            p.earlier_invalid.iter().enumerate().map(|(i, w)| format!("try {} INVALID ({w})", i + 1)).collect();
+        let _ = writeln!(out, "{}: {last} at try {}; before it: {}", at(p), p.tries, before.join("; "));
     }
     let _ = writeln!(
         out,
