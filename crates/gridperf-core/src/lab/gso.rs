@@ -160,6 +160,11 @@ fn fold(mut acc: u32) -> u16 {
     acc as u16
 }
 
+/// The Internet checksum (RFC 1071) of `data`, its checksum field zero.
+pub fn internet_checksum(data: &[u8]) -> u16 {
+    !fold(sum16(data, 0))
+}
+
 /// The IPv4 header checksum.
 pub fn ipv4_checksum(header: &[u8]) -> u16 {
     let mut h = header.to_vec();

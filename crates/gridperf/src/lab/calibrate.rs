@@ -5,8 +5,8 @@
 //! - rate: UDP sent at 1.1 x the link rate for a few seconds; the IP bytes
 //!   received per second in the steady part, against the setting (target:
 //!   within 1%);
-//! - queue bound: round trips of a small probe while that overload keeps the
-//!   queue full, against base RTT + queue/rate + two packet times (p99 within
+//! - queue bound: round trips of a small probe sent every 1 ms while that
+//!   overload keeps the queue full, against base RTT + queue/rate + two packet times (p99 within
 //!   the 1 ms delay tolerance);
 //! - added delay: round trips of a probe sent every 1 ms with the link at
 //!   half load, against the same probe on a lab of the same rate with no
@@ -110,6 +110,17 @@ pub struct Point {
     /// when it dropped more than 1 in 1000 of what it was sent.
     pub invalid: Option<String>,
     pub lag_p99_us: Option<u64>,
+    /// How long the hosts' packets waited in their TUN queues before the
+    /// emulator read them (its probe of them, `queue_probe`), p99 and worst,
+    /// us: over the point (half load and overload), and over the overload
+    /// alone, where a wait adds to the full queue's and the queue bound
+    /// is missed by it.
+    #[serde(default)]
+    pub queue_wait_p99_us: Option<u64>,
+    #[serde(default)]
+    pub queue_wait_max_us: u64,
+    #[serde(default)]
+    pub overload_queue_wait_p99_us: Option<u64>,
     /// [`Point::meets_targets`], for scripts.
     pub targets_met: bool,
     /// The tries this point took ([`point_tried`]), and the INVALID
@@ -411,10 +422,10 @@ fn probe_on(ns: &str, b: Ipv4Addr, gap: Duration, time: Duration, cpu: Option<us
 /// Round trips of a small UDP probe from a to b's echo, one sent every
 /// `every` for `time` whatever came back (open loop), each carrying its
 /// own send time, and the echoes read until all have come back or
-/// [`PACED_DRAIN`] after the last was sent. A ping-pong's count falls with
-/// the path's delay (29 round trips in 3 s across 50 ms, whose p99 is its
+/// `drain` after the last was sent. A ping-pong's count falls with the
+/// path's delay (29 round trips in 3 s across 50 ms, whose p99 is its
 /// worst); this one's does not (3000, whose p99 is the 30th worst).
-fn probe_paced(ns: &str, b: Ipv4Addr, every: Duration, time: Duration) -> Result<Probed> {
+fn probe_paced(ns: &str, b: Ipv4Addr, every: Duration, time: Duration, drain: Duration) -> Result<Probed> {
     in_ns(ns, move || {
         let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
         s.connect(SocketAddr::new(b.into(), ECHO_PORT))?;
@@ -455,7 +466,7 @@ fn probe_paced(ns: &str, b: Ipv4Addr, every: Duration, time: Duration) -> Result
             recv(&mut got);
         }
         let sent = sender.join().map_err(|_| std::io::Error::other("the probe's sender panicked"))?;
-        let end = Instant::now() + PACED_DRAIN;
+        let end = Instant::now() + drain;
         while (got.len() as u64) < sent && Instant::now() < end {
             recv(&mut got);
         }
@@ -464,7 +475,8 @@ fn probe_paced(ns: &str, b: Ipv4Addr, every: Duration, time: Duration) -> Result
     })
 }
 
-/// How long [`probe_paced`] waits for echoes after its last probe went.
+/// How long [`probe_paced`] waits for echoes after its last probe went
+/// where none is lost on the way (at half load).
 const PACED_DRAIN: Duration = Duration::from_secs(2);
 
 /// How often the half-load probes and their baseline's go: 64 B a
@@ -888,7 +900,7 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let stop_half = Arc::new(AtomicBool::new(false));
     let load = start_load(&a, B_ADDR, rate as f64 * 0.5, stop_half.clone(), Arc::default())?;
     let probe_time = Duration::from_millis((2_000 + 20 * delay_ns / 1_000_000).min(8_000));
-    let half_probed = probe_paced(&a, B_ADDR, PACED_EVERY, probe_time)?;
+    let half_probed = probe_paced(&a, B_ADDR, PACED_EVERY, probe_time, PACED_DRAIN)?;
     stop_half.store(true, Ordering::SeqCst);
     let _ = load.join();
     let half_untouched = late_windows(&name, &before).map(|w| half_probed.untouched(&w));
@@ -901,7 +913,12 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
     let (d_med, d_p99) = (added(&half, 0.5), added_p99(&half));
 
     progress("overload");
-    let over = overload(&name, &a, &b, rate, delay_ns, seconds, st.pid)?;
+    let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
+    let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
+    // a full queue drops probes too (a tenth of them at 1.1 x the rate):
+    // the echoes are awaited for twice the bound, not for every one
+    let drain = Duration::from_secs_f64((2.0 * bound / 1e9).max(0.2)).min(PACED_DRAIN);
+    let over = overload(&name, &a, &b, rate, delay_ns, seconds, drain, st.pid)?;
     stop.store(true, Ordering::SeqCst);
     let _ = sink.join();
     std::thread::sleep(Duration::from_millis(300));
@@ -933,8 +950,6 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
         _ => None,
     };
 
-    let pkt_ns = (LOAD_PAYLOAD + 28) as f64 * 8.0 / rate as f64 * 1e9;
-    let bound = baseline + 2.0 * delay_ns as f64 + queue_bytes as f64 * 8.0 / rate as f64 * 1e9 + 2.0 * pkt_ns;
     let d: Health = after.since(&before);
     // the overload's hold-ups against the second its rate was counted
     // over, not the phases' 4 s: CI once counted 4.2% short across a hold-up
@@ -984,6 +999,9 @@ pub fn point(rate: u64, delay_ns: u64, seconds: f64, progress: &mut dyn FnMut(&s
             .or_else(|| tcp_health.invalid_because().map(|w| format!("during the TCP flow: {w}")))
             .or_else(|| table.health.invalid_because().map(|w| format!("during the delay table: {w}"))),
         lag_p99_us: d.lag_quantile_us(0.99),
+        queue_wait_p99_us: d.queue_waits.quantile_us(0.99),
+        queue_wait_max_us: d.queue_waits.max_ns / 1000,
+        overload_queue_wait_p99_us: over_health.queue_waits.quantile_us(0.99),
         targets_met: false,
         tries: 1,
         earlier_invalid: Vec::new(),
@@ -1041,7 +1059,7 @@ fn baseline_rtt(name: &str, rate: u64, queue_bytes: u64) -> Result<(f64, f64)> {
     let stop = Arc::new(AtomicBool::new(false));
     let sink = start_b(&b, stop.clone())?;
     let load = start_load(&a, B_ADDR, rate as f64 * 0.5, stop.clone(), Arc::default())?;
-    let base = probe_paced(&a, B_ADDR, PACED_EVERY, Duration::from_secs(2));
+    let base = probe_paced(&a, B_ADDR, PACED_EVERY, Duration::from_secs(2), PACED_DRAIN);
     stop.store(true, Ordering::SeqCst);
     let _ = (sink.join(), load.join());
     let base = base?;
@@ -1093,7 +1111,17 @@ struct Overload {
 
 /// UDP at 1.1 x the rate from a to b (b's sink running) for `seconds`
 /// once the queue is full, a probe's round trips meanwhile.
-fn overload(name: &str, a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64, emulator: u32) -> Result<Overload> {
+#[allow(clippy::too_many_arguments)]
+fn overload(
+    name: &str,
+    a: &str,
+    b: &str,
+    rate: u64,
+    delay_ns: u64,
+    seconds: f64,
+    drain: Duration,
+    emulator: u32,
+) -> Result<Overload> {
     let stop_load = Arc::new(AtomicBool::new(false));
     let _ = sink_count(b, B_ADDR);
     let cpu0 = cpu_seconds(emulator);
@@ -1107,7 +1135,10 @@ fn overload(name: &str, a: &str, b: &str, rate: u64, delay_ns: u64, seconds: f64
         let (_, _, stamp0) = sink_count(b, B_ADDR)?;
         let sent0 = sent.load(Ordering::Relaxed);
         let t0 = Instant::now();
-        let loaded = probe(a, B_ADDR, Duration::from_millis(20), Duration::from_secs_f64(seconds))?.sorted();
+        // one probe a millisecond whatever comes back, as at half load: a
+        // ping-pong across a full queue took 13 round trips in 3 s at 50
+        // ms (each lost one waiting out its timeout), whose p99 was its worst
+        let loaded = probe_paced(a, B_ADDR, PACED_EVERY, Duration::from_secs_f64(seconds), drain)?.sorted();
         let (bytes, count, stamp1) = sink_count(b, B_ADDR)?;
         let dt = t0.elapsed().as_secs_f64();
         let offered = (sent.load(Ordering::Relaxed) - sent0) as f64 * ((LOAD_PAYLOAD + 28) * 8) as f64 / dt;

@@ -255,6 +255,107 @@ pub struct Health {
     /// (read as the emulator starts: `page_reporting_order`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_reporting_block: Option<u64>,
+    /// How long the hosts' packets waited in their TUN queues before the
+    /// emulator read them, by its probe (`queue_probe`).
+    #[serde(default, skip_serializing_if = "QueueWaits::is_empty")]
+    pub queue_waits: QueueWaits,
+}
+
+/// What the emulator's probe of its hosts' TUN queues found
+/// (gridperf_core::lab::queue_probe): a host's echo reply to a request
+/// the emulator wrote comes back through the host's TUN queue behind what
+/// waited there. Sent every [`QUEUE_PROBE_EVERY_NS`] to each host whose
+/// device carried packets in the last second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueWaits {
+    pub sent: u64,
+    /// Answered (the rest were lost: a queue full, or given up on after
+    /// [`QUEUE_PROBE_LOST_NS`]).
+    pub answered: u64,
+    /// How long the answers took: bucket k counts waits below 2^k us.
+    pub hist: Vec<u64>,
+    pub max_ns: u64,
+    /// Answers that took more than LAG_THRESHOLD_NS, and their waits
+    /// summed: one probe is awaited at a time, so a queue slow for 20 ms
+    /// answers one probe where a quick one answers ten, and the run is
+    /// judged by the time, as its hold-ups are.
+    pub slow: u64,
+    #[serde(default)]
+    pub slow_ns: u64,
+}
+
+/// How often a host's TUN queue is probed while it carries packets: a
+/// 28-byte write and read, 1,000 a second for two hosts.
+pub const QUEUE_PROBE_EVERY_NS: u64 = 2_000_000;
+/// A probe not answered within this is counted lost and sent again.
+pub const QUEUE_PROBE_LOST_NS: u64 = 500_000_000;
+
+impl QueueWaits {
+    pub fn is_empty(&self) -> bool {
+        self.sent == 0
+    }
+
+    fn add(&mut self, wait_ns: u64) {
+        if self.hist.is_empty() {
+            self.hist = vec![0; LAG_BUCKETS];
+        }
+        self.answered += 1;
+        self.hist[lag_bucket(wait_ns)] += 1;
+        self.max_ns = self.max_ns.max(wait_ns);
+        if wait_ns > LAG_THRESHOLD_NS {
+            self.slow += 1;
+            self.slow_ns += wait_ns;
+        }
+    }
+
+    fn minus(&self, b: &QueueWaits) -> QueueWaits {
+        QueueWaits {
+            sent: self.sent.saturating_sub(b.sent),
+            answered: self.answered.saturating_sub(b.answered),
+            hist: minus_hist(&self.hist, &b.hist),
+            max_ns: if self.max_ns > b.max_ns { self.max_ns } else { 0 },
+            slow: self.slow.saturating_sub(b.slow),
+            slow_ns: self.slow_ns.saturating_sub(b.slow_ns),
+        }
+    }
+
+    /// The longest wait in words: exact where it is this span's, else
+    /// (a difference of readings whose earlier one had a longer) the bound
+    /// of its histogram's top bucket.
+    pub fn worst(&self) -> String {
+        match (self.max_ns, self.quantile_us(1.0)) {
+            (0, Some(us)) => format!("under {:.1} ms", us as f64 / 1000.0),
+            (ns, _) => format!("{:.1} ms", ns as f64 / 1e6),
+        }
+    }
+
+    /// The upper bound (us) of the bucket holding quantile `q` of the waits.
+    pub fn quantile_us(&self, q: f64) -> Option<u64> {
+        hist_quantile_us(&self.hist, q)
+    }
+}
+
+/// A histogram's counts since an earlier reading of it.
+fn minus_hist(now: &[u64], before: &[u64]) -> Vec<u64> {
+    now.iter().enumerate().map(|(k, n)| n.saturating_sub(before.get(k).copied().unwrap_or(0))).collect()
+}
+
+/// The upper bound (us) of the bucket of a power-of-two histogram
+/// ([`lag_bucket`]'s) that holds its quantile `q`.
+fn hist_quantile_us(hist: &[u64], q: f64) -> Option<u64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let want = ((q * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (k, n) in hist.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            return Some(1u64 << k);
+        }
+    }
+    None
 }
 
 /// How a run across the emulator is judged.
@@ -906,19 +1007,7 @@ fn lag_bucket(lag_ns: u64) -> usize {
 impl Health {
     /// The upper bound (in us) of the bucket holding quantile `q` of the lag.
     pub fn lag_quantile_us(&self, q: f64) -> Option<u64> {
-        let total: u64 = self.lag_hist.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let want = (q * total as f64).ceil() as u64;
-        let mut seen = 0;
-        for (k, n) in self.lag_hist.iter().enumerate() {
-            seen += n;
-            if seen >= want.max(1) {
-                return Some(1u64 << k);
-            }
-        }
-        None
+        hist_quantile_us(&self.lag_hist, q)
     }
 
     /// What happened between two snapshots of the same emulator: counts
@@ -959,12 +1048,7 @@ impl Health {
             very_late_packets: self.very_late_packets.saturating_sub(before.very_late_packets),
             long_stalls: self.long_stalls.saturating_sub(before.long_stalls),
             stalls: self.stalls.saturating_sub(before.stalls),
-            lag_hist: self
-                .lag_hist
-                .iter()
-                .enumerate()
-                .map(|(k, n)| n.saturating_sub(before.lag_hist.get(k).copied().unwrap_or(0)))
-                .collect(),
+            lag_hist: minus_hist(&self.lag_hist, &before.lag_hist),
             undecided_drops: self.undecided_drops.saturating_sub(before.undecided_drops),
             tun_drops: self.tun_drops.saturating_sub(before.tun_drops),
             unroutable: self.unroutable.saturating_sub(before.unroutable),
@@ -979,6 +1063,7 @@ impl Health {
             late_windows_begun: 0,
             vm_reported_kib: self.vm_reported_kib.zip(before.vm_reported_kib).map(|(a, b)| a.saturating_sub(b)),
             vm_reporting_block: self.vm_reporting_block,
+            queue_waits: self.queue_waits.minus(&before.queue_waits),
         }
     }
 
@@ -1035,6 +1120,11 @@ impl Health {
         let idle = if whole { idle_held + starved } else { starved };
         let over = over_share(idle, span_ns);
         let held_too_long = over && whole && idle_held > 0;
+        // the hosts' packets that waited unread in their TUN queues: a
+        // delay no setting made, which the lag behind schedule (counted from
+        // the reading) does not see
+        let q = &self.queue_waits;
+        let queue_slow = whole && over_share(q.slow_ns, span_ns);
         if too_many_late {
             let mut w = format!(
                 "{} of {} packets were delivered more than {} us behind schedule",
@@ -1060,7 +1150,22 @@ impl Health {
         } else if over {
             why.push(self.starved_words(idle, self.uptime_s));
         }
-        if (too_many_late || held_too_long) && self.long_stalls > 0 {
+        if queue_slow {
+            why.push(format!(
+                "the hosts' packets waited more than {} us in their TUN queues before the emulator read them for \
+                 {:.1} ms of the run's {:.1} s (more than 1 in {HELD_UP_PER}; {} of {} probes of the queues, worst \
+                 {}): it fell behind reading, and what the hosts sent meanwhile waited as long on top of the \
+                 path's delay",
+                LAG_THRESHOLD_NS / 1000,
+                q.slow_ns as f64 / 1e6,
+                self.uptime_s,
+                q.slow,
+                q.answered,
+                q.worst()
+            ));
+        }
+        let late = too_many_late || held_too_long || queue_slow;
+        if late && self.long_stalls > 0 {
             why.push(format!(
                 "held up {} time(s) for more than {} ms: {}",
                 self.long_stalls,
@@ -1069,7 +1174,7 @@ impl Health {
             ));
             why.extend(self.vm_memory_words());
         }
-        if let Some(w) = self.short_held.words().filter(|_| too_many_late || held_too_long) {
+        if let Some(w) = self.short_held.words().filter(|_| late) {
             why.push(format!("held up {w}"));
         }
         if self.rto_pauses > 0 {
@@ -1542,6 +1647,19 @@ struct Emulator<'p> {
     left_unread: Vec<Option<u64>>,
     /// The VM's count of memory handed back to its hypervisor, if it keeps one.
     vm_reported: Option<File>,
+    /// Per port: the probe of its TUN queue.
+    queue_probes: Vec<QueueProbe>,
+}
+
+/// One host's TUN-queue probe: its last sequence number, when the one
+/// awaited was written (emulator ns), when the next is due, and when the
+/// host's device last carried a packet of its own.
+#[derive(Debug, Default, Clone)]
+struct QueueProbe {
+    seq: u16,
+    awaited: Option<u64>,
+    next_ns: u64,
+    last_read_ns: Option<u64>,
 }
 
 impl<'p> Emulator<'p> {
@@ -1563,6 +1681,7 @@ impl<'p> Emulator<'p> {
         let probed = probe.sample();
         let tun_base = ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
         let left_unread = vec![None; ports.len()];
+        let n_ports = ports.len();
         let mut emu = Emulator {
             pauses,
             ports,
@@ -1593,6 +1712,7 @@ impl<'p> Emulator<'p> {
             span_short: (0, 0),
             left_unread,
             vm_reported: File::open(VM_REPORTED_KIB).ok(),
+            queue_probes: vec![QueueProbe::default(); n_ports],
         };
         emu.health.vm_reporting_block = vm_reporting_block();
         emu.health.vm_reported_kib = emu.vm_reported.as_mut().and_then(vm_reported_kib);
@@ -1632,6 +1752,7 @@ impl<'p> Emulator<'p> {
             return Ok(false);
         }
         let moved = read + self.deliver_due(now);
+        self.probe_queues(now);
         self.pace.account(w.began, w.woke, w.nap + w.timeout, moved, read, self.probed.idle_ns);
         if !w.ticking && w.nap + w.timeout == 0 && moved == 0 && w.wake.is_some_and(|d| d > now) {
             self.spun_from = Some(w.began);
@@ -1787,7 +1908,11 @@ impl<'p> Emulator<'p> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            if n <= VNET_HDR_LEN + 64 && self.queue_reply(i, n) {
+                continue;
+            }
             self.last_packet = woke;
+            self.queue_probes[i].last_read_ns = Some(woke);
             // A packet arrived before it was read, no earlier than the
             // tick's stamp allows: the stamp is at most half a tick before
             // the read. What the emulator reads after a stall (descheduled
@@ -1859,6 +1984,53 @@ impl<'p> Emulator<'p> {
             }
         }
         segments
+    }
+
+    /// Writes the next probe to each host whose TUN queue carried packets
+    /// in the last second and has none awaited ([`QueueProbe`]).
+    fn probe_queues(&mut self, now: u64) {
+        for (i, q) in self.queue_probes.iter_mut().enumerate() {
+            let active = q.last_read_ns.is_some_and(|t| now.saturating_sub(t) < 1_000_000_000);
+            if !active || now < q.next_ns {
+                continue;
+            }
+            if q.awaited.is_some_and(|t| now.saturating_sub(t) < QUEUE_PROBE_LOST_NS) {
+                continue;
+            }
+            q.seq = q.seq.wrapping_add(1);
+            let req = gridperf_core::lab::queue_probe::echo_request(self.ports[i].addr, q.seq);
+            if matches!(self.tuns[i].write(&req), Ok(w) if w == req.len()) {
+                self.health.queue_waits.sent += 1;
+                // the reply is queued by the time the write returns
+                // (received in the write), or soon after (steered)
+                q.awaited = Some(self.start.elapsed().as_nanos() as u64);
+            }
+            q.next_ns = now + QUEUE_PROBE_EVERY_NS;
+        }
+    }
+
+    /// Whether the `n` bytes read from port `i` are its host's reply to the
+    /// awaited probe (and counts its wait if so, unless a whole-lab pause
+    /// fell within it: the host was stopped too).
+    fn queue_reply(&mut self, i: usize, n: usize) -> bool {
+        let Some(seq) = gridperf_core::lab::queue_probe::reply_seq(&self.buf[VNET_HDR_LEN..n]) else {
+            return false;
+        };
+        let now = self.now_ns();
+        let q = &mut self.queue_probes[i];
+        if let Some(sent) = q.awaited.filter(|_| seq == q.seq) {
+            q.awaited = None;
+            let paused = self.paused.1 > sent && self.paused.0 < now;
+            let wait = now.saturating_sub(sent);
+            if !paused {
+                self.health.queue_waits.add(wait);
+                // a round trip through the queue meanwhile was late by it
+                if wait > LAG_THRESHOLD_NS {
+                    self.health.late_from(self.mono0 + sent, self.mono0 + now);
+                }
+            }
+        }
+        true
     }
 
     /// Moves every segment due by `now` on to its next link, in time order
@@ -2314,6 +2486,50 @@ mod tests {
         let paths = Health { links: [c(60 * MS), c(0)], paths: vec![[c(30 * MS), c(0)]; 2], ..run };
         assert_eq!(paths.idle_ns(), (0, 30 * MS));
         assert_eq!(paths.invalid_because(), None);
+    }
+
+    /// Packets that waited unread in the hosts' TUN queues void a run as
+    /// its hold-ups do: by the time its probes waited over 1 ms, more than
+    /// 1 in 100 of the run's; a difference of two readings counts only its own.
+    #[test]
+    fn waits_in_the_hosts_tun_queues_void_a_run_past_one_hundredth_of_its_time() {
+        let mut q = QueueWaits { sent: 1_000, ..QueueWaits::default() };
+        for _ in 0..988 {
+            q.add(200_000);
+        }
+        for _ in 0..12 {
+            q.add(4 * MS);
+        }
+        assert_eq!((q.answered, q.slow, q.slow_ns, q.max_ns), (1_000, 12, 48 * MS, 4 * MS));
+        assert_eq!((q.quantile_us(0.5), q.quantile_us(0.99)), (Some(256), Some(4096)));
+        // a difference whose earlier reading had the longer wait: its bucket's bound
+        assert_eq!(
+            (q.worst(), QueueWaits { max_ns: 0, ..q.clone() }.worst()),
+            ("4.0 ms".into(), "under 4.1 ms".into())
+        );
+        let c = Counters { arrived: 1_000, delivered: 1_000, ..Counters::default() };
+        let run = Health { links: [c.clone(), c], uptime_s: 4.0, queue_waits: q.clone(), ..Health::default() };
+        let why = run.invalid_because().expect("48 ms of 4 s");
+        assert!(
+            why.contains(
+                "more than 1000 us in their TUN queues before the emulator read them for 48.0 ms of the run's 4.0 s"
+            ),
+            "{why}"
+        );
+        assert!(why.contains("12 of 1000 probes of the queues, worst 4.0 ms"), "{why}");
+        assert_eq!(run.invalid_cause(), Some(gridperf_core::model::LabCause::Emulator));
+        // a run judged round trip by round trip leaves out what crossed them (late windows)
+        assert_eq!(run.invalid_because_with(Judged::ByRoundTrip), None);
+        // the same waits over 5 s: under 1 in 100
+        assert_eq!(Health { uptime_s: 5.0, ..run.clone() }.invalid_because(), None);
+        // since a reading that had 4 of them: 32 ms of 4 s left
+        let before = Health {
+            queue_waits: QueueWaits { slow: 4, slow_ns: 16 * MS, answered: 500, ..q.clone() },
+            ..Health::default()
+        };
+        let d = Health { uptime_s: 4.0, ..run.since(&before) };
+        assert_eq!((d.queue_waits.slow, d.queue_waits.slow_ns, d.queue_waits.answered), (8, 32 * MS, 500));
+        assert_eq!(d.invalid_because(), None);
     }
 
     /// How long a run lay within late windows: the overlaps summed, one

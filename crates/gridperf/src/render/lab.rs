@@ -173,6 +173,16 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
         if let (Some(p50), Some(p99)) = (h.lag_quantile_us(0.5), h.lag_quantile_us(0.99)) {
             let _ = writeln!(out, "  lag behind schedule: median under {p50} us, p99 under {p99} us");
         }
+        let w = &h.queue_waits;
+        if let (Some(p50), Some(p99)) = (w.quantile_us(0.5), w.quantile_us(0.99)) {
+            let _ = writeln!(
+                out,
+                "  waits in the hosts' TUN queues before the emulator read them: median under {p50} us, p99 under {p99} us, worst {} us ({} of {} probes answered)",
+                w.max_ns / 1000,
+                w.answered,
+                w.sent
+            );
+        }
         match h.invalid_because() {
             Some(why) => {
                 let _ = writeln!(out, "  INVALID: measurements across this lab cannot be trusted: {why}");
@@ -180,7 +190,7 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, the link idle for want of the emulator at most 1% of the time, no drops the model did not decide"
+                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, the link idle for want of the emulator at most 1% of the time, the hosts' packets waiting over 1 ms in their TUN queues at most 1% of it, no drops the model did not decide"
                 );
             }
         }
@@ -290,6 +300,21 @@ pub fn calibration(points: &[Point]) -> String {
             p.tcp_receive_window_bytes / 1024,
             p.tcp_receiver_threshold_bytes / 1024,
             fmt_bps(p.tcp_rate_bps)
+        );
+    }
+    for p in points.iter().filter(|p| p.loaded_rtt_p99_ns > p.queue_bound_ns + 1e6) {
+        let waits = match p.overload_queue_wait_p99_us {
+            Some(us) => format!(
+                "its hosts' packets waited in their TUN queues before the emulator read them under {} at p99 then (a wait the bound does not allow for)",
+                fmt_ns(us as f64 * 1e3)
+            ),
+            None => "the emulator's probe of its hosts' TUN queues was not answered then".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{}: with the queue full the probe's p99 was {} over its bound; {waits}",
+            at(p),
+            fmt_ns(p.loaded_rtt_p99_ns - p.queue_bound_ns)
         );
     }
     for p in points {
