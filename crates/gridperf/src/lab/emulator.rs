@@ -2024,9 +2024,11 @@ impl<'p> Emulator<'p> {
             let wait = now.saturating_sub(sent);
             if !paused {
                 self.health.queue_waits.add(wait);
-                // a round trip through the queue meanwhile was late by it
+                // what a host sent from the write on is read after the
+                // reply, so what it sent until 1 ms before the reply was
+                // read waited over 1 ms: a round trip through it was late
                 if wait > LAG_THRESHOLD_NS {
-                    self.health.late_from(self.mono0 + sent, self.mono0 + now);
+                    self.health.late_from(self.mono0 + sent, self.mono0 + now - LAG_THRESHOLD_NS);
                 }
             }
         }
