@@ -72,6 +72,13 @@ pub struct HostSettings {
     /// path's rate without the buffer holding it back.
     #[serde(default)]
     pub send_buffer_suffices: bool,
+    /// A probe with this host's send buffer ran and could not tell its
+    /// share (the receiver's window or cwnd held it instead): the send
+    /// buffer's cap is then unknown, not guessed. A guess (the receive
+    /// side's share) once said 33.9 Mbit/s at most where a stream carried
+    /// 45: a cap below what a stream carries is a wrong answer.
+    #[serde(default)]
+    pub send_share_untold: bool,
 }
 
 /// Whether a kernel release ("6.18.0-1-amd64") is at least `major.minor`.
@@ -373,7 +380,14 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
     // the send side holds every byte until it is acknowledged
     let (sshare, swhy) = send_share_of(h);
     let swant = buffer_for(bdp, sshare);
-    let scap = |buf: u64| path.rate_of_window((buf as f64 * sshare) as u64);
+    // a share a probe could not tell is no cap: the guess may understate it
+    let untold = h.send_share_untold && h.measured_send_share.is_none();
+    let swhy = if untold {
+        format!("its share could not be measured on this path (see the share probe's note), so no cap is drawn from it; sized {swhy}")
+    } else {
+        swhy
+    };
+    let scap = |buf: u64| Some(path.rate_of_window((buf as f64 * sshare) as u64)).filter(|_| !untold);
     let wbuf = match app_buffer {
         Some(b) => h.wmem_max.map(|m| b.saturating_mul(2).min(m.saturating_mul(2))),
         None => h.tcp_wmem.map(|t| t[2]),
@@ -385,7 +399,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
         rows.push(Row {
             setting: "net.ipv4.tcp_wmem".into(),
             current: h.tcp_wmem.map(|t| format!("{} {} {}", t[0], t[1], t[2])).unwrap_or_else(|| "unknown".into()),
-            cap_bps: wbuf.map(scap).filter(|_| !suffices),
+            cap_bps: wbuf.and_then(scap).filter(|_| !suffices),
             recommended: h.tcp_wmem.filter(|_| wlow).map(|t| format!("{} {} {swant}", t[0], t[1])),
             why: if suffices {
                 "the send buffer's ceiling: a probe with it reached the path's rate without it holding the sender back"
@@ -403,7 +417,7 @@ pub fn advise(path: TunePath, h: &HostSettings, app_buffer: Option<u64>) -> Advi
         rows.push(Row {
             setting: "net.core.wmem_max".into(),
             current: h.wmem_max.map(|m| m.to_string()).unwrap_or_else(|| "unknown".into()),
-            cap_bps: wbuf.map(scap),
+            cap_bps: wbuf.and_then(scap),
             recommended: h.wmem_max.filter(|_| wlow).map(|_| swant.to_string()),
             why: format!("the application's SO_SNDBUF, doubled, is capped at twice this; {swhy}"),
             per_namespace: false,
@@ -582,11 +596,22 @@ pub struct Record {
     pub share: Option<f64>,
     pub send_share: Option<f64>,
     pub send_suffices: bool,
+    /// A send-share probe ran and could not tell the share.
+    pub send_untold: bool,
 }
 
 impl Record {
     pub fn new(name: &str, sysctls: BTreeMap<String, String>, kernel: Option<String>, mtu: Option<u32>) -> Record {
-        Record { name: name.to_string(), sysctls, kernel, mtu, share: None, send_share: None, send_suffices: false }
+        Record {
+            name: name.to_string(),
+            sysctls,
+            kernel,
+            mtu,
+            share: None,
+            send_share: None,
+            send_suffices: false,
+            send_untold: false,
+        }
     }
 
     /// The settings as tune models them, with what the probes measured, and
@@ -596,6 +621,7 @@ impl Record {
         h.measured_share = self.share;
         h.measured_send_share = self.send_share;
         h.send_buffer_suffices = self.send_suffices;
+        h.send_share_untold = self.send_untold && self.send_share.is_none() && !self.send_suffices;
         (h, unknown)
     }
 }
@@ -657,6 +683,7 @@ pub fn with_shares(client: &mut Record, agent: &mut Record, probes: &[ShareProbe
             if p.direction == "up" { (&mut *client, &mut *agent) } else { (&mut *agent, &mut *client) };
         sender.send_share = p.send_share.or(sender.send_share);
         sender.send_suffices |= p.send_buffer_suffices;
+        sender.send_untold |= p.send_share.is_none() && !p.send_buffer_suffices;
         receiver.share = p.receive_share.or(receiver.share);
     }
 }
@@ -738,6 +765,7 @@ mod tests {
             measured_share: None,
             measured_send_share: None,
             send_buffer_suffices: false,
+            send_share_untold: false,
         }
     }
 
@@ -925,6 +953,35 @@ mod tests {
         // 2.5 MB x 1.25 / 0.6 -> 5.2 MB -> 8 MiB; / 0.81 -> 3.86 MB -> 4 MiB
         assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_rmem = 4096 87380 8388608".to_string()), "{:?}", a.sysctl_lines);
         assert!(a.sysctl_lines.contains(&"net.ipv4.tcp_wmem = 4096 16384 4194304".to_string()), "{:?}", a.sysctl_lines);
+    }
+
+    #[test]
+    fn a_send_share_a_probe_could_not_tell_draws_no_cap_but_still_sizes() {
+        let p = TunePath { rate_bps: 1_000_000_000, rtt_ns: 20_000_000 };
+        let mut h = old_kernel();
+        h.kernel = Some("6.18.0".into());
+        h.tcp_rmem = Some([4096, 87_380, 174_760]);
+        h.tcp_wmem = Some([4096, 16_384, 131_072]);
+        h.measured_share = Some(0.6475);
+        // guessed at the receive share, the send buffer binds: 131072 x 0.6475 per 20 ms
+        assert_eq!(advise(p, &h, None).binding.as_deref(), Some("net.ipv4.tcp_wmem"));
+        // the probe ran and the receiver's window held it: the sender's cap is
+        // unknown, the receiver's binds, and the send buffer is still sized
+        let mut r = Record::new("a", BTreeMap::new(), None, None);
+        let probe = ShareProbe { direction: "up".into(), ..ShareProbe::default() };
+        let mut far = Record::new("b", BTreeMap::new(), None, None);
+        with_shares(&mut r, &mut far, &[probe]);
+        assert!(r.send_untold && !far.send_untold);
+        h.send_share_untold = true;
+        let a = advise(p, &h, None);
+        assert_eq!(a.binding.as_deref(), Some("net.ipv4.tcp_rmem"), "{:?}", a.rows);
+        assert!((a.cap_bps.expect("cap") - (174_760.0f64 * 0.6475).floor() * 8.0 / 0.02).abs() < 8.0 / 0.02 + 1.0);
+        let w = a.rows.iter().find(|r| r.setting == "net.ipv4.tcp_wmem").expect("wmem");
+        assert!(w.cap_bps.is_none() && w.why.contains("could not be measured"), "{w:?}");
+        assert!(a.sysctl_lines.iter().any(|l| l.starts_with("net.ipv4.tcp_wmem = ")), "{:?}", a.sysctl_lines);
+        // a measured share wins over the flag
+        h.measured_send_share = Some(0.9);
+        assert!(advise(p, &h, None).rows.iter().any(|r| r.setting == "net.ipv4.tcp_wmem" && r.cap_bps.is_some()));
     }
 
     #[test]
