@@ -60,7 +60,7 @@ run_header() {
         echo "- command: \`bench/$(basename "$0")${BENCH_ARGS:+ $BENCH_ARGS}\`"
         echo "- started: $(date -u '+%Y-%m-%d %H:%M:%S') UTC, gridperf $rev, as $(id -un)"
         echo "- machine: $(uname -sr), $(nproc) CPUs (${cpu:-unknown}), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) memory, virtualisation: ${virt:-unknown}"
-        echo "- TCP: congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc 2>/dev/null || echo unknown); CPU steal since boot $(awk '/^cpu / {printf "%.1f s", $9/100}' /proc/stat)"
+        echo "- TCP: congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc 2>/dev/null || echo unknown), net.core.rmem_max $(cat /proc/sys/net/core/rmem_max) and wmem_max $(cat /proc/sys/net/core/wmem_max) (global; a bench that raises them says so); CPU steal since boot $(awk '/^cpu / {printf "%.1f s", $9/100}' /proc/stat)"
         echo "- memory: $(vm_memory_words)"
         echo
     } >>"$file"

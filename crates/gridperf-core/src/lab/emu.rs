@@ -361,6 +361,9 @@ pub struct Link<T> {
     bottleneck: VecDeque<InService<T>>,
     /// When the bottleneck finishes sending all it holds.
     busy_until: u64,
+    /// When it last began to send after sitting idle: it has been busy
+    /// from then to `busy_until` without a break.
+    busy_since: u64,
     /// Bytes and packets in `bottleneck` (waiting and in service).
     held_bytes: u64,
     delay_line: DelayLine<T>,
@@ -381,6 +384,7 @@ impl<T> Link<T> {
             stepped_at: None,
             bottleneck: VecDeque::new(),
             busy_until: 0,
+            busy_since: 0,
             held_bytes: 0,
             delay_line,
             seq: 0,
@@ -391,6 +395,28 @@ impl<T> Link<T> {
 
     pub fn config(&self) -> &LinkConfig {
         &self.cfg
+    }
+
+    /// Until when the link sends what it already holds, model ns: a packet
+    /// arriving before then leaves when it would have at any earlier
+    /// arrival (first in, first out). 0 for a link without a rate (it holds
+    /// no queue: the emulator sets its pace).
+    pub fn busy_until(&self) -> u64 {
+        if self.cfg.rate_bps.is_some() {
+            self.busy_until
+        } else {
+            0
+        }
+    }
+
+    /// When it last began to send after sitting idle (u64::MAX for a link
+    /// without a rate: it is never busy).
+    pub fn busy_since(&self) -> u64 {
+        if self.cfg.rate_bps.is_some() {
+            self.busy_since
+        } else {
+            u64::MAX
+        }
     }
 
     /// Time to put `bytes` on the wire at the bottleneck rate, in ns.
@@ -540,6 +566,9 @@ impl<T> Link<T> {
                 return Verdict::QueueFull;
             }
         }
+        if self.busy_until < now {
+            self.busy_since = now;
+        }
         let start = self.busy_until.max(now);
         let end = start + self.tx_time(bytes);
         self.busy_until = end;
@@ -588,6 +617,28 @@ impl<T> Link<T> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A link says since when it has been busy without a break and until
+    /// when it sends what it holds: what the TUN-queue probe asks to tell a
+    /// wait the link's queue covered from one that took from the rate.
+    #[test]
+    fn a_link_says_since_when_and_until_when_it_is_busy() {
+        // 8 Mbit/s: a 1000-byte packet takes 1 ms
+        let cfg = LinkConfig { rate_bps: Some(8_000_000), ..LinkConfig::default() };
+        let mut l: Link<u32> = Link::new(cfg, 1);
+        assert_eq!(l.arrive(10_000_000, 1000, 1), Verdict::Accepted);
+        assert_eq!((l.busy_since(), l.busy_until()), (10_000_000, 11_000_000));
+        // back to back: the same busy spell, longer
+        assert_eq!(l.arrive(10_500_000, 1000, 2), Verdict::Accepted);
+        assert_eq!((l.busy_since(), l.busy_until()), (10_000_000, 12_000_000));
+        // after an idle gap: a new spell
+        assert_eq!(l.arrive(20_000_000, 1000, 3), Verdict::Accepted);
+        assert_eq!((l.busy_since(), l.busy_until()), (20_000_000, 21_000_000));
+        // a link without a rate holds no queue: never busy
+        let free: Link<u32> = Link::new(LinkConfig::default(), 1);
+        assert_eq!((free.busy_since(), free.busy_until()), (u64::MAX, 0));
+    }
+
     use super::*;
 
     #[test]

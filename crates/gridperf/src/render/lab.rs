@@ -177,10 +177,14 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
         if let (Some(p50), Some(p99)) = (w.quantile_us(0.5), w.quantile_us(0.99)) {
             let _ = writeln!(
                 out,
-                "  waits in the hosts' TUN queues before the emulator read them: median under {p50} us, p99 under {p99} us, worst {} us ({} of {} probes answered)",
+                "  waits in the hosts' TUN queues before the emulator read them: median under {p50} us, p99 under {p99} us, worst {} us ({} of {} probes answered; over 1 ms: {} uncovered, {:.1} ms, and {} the links' queues covered, {:.1} ms)",
                 w.max_ns / 1000,
                 w.answered,
-                w.sent
+                w.sent,
+                w.slow,
+                w.slow_ns as f64 / 1e6,
+                w.covered,
+                w.covered_ns as f64 / 1e6
             );
         }
         match h.invalid_because() {
@@ -190,7 +194,7 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, the link idle for want of the emulator at most 1% of the time, the hosts' packets waiting over 1 ms in their TUN queues at most 1% of it, no drops the model did not decide"
+                    "  valid: at most 1% of packets (or fewer than 10) over 1 ms behind schedule, the link idle for want of the emulator at most 1% of the time, the hosts' packets waiting over 1 ms in their TUN queues, where the links' queues did not cover the wait, at most 1% of it, no drops the model did not decide"
                 );
             }
         }
