@@ -7,6 +7,7 @@
 
 use gridperf_core::lab::emu::{flow_path, Counters, Link, LinkConfig, Verdict};
 use gridperf_core::lab::gso::{self, VnetHdr, VNET_HDR_LEN};
+use gridperf_core::lab::queue_probe;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::fs::File;
@@ -87,6 +88,11 @@ pub struct Port {
     pub tun: File,
     /// The host's /proc/net/dev, opened inside its namespace.
     pub net_dev: Option<File>,
+    /// A UDP socket of the host's namespace, connected to the probe's
+    /// address: the emulator's marker of the host's TUN queue
+    /// (gridperf_core::lab::queue_probe). Without one, an ICMP echo to the
+    /// host probes it (its reply waits behind the host's receive work too).
+    pub marker: Option<std::net::UdpSocket>,
     /// The host's own access link, if it has one: the same settings from
     /// the host to the bottleneck and from the bottleneck to the host.
     pub access: Option<LinkConfig>,
@@ -262,10 +268,12 @@ pub struct Health {
 }
 
 /// What the emulator's probe of its hosts' TUN queues found
-/// (gridperf_core::lab::queue_probe): a host's echo reply to a request
-/// the emulator wrote comes back through the host's TUN queue behind what
-/// waited there. Sent every [`QUEUE_PROBE_EVERY_NS`] to each host whose
-/// device carried packets in the last second.
+/// (gridperf_core::lab::queue_probe): a marker the emulator sends from a
+/// socket in a host's namespace joins the host's TUN queue behind what
+/// waited there, and the emulator times it until it reads it back (an
+/// ICMP echo's reply instead, for a host without the socket). Sent every
+/// [`QUEUE_PROBE_EVERY_NS`] to each host whose device carried packets in
+/// the last second.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueueWaits {
     pub sent: u64,
@@ -283,9 +291,9 @@ pub struct QueueWaits {
     #[serde(default)]
     pub slow_ns: u64,
     /// Answers over LAG_THRESHOLD_NS that the links' queues covered, and
-    /// their waits summed: when the request was written, every link its
+    /// their waits summed: when the probe was sent, every link its
     /// host's packets enter first already held enough to stay busy until
-    /// the reply was read. What waited then leaves each link when it would
+    /// it was read back. What waited then leaves each link when it would
     /// have on time (first in, first out): the rate and the delays are the
     /// model's, and only a drop may come later, by up to the wait (the
     /// queue drained meanwhile). Not judged, as a hold-up the link's queue
@@ -297,7 +305,7 @@ pub struct QueueWaits {
 }
 
 /// How often a host's TUN queue is probed while it carries packets: a
-/// 28-byte write and read, 1,000 a second for two hosts.
+/// 4-byte send and a 32-byte read, 1,000 a second for two hosts.
 pub const QUEUE_PROBE_EVERY_NS: u64 = 2_000_000;
 /// A probe not answered within this is counted lost and sent again.
 pub const QUEUE_PROBE_LOST_NS: u64 = 500_000_000;
@@ -2047,16 +2055,24 @@ impl<'p> Emulator<'p> {
                 continue;
             }
             q.seq = q.seq.wrapping_add(1);
-            let req = gridperf_core::lab::queue_probe::echo_request(self.ports[i].addr, q.seq);
             // every link this host's packets may enter first, and until
             // when the least busy of them sends what it holds
             let first = || self.fabric.first_links(i, self.ports[i].side);
             let covered_until = first().map(|l| l.busy_until()).min();
             let busy_since = first().map(|l| l.busy_since()).max();
-            if matches!(self.tuns[i].write(&req), Ok(w) if w == req.len()) {
-                self.health.queue_waits.sent += 1;
+            let sent = match &self.ports[i].marker {
+                // the marker is in the queue by the time the send returns
+                Some(m) => matches!(m.send(&queue_probe::marker(q.seq)), Ok(4)),
                 // the reply is queued by the time the write returns
-                // (received in the write), or soon after (steered)
+                // (received in the write), or once the host's CPU has
+                // received it (steered)
+                None => {
+                    let req = queue_probe::echo_request(self.ports[i].addr, q.seq);
+                    matches!(self.tuns[i].write(&req), Ok(w) if w == req.len())
+                }
+            };
+            if sent {
+                self.health.queue_waits.sent += 1;
                 q.awaited = Some(self.start.elapsed().as_nanos() as u64);
                 q.covered_until = covered_until.unwrap_or(0);
                 q.busy_since = busy_since.unwrap_or(u64::MAX);
@@ -2065,11 +2081,13 @@ impl<'p> Emulator<'p> {
         }
     }
 
-    /// Whether the `n` bytes read from port `i` are its host's reply to the
-    /// awaited probe (and counts its wait if so, unless a whole-lab pause
-    /// fell within it: the host was stopped too).
+    /// Whether the `n` bytes read from port `i` are a probe of its host's
+    /// queue (a marker, or an echo's reply), counting the awaited one's
+    /// wait, unless a whole-lab pause fell within it (the host was stopped
+    /// too).
     fn queue_reply(&mut self, i: usize, n: usize) -> bool {
-        let Some(seq) = gridperf_core::lab::queue_probe::reply_seq(&self.buf[VNET_HDR_LEN..n]) else {
+        let ip = &self.buf[VNET_HDR_LEN..n];
+        let Some(seq) = queue_probe::marker_seq(ip).or_else(|| queue_probe::reply_seq(ip)) else {
             return false;
         };
         let now = self.now_ns();
@@ -2078,13 +2096,13 @@ impl<'p> Emulator<'p> {
             q.awaited = None;
             let paused = self.paused.1 > sent && self.paused.0 < now;
             let wait = now.saturating_sub(sent);
-            // the links held enough at the write to stay busy past the
+            // the links held enough at the send to stay busy past the
             // read, and had been busy since before what waited ahead of the
-            // request was sent (it waited about as long: the queue is read
+            // probe was sent (it waited about as long: the queue is read
             // in order)
             let covered = q.covered_until >= now && q.busy_since <= sent.saturating_sub(wait);
-            // what a host sent from the write on is read after the reply,
-            // so what it sent until 1 ms before the reply was read waited
+            // what a host sent from the probe on is read after it, so
+            // what it sent until 1 ms before the probe was read waited
             // over 1 ms: a round trip through it was late, unless the
             // links' queues covered the wait
             if !paused && self.health.queue_waits.add(wait, covered) {

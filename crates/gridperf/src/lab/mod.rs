@@ -1180,7 +1180,7 @@ fn build_and_run(
         make_netns(h, held)?;
         let (addr, mtu) = (h.addr, spec.mtu);
         let rps = steer.as_ref().map(|s| s.1.clone());
-        let (fd, dev) = gridperf_sys::in_netns(&h.netns, move || {
+        let (fd, dev, marker) = gridperf_sys::in_netns(&h.netns, move || {
             // before the device is made: it takes the namespace's default
             // (Linux 6.2+; without it the hosts receive on the emulator's CPU)
             if let Some(mask) = rps {
@@ -1199,7 +1199,13 @@ fn build_and_run(
             // long as it stays open: the emulator reads the host's counters
             // through it without entering the namespace again
             let dev = std::fs::File::open("/proc/thread-self/net/dev")?;
-            Ok((fd, dev))
+            // the emulator's marker of this host's TUN queue: a socket of
+            // the host's namespace, whose sends the emulator makes itself
+            // (gridperf_core::lab::queue_probe)
+            let marker = std::net::UdpSocket::bind((addr, 0))?;
+            marker.connect((gridperf_core::lab::queue_probe::FROM, gridperf_core::lab::queue_probe::PORT))?;
+            marker.set_nonblocking(true)?;
+            Ok((fd, dev, marker))
         })
         .map_err(|e| Error::internal(format!("setting up {}: {e}", h.netns)))?;
         ports.push(Port {
@@ -1208,6 +1214,7 @@ fn build_and_run(
             side: h.side,
             tun: emulator::tun_file(fd),
             net_dev: Some(dev),
+            marker: Some(marker),
             access: spec.access_of(&h.name),
         });
     }

@@ -964,6 +964,14 @@ fn four_streams_fill_a_10_gbit_per_s_lab_in_a_valid_run() {
     assert!(bps >= 9.0e9, "{:.2} Gbit/s across 10 Gbit/s x 5 ms: {}", bps / 1e9, stderr(&o));
     let link = &lab["emulator"]["links"][0];
     assert!(link["queue_full"].as_u64().is_some_and(|n| n > 0), "the queue never filled: {link}");
+    // the TUN queues' markers (queue_probe): one every 2 ms to each busy
+    // host, each read back (all but the last one awaited a host) and none
+    // sent on as a packet to its address, which no host has
+    let emu = &lab["emulator"];
+    let q = &emu["queue_waits"];
+    let (sent, answered) = (q["sent"].as_u64().expect("sent"), q["answered"].as_u64().expect("answered"));
+    assert!(sent >= 1000 && answered + 2 >= sent, "markers sent {sent}, read back {answered}: {q}");
+    assert!(emu["unroutable"].as_u64().is_some_and(|n| n < 100), "markers routed on: {emu}");
 }
 
 #[test]
