@@ -106,10 +106,14 @@ pub struct AccessCounters {
     pub down: Counters,
 }
 
-/// The TUN device's transmit drops as the host's kernel counts them: packets
-/// the host sent that found the device's queue full because the emulator
-/// did not read them in time.
-fn tun_tx_dropped(net_dev: &mut File) -> Option<u64> {
+/// The TUN device's drops as the host's kernel counts them, transmit then
+/// receive. Transmit: packets the host sent that found the device's queue
+/// full because the emulator did not read them in time. Receive: packets
+/// the emulator wrote that the host's kernel dropped before its stack took
+/// them; from 5 Gbit/s the hosts receive on another CPU (RPS), and a
+/// packet that finds that CPU's backlog full (net.core.netdev_max_backlog)
+/// is dropped there.
+fn tun_dropped(net_dev: &mut File) -> Option<(u64, u64)> {
     use std::io::Seek;
     net_dev.seek(io::SeekFrom::Start(0)).ok()?;
     let mut text = String::new();
@@ -117,7 +121,7 @@ fn tun_tx_dropped(net_dev: &mut File) -> Option<u64> {
     let line = text.lines().find(|l| l.trim_start().starts_with("gp0:"))?;
     // receive: bytes packets errs drop fifo frame compressed multicast; transmit: bytes packets errs drop ...
     let fields: Vec<u64> = line.split_once(':')?.1.split_whitespace().filter_map(|f| f.parse().ok()).collect();
-    fields.get(11).copied()
+    Some((*fields.get(11)?, *fields.get(3)?))
 }
 
 /// Where a VM's kernel counts the free memory it has handed back to its
@@ -215,6 +219,11 @@ pub struct Health {
     /// Packets the hosts' kernels dropped at the TUN devices before the
     /// emulator read them (the devices' tx_dropped), since the lab came up.
     pub tun_drops: u64,
+    /// Packets the emulator wrote that the hosts' kernels dropped before
+    /// their stacks took them (the devices' rx_dropped: a receiving CPU's
+    /// backlog full), since the lab came up.
+    #[serde(default)]
+    pub host_rx_drops: u64,
     /// Packets that were not IPv4, or for an address no host has.
     pub unroutable: u64,
     /// Packets between hosts on the same side (they skip the bottleneck).
@@ -1083,6 +1092,7 @@ impl Health {
             lag_hist: minus_hist(&self.lag_hist, &before.lag_hist),
             undecided_drops: self.undecided_drops.saturating_sub(before.undecided_drops),
             tun_drops: self.tun_drops.saturating_sub(before.tun_drops),
+            host_rx_drops: self.host_rx_drops.saturating_sub(before.host_rx_drops),
             unroutable: self.unroutable.saturating_sub(before.unroutable),
             same_side: self.same_side.saturating_sub(before.same_side),
             super_packets: self.super_packets.saturating_sub(before.super_packets),
@@ -1239,6 +1249,13 @@ impl Health {
         }
         if self.tun_drops > 0 {
             why.push(format!("{} packets overflowed a TUN queue before the emulator read them", self.tun_drops));
+        }
+        if self.host_rx_drops > 0 {
+            why.push(format!(
+                "{} packets the emulator wrote were dropped by the receiving host's kernel before its stack took \
+                 them (the receiving CPU's backlog full: net.core.netdev_max_backlog)",
+                self.host_rx_drops
+            ));
         }
         (!why.is_empty()).then(|| why.join("; "))
     }
@@ -1681,7 +1698,7 @@ struct Emulator<'p> {
     /// How many times the process had been continued after a stop (SIGCONT) at the last probe.
     continued: u64,
     /// Drops the hosts' kernels count at the TUN devices, at the start.
-    tun_base: Vec<u64>,
+    tun_base: Vec<(u64, u64)>,
     /// When the last turn began, if it spun before a due packet and moved nothing.
     spun_from: Option<u64>,
     /// Real-time (SCHED_FIFO): it keeps [`ROOM_SHARE`] of its CPU for others.
@@ -1736,7 +1753,7 @@ impl<'p> Emulator<'p> {
         let burst_window = 2 * bottleneck.iter().map(|(a, b)| a.delay_ns + b.delay_ns).max().unwrap_or(0) + 10_000_000;
         let mut probe = gridperf_sys::SchedProbe::for_this_thread();
         let probed = probe.sample();
-        let tun_base = ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(0)).collect();
+        let tun_base = ports.iter_mut().map(|p| p.net_dev.as_mut().and_then(tun_dropped).unwrap_or((0, 0))).collect();
         let left_unread = vec![None; ports.len()];
         let n_ports = ports.len();
         let mut emu = Emulator {
@@ -2190,12 +2207,13 @@ impl<'p> Emulator<'p> {
     /// since the start, the links' counters, the uptime and the clock.
     fn take_stock(&mut self) {
         let health = &mut self.health;
-        health.tun_drops = self
-            .ports
-            .iter_mut()
-            .zip(&self.tun_base)
-            .map(|(p, base)| p.net_dev.as_mut().and_then(tun_tx_dropped).unwrap_or(*base).saturating_sub(*base))
-            .sum();
+        let (mut tx, mut rx) = (0, 0);
+        for (p, base) in self.ports.iter_mut().zip(&self.tun_base) {
+            let now = p.net_dev.as_mut().and_then(tun_dropped).unwrap_or(*base);
+            tx += now.0.saturating_sub(base.0);
+            rx += now.1.saturating_sub(base.1);
+        }
+        (health.tun_drops, health.host_rx_drops) = (tx, rx);
         self.fabric.snapshot(&self.ports, health);
         health.vm_reported_kib = self.vm_reported.as_mut().and_then(vm_reported_kib);
         health.uptime_s = self.start.elapsed().as_secs_f64();

@@ -1420,6 +1420,11 @@ mod tests {
         let (invalid, cause, _) = round_trip_verdict(&dropped, &rt);
         assert!(invalid.is_some_and(|w| w.contains("5 packets overflowed a TUN queue")));
         assert_eq!(cause, Some(LabCause::Emulator));
+        // a drop at a receiving host's CPU is one the model did not make
+        let dropped = Health { host_rx_drops: 3, ..late.clone() };
+        let (invalid, cause, _) = round_trip_verdict(&dropped, &rt);
+        assert!(invalid.is_some_and(|w| w.contains("3 packets the emulator wrote were dropped by the receiving host")));
+        assert_eq!(cause, Some(LabCause::Emulator));
         // nothing left out, nothing late: a plain valid run
         let (invalid, _, note) = round_trip_verdict(&Health::default(), &RoundTrips::default());
         assert_eq!((invalid, note), (None, None));

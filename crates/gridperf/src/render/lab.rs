@@ -132,7 +132,7 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
         }
         let _ = writeln!(
             out,
-            "  worst lag behind schedule {}, late packets {}{}, stalls {}, drops the model did not decide {} (+{} at the TUN queues), unroutable {}",
+            "  worst lag behind schedule {}, late packets {}{}, stalls {}, drops the model did not decide {} (+{} at the TUN queues, +{} at the hosts' receiving CPUs), unroutable {}",
             fmt_ns(h.max_lag_ns as f64),
             h.late_packets,
             if h.paused_late_packets > 0 {
@@ -143,6 +143,7 @@ pub fn status(st: &LabState, health: Option<&Health>) -> String {
             h.stalls,
             h.undecided_drops,
             h.tun_drops,
+            h.host_rx_drops,
             h.unroutable
         );
         let [ab, ba] = &h.links;
