@@ -2079,7 +2079,10 @@ impl<'p> Emulator<'p> {
             let busy_since = first().map(|l| l.busy_since()).max();
             let sent = match &self.ports[i].marker {
                 // the marker is in the queue by the time the send returns
-                Some(m) => matches!(m.send(&queue_probe::marker(q.seq)), Ok(4)),
+                Some(m) => {
+                    let mark = queue_probe::marker(q.seq);
+                    matches!(m.send(&mark), Ok(n) if n == mark.len())
+                }
                 // the reply is queued by the time the write returns
                 // (received in the write), or once the host's CPU has
                 // received it (steered)
