@@ -631,6 +631,19 @@ pub struct HeldBy {
     /// calls, included).
     #[serde(default)]
     pub working: HoldUps,
+    /// On the CPU through it, most of the turn spent writing packets to
+    /// the hosts' devices: the kernel's copy of each into a TUN device (and
+    /// its hand-off to the CPU that receives it) ran no faster than the
+    /// link fills, and what fell due meanwhile made the next turn longer.
+    /// On this project's 2-CPU VM at 10 Gbit/s the writes ran at 0.7-3.4
+    /// GB/s a quarter second (docs/lab.md, "Turns that write too slowly").
+    #[serde(default)]
+    pub writing: HoldUps,
+    /// What those turns wrote, bytes, and their time in the writes, ns.
+    #[serde(default)]
+    pub writing_bytes: u64,
+    #[serde(default)]
+    pub writing_write_ns: u64,
     /// Neither: the emulator was not runnable (stopped by a signal, or held
     /// in the kernel).
     pub not_running: HoldUps,
@@ -648,6 +661,9 @@ impl HeldBy {
             cpu_stolen: self.cpu_stolen.minus(&b.cpu_stolen),
             other_tasks: self.other_tasks.minus(&b.other_tasks),
             working: self.working.minus(&b.working),
+            writing: self.writing.minus(&b.writing),
+            writing_bytes: self.writing_bytes.saturating_sub(b.writing_bytes),
+            writing_write_ns: self.writing_write_ns.saturating_sub(b.writing_write_ns),
             not_running: self.not_running.minus(&b.not_running),
             lab_paused: self.lab_paused.minus(&b.lab_paused),
         }
@@ -661,14 +677,38 @@ impl HeldBy {
             (self.cpu_stolen, Cause::CpuStolen),
             (self.other_tasks, Cause::OtherTasks),
             (self.working, Cause::Working),
+            (self.writing, Cause::Writing),
             (self.not_running, Cause::NotRunning),
             (self.lab_paused, Cause::LabPaused),
         ]
         .iter()
         .filter(|(h, _)| h.count > 0)
-        .map(|(h, cause)| format!("{} {}, {} ms", h.count, cause.words(), h.ns / 1_000_000))
+        .map(|(h, cause)| {
+            let rate = match cause {
+                Cause::Writing if self.writing_write_ns > 0 => format!(
+                    " (they wrote at {})",
+                    gridperf_core::units::fmt_bps(self.writing_bytes as f64 * 8e9 / self.writing_write_ns as f64)
+                ),
+                _ => String::new(),
+            };
+            format!("{} {}, {} ms{rate}", h.count, cause.words(), h.ns / 1_000_000)
+        })
         .collect();
         parts.join("; ")
+    }
+}
+
+/// A long turn of work (`held_in_work`, ns; 0 when the hold-up was a late
+/// sleep) judged [`Cause::Working`] whose writes to the hosts' devices took
+/// `writes_ns` of it: [`Cause::Writing`] when they took half of it or more.
+/// A trace of 10 Gbit/s runs on this project's VM (perf, 1 kHz) found the
+/// turns over 10 ms in the writes' copy into the TUN devices nearly
+/// throughout, at 1.1-1.3 GB/s where the run's median turn wrote at 2.3.
+pub fn by_writes(cause: Cause, held_in_work: u64, writes_ns: u64) -> Cause {
+    if cause == Cause::Working && held_in_work > 0 && writes_ns.saturating_mul(2) >= held_in_work {
+        Cause::Writing
+    } else {
+        cause
     }
 }
 
@@ -743,6 +783,8 @@ pub enum Cause {
     MachineIdle,
     /// On the CPU throughout: a turn of its own work (or the kernel's in its system calls) ran long.
     Working,
+    /// As [`Cause::Working`], with most of the turn in its writes to the hosts' devices.
+    Writing,
     CpuStolen,
     OtherTasks,
     NotRunning,
@@ -764,6 +806,9 @@ impl Cause {
             Cause::OtherTasks => "by other tasks holding the CPUs (the emulator waited to run)",
             Cause::Working => {
                 "by its own work, on the CPU throughout (a turn that ran long: its packets, or the kernel's network work for the lab's hosts done in its system calls)"
+            }
+            Cause::Writing => {
+                "by its writes to the hosts' devices, on the CPU throughout (a turn spent mostly in the kernel's copy of packets into the TUN devices, which kept no pace ahead of the link)"
             }
             Cause::NotRunning => "with the emulator not running (stopped by a signal, or held in the kernel)",
             Cause::LabPaused => "by `gridperf lab pause` stopping the whole lab (injected)",
@@ -1716,6 +1761,8 @@ struct Emulator<'p> {
     vm_reported: Option<File>,
     /// Per port: the probe of its TUN queue.
     queue_probes: Vec<QueueProbe>,
+    /// The last turn's writes to the hosts' devices: their time (ns) and bytes.
+    turn_writes: (u64, u64),
 }
 
 /// One host's TUN-queue probe: its last sequence number, when the one
@@ -1787,6 +1834,7 @@ impl<'p> Emulator<'p> {
             left_unread,
             vm_reported: File::open(VM_REPORTED_KIB).ok(),
             queue_probes: vec![QueueProbe::default(); n_ports],
+            turn_writes: (0, 0),
         };
         emu.health.vm_reporting_block = vm_reporting_block();
         emu.health.vm_reported_kib = emu.vm_reported.as_mut().and_then(vm_reported_kib);
@@ -1804,6 +1852,7 @@ impl<'p> Emulator<'p> {
     fn turn(&mut self) -> io::Result<bool> {
         let w = self.wait()?;
         let held_woke = self.judge_hold_up(&w);
+        self.turn_writes = (0, 0);
         self.backlog = false;
         // what the hosts sent during a tick arrived, as far as the emulator
         // can know, uniformly over it: it takes the middle. A packet is then
@@ -1935,7 +1984,15 @@ impl<'p> Emulator<'p> {
                 // its own sleep ran late, and no stop by a signal ended it
                 let stopped = gridperf_sys::continued() != self.continued;
                 let span = now_after.saturating_sub(self.probed_at);
-                held_by(&self.probed, &now_probe, overslept, span, self.probe.tick_ns(), held_in_work == 0 && !stopped)
+                let cause = held_by(
+                    &self.probed,
+                    &now_probe,
+                    overslept,
+                    span,
+                    self.probe.tick_ns(),
+                    held_in_work == 0 && !stopped,
+                );
+                by_writes(cause, held_in_work, self.turn_writes.0)
             };
             let h = &mut health.held_by;
             match cause {
@@ -1944,6 +2001,11 @@ impl<'p> Emulator<'p> {
                 Cause::CpuStolen => h.cpu_stolen.add(overslept),
                 Cause::OtherTasks => h.other_tasks.add(overslept),
                 Cause::Working => h.working.add(overslept),
+                Cause::Writing => {
+                    h.writing.add(overslept);
+                    h.writing_write_ns += self.turn_writes.0;
+                    h.writing_bytes += self.turn_writes.1;
+                }
                 Cause::NotRunning => h.not_running.add(overslept),
                 Cause::LabPaused => h.lab_paused.add(overslept),
             }
@@ -2184,7 +2246,10 @@ impl<'p> Emulator<'p> {
             if lag > LAG_LIMIT_NS {
                 health.very_late_packets += 1;
             }
+            let wrote = Instant::now();
             deliver(&mut self.tuns[q.dst], &q, health);
+            self.turn_writes.0 += wrote.elapsed().as_nanos() as u64;
+            self.turn_writes.1 += q.buf.len() as u64;
             drop(q);
             // its buffer, if it was a read buffer, serves a read again
             if self.spare.len() < self.spare_cap {
@@ -2819,6 +2884,24 @@ mod tests {
         let ran = |ns: u64| gridperf_sys::SchedSample { ran_ns: Some(ns), ..s(&[0, 0], 2 * MS) };
         assert_eq!(held_by(&before, &ran(35 * MS), 30 * MS, 40 * MS, tick, false), Cause::Working);
         assert!(!Cause::Working.whole_lab());
+        // such a turn that spent half of it or more writing to the hosts'
+        // devices was held by its writes; a late sleep (no turn of work) and
+        // the other causes never are
+        assert_eq!(by_writes(Cause::Working, 30 * MS, 15 * MS), Cause::Writing);
+        assert_eq!(by_writes(Cause::Working, 30 * MS, 14 * MS), Cause::Working);
+        assert_eq!(by_writes(Cause::Working, 0, 20 * MS), Cause::Working);
+        assert_eq!(by_writes(Cause::CpuStolen, 30 * MS, 30 * MS), Cause::CpuStolen);
+        assert!(!Cause::Writing.whole_lab());
+        // and says how fast the writes of those turns went
+        let h = HeldBy {
+            writing: HoldUps { count: 2, ns: 25 * MS },
+            writing_bytes: 12_500_000,
+            writing_write_ns: 20 * MS,
+            ..HeldBy::default()
+        };
+        let words = h.words();
+        assert!(words.starts_with("2 by its writes to the hosts' devices"), "{words}");
+        assert!(words.ends_with(", 25 ms (they wrote at 5.00 Gbit/s)"), "{words}");
         // on the CPU for 25 ms of 40: off it for 15 of the 30 held, not throughout
         assert_eq!(held_by(&before, &ran(25 * MS), 30 * MS, 40 * MS, tick, false), Cause::NotRunning);
         // a sleep that ran late was not work, whatever the rest of the span was

@@ -943,7 +943,11 @@ fn ctrl_c_during_a_lab_run_takes_the_lab_down() {
 /// queue full at times (the link, not the hosts, set the rate). By hand
 /// on this 2-CPU VM: 9.52-9.55 Gbit/s valid, root and user, 9.44-9.55 beside
 /// a busy loop on one CPU or niced ones on both. A run the emulator marks
-/// INVALID is run again (`unless_invalid`).
+/// INVALID is run again (`unless_invalid`). So is a valid one under 9
+/// Gbit/s, at most four times: valid says the emulator kept up, not that
+/// the hosts did, and they share this VM's two CPUs with its steal (by
+/// hand on 2026-12-03, one valid run carried 8.95 Gbit/s and nine others
+/// 9.10-9.55). A lab that cannot carry 9 Gbit/s fails every try.
 #[test]
 fn four_streams_fill_a_10_gbit_per_s_lab_in_a_valid_run() {
     if !privileged("four_streams_fill_a_10_gbit_per_s_lab_in_a_valid_run") {
@@ -954,7 +958,19 @@ fn four_streams_fill_a_10_gbit_per_s_lab_in_a_valid_run() {
         "stream --lab baltic --lab-set rate=10G --lab-set rtt=5ms -P 4 -t 3 -C cubic --no-store --json"
             .split_whitespace()
             .collect();
-    let o = unless_invalid(|| run(&args));
+    let up = |o: &Output| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok()?["runs"][0]["up_bps"].as_f64();
+    let mut low_tries = 0;
+    let o = unless_invalid(|| loop {
+        let o = run(&args);
+        match up(&o) {
+            Some(bps) if o.status.success() && bps < 9.0e9 && low_tries < 4 => {
+                low_tries += 1;
+                eprintln!("a valid try carried {:.2} Gbit/s, tried again once the machine is quiet", bps / 1e9);
+                crate::quiet();
+            }
+            _ => break o,
+        }
+    });
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stream json");
     let r = &v["runs"][0];
