@@ -631,12 +631,13 @@ pub struct HeldBy {
     /// calls, included).
     #[serde(default)]
     pub working: HoldUps,
-    /// On the CPU through it, most of the turn spent writing packets to
-    /// the hosts' devices: the kernel's copy of each into a TUN device (and
-    /// its hand-off to the CPU that receives it) ran no faster than the
-    /// link fills, and what fell due meanwhile made the next turn longer.
-    /// On this project's 2-CPU VM at 10 Gbit/s the writes ran at 0.7-3.4
-    /// GB/s a quarter second (docs/lab.md, "Turns that write too slowly").
+    /// On the CPU through it, half the turn or more spent writing packets
+    /// to the hosts' devices (the kernel's copy of each into a TUN device,
+    /// and its hand-off to the CPU that receives it). Compare the rate
+    /// they wrote at (`writing_bytes` over `writing_write_ns`) with the
+    /// link's: on this project's 2-CPU VM at 10 Gbit/s such turns wrote at
+    /// about the link's rate, and what fell due meanwhile made the next
+    /// turn longer (docs/lab.md, "Turns that write too slowly").
     #[serde(default)]
     pub writing: HoldUps,
     /// What those turns wrote, bytes, and their time in the writes, ns.
@@ -808,7 +809,7 @@ impl Cause {
                 "by its own work, on the CPU throughout (a turn that ran long: its packets, or the kernel's network work for the lab's hosts done in its system calls)"
             }
             Cause::Writing => {
-                "by its writes to the hosts' devices, on the CPU throughout (a turn spent mostly in the kernel's copy of packets into the TUN devices, which kept no pace ahead of the link)"
+                "by its writes to the hosts' devices, on the CPU throughout (a turn that ran long, half of it or more in writing packets into the TUN devices: the kernel's copy and hand-off to the hosts' CPU)"
             }
             Cause::NotRunning => "with the emulator not running (stopped by a signal, or held in the kernel)",
             Cause::LabPaused => "by `gridperf lab pause` stopping the whole lab (injected)",
