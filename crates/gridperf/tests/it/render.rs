@@ -657,6 +657,7 @@ fn lab_status_profiles_calibration() {
         queue_bound_ns: 100_500_000.0,
         emulator_cpu_percent: 68.0,
         sink_drops: 0,
+        sink_drops_datagrams: 0,
         invalid: None,
         lag_p99_us: Some(128),
         queue_wait_p99_us: Some(256),
