@@ -171,6 +171,54 @@ pub fn quiet() -> Duration {
     start.elapsed()
 }
 
+/// The tries of a measurement the machine can void (a burst of steal
+/// holds up the lab's emulator, or starves a sender): the first at once,
+/// each after it once the machine is quiet ([`quiet`]), at least `least`
+/// of them and more while `budget` lasts from the first, never more than
+/// [`Tries::MOST`]. A fixed count alone lost to a long stretch of steal:
+/// CI once saw a clone's run INVALID five tries in a row, the hypervisor
+/// taking 80-160 ms of every CPU in the 20 ms spans that held its
+/// hold-ups, for the two minutes the five tries took. A test whose
+/// measurement fails for its own reasons still fails, once the budget is
+/// spent.
+///
+/// ```ignore
+/// let mut tries = Tries::new(5, Duration::from_secs(300));
+/// while tries.next() { let o = measure(); if good(&o) { break } }
+/// ```
+pub struct Tries {
+    least: u32,
+    budget: Duration,
+    start: std::time::Instant,
+    made: u32,
+}
+
+impl Tries {
+    /// The most tries whatever the budget: a bound on the test's time.
+    pub const MOST: u32 = 12;
+
+    pub fn new(least: u32, budget: Duration) -> Tries {
+        Tries { least, budget, start: std::time::Instant::now(), made: 0 }
+    }
+
+    /// Whether to make another try; before any but the first, waits for a
+    /// quiet machine.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> bool {
+        let more = self.made < self.least || (self.start.elapsed() < self.budget && self.made < Self::MOST);
+        if more && self.made > 0 {
+            quiet();
+        }
+        self.made += u32::from(more);
+        more
+    }
+
+    /// Tries made so far.
+    pub fn made(&self) -> u32 {
+        self.made
+    }
+}
+
 /// Options for a short run: no pinning, tight deadlines.
 pub fn opts(protos: &[Proto], sizes: &[u64]) -> EchoOptions {
     EchoOptions::plain(
