@@ -38,9 +38,7 @@ impl PacketSocket {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
         // a burst must not overflow it while the writer catches up: ask for 32 MiB (root may exceed rmem_max)
-        if setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20).is_err() {
-            let _ = setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 32 << 20);
-        }
+        let _ = set_rcvbuf_past_max(&fd, 32 << 20);
         Ok(PacketSocket { fd })
     }
 

@@ -48,6 +48,15 @@ pub fn set_rcvbuf(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, bytes.min(i32::MAX as usize) as libc::c_int)
 }
 
+/// A receive buffer of `bytes`: SO_RCVBUFFORCE, past net.core.rmem_max,
+/// where the caller may (CAP_NET_ADMIN in the first user namespace: root),
+/// else SO_RCVBUF (doubled by the kernel and capped at rmem_max).
+pub fn set_rcvbuf_past_max(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v)
+        .or_else(|_| setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, v))
+}
+
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 
