@@ -99,7 +99,9 @@ pub struct Point {
     pub loaded_rtt_p99_ns: f64,
     pub loaded_rtt_max_ns: f64,
     pub queue_bound_ns: f64,
-    /// The emulator's CPU use while loaded, in percent of one CPU.
+    /// The emulator's CPU use while loaded, in percent of one CPU: the
+    /// whole process's, its writer thread's on the hosts' CPUs included
+    /// (from 5 Gbit/s on two CPUs or more).
     pub emulator_cpu_percent: f64,
     /// Receives of the overload the receiving host dropped for want of
     /// room in its socket (its UDP RcvbufErrors over the count): the host,
@@ -226,7 +228,11 @@ fn start_b_on(ns: &str, stop: Arc<AtomicBool>, cpu: Option<usize>) -> Result<std
     let (sink, echo) = in_ns(ns, || {
         let sink = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, SINK_PORT))?;
         let echo = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, ECHO_PORT))?;
-        gridperf_sys::set_rcvbuf(&sink, 8 << 20)?;
+        // 53 ms at 10 Gbit/s where root may have it, else what
+        // net.core.rmem_max grants (4 MiB here, doubled: 6.7 ms at 10G): a
+        // sink held off its CPU longer drops what comes meanwhile, and
+        // the point is then INVALID (the sink's drops, below)
+        gridperf_sys::set_rcvbuf_past_max(&sink, 64 << 20)?;
         // the load's datagrams as the emulator wrote them, runs in one receive
         // (at 10 Gbit/s one receive per datagram would cost the sink a CPU)
         let _ = gridperf_sys::set_udp_gro(&sink, true);

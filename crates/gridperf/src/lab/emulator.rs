@@ -21,6 +21,16 @@ use std::time::{Duration, Instant};
 /// A packet written later than this behind the model's schedule counts as
 /// late (docs/lab.md's fidelity target: delay error at most 1 ms at p99).
 pub const LAG_THRESHOLD_NS: u64 = 1_000_000;
+
+/// The most packets the emulator batches for its [`Writer`] before it
+/// hands them over, within a turn: a long delivery is written while it is
+/// still being decided.
+const WRITER_BATCH: usize = 32;
+
+/// The packets of a turn the emulator writes itself while its [`Writer`]
+/// has nothing to do ([`Writer::takes`]).
+const INLINE_MOST: usize = 4;
+
 /// A run is invalid when more than 1 in this many packets was late (p99 of
 /// the lag above the threshold) and at least LATE_MIN were (a handful of
 /// late packets in a short run is not evidence of a p99 above 1 ms).
@@ -1511,17 +1521,17 @@ fn take_buf(buf: &mut Vec<u8>, spare: &mut Vec<Vec<u8>>, n: usize) -> Vec<u8> {
 
 /// Writes a packet whose last surviving segment came out: whole when every
 /// segment survived, else cut into the survivors.
-fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
-    if p.survived.iter().all(|&a| a) {
+fn deliver(tun: &mut File, buf: &[u8], survived: &[bool], health: &mut Health) {
+    if survived.iter().all(|&a| a) {
         // a TUN write takes a whole packet or none of it
-        if !matches!(tun.write(&p.buf), Ok(n) if n == p.buf.len()) {
+        if !matches!(tun.write(buf), Ok(n) if n == buf.len()) {
             health.undecided_drops += 1;
         }
         return;
     }
-    let hdr = VnetHdr::parse(&p.buf).unwrap_or_default();
-    let pkt = &p.buf[VNET_HDR_LEN..];
-    match gso::cuts(&hdr, pkt, |i| p.survived[i]) {
+    let hdr = VnetHdr::parse(buf).unwrap_or_default();
+    let pkt = &buf[VNET_HDR_LEN..];
+    match gso::cuts(&hdr, pkt, |i| survived[i]) {
         Ok(cuts) => {
             health.split_packets += 1;
             for c in cuts {
@@ -1533,7 +1543,135 @@ fn deliver(tun: &mut File, p: &InFlight, health: &mut Health) {
                 }
             }
         }
-        Err(_) => health.undecided_drops += p.survived.iter().filter(|&&a| a).count() as u64,
+        Err(_) => health.undecided_drops += survived.iter().filter(|&&a| a).count() as u64,
+    }
+}
+
+/// A packet handed to the [`Writer`]: the port it goes to, its buffer and
+/// which of its segments survived, and when it fell due (ns on the
+/// emulator's clock).
+struct Job {
+    dst: usize,
+    buf: Vec<u8>,
+    survived: Vec<bool>,
+    due: u64,
+}
+
+/// What the [`Writer`] hands back for a batch: the read buffers to serve
+/// again, its drops and cuts, and each packet's due time with when it was
+/// written (ns on the emulator's clock), so that the emulator counts the
+/// lag of the write itself, not of its hand-off.
+#[derive(Default)]
+struct Written {
+    bufs: Vec<Vec<u8>>,
+    undecided_drops: u64,
+    split_packets: u64,
+    at: Vec<(u64, u64)>,
+}
+
+/// A thread of the emulator's on the hosts' CPUs that writes what fell due
+/// into the hosts' TUN devices, for a lab whose hosts receive on CPUs other
+/// than the emulator's ([`Setup::writer_cpus`]). Written from the
+/// emulator's own thread, each packet was copied into the kernel there and
+/// handed to the receiving CPU by an interrupt (RPS): at 10 Gbit/s on a
+/// 2-CPU VM, 48-50% of the emulator's CPU was those writes and 10-12% the
+/// interrupts (~6 us a write on this nested VM), and its long turns were
+/// delivery turns in which the writes fell to the link's own rate. From a
+/// thread on the receiving CPU, the copy runs there and the host's stack
+/// takes the packet on the same CPU, with no interrupt; the emulator keeps
+/// the reads and the schedule. A turn's packets go as one batch (one
+/// wake-up), in the order they fell due.
+struct Writer {
+    jobs: Vec<Job>,
+    /// Batches handed over and not yet written.
+    outstanding: usize,
+    tx: Option<std::sync::mpsc::Sender<Vec<Job>>>,
+    back: std::sync::mpsc::Receiver<Written>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Starts it on `cpus`, writing to its own handles of `tuns`; it takes
+    /// the emulator thread's scheduling (real-time where it has it).
+    fn start(tuns: &[File], cpus: &[usize], start: Instant) -> io::Result<Writer> {
+        let mut tuns: Vec<File> = tuns.iter().map(|t| t.try_clone()).collect::<io::Result<_>>()?;
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<Job>>();
+        let (done, back) = std::sync::mpsc::channel();
+        let cpus = cpus.to_vec();
+        let thread = std::thread::Builder::new().name("gridperf-lab-writer".into()).spawn(move || {
+            let _ = gridperf_sys::set_thread_affinity(&cpus);
+            let mut h = Health::default();
+            while let Ok(batch) = rx.recv() {
+                let mut w = Written { at: Vec::with_capacity(batch.len()), ..Written::default() };
+                for j in batch {
+                    deliver(&mut tuns[j.dst], &j.buf, &j.survived, &mut h);
+                    w.at.push((j.due, start.elapsed().as_nanos() as u64));
+                    let mut b = j.buf;
+                    if b.capacity() >= READ_BUF {
+                        b.resize(READ_BUF, 0);
+                        w.bufs.push(b);
+                    }
+                }
+                (w.undecided_drops, w.split_packets) = (h.undecided_drops, h.split_packets);
+                (h.undecided_drops, h.split_packets) = (0, 0);
+                if done.send(w).is_err() {
+                    break;
+                }
+            }
+        })?;
+        Ok(Writer { jobs: Vec::new(), outstanding: 0, tx: Some(tx), back, thread: Some(thread) })
+    }
+
+    /// Hands over what is batched.
+    fn flush(&mut self) {
+        if !self.jobs.is_empty() {
+            if let Some(tx) = &self.tx {
+                if tx.send(std::mem::take(&mut self.jobs)).is_ok() {
+                    self.outstanding += 1;
+                }
+            }
+        }
+    }
+
+    /// Whether the emulator's `delivered`-th packet of a turn (from 0)
+    /// goes to the writer: once the writer has work, so that each host's
+    /// packets stay in order, and from the [`INLINE_MOST`]-th on. The few
+    /// packets of a quiet lab are written at once by the emulator itself: a
+    /// hand-off wakes the writer on another CPU, and that cost an idle round
+    /// trip at 5-10 Gbit/s 100 us or more (baselines of 356-803 us against
+    /// 271-389 us, three calibrations each).
+    fn takes(&self, delivered: usize) -> bool {
+        self.outstanding > 0 || !self.jobs.is_empty() || delivered >= INLINE_MOST
+    }
+
+    /// Hands over what is batched and waits until all of it is written.
+    fn finish(&mut self) {
+        self.flush();
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Counts a packet written `now` that fell due at `due` (ns on the
+/// emulator's clock) into the lag figures: its histogram, the worst, and
+/// a late one's window and kind (within the last whole-lab pause, `paused`,
+/// or not).
+fn count_lag(health: &mut Health, due: u64, now: u64, mono0: u64, paused: (u64, u64)) {
+    let lag = now.saturating_sub(due);
+    health.max_lag_ns = health.max_lag_ns.max(lag);
+    health.lag_hist[lag_bucket(lag)] += 1;
+    if lag > LAG_THRESHOLD_NS {
+        health.late_from(mono0 + due, mono0 + now);
+        if (paused.0..=paused.1).contains(&due) {
+            health.paused_late_packets += 1;
+        } else {
+            health.late_packets += 1;
+        }
+    }
+    if lag > LAG_LIMIT_NS {
+        health.very_late_packets += 1;
     }
 }
 
@@ -1545,6 +1683,9 @@ pub struct Setup<'a> {
     pub bottleneck: &'a [(LinkConfig, LinkConfig)],
     pub buffers: ReadBuffers,
     pub seed: u64,
+    /// The CPUs the hosts receive on, when not the emulator's (RPS): its
+    /// writes are then made there, by a [`Writer`].
+    pub writer_cpus: Option<Vec<usize>>,
 }
 
 /// Runs until `stop` is set; calls `report` with the health figures about
@@ -1565,8 +1706,11 @@ pub fn run(
     for p in &setup.ports {
         gridperf_sys::set_fd_nonblocking(&p.tun, true)?;
     }
-    let Setup { ports, bottleneck, buffers, seed } = setup;
+    let Setup { ports, bottleneck, buffers, seed, writer_cpus } = setup;
     let mut emu = Emulator::new(pauses, ports, bottleneck, seed, realtime, buffers)?;
+    if let Some(cpus) = writer_cpus {
+        emu.writer = Some(Writer::start(&emu.tuns, &cpus, emu.start)?);
+    }
     // at once: what runs on the hosts is niced when the emulator is not real-time
     emu.health.mono_ns = gridperf_sys::monotonic_ns();
     report(&emu.health);
@@ -1580,6 +1724,9 @@ pub fn run(
             report(&emu.health);
             last_report = Instant::now();
         }
+    }
+    if let Some(w) = &mut emu.writer {
+        w.finish();
     }
     emu.take_stock();
     Ok(emu.health)
@@ -1764,6 +1911,8 @@ struct Emulator<'p> {
     queue_probes: Vec<QueueProbe>,
     /// The last turn's writes to the hosts' devices: their time (ns) and bytes.
     turn_writes: (u64, u64),
+    /// Makes its writes, where the hosts receive on other CPUs.
+    writer: Option<Writer>,
 }
 
 /// One host's TUN-queue probe: its last sequence number, when the one
@@ -1836,6 +1985,7 @@ impl<'p> Emulator<'p> {
             vm_reported: File::open(VM_REPORTED_KIB).ok(),
             queue_probes: vec![QueueProbe::default(); n_ports],
             turn_writes: (0, 0),
+            writer: None,
         };
         emu.health.vm_reporting_block = vm_reporting_block();
         emu.health.vm_reported_kib = emu.vm_reported.as_mut().and_then(vm_reported_kib);
@@ -2200,7 +2350,8 @@ impl<'p> Emulator<'p> {
     /// arrivals in order), and writes each packet whose last segment came
     /// out. Returns how many segments it moved.
     fn deliver_due(&mut self, now: u64) -> u64 {
-        let mut moved = 0;
+        self.take_written();
+        let (mut moved, mut delivered) = (0, 0);
         let links = &mut self.fabric.links;
         let health = &mut self.health;
         loop {
@@ -2233,22 +2384,21 @@ impl<'p> Emulator<'p> {
             if q.pending > 0 || !q.survived.iter().any(|&s| s) {
                 continue;
             }
-            let lag = now.saturating_sub(due);
-            health.max_lag_ns = health.max_lag_ns.max(lag);
-            health.lag_hist[lag_bucket(lag)] += 1;
-            if lag > LAG_THRESHOLD_NS {
-                health.late_from(self.mono0 + due, self.mono0 + now);
-                if (self.paused.0..=self.paused.1).contains(&due) {
-                    health.paused_late_packets += 1;
-                } else {
-                    health.late_packets += 1;
+            delivered += 1;
+            if let Some(w) = self.writer.as_mut().filter(|w| w.takes(delivered - 1)) {
+                // its lag is counted when the writer says it was written
+                drop(q);
+                let mut q = p.borrow_mut();
+                let survived = q.survived.clone();
+                w.jobs.push(Job { dst: q.dst, buf: std::mem::take(&mut q.buf), survived, due });
+                if w.jobs.len() >= WRITER_BATCH {
+                    w.flush();
                 }
+                continue;
             }
-            if lag > LAG_LIMIT_NS {
-                health.very_late_packets += 1;
-            }
+            count_lag(health, due, now, self.mono0, self.paused);
             let wrote = Instant::now();
-            deliver(&mut self.tuns[q.dst], &q, health);
+            deliver(&mut self.tuns[q.dst], &q.buf, &q.survived, health);
             self.turn_writes.0 += wrote.elapsed().as_nanos() as u64;
             self.turn_writes.1 += q.buf.len() as u64;
             drop(q);
@@ -2269,12 +2419,36 @@ impl<'p> Emulator<'p> {
                 std::thread::sleep(Duration::from_nanos(TICK_NS));
             }
         }
+        if let Some(w) = &mut self.writer {
+            w.flush();
+        }
         moved
+    }
+
+    /// What the writer wrote since last asked: its lag counted, its buffers
+    /// kept for the reads to come.
+    fn take_written(&mut self) {
+        let Some(w) = &mut self.writer else { return };
+        while let Ok(done) = w.back.try_recv() {
+            w.outstanding = w.outstanding.saturating_sub(1);
+            let health = &mut self.health;
+            health.undecided_drops += done.undecided_drops;
+            health.split_packets += done.split_packets;
+            for (due, at) in done.at {
+                count_lag(health, due, at, self.mono0, self.paused);
+            }
+            for b in done.bufs {
+                if self.spare.len() < self.spare_cap {
+                    self.spare.push(b);
+                }
+            }
+        }
     }
 
     /// The figures a report carries, brought up to date: the TUN drops
     /// since the start, the links' counters, the uptime and the clock.
     fn take_stock(&mut self) {
+        self.take_written();
         let health = &mut self.health;
         let (mut tx, mut rx) = (0, 0);
         for (p, base) in self.ports.iter_mut().zip(&self.tun_base) {
@@ -2301,6 +2475,60 @@ mod tests {
     use gridperf_core::model::LabCause;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_writer_writes_each_batch_in_order_and_says_when_it_did() {
+        let dir = std::env::temp_dir().join(format!("gridperf-writer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = |i: usize| dir.join(format!("port{i}"));
+        let mut files: Vec<File> = (0..2).map(|i| File::create(path(i)).expect("file")).collect();
+        // a port whose writes fail (read only): its packet is a drop the model did not make
+        std::fs::write(path(2), b"").expect("file");
+        files.push(File::open(path(2)).expect("file"));
+        let start = Instant::now();
+        let mut w = Writer::start(&files, &crate::host::cpus(), start).expect("the writer");
+        let due = start.elapsed().as_nanos() as u64;
+        // a read buffer (a super-packet's: served again at its full size) and a small packet's
+        let mut big = vec![7u8; READ_BUF];
+        big.truncate(3000);
+        let job = |dst, buf: &[u8], due| Job { dst, buf: buf.to_vec(), survived: vec![true], due };
+        w.jobs.push(Job { dst: 0, buf: big, survived: vec![true, true], due });
+        w.jobs.push(job(1, b"ack", due + 1));
+        w.flush();
+        w.jobs.push(job(0, b"second", due + 2));
+        w.jobs.push(job(2, b"lost", due + 3));
+        w.finish();
+        let got: Vec<Written> = w.back.try_iter().collect();
+        assert_eq!(got.len(), 2, "a batch a flush");
+        let at: Vec<(u64, u64)> = got.iter().flat_map(|g| g.at.clone()).collect();
+        assert_eq!(at.iter().map(|a| a.0).collect::<Vec<_>>(), [due, due + 1, due + 2, due + 3]);
+        // each written after it was handed over, in order
+        assert!(at.iter().all(|&(d, t)| t >= d) && at.windows(2).all(|p| p[0].1 <= p[1].1), "{at:?}");
+        let bufs: Vec<usize> = got.iter().flat_map(|g| g.bufs.iter().map(|b| b.len())).collect();
+        assert_eq!(bufs, [READ_BUF]);
+        assert_eq!(got.iter().map(|g| g.undecided_drops).sum::<u64>(), 1);
+        assert_eq!(std::fs::read(path(0)).expect("port 0"), [vec![7u8; 3000], b"second".to_vec()].concat());
+        assert_eq!(std::fs::read(path(1)).expect("port 1"), b"ack");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_packets_lag_is_counted_from_when_it_fell_due_to_when_it_was_written() {
+        let mut h = Health { lag_hist: vec![0; LAG_BUCKETS], ..Health::default() };
+        let paused = (50 * MS, 60 * MS);
+        count_lag(&mut h, 10 * MS, 10 * MS + 200_000, 0, paused);
+        assert_eq!((h.late_packets, h.max_lag_ns), (0, 200_000));
+        // late, very late, late within a pause; written before due is no lag
+        count_lag(&mut h, 20 * MS, 22 * MS, 0, paused);
+        count_lag(&mut h, 30 * MS, 42 * MS, 0, paused);
+        count_lag(&mut h, 55 * MS, 57 * MS, 0, paused);
+        count_lag(&mut h, 70 * MS, 69 * MS, 0, paused);
+        assert_eq!((h.late_packets, h.paused_late_packets, h.very_late_packets), (2, 1, 1));
+        assert_eq!(h.max_lag_ns, 12 * MS);
+        assert_eq!(h.lag_hist.iter().sum::<u64>(), 5);
+        assert_eq!(h.lag_hist[0], 1, "the one written early: {:?}", h.lag_hist);
+        assert_eq!(h.late_windows, [[20 * MS, 22 * MS], [30 * MS, 42 * MS], [55 * MS, 57 * MS]]);
+    }
 
     /// Feeds `Pace` one 100 ms window of wake-ups every `every` ns, each
     /// after sleeping `slept` of it and moving `events`, all of them read.

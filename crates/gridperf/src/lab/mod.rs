@@ -1235,12 +1235,15 @@ fn build_and_run(
     let hpath = d.join("health.json");
     let pauses = d.join(emulator::PAUSES_FILE);
     let (slot, writer) = health_writer(hpath.clone())?;
+    // the hosts receive on the CPUs but the emulator's: its writes are
+    // made there too (emulator::Writer)
+    let writer_cpus = steer.as_ref().map(|(own, _)| crate::host::cpus().into_iter().filter(|c| c != own).collect());
     if let Some((own, _)) = &steer {
         let _ = gridperf_sys::set_thread_affinity(&[*own]);
     }
     let health = emulator::run(
         Some(&pauses),
-        emulator::Setup { ports, bottleneck: &bottleneck, buffers, seed: spec.seed },
+        emulator::Setup { ports, bottleneck: &bottleneck, buffers, seed: spec.seed, writer_cpus },
         stop,
         Duration::from_millis(250),
         &mut |h| slot.put(h),
