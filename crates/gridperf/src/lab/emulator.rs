@@ -31,6 +31,12 @@ const WRITER_BATCH: usize = 32;
 /// has nothing to do ([`Writer::takes`]).
 const INLINE_MOST: usize = 4;
 
+/// The most bytes the emulator leaves its [`Writer`] to write before it
+/// waits for it (32 MiB: 27 ms at 10 Gbit/s, well past what makes a run
+/// late): its backlog, and the buffers it holds, stay bounded when its CPU
+/// is taken.
+const WRITER_MOST_BYTES: u64 = 32 << 20;
+
 /// A run is invalid when more than 1 in this many packets was late (p99 of
 /// the lag above the threshold) and at least LATE_MIN were (a handful of
 /// late packets in a short run is not evidence of a p99 above 1 ms).
@@ -1563,6 +1569,8 @@ struct Job {
 /// lag of the write itself, not of its hand-off.
 #[derive(Default)]
 struct Written {
+    /// The bytes of its packets.
+    bytes: u64,
     bufs: Vec<Vec<u8>>,
     undecided_drops: u64,
     split_packets: u64,
@@ -1583,8 +1591,9 @@ struct Written {
 /// wake-up), in the order they fell due.
 struct Writer {
     jobs: Vec<Job>,
-    /// Batches handed over and not yet written.
+    /// Batches handed over and not yet written, and their bytes.
     outstanding: usize,
+    outstanding_bytes: u64,
     tx: Option<std::sync::mpsc::Sender<Vec<Job>>>,
     back: std::sync::mpsc::Receiver<Written>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -1604,6 +1613,7 @@ impl Writer {
             while let Ok(batch) = rx.recv() {
                 let mut w = Written { at: Vec::with_capacity(batch.len()), ..Written::default() };
                 for j in batch {
+                    w.bytes += j.buf.len() as u64;
                     deliver(&mut tuns[j.dst], &j.buf, &j.survived, &mut h);
                     w.at.push((j.due, start.elapsed().as_nanos() as u64));
                     let mut b = j.buf;
@@ -1619,15 +1629,17 @@ impl Writer {
                 }
             }
         })?;
-        Ok(Writer { jobs: Vec::new(), outstanding: 0, tx: Some(tx), back, thread: Some(thread) })
+        Ok(Writer { jobs: Vec::new(), outstanding: 0, outstanding_bytes: 0, tx: Some(tx), back, thread: Some(thread) })
     }
 
     /// Hands over what is batched.
     fn flush(&mut self) {
         if !self.jobs.is_empty() {
             if let Some(tx) = &self.tx {
+                let bytes: u64 = self.jobs.iter().map(|j| j.buf.len() as u64).sum();
                 if tx.send(std::mem::take(&mut self.jobs)).is_ok() {
                     self.outstanding += 1;
+                    self.outstanding_bytes += bytes;
                 }
             }
         }
@@ -1708,7 +1720,11 @@ pub fn run(
     }
     let Setup { ports, bottleneck, buffers, seed, writer_cpus } = setup;
     let mut emu = Emulator::new(pauses, ports, bottleneck, seed, realtime, buffers)?;
-    if let Some(cpus) = writer_cpus {
+    // only a real-time emulator's: without it the writer ran at the hosts'
+    // priority beside them, and a calibration's senders on those CPUs left
+    // it 0.4-0.5 s behind at 10 Gbit/s as a user (bench/results
+    // lab-rate-20261203-141319), where the emulator writing itself kept up
+    if let Some(cpus) = writer_cpus.filter(|_| realtime) {
         emu.writer = Some(Writer::start(&emu.tuns, &cpus, emu.start)?);
     }
     // at once: what runs on the hosts is niced when the emulator is not real-time
@@ -2426,11 +2442,26 @@ impl<'p> Emulator<'p> {
     }
 
     /// What the writer wrote since last asked: its lag counted, its buffers
-    /// kept for the reads to come.
+    /// kept for the reads to come; while it has more than
+    /// [`WRITER_MOST_BYTES`] left to write, waits until it has not.
     fn take_written(&mut self) {
         let Some(w) = &mut self.writer else { return };
-        while let Ok(done) = w.back.try_recv() {
+        loop {
+            let done = match w.back.try_recv() {
+                Ok(done) => done,
+                // past its bound: waits for it (the emulator is then late,
+                // and says so), a millisecond at a time
+                Err(std::sync::mpsc::TryRecvError::Empty) if w.outstanding_bytes > WRITER_MOST_BYTES => {
+                    match w.back.recv_timeout(Duration::from_millis(1)) {
+                        Ok(done) => done,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                Err(_) => break,
+            };
             w.outstanding = w.outstanding.saturating_sub(1);
+            w.outstanding_bytes = w.outstanding_bytes.saturating_sub(done.bytes);
             let health = &mut self.health;
             health.undecided_drops += done.undecided_drops;
             health.split_packets += done.split_packets;
@@ -2507,6 +2538,8 @@ mod tests {
         let bufs: Vec<usize> = got.iter().flat_map(|g| g.bufs.iter().map(|b| b.len())).collect();
         assert_eq!(bufs, [READ_BUF]);
         assert_eq!(got.iter().map(|g| g.undecided_drops).sum::<u64>(), 1);
+        assert_eq!(got.iter().map(|g| g.bytes).sum::<u64>(), 3000 + 3 + 6 + 4);
+        assert_eq!((w.outstanding, w.outstanding_bytes), (2, 3013), "as handed over, until taken back");
         assert_eq!(std::fs::read(path(0)).expect("port 0"), [vec![7u8; 3000], b"second".to_vec()].concat());
         assert_eq!(std::fs::read(path(1)).expect("port 1"), b"ack");
         let _ = std::fs::remove_dir_all(&dir);
