@@ -148,25 +148,17 @@ impl Lab {
     /// A measurement against `serve --once` on b, run again (after a new
     /// agent) while the emulator marks it INVALID (as [`unless_invalid`]).
     fn unless_invalid_serving(&mut self, measure: impl Fn(&Lab) -> Output) -> Output {
-        let mut tries = Tries::new(5, STEAL_BUDGET);
-        let mut o = None;
-        while tries.next() {
-            if let Some(last) = &o {
-                said_invalid(last);
+        let mut first = true;
+        unless_invalid(|| {
+            if !std::mem::take(&mut first) {
                 if let Some(mut a) = self.agent.take() {
                     let _ = a.kill();
                     let _ = a.wait();
                 }
                 self.serve_on_b();
             }
-            let out = measure(self);
-            let again = out.status.code() == Some(4);
-            o = Some(out);
-            if !again {
-                break;
-            }
-        }
-        o.expect("a try")
+            measure(self)
+        })
     }
 
     fn exec_a(&self, args: &[&str]) -> Output {
